@@ -1,0 +1,242 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+)
+
+// AsyncConfig configures an AsyncReader.
+type AsyncConfig struct {
+	Source Source
+	Format Format
+	Read   ReadOptions
+	// BufferBytes bounds the parsed bytes (Records.Bytes) buffered between
+	// producers and the consumer (default 64 MiB). A single batch larger
+	// than the bound is still admitted when the buffer is empty.
+	BufferBytes int64
+	// Producers is the number of goroutines fetching and parsing blocks (default 1).
+	Producers int
+	// Next asks for the next block (the master's FileAssigner); ok=false
+	// means there are no more. It must be safe for concurrent use when
+	// Producers > 1.
+	Next func(ctx context.Context) (blk Block, ok bool, err error)
+	// IsLocal, optional, says whether a block is local, for PassStats.LocalBytes.
+	IsLocal func(Block) bool
+}
+
+// DefaultBufferBytes is the default AsyncConfig.BufferBytes.
+const DefaultBufferBytes = 64 << 20
+
+// ErrClosed is returned by Next after Close.
+var ErrClosed = errors.New("datastore: reader closed")
+
+// AsyncReader prefetches blocks: producers ask cfg.Next for blocks, parse
+// them with ReadBlock and queue the batches in a buffer bounded in bytes;
+// when it is full they block, so parsing runs at most BufferBytes ahead of
+// the consumer. Next hands batches to one consumer (it is safe to call from
+// several goroutines, which then share the batches).
+//
+// The first error (a producer's, a failed Next of the assigner, or ctx's)
+// stops all producers and is returned by Next at once, before batches still
+// buffered: a failing pass fails fast.
+type AsyncReader struct {
+	cfg    AsyncConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced on every state change
+	queue     []*Records
+	qbytes    []int64
+	buffered  int64
+	producers int // still running
+	err       error
+	closed    bool
+	stats     PassStats
+	maxBad    int
+}
+
+// NewAsyncReader starts cfg.Producers producers that run until the blocks
+// run out, an error occurs, ctx is cancelled or Close is called.
+func NewAsyncReader(ctx context.Context, cfg AsyncConfig) *AsyncReader {
+	if cfg.BufferBytes <= 0 {
+		cfg.BufferBytes = DefaultBufferBytes
+	}
+	if cfg.Producers <= 0 {
+		cfg.Producers = 1
+	}
+	ropt, optErr := cfg.Read.withDefaults()
+	r := &AsyncReader{cfg: cfg, changed: make(chan struct{}), maxBad: ropt.MaxBadKept}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	switch {
+	case optErr != nil:
+		r.err = optErr
+	case cfg.Source == nil || cfg.Format == nil || cfg.Next == nil:
+		r.err = errors.New("datastore: AsyncConfig needs Source, Format and Next")
+	default:
+		r.producers = cfg.Producers
+		r.wg.Add(cfg.Producers)
+		for range cfg.Producers {
+			go r.produce()
+		}
+	}
+	return r
+}
+
+// broadcast wakes every waiter; r.mu must be held.
+func (r *AsyncReader) broadcast() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *AsyncReader) produce() {
+	defer r.wg.Done()
+	defer func() {
+		r.mu.Lock()
+		r.producers--
+		r.broadcast()
+		r.mu.Unlock()
+	}()
+	for {
+		blk, ok, err := r.cfg.Next(r.ctx)
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		if !ok {
+			return
+		}
+		st, err := ReadBlock(r.ctx, r.cfg.Source, blk, r.cfg.Format, r.cfg.Read, r.put)
+		local := r.cfg.IsLocal != nil && r.cfg.IsLocal(blk)
+		r.mu.Lock()
+		r.stats.Blocks++
+		r.stats.Bytes += st.Bytes
+		if local {
+			r.stats.LocalBytes += st.Bytes
+		}
+		r.stats.Records += st.Records
+		r.stats.BadLines += st.BadLines
+		r.stats.ParseTime += st.ParseTime
+		for _, s := range st.FirstBad {
+			if len(r.stats.FirstBad) < r.maxBad {
+				r.stats.FirstBad = append(r.stats.FirstBad, s)
+			}
+		}
+		r.mu.Unlock()
+		if err != nil {
+			r.fail(err)
+			return
+		}
+	}
+}
+
+// fail records the first error and stops the other producers.
+func (r *AsyncReader) fail(err error) {
+	r.mu.Lock()
+	if r.err == nil && !r.closed {
+		r.err = err
+	}
+	r.broadcast()
+	r.mu.Unlock()
+	r.cancel()
+}
+
+// put queues a batch, blocking while the buffer is full.
+func (r *AsyncReader) put(rec *Records) error {
+	size := rec.Bytes()
+	r.mu.Lock()
+	for {
+		if err := r.ctx.Err(); err != nil {
+			r.mu.Unlock()
+			return err
+		}
+		if r.buffered == 0 || r.buffered+size <= r.cfg.BufferBytes {
+			r.queue = append(r.queue, rec)
+			r.qbytes = append(r.qbytes, size)
+			r.buffered += size
+			r.stats.PeakBuffered = max(r.stats.PeakBuffered, r.buffered)
+			r.broadcast()
+			r.mu.Unlock()
+			return nil
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.ctx.Done():
+		}
+		r.mu.Lock()
+	}
+}
+
+// Next returns the next batch, io.EOF after the last one, or the first
+// error. The batch belongs to the caller and is read-only if a Cache may
+// replay it.
+func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
+	var waited time.Duration
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		switch {
+		case r.closed:
+			return nil, ErrClosed
+		case r.err != nil:
+			return nil, r.err
+		case len(r.queue) > 0:
+			rec := r.queue[0]
+			r.queue[0] = nil
+			r.queue = r.queue[1:]
+			r.buffered -= r.qbytes[0]
+			r.qbytes = r.qbytes[1:]
+			if len(r.queue) == 0 { // reuse the backing arrays
+				r.queue = r.queue[:0:0]
+				r.qbytes = r.qbytes[:0:0]
+			}
+			r.stats.WaitTime += waited
+			r.broadcast()
+			return rec, nil
+		case r.producers == 0:
+			r.stats.WaitTime += waited
+			return nil, io.EOF
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		t := time.Now()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		waited += time.Since(t)
+		r.mu.Lock()
+	}
+}
+
+// Close stops the producers and waits for them. It is idempotent.
+func (r *AsyncReader) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		r.queue, r.qbytes, r.buffered = nil, nil, 0
+		r.broadcast()
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// Stats returns the counters so far.
+func (r *AsyncReader) Stats() PassStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.FirstBad = append([]string(nil), r.stats.FirstBad...)
+	return s
+}

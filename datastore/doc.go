@@ -1,0 +1,14 @@
+// Package datastore turns training data into parsed records for workers.
+//
+// Data lives behind a Source (local disk or HDFS) that lists an input's
+// blocks (contiguous byte ranges, with the hosts that hold a replica) and
+// opens a byte range of a file. A Format is a line parser (LIBSVM, CSV,
+// ratings, text) that appends into Records, a batch of records held in flat
+// arrays so that parsing allocates nothing per record. ReadBlock reads one
+// block record by record with the Hadoop rule that makes every record belong
+// to exactly one block: a block that does not start a file skips the partial
+// line it starts in, and a block reads through the line that straddles its
+// end. The AsyncReader prefetches blocks into a buffer bounded in bytes while
+// workers consume, and the DataStore keeps parsed records for later epochs
+// when they fit in a memory budget.
+package datastore

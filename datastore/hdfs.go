@@ -1,0 +1,793 @@
+package datastore
+
+// HDFS support. Metadata and bytes go through the namenode RPC protocol
+// (github.com/colinmarc/hdfs); block locations come from the namenode's
+// WebHDFS endpoint (op=GETFILEBLOCKLOCATIONS, or GET_BLOCK_LOCATIONS on
+// older namenodes), because the RPC client does not expose them. Without
+// WebHDFS, Blocks still returns the file's HDFS block layout (from its block
+// size) but without hosts, and counts a fallback in Stats.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/user"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/colinmarc/hdfs/v2"
+	"github.com/colinmarc/hdfs/v2/hadoopconf"
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+)
+
+// DefaultHDFSPort is the namenode RPC port assumed for hdfs://host/ URLs.
+const DefaultHDFSPort = "8020"
+
+// DefaultWebHDFSPort is the namenode HTTP port tried when HDFSConfig.HTTPAddr is empty.
+const DefaultWebHDFSPort = "9870"
+
+// HDFSConfig says how to reach an HDFS cluster. The zero value works for
+// hdfs://host:port/ URLs, acting as $HADOOP_USER_NAME or the OS user.
+type HDFSConfig struct {
+	// Namenodes (host:port) serve hdfs:///path URLs (no host) and
+	// hdfs://name/path URLs whose name has no port (an HA nameservice).
+	// A URL naming host:port is served by that namenode.
+	Namenodes []string
+	// User is the HDFS user (simple authentication); default
+	// $HADOOP_USER_NAME, else the OS user. Kerberos is not supported.
+	User string
+	// HTTPAddr is the namenode's HTTP address (host:port) for WebHDFS block
+	// locations, used for the namenodes in Namenodes. Empty means
+	// <namenode host>:9870.
+	HTTPAddr string
+	// Timeout bounds dialing and each namenode or datanode round trip
+	// (default 10s): an unreachable cluster fails instead of hanging.
+	Timeout time.Duration
+	// UseDatanodeHostname dials datanodes by the hostname they registered
+	// under rather than their IP (dfs.client.use.datanode.hostname).
+	UseDatanodeHostname bool
+	// Logger receives warnings (WebHDFS unreachable); nil means zerolog's
+	// global logger.
+	Logger *zerolog.Logger
+}
+
+// HDFSConfigFromEnv reads the Hadoop configuration in $HADOOP_CONF_DIR (or
+// $HADOOP_HOME/conf): namenodes from fs.defaultFS or
+// dfs.namenode.rpc-address*, the HTTP address from
+// dfs.namenode.http-address*, and dfs.client.use.datanode.hostname. With no
+// configuration it returns a config that only serves URLs naming their
+// namenode.
+func HDFSConfigFromEnv() (HDFSConfig, error) {
+	conf, err := hadoopconf.LoadFromEnvironment()
+	if err != nil {
+		return HDFSConfig{}, fmt.Errorf("datastore: hadoop configuration: %w", err)
+	}
+	cfg := HDFSConfig{Namenodes: conf.Namenodes()}
+	var httpKeys []string
+	for k := range conf {
+		if k == "dfs.namenode.http-address" || strings.HasPrefix(k, "dfs.namenode.http-address.") {
+			httpKeys = append(httpKeys, k)
+		}
+	}
+	sort.Strings(httpKeys) // deterministic; the plain key sorts first
+	if len(httpKeys) > 0 {
+		cfg.HTTPAddr = conf[httpKeys[0]]
+		// A wildcard bind address means "the namenode's host".
+		if h, p, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && (h == "0.0.0.0" || h == "" || h == "::") && len(cfg.Namenodes) > 0 {
+			if nh, _, err := net.SplitHostPort(cfg.Namenodes[0]); err == nil {
+				cfg.HTTPAddr = net.JoinHostPort(nh, p)
+			}
+		}
+	}
+	cfg.UseDatanodeHostname = conf["dfs.client.use.datanode.hostname"] == "true"
+	return cfg, nil
+}
+
+// IsHDFS reports whether path is an hdfs:// URL.
+func IsHDFS(path string) bool {
+	return len(path) >= 7 && strings.EqualFold(path[:7], "hdfs://")
+}
+
+// HDFSStats counts what an HDFSSource did.
+type HDFSStats struct {
+	Connects          int64 // namenode clients created
+	LocationLookups   int64 // WebHDFS block-location requests that succeeded
+	LocationFallbacks int64 // files whose blocks were computed without hosts
+}
+
+// HDFSSource reads hdfs:// URLs. It connects lazily, one client per
+// namenode set, and is safe for concurrent use.
+//
+// Block.Hosts holds the hostnames the namenode reports for the datanodes
+// holding a replica (their dfs.datanode.hostname, as Hadoop's
+// BlockLocation.getHosts does); a MiniHDFS from internal/hdfstest names
+// its datanodes dn0.localhost, dn1.localhost, ...
+type HDFSSource struct {
+	cfg  HDFSConfig
+	http *http.Client
+	log  zerolog.Logger
+
+	mu      sync.Mutex
+	clients map[string]*hdfs.Client
+	closed  bool
+
+	connects, lookups, fallbacks atomic.Int64
+}
+
+// NewHDFSSource validates cfg and returns a source; it does not connect.
+func NewHDFSSource(cfg HDFSConfig) (*HDFSSource, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.User == "" {
+		cfg.User = os.Getenv("HADOOP_USER_NAME")
+	}
+	if cfg.User == "" {
+		u, err := user.Current()
+		if err != nil {
+			return nil, fmt.Errorf("datastore: hdfs: no user given and no OS user: %w", err)
+		}
+		cfg.User = u.Username
+	}
+	for _, nn := range cfg.Namenodes {
+		if _, _, err := net.SplitHostPort(nn); err != nil {
+			return nil, fmt.Errorf("datastore: hdfs namenode %q: want host:port: %w", nn, err)
+		}
+	}
+	s := &HDFSSource{
+		cfg:     cfg,
+		http:    &http.Client{Timeout: cfg.Timeout},
+		clients: make(map[string]*hdfs.Client),
+	}
+	if cfg.Logger != nil {
+		s.log = *cfg.Logger
+	} else {
+		s.log = log.Logger
+	}
+	return s, nil
+}
+
+// Stats returns counters of what s has done.
+func (s *HDFSSource) Stats() HDFSStats {
+	return HDFSStats{Connects: s.connects.Load(), LocationLookups: s.lookups.Load(), LocationFallbacks: s.fallbacks.Load()}
+}
+
+// Close closes every namenode connection.
+func (s *HDFSSource) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var errs []error
+	for k, c := range s.clients {
+		errs = append(errs, c.Close())
+		delete(s.clients, k)
+	}
+	return errors.Join(errs...)
+}
+
+// hdfsURL is a parsed hdfs:// URL.
+type hdfsURL struct {
+	prefix     string   // "hdfs://authority", prepended to paths to make URLs
+	namenodes  []string // who serves it
+	configured bool     // namenodes came from (or match) cfg.Namenodes
+	path       string   // absolute, cleaned
+}
+
+func (u hdfsURL) url(p string) string { return u.prefix + p }
+
+func (s *HDFSSource) parse(raw string) (hdfsURL, error) {
+	if !IsHDFS(raw) {
+		return hdfsURL{}, fmt.Errorf("datastore: %q is not an hdfs:// URL", raw)
+	}
+	// Split by hand: url.Parse would take glob brackets and '?' for syntax.
+	rest := raw[len("hdfs://"):]
+	host, p := rest, "/"
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		host, p = rest[:i], rest[i:]
+	}
+	u := hdfsURL{prefix: "hdfs://" + host, path: path.Clean(p)}
+	switch {
+	case host == "":
+		if len(s.cfg.Namenodes) == 0 {
+			return u, fmt.Errorf("datastore: %s names no namenode and none is configured (set HADOOP_CONF_DIR)", raw)
+		}
+		u.namenodes, u.configured = s.cfg.Namenodes, true
+	case !strings.Contains(host, ":") && len(s.cfg.Namenodes) > 0:
+		// hdfs://nameservice/path: the configured (HA) namenodes.
+		u.namenodes, u.configured = s.cfg.Namenodes, true
+	case !strings.Contains(host, ":"):
+		u.namenodes = []string{net.JoinHostPort(host, DefaultHDFSPort)}
+	default:
+		u.namenodes = []string{host}
+		for _, nn := range s.cfg.Namenodes {
+			if nn == host {
+				u.configured = true
+			}
+		}
+	}
+	return u, nil
+}
+
+// client returns the (cached) client for u's namenodes, connecting if needed.
+func (s *HDFSSource) client(ctx context.Context, u hdfsURL) (*hdfs.Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := strings.Join(u.namenodes, ",")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("datastore: hdfs source is closed")
+	}
+	if c := s.clients[key]; c != nil {
+		return c, nil
+	}
+	timeout := s.cfg.Timeout
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	c, err := hdfs.NewClient(hdfs.ClientOptions{
+		Addresses:           u.namenodes,
+		User:                s.cfg.User,
+		UseDatanodeHostname: s.cfg.UseDatanodeHostname,
+		NamenodeDialFunc: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleTimeoutConn{Conn: conn, timeout: timeout}, nil
+		},
+		DatanodeDialFunc: dialer.DialContext,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
+	}
+	s.connects.Add(1)
+	s.clients[key] = c
+	return c, nil
+}
+
+// idleTimeoutConn bounds each namenode read and write by timeout. The RPC
+// client sets no deadlines, so a namenode that accepts and then stalls
+// would otherwise hang its caller forever.
+type idleTimeoutConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *idleTimeoutConn) Read(b []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Read(b)
+}
+
+func (c *idleTimeoutConn) Write(b []byte) (int, error) {
+	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Write(b)
+}
+
+// fsErr gives an HDFS error the URL, and the user when it is a permission error.
+func (s *HDFSSource) fsErr(op, url string, err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("datastore: hdfs %s %s: permission denied for user %q: %w", op, url, s.cfg.User, err)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the URL replaces the bare path
+	}
+	return fmt.Errorf("datastore: hdfs %s %s: %w", op, url, err)
+}
+
+// hdfsFile is a file Blocks found.
+type hdfsFile struct {
+	path      string // absolute path on the cluster
+	size      int64
+	blockSize int64 // the file's HDFS block size
+}
+
+// Blocks expands pattern (an hdfs:// URL of a file, a directory, or a glob
+// with * ? [...] in any path segment) into the HDFS blocks of its files.
+// A directory means its files, not recursive, skipping names that start
+// with '.' or '_' (like Hadoop's _SUCCESS). Each block carries the hosts of
+// its replicas; a blockSize > 0 smaller than an HDFS block splits it
+// further, and each piece keeps the block's hosts. A .gz file is one Whole
+// block. Files are taken in name order and empty files are skipped.
+func (s *HDFSSource) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
+	u, err := s.parse(pattern)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	files, err := s.expand(ctx, c, u, pattern)
+	if err != nil {
+		return nil, err
+	}
+	webOK := true // after one failure, skip WebHDFS for the rest of the files
+	var blocks []Block
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if f.size == 0 {
+			continue
+		}
+		var locs []blockLoc
+		if webOK {
+			locs, err = s.locations(ctx, u, f)
+			if err != nil {
+				if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || ctx.Err() != nil {
+					return nil, s.fsErr("block locations of", u.url(f.path), err)
+				}
+				webOK = false
+				s.log.Warn().Err(err).Str("path", u.url(f.path)).
+					Msg("datastore: hdfs block locations unavailable; blocks will carry no hosts")
+			}
+		}
+		if !webOK {
+			s.fallbacks.Add(1)
+			locs = splitLocs(f.size, f.blockSize)
+		}
+		blocks = appendBlocks(blocks, u.url(f.path), f.size, locs, blockSize)
+	}
+	if len(blocks) == 0 {
+		return nil, fmt.Errorf("datastore: input %q: every matched file is empty: %w", pattern, ErrNoInput)
+	}
+	return blocks, nil
+}
+
+// appendBlocks turns one file's HDFS blocks into Blocks.
+func appendBlocks(blocks []Block, url string, size int64, locs []blockLoc, blockSize int64) []Block {
+	if strings.HasSuffix(url, ".gz") {
+		var hosts []string
+		if len(locs) > 0 {
+			hosts = locs[0].hosts
+		}
+		return append(blocks, Block{Path: url, Offset: 0, Length: size, Hosts: hosts, Whole: true, FileSize: size})
+	}
+	for _, l := range locs {
+		step := l.length
+		if blockSize > 0 && blockSize < step {
+			step = blockSize
+		}
+		for off := l.offset; off < l.offset+l.length; off += step {
+			n := min(step, l.offset+l.length-off)
+			blocks = append(blocks, Block{Path: url, Offset: off, Length: n, Hosts: l.hosts, FileSize: size})
+		}
+	}
+	return blocks
+}
+
+// splitLocs is the block layout of a file written with blockSize, without hosts.
+func splitLocs(size, blockSize int64) []blockLoc {
+	if blockSize <= 0 {
+		blockSize = size
+	}
+	var locs []blockLoc
+	for off := int64(0); off < size; off += blockSize {
+		locs = append(locs, blockLoc{offset: off, length: min(blockSize, size-off)})
+	}
+	return locs
+}
+
+func hasMeta(s string) bool { return strings.ContainsAny(s, "*?[") }
+
+// expand lists the files pattern names.
+func (s *HDFSSource) expand(ctx context.Context, c *hdfs.Client, u hdfsURL, pattern string) ([]hdfsFile, error) {
+	if !hasMeta(u.path) {
+		fi, err := c.Stat(u.path)
+		if err != nil {
+			return nil, s.fsErr("stat", pattern, err)
+		}
+		if !fi.IsDir() {
+			return []hdfsFile{fileOf(u.path, fi)}, nil
+		}
+		files, err := s.listFiles(ctx, c, u, u.path)
+		if err != nil {
+			return nil, err
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("datastore: input directory %q holds no data files: %w", pattern, ErrNoInput)
+		}
+		return files, nil
+	}
+	matches, err := s.glob(ctx, c, u, u.path)
+	if err != nil {
+		return nil, err
+	}
+	var files []hdfsFile
+	for _, m := range matches {
+		if m.fi.IsDir() {
+			sub, err := s.listFiles(ctx, c, u, m.path)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, sub...)
+		} else {
+			files = append(files, fileOf(m.path, m.fi))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("datastore: input pattern %q matches no file: %w", pattern, ErrNoInput)
+	}
+	return files, nil
+}
+
+func fileOf(p string, fi os.FileInfo) hdfsFile {
+	f := hdfsFile{path: p, size: fi.Size()}
+	if st, ok := fi.Sys().(*hdfs.FileStatus); ok {
+		f.blockSize = int64(st.GetBlocksize())
+	}
+	return f
+}
+
+// listFiles returns the data files directly in dir, in name order.
+func (s *HDFSSource) listFiles(ctx context.Context, c *hdfs.Client, u hdfsURL, dir string) ([]hdfsFile, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := c.ReadDir(dir)
+	if err != nil {
+		return nil, s.fsErr("list", u.url(dir), err)
+	}
+	var files []hdfsFile
+	for _, e := range entries { // ReadDir sorts by name
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+			continue
+		}
+		files = append(files, fileOf(path.Join(dir, name), e))
+	}
+	return files, nil
+}
+
+type globMatch struct {
+	path string
+	fi   os.FileInfo
+}
+
+// glob matches an absolute path pattern segment by segment, listing only
+// the directories the pattern reaches into.
+func (s *HDFSSource) glob(ctx context.Context, c *hdfs.Client, u hdfsURL, pattern string) ([]globMatch, error) {
+	segs := strings.Split(strings.TrimPrefix(pattern, "/"), "/")
+	for _, seg := range segs {
+		if _, err := path.Match(seg, ""); err != nil {
+			return nil, fmt.Errorf("datastore: input pattern %q: %w", u.url(pattern), err)
+		}
+	}
+	// Start at the longest literal prefix.
+	i := 0
+	for i < len(segs) && !hasMeta(segs[i]) {
+		i++
+	}
+	base := "/" + strings.Join(segs[:i], "/")
+	fi, err := c.Stat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.fsErr("stat", u.url(base), err)
+	}
+	cur := []globMatch{{base, fi}}
+	for _, seg := range segs[i:] {
+		var next []globMatch
+		for _, m := range cur {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if !m.fi.IsDir() {
+				continue
+			}
+			if !hasMeta(seg) {
+				fi, err := c.Stat(path.Join(m.path, seg))
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return nil, s.fsErr("stat", u.url(path.Join(m.path, seg)), err)
+				}
+				next = append(next, globMatch{path.Join(m.path, seg), fi})
+				continue
+			}
+			entries, err := c.ReadDir(m.path)
+			if err != nil {
+				return nil, s.fsErr("list", u.url(m.path), err)
+			}
+			for _, e := range entries {
+				if ok, _ := path.Match(seg, e.Name()); ok {
+					next = append(next, globMatch{path.Join(m.path, e.Name()), e})
+				}
+			}
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// Open opens the file at an hdfs:// URL for reading from byte offset. Each
+// read from a datanode is bounded by the configured Timeout.
+func (s *HDFSSource) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+	u, err := s.parse(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.Open(u.path)
+	if err != nil {
+		return nil, s.fsErr("open", path, err)
+	}
+	if f.Stat().IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("datastore: hdfs open %s: is a directory", path)
+	}
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("datastore: hdfs seek %s to %d: %w", path, offset, err)
+		}
+	}
+	return &hdfsReader{f: f, timeout: s.cfg.Timeout}, nil
+}
+
+type hdfsReader struct {
+	f       *hdfs.FileReader
+	timeout time.Duration
+}
+
+func (r *hdfsReader) Read(b []byte) (int, error) {
+	r.f.SetDeadline(time.Now().Add(r.timeout))
+	return r.f.Read(b)
+}
+
+func (r *hdfsReader) Close() error { return r.f.Close() }
+
+// Create opens an hdfs:// URL for writing, creating missing parent
+// directories. Bytes go to a hidden temporary file beside path that Close
+// renames over path, so readers never see a half-written file; a failed
+// write or Close removes the temporary file.
+func (s *HDFSSource) Create(ctx context.Context, path string) (io.WriteCloser, error) {
+	u, err := s.parse(path)
+	if err != nil {
+		return nil, err
+	}
+	if u.path == "/" {
+		return nil, fmt.Errorf("datastore: hdfs create %s: not a file path", path)
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	dir, name := pathDirBase(u.path)
+	if err := c.MkdirAll(dir, 0o755); err != nil {
+		return nil, s.fsErr("mkdir", u.url(dir), err)
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := dir + "/." + name + ".tmp-" + hex.EncodeToString(rnd[:])
+	if dir == "/" {
+		tmp = tmp[1:]
+	}
+	w, err := c.Create(tmp)
+	if err != nil {
+		return nil, s.fsErr("create", path, err)
+	}
+	return &hdfsWriter{s: s, c: c, w: w, tmp: tmp, final: u.path, url: path}, nil
+}
+
+type hdfsWriter struct {
+	s          *HDFSSource
+	c          *hdfs.Client
+	w          *hdfs.FileWriter
+	tmp, final string
+	url        string
+	err        error
+	closed     bool
+}
+
+func (w *hdfsWriter) Write(b []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
+	n, err := w.w.Write(b)
+	if err != nil {
+		w.err = w.s.fsErr("write", w.url, err)
+	}
+	return n, w.err
+}
+
+func (w *hdfsWriter) Close() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	if w.err == nil {
+		w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
+		if err := w.w.Close(); err != nil {
+			w.err = w.s.fsErr("close", w.url, err)
+		}
+	} else {
+		w.w.Close()
+	}
+	if w.err == nil {
+		if err := w.c.Rename(w.tmp, w.final); err != nil {
+			w.err = w.s.fsErr("rename into", w.url, err)
+		}
+	}
+	if w.err != nil {
+		w.c.Remove(w.tmp)
+	}
+	return w.err
+}
+
+func pathDirBase(p string) (dir, base string) {
+	i := strings.LastIndexByte(p, '/')
+	dir, base = p[:i], p[i+1:]
+	if dir == "" {
+		dir = "/"
+	}
+	return dir, base
+}
+
+// blockLoc is one HDFS block of a file.
+type blockLoc struct {
+	offset, length int64
+	hosts          []string
+}
+
+// httpAddr is where u's namenode serves WebHDFS.
+func (s *HDFSSource) httpAddr(u hdfsURL) string {
+	if u.configured && s.cfg.HTTPAddr != "" {
+		return s.cfg.HTTPAddr
+	}
+	host, _, err := net.SplitHostPort(u.namenodes[0])
+	if err != nil {
+		host = u.namenodes[0]
+	}
+	return net.JoinHostPort(host, DefaultWebHDFSPort)
+}
+
+// errWebHDFSOp means the namenode does not know the operation asked for.
+var errWebHDFSOp = errors.New("unsupported WebHDFS operation")
+
+// locations asks WebHDFS where f's blocks are: GETFILEBLOCKLOCATIONS
+// (Hadoop 3.3+), else GET_BLOCK_LOCATIONS. Any answer from the namenode that
+// is not about the file itself (not found, permission) is an error the
+// caller may fall back from.
+func (s *HDFSSource) locations(ctx context.Context, u hdfsURL, f hdfsFile) ([]blockLoc, error) {
+	addr := s.httpAddr(u)
+	var v struct {
+		BlockLocations struct {
+			BlockLocation []struct {
+				Offset int64    `json:"offset"`
+				Length int64    `json:"length"`
+				Hosts  []string `json:"hosts"`
+			} `json:"BlockLocation"`
+		} `json:"BlockLocations"`
+	}
+	err := s.webhdfs(ctx, addr, f.path, "GETFILEBLOCKLOCATIONS", f.size, &v)
+	if err == nil {
+		var locs []blockLoc
+		for _, b := range v.BlockLocations.BlockLocation {
+			locs = append(locs, blockLoc{b.Offset, b.Length, sortedHosts(b.Hosts)})
+		}
+		s.lookups.Add(1)
+		return checkLocs(locs, f)
+	}
+	if !errors.Is(err, errWebHDFSOp) {
+		return nil, err
+	}
+	var w struct {
+		LocatedBlocks struct {
+			LocatedBlocks []struct {
+				StartOffset int64 `json:"startOffset"`
+				Block       struct {
+					NumBytes int64 `json:"numBytes"`
+				} `json:"block"`
+				Locations []struct {
+					HostName string `json:"hostName"`
+				} `json:"locations"`
+			} `json:"locatedBlocks"`
+		} `json:"LocatedBlocks"`
+	}
+	if err := s.webhdfs(ctx, addr, f.path, "GET_BLOCK_LOCATIONS", f.size, &w); err != nil {
+		return nil, err
+	}
+	var locs []blockLoc
+	for _, b := range w.LocatedBlocks.LocatedBlocks {
+		l := blockLoc{offset: b.StartOffset, length: b.Block.NumBytes}
+		for _, h := range b.Locations {
+			l.hosts = append(l.hosts, h.HostName)
+		}
+		l.hosts = sortedHosts(l.hosts)
+		locs = append(locs, l)
+	}
+	s.lookups.Add(1)
+	return checkLocs(locs, f)
+}
+
+// sortedHosts orders replica hosts by name: the namenode orders them by
+// distance to whoever asked, which says nothing to the FileAssigner, and
+// shuffles ties, which would make Blocks nondeterministic.
+func sortedHosts(h []string) []string {
+	sort.Strings(h)
+	return h
+}
+
+// checkLocs insists the blocks tile the file, so no byte is lost or read twice.
+func checkLocs(locs []blockLoc, f hdfsFile) ([]blockLoc, error) {
+	sort.Slice(locs, func(i, j int) bool { return locs[i].offset < locs[j].offset })
+	var end int64
+	for _, l := range locs {
+		if l.offset != end || l.length <= 0 {
+			return nil, fmt.Errorf("WebHDFS block list of %s has a gap or overlap at byte %d", f.path, end)
+		}
+		end += l.length
+	}
+	if end != f.size {
+		return nil, fmt.Errorf("WebHDFS blocks of %s cover %d bytes, the file has %d (still being written?)", f.path, end, f.size)
+	}
+	return locs, nil
+}
+
+func (s *HDFSSource) webhdfs(ctx context.Context, addr, p, op string, length int64, out any) error {
+	q := url.Values{"op": {op}, "offset": {"0"}, "length": {fmt.Sprint(length)}, "user.name": {s.cfg.User}}
+	endpoint := (&url.URL{Scheme: "http", Host: addr, Path: "/webhdfs/v1" + p, RawQuery: q.Encode()}).String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("WebHDFS at %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("WebHDFS at %s: %w", addr, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, out); err != nil {
+			return fmt.Errorf("WebHDFS at %s: %s: %w", addr, op, err)
+		}
+		return nil
+	}
+	var re struct {
+		RemoteException struct {
+			Exception string `json:"exception"`
+			Message   string `json:"message"`
+		} `json:"RemoteException"`
+	}
+	json.Unmarshal(body, &re)
+	ex := re.RemoteException
+	switch {
+	case ex.Exception == "FileNotFoundException":
+		return fmt.Errorf("%s: %w", ex.Message, fs.ErrNotExist)
+	case ex.Exception == "AccessControlException" || resp.StatusCode == http.StatusForbidden && ex.Exception == "":
+		return fmt.Errorf("%s: %w", ex.Message, fs.ErrPermission)
+	case ex.Exception == "IllegalArgumentException" && strings.Contains(ex.Message, op),
+		ex.Exception == "UnsupportedOperationException":
+		return fmt.Errorf("%s: %w", ex.Message, errWebHDFSOp)
+	}
+	msg := ex.Message
+	if msg == "" {
+		msg = strings.TrimSpace(string(body[:min(len(body), 200)]))
+	}
+	return fmt.Errorf("WebHDFS at %s: %s: HTTP %d: %s %s", addr, op, resp.StatusCode, ex.Exception, msg)
+}

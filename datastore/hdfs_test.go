@@ -1,0 +1,476 @@
+package datastore
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/internal/hdfstest"
+)
+
+// The HDFS tests share one MiniHDFS (3 datanodes, replication 2, 1 MiB
+// blocks); it stops when the test binary exits.
+func miniHDFS(t *testing.T) *hdfstest.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("HDFS integration test (starts a JVM); skipped with -short")
+	}
+	return hdfstest.Shared(t)
+}
+
+func hdfsSource(t *testing.T, c *hdfstest.Cluster, user string) *HDFSSource {
+	t.Helper()
+	s, err := NewHDFSSource(HDFSConfig{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: user, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// textLines makes n distinct lines of varying length.
+func textLines(n int) []byte {
+	var b bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&b, "line-%07d %s\n", i, strings.Repeat("x", i%97))
+	}
+	return b.Bytes()
+}
+
+var bigFile struct {
+	once sync.Once
+	data []byte
+}
+
+// uploadBig puts a file of about 3.4 blocks at /data/big.txt, once.
+func uploadBig(t *testing.T, c *hdfstest.Cluster) (string, []byte) {
+	t.Helper()
+	bigFile.once.Do(func() {
+		data := textLines(60000)
+		c.WriteFile(t, "/data/big.txt", data)
+		bigFile.data = data
+	})
+	if bigFile.data == nil {
+		t.Fatal("upload of /data/big.txt failed earlier")
+	}
+	return c.URL("/data/big.txt"), bigFile.data
+}
+
+func TestHDFSBlocksAreRealBlocks(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	s := hdfsSource(t, c, "")
+	size := int64(len(data))
+	if size < 3*c.BlockSize {
+		t.Fatalf("test file %d bytes is not several %d-byte blocks", size, c.BlockSize)
+	}
+
+	blocks, err := s.Blocks(context.Background(), url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := (size + c.BlockSize - 1) / c.BlockSize
+	if int64(len(blocks)) != want {
+		t.Fatalf("got %d blocks, want %d: %v", len(blocks), want, blocks)
+	}
+	for i, b := range blocks {
+		if b.Path != url || b.Offset != int64(i)*c.BlockSize || b.Length != min(c.BlockSize, size-b.Offset) || b.FileSize != size || b.Whole {
+			t.Errorf("block %d = %+v", i, b)
+		}
+		if len(b.Hosts) != 2 { // replication 2
+			t.Errorf("block %d hosts %v, want 2 replicas", i, b.Hosts)
+		}
+		for _, h := range b.Hosts {
+			if !slices.Contains(c.Hostnames, h) {
+				t.Errorf("block %d host %q is not a datanode (%v)", i, h, c.Hostnames)
+			}
+		}
+	}
+	if st := s.Stats(); st.LocationLookups != 1 || st.LocationFallbacks != 0 || st.Connects != 1 {
+		t.Errorf("stats %+v", st)
+	}
+
+	// A smaller blockSize splits each HDFS block; pieces keep its hosts.
+	small, err := s.Blocks(context.Background(), url, 300_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next int64
+	for _, b := range small {
+		if b.Offset != next || b.Length > 300_000 || b.Length <= 0 {
+			t.Fatalf("split %v does not follow byte %d", b, next)
+		}
+		parent := blocks[b.Offset/c.BlockSize]
+		if b.Offset+b.Length > parent.Offset+parent.Length {
+			t.Errorf("split %v crosses the HDFS block %v", b, parent)
+		}
+		if !slices.Equal(b.Hosts, parent.Hosts) {
+			t.Errorf("split %v hosts %v, its block's %v", b, b.Hosts, parent.Hosts)
+		}
+		next += b.Length
+	}
+	if next != size {
+		t.Errorf("splits cover %d bytes, file has %d", next, size)
+	}
+}
+
+func TestHDFSOpenAtOffsets(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	s := hdfsSource(t, c, "")
+	size := int64(len(data))
+	bs := c.BlockSize
+	for _, off := range []int64{0, 1, bs - 1, bs, bs + 7, 2*bs - 3, size - 5, size} {
+		rc, err := s.Open(context.Background(), url, off)
+		if err != nil {
+			t.Fatalf("open at %d: %v", off, err)
+		}
+		got, err := io.ReadAll(io.LimitReader(rc, 10_000))
+		rc.Close()
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		if want := data[off:min(off+10_000, size)]; !bytes.Equal(got, want) {
+			t.Errorf("at %d read %d bytes %.20q, want %d bytes %.20q", off, len(got), got, len(want), want)
+		}
+	}
+}
+
+// Every line is read exactly once however blocks cut through lines: the
+// HDFS block edges and the finer splits fall mid-line.
+func TestHDFSReadBlockExactlyOnce(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	s := hdfsSource(t, c, "")
+	f, err := NewFormat("text", DefaultFormatOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	sort.Strings(want)
+	for _, split := range []int64{0, 300_007} {
+		blocks, err := s.Blocks(context.Background(), url, split)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, b := range blocks {
+			_, err := ReadBlock(context.Background(), s, b, f, ReadOptions{}, func(r *Records) error {
+				got = append(got, r.Lines...)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("read %v: %v", b, err)
+			}
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("split %d: read %d lines, file has %d (or they differ)", split, len(got), len(want))
+		}
+	}
+}
+
+func TestHDFSDirectoriesAndGlobs(t *testing.T) {
+	c := miniHDFS(t)
+	for _, p := range []string{"/glob/a/part-0", "/glob/a/part-1", "/glob/b/part-0", "/glob/a/_SUCCESS", "/glob/a/.crc"} {
+		c.WriteFile(t, p, []byte(p+"\n"))
+	}
+	c.WriteFile(t, "/glob/empty/part-0", nil)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(textLines(50000))
+	zw.Close()
+	c.WriteFile(t, "/glob/gz/data.gz", gz.Bytes())
+	s := hdfsSource(t, c, "")
+
+	paths := func(pattern string) []string {
+		t.Helper()
+		blocks, err := s.Blocks(context.Background(), c.URL(pattern), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", pattern, err)
+		}
+		var ps []string
+		for _, b := range blocks {
+			ps = append(ps, strings.TrimPrefix(b.Path, "hdfs://"+c.Namenode))
+		}
+		return ps
+	}
+	for pattern, want := range map[string][]string{
+		"/glob/a":           {"/glob/a/part-0", "/glob/a/part-1"},
+		"/glob/a/":          {"/glob/a/part-0", "/glob/a/part-1"},
+		"/glob/*/part-0":    {"/glob/a/part-0", "/glob/b/part-0"},
+		"/glob/[ab]/part-?": {"/glob/a/part-0", "/glob/a/part-1", "/glob/b/part-0"},
+		"/glob/b/*":         {"/glob/b/part-0"},
+		"/gl?b/b":           {"/glob/b/part-0"},
+		"/glob/a/part-1":    {"/glob/a/part-1"},
+		"/glob/*/data.gz":   {"/glob/gz/data.gz"},
+	} {
+		if got := paths(pattern); !slices.Equal(got, want) {
+			t.Errorf("%s: got %v, want %v", pattern, got, want)
+		}
+	}
+
+	blocks, err := s.Blocks(context.Background(), c.URL("/glob/gz/data.gz"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 1 || !blocks[0].Whole || blocks[0].Length != int64(gz.Len()) || len(blocks[0].Hosts) == 0 {
+		t.Errorf("gzip file: %+v", blocks)
+	}
+
+	for _, pattern := range []string{"/glob/*/nothing*", "/glob/empty", "/nope/*/x"} {
+		_, err := s.Blocks(context.Background(), c.URL(pattern), 0)
+		if !errors.Is(err, ErrNoInput) {
+			t.Errorf("%s: got %v, want ErrNoInput", pattern, err)
+		}
+	}
+}
+
+func TestHDFSMissingPath(t *testing.T) {
+	c := miniHDFS(t)
+	s := hdfsSource(t, c, "")
+	url := c.URL("/no/such/file")
+	_, err := s.Blocks(context.Background(), url, 0)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), url) {
+		t.Errorf("Blocks: got %v, want ErrNotExist naming %s", err, url)
+	}
+	_, err = s.Open(context.Background(), url, 0)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), url) {
+		t.Errorf("Open: got %v, want ErrNotExist naming %s", err, url)
+	}
+}
+
+func TestHDFSPermissionDenied(t *testing.T) {
+	c := miniHDFS(t)
+	su := c.Client(t, "")
+	if err := su.MkdirAll("/private", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := su.Chmod("/private", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.WriteFile(t, "/private/secret.txt", []byte("secret\n"))
+
+	s := hdfsSource(t, c, "alice")
+	for _, p := range []string{"/private", "/private/secret.txt", "/private/*"} {
+		_, err := s.Blocks(context.Background(), c.URL(p), 0)
+		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "/private") || !strings.Contains(err.Error(), `"alice"`) {
+			t.Errorf("Blocks(%s) as alice: got %v, want a permission error naming the path and user", p, err)
+		}
+	}
+	_, err := s.Open(context.Background(), c.URL("/private/secret.txt"), 0)
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "alice") {
+		t.Errorf("Open as alice: got %v", err)
+	}
+	_, err = s.Create(context.Background(), c.URL("/private/mine.txt"))
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("Create as alice: got %v", err)
+	}
+	// The superuser reads it.
+	if _, err := hdfsSource(t, c, "").Blocks(context.Background(), c.URL("/private"), 0); err != nil {
+		t.Errorf("superuser: %v", err)
+	}
+}
+
+func TestHDFSCreateRenamesOnClose(t *testing.T) {
+	c := miniHDFS(t)
+	s := hdfsSource(t, c, "bob") // /tmp is world-writable
+	url := c.URL("/tmp/bob/models/model.bin")
+	w, err := s.Create(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB, several blocks
+	if _, err := w.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(context.Background(), url, 0); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("before Close the model is visible: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.Open(context.Background(), url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("read back %d bytes (err %v), wrote %d", len(got), err, len(payload))
+	}
+	entries, err := c.Client(t, "").ReadDir("/tmp/bob/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "model.bin" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("directory holds %v, want only model.bin", names)
+	}
+}
+
+// Without WebHDFS the blocks keep the HDFS layout but carry no hosts.
+func TestHDFSWithoutWebHDFSFallsBack(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	s, err := NewHDFSSource(HDFSConfig{Namenodes: []string{c.Namenode}, HTTPAddr: closedAddr(t), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	blocks, err := s.Blocks(context.Background(), url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (int64(len(data)) + c.BlockSize - 1) / c.BlockSize; int64(len(blocks)) != want {
+		t.Fatalf("got %d blocks, want %d", len(blocks), want)
+	}
+	for i, b := range blocks {
+		if b.Offset != int64(i)*c.BlockSize || len(b.Hosts) != 0 {
+			t.Errorf("block %d = %+v", i, b)
+		}
+	}
+	if st := s.Stats(); st.LocationFallbacks != 1 {
+		t.Errorf("stats %+v, want one fallback", st)
+	}
+}
+
+func TestHDFSConfigFromEnv(t *testing.T) {
+	c := miniHDFS(t)
+	uploadBig(t, c)
+	dir := t.TempDir()
+	_, httpPort, _ := net.SplitHostPort(c.HTTP)
+	writeConf(t, filepath.Join(dir, "core-site.xml"), "fs.defaultFS", "hdfs://"+c.Namenode)
+	writeConf(t, filepath.Join(dir, "hdfs-site.xml"), "dfs.namenode.http-address", "0.0.0.0:"+httpPort)
+	t.Setenv("HADOOP_CONF_DIR", dir)
+	cfg, err := HDFSConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Namenodes, []string{c.Namenode}) || cfg.HTTPAddr != c.HTTP {
+		t.Fatalf("config %+v, want namenode %s http %s", cfg, c.Namenode, c.HTTP)
+	}
+	s, err := NewHDFSSource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// hdfs:///path uses the configured namenode; its blocks have hosts.
+	blocks, err := s.Blocks(context.Background(), "hdfs:///data/big.txt", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) < 3 || len(blocks[0].Hosts) == 0 || blocks[0].Path != "hdfs:///data/big.txt" {
+		t.Errorf("blocks %v (hosts %v)", blocks, blocks[0].Hosts)
+	}
+}
+
+func writeConf(t *testing.T, path, key, value string) {
+	t.Helper()
+	x := fmt.Sprintf("<configuration><property><name>%s</name><value>%s</value></property></configuration>\n", key, value)
+	if err := os.WriteFile(path, []byte(x), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// These need no cluster: a namenode that refuses or never answers fails
+// within the timeout and the error names it.
+func TestHDFSUnreachableNamenode(t *testing.T) {
+	addr := closedAddr(t)
+	s, err := NewHDFSSource(HDFSConfig{User: "test", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now()
+	_, err = s.Blocks(context.Background(), "hdfs://"+addr+"/data", 0)
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("got %v, want an error naming %s", err, addr)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("took %v, timeout 2s", d)
+	}
+	if _, err := s.Open(context.Background(), "hdfs://"+addr+"/data", 0); err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("Open: got %v, want an error naming %s", err, addr)
+	}
+}
+
+func TestHDFSStalledNamenode(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() { // accept and never answer
+		defer wg.Done()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		l.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	addr := l.Addr().String()
+	s, err := NewHDFSSource(HDFSConfig{User: "test", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Now()
+	_, err = s.Blocks(context.Background(), "hdfs://"+addr+"/data", 0)
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("got %v, want an error naming %s", err, addr)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("took %v, timeout 1s", d)
+	}
+}
+
+func TestIsHDFS(t *testing.T) {
+	for p, want := range map[string]bool{"hdfs://nn:8020/x": true, "HDFS:///x": true, "/hdfs/x": false, "file:///x": false, "hdfs:/x": false} {
+		if IsHDFS(p) != want {
+			t.Errorf("IsHDFS(%q) = %v", p, !want)
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// LocalSource reads files from the local file system. Its blocks name the
+// local host, so locality logic treats them as local wherever they are read
+// (a local path is expected to exist on every node, e.g. a shared mount).
+// The zero value is ready to use.
+type LocalSource struct {
+	once sync.Once
+	host string
+}
+
+// NewLocalSource returns a LocalSource.
+func NewLocalSource() *LocalSource { return &LocalSource{} }
+
+// DefaultBlockSize is the block size used when Blocks is given blockSize <= 0.
+const DefaultBlockSize = 64 << 20
+
+func (s *LocalSource) hostname() string {
+	s.once.Do(func() {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "localhost"
+		}
+		s.host = h
+	})
+	return s.host
+}
+
+func trimFileScheme(p string) string { return strings.TrimPrefix(p, "file://") }
+
+// Blocks expands pattern: a file, a directory (its regular files, not
+// recursive, skipping names that start with '.' or '_', like Hadoop's
+// _SUCCESS), or a filepath.Glob pattern; a "file://" prefix is accepted.
+// Files are taken in name order; empty files contribute no blocks.
+func (s *LocalSource) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
+	if blockSize <= 0 {
+		blockSize = DefaultBlockSize
+	}
+	files, err := s.expand(pattern)
+	if err != nil {
+		return nil, err
+	}
+	host := s.hostname()
+	var blocks []Block
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		size := f.size
+		if size == 0 {
+			continue
+		}
+		if strings.HasSuffix(f.path, ".gz") {
+			blocks = append(blocks, Block{Path: f.path, Offset: 0, Length: size, Hosts: []string{host}, Whole: true, FileSize: size})
+			continue
+		}
+		for off := int64(0); off < size; off += blockSize {
+			blocks = append(blocks, Block{Path: f.path, Offset: off, Length: min(blockSize, size-off), Hosts: []string{host}, FileSize: size})
+		}
+	}
+	if len(blocks) == 0 {
+		return nil, fmt.Errorf("datastore: input %q: every matched file is empty: %w", pattern, ErrNoInput)
+	}
+	return blocks, nil
+}
+
+type localFile struct {
+	path string
+	size int64
+}
+
+func (s *LocalSource) expand(pattern string) ([]localFile, error) {
+	p := trimFileScheme(pattern)
+	if p == "" {
+		return nil, fmt.Errorf("datastore: empty input path: %w", ErrNoInput)
+	}
+	st, err := os.Stat(p)
+	switch {
+	case err == nil && st.IsDir():
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			return nil, fmt.Errorf("datastore: input %w", err)
+		}
+		var files []localFile
+		for _, e := range entries {
+			name := e.Name()
+			if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+				continue
+			}
+			full := filepath.Join(p, name)
+			fi, err := os.Stat(full) // follows symlinks
+			if err != nil {
+				return nil, fmt.Errorf("datastore: input %w", err)
+			}
+			if fi.Mode().IsRegular() {
+				files = append(files, localFile{full, fi.Size()})
+			}
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("datastore: input directory %q holds no data files: %w", pattern, ErrNoInput)
+		}
+		return files, nil // ReadDir sorts by name
+	case err == nil:
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("datastore: input %q is not a regular file", pattern)
+		}
+		return []localFile{{p, st.Size()}}, nil
+	case !strings.ContainsAny(p, "*?[") || !errors.Is(err, fs.ErrNotExist):
+		// os errors name the path.
+		return nil, fmt.Errorf("datastore: input %w", err)
+	}
+	matches, gerr := filepath.Glob(p)
+	if gerr != nil {
+		return nil, fmt.Errorf("datastore: input pattern %q: %w", pattern, gerr)
+	}
+	sort.Strings(matches)
+	var files []localFile
+	for _, m := range matches {
+		fi, err := os.Stat(m)
+		if err != nil {
+			return nil, fmt.Errorf("datastore: input %w", err)
+		}
+		if fi.Mode().IsRegular() {
+			files = append(files, localFile{m, fi.Size()})
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("datastore: input pattern %q matches no file: %w", pattern, ErrNoInput)
+	}
+	return files, nil
+}
+
+// Open opens path at byte offset.
+func (s *LocalSource) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(trimFileScheme(path))
+	if err != nil {
+		return nil, err
+	}
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("seek %s to %d: %w", path, offset, err)
+		}
+	}
+	return f, nil
+}

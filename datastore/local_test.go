@@ -1,0 +1,139 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLocalSourceBlocks(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "b.txt", strings.Repeat("x", 25))
+	writeFile(t, dir, "a.txt", strings.Repeat("y", 10))
+	writeFile(t, dir, "c.gz", strings.Repeat("z", 30)) // content does not matter to Blocks
+	writeFile(t, dir, "empty.txt", "")
+	writeFile(t, dir, ".hidden", "h")
+	writeFile(t, dir, "_SUCCESS", "s")
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "sub"), "d.txt", "nested")
+	host, _ := os.Hostname()
+	s := NewLocalSource()
+	ctx := context.Background()
+
+	type blk struct {
+		name      string
+		off, size int64
+		whole     bool
+	}
+	tests := []struct {
+		name    string
+		pattern string
+		bs      int64
+		want    []blk
+	}{
+		{"dir", dir, 10, []blk{{"a.txt", 0, 10, false}, {"b.txt", 0, 10, false}, {"b.txt", 10, 10, false}, {"b.txt", 20, 5, false}, {"c.gz", 0, 30, true}}},
+		{"file scheme dir", "file://" + dir, 100, []blk{{"a.txt", 0, 10, false}, {"b.txt", 0, 25, false}, {"c.gz", 0, 30, true}}},
+		{"file", filepath.Join(dir, "b.txt"), 0, []blk{{"b.txt", 0, 25, false}}},
+		{"glob", filepath.Join(dir, "*.txt"), 12, []blk{{"a.txt", 0, 10, false}, {"b.txt", 0, 12, false}, {"b.txt", 12, 12, false}, {"b.txt", 24, 1, false}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bs, err := s.Blocks(ctx, tt.pattern, tt.bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []blk
+			for _, b := range bs {
+				got = append(got, blk{filepath.Base(b.Path), b.Offset, b.Length, b.Whole})
+				if len(b.Hosts) != 1 || b.Hosts[0] != host {
+					t.Errorf("hosts %v, want [%s]", b.Hosts, host)
+				}
+				if st, _ := os.Stat(b.Path); st.Size() != b.FileSize {
+					t.Errorf("FileSize %d, want %d", b.FileSize, st.Size())
+				}
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("got %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLocalSourceErrors(t *testing.T) {
+	dir := t.TempDir()
+	empty := writeFile(t, dir, "empty.txt", "")
+	s := &LocalSource{}
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		pattern string
+		is      error
+	}{
+		{"missing", filepath.Join(dir, "nope.txt"), fs.ErrNotExist},
+		{"glob nothing", filepath.Join(dir, "*.csv"), ErrNoInput},
+		{"all empty", empty, ErrNoInput},
+		{"all empty glob", filepath.Join(dir, "*.txt"), ErrNoInput},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Blocks(ctx, tt.pattern, 0)
+			if !errors.Is(err, tt.is) {
+				t.Fatalf("err = %v, want %v", err, tt.is)
+			}
+			if !strings.Contains(err.Error(), tt.pattern) {
+				t.Fatalf("err %q does not name %q", err, tt.pattern)
+			}
+		})
+	}
+	if os.Geteuid() != 0 {
+		locked := filepath.Join(dir, "locked")
+		if err := os.Mkdir(locked, 0o000); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(locked, 0o755)
+		_, err := s.Blocks(ctx, locked, 0)
+		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), locked) {
+			t.Fatalf("permission err = %v", err)
+		}
+	}
+}
+
+func TestLocalSourceOpen(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "f.txt", "0123456789")
+	s := NewLocalSource()
+	rc, err := s.Open(context.Background(), "file://"+p, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, _ := io.ReadAll(rc)
+	if string(b) != "456789" {
+		t.Fatalf("read %q", b)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Open(ctx, p, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Open: %v", err)
+	}
+}

@@ -1,0 +1,66 @@
+package datastore
+
+import "fmt"
+
+// ratingsFormat parses "user item rating [timestamp]" separated by tabs,
+// commas, spaces, semicolons or "::" (MovieLens). A record has Label =
+// rating, Keys = [user, item], Vals = [1, 1].
+type ratingsFormat struct{ header bool }
+
+func (f *ratingsFormat) Name() string      { return "ratings" }
+func (f *ratingsFormat) SkipsHeader() bool { return f.header }
+
+const headerHint = " (set header = true if the file starts with a header line)"
+
+func isRatingSep(c byte) bool {
+	return c == ' ' || c == '\t' || c == ',' || c == ';' || c == ':' || c == '\r'
+}
+
+func (f *ratingsFormat) ParseLine(line []byte, out *Records) error {
+	var fields [4][]byte
+	n := 0
+	i := 0
+	for {
+		for i < len(line) && isRatingSep(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		if n == 0 && line[i] == '#' {
+			return nil
+		}
+		j := i
+		for j < len(line) && !isRatingSep(line[j]) {
+			j++
+		}
+		if n == len(fields) {
+			return fmt.Errorf("more than 4 fields; want user item rating [timestamp]")
+		}
+		fields[n] = line[i:j]
+		n++
+		i = j
+	}
+	if n == 0 {
+		return nil
+	}
+	if n < 3 {
+		return fmt.Errorf("%d fields; want user item rating [timestamp]", n)
+	}
+	user, ok := parseUint(fields[0])
+	if !ok {
+		return fmt.Errorf("user %s is not a non-negative integer%s", quote(fields[0]), headerHint)
+	}
+	item, ok := parseUint(fields[1])
+	if !ok {
+		return fmt.Errorf("item %s is not a non-negative integer%s", quote(fields[1]), headerHint)
+	}
+	r, ok := parseFloat(fields[2])
+	if !ok {
+		return fmt.Errorf("rating %s is not a number%s", quote(fields[2]), headerHint)
+	}
+	out.Keys = append(out.Keys, user, item)
+	out.Vals = append(out.Vals, 1, 1)
+	out.commit(r)
+	return nil
+}

@@ -1,0 +1,240 @@
+package datastore
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// readAll reads every block of pattern and returns the text lines or rows.
+func readAll(t *testing.T, pattern string, bs int64, f Format, opt ReadOptions) ([]string, []row, ReadStats) {
+	t.Helper()
+	src := NewLocalSource()
+	blocks, err := src.Blocks(context.Background(), pattern, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	var rows []row
+	var total ReadStats
+	for _, b := range blocks {
+		st, err := ReadBlock(context.Background(), src, b, f, opt, func(r *Records) error {
+			checkRecords(t, r)
+			lines = append(lines, r.Lines...)
+			rows = append(rows, rowsOf(r)...)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("block %v: %v", b, err)
+		}
+		total.Bytes += st.Bytes
+		total.Records += st.Records
+		total.BadLines += st.BadLines
+		total.FirstBad = append(total.FirstBad, st.FirstBad...)
+	}
+	return lines, rows, total
+}
+
+// TestReadBlockExactlyOnce splits files with every kind of line ending
+// at many block sizes and checks that every line is read once, in order.
+func TestReadBlockExactlyOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []string
+	var sb strings.Builder
+	for i := range 300 {
+		n := rng.IntN(40)
+		if i%50 == 7 {
+			n = 3*readBufferSize/2 + rng.IntN(100) // longer than the bufio buffer
+		}
+		line := fmt.Sprintf("%d:", i) + strings.Repeat(string(rune('a'+i%26)), n)
+		want = append(want, line)
+		sb.WriteString(line)
+		if i%3 == 0 {
+			sb.WriteString("\r\n")
+		} else {
+			sb.WriteString("\n")
+		}
+		if i%40 == 0 {
+			sb.WriteString("\n") // blank lines produce no text record
+		}
+	}
+	content := strings.TrimSuffix(sb.String(), "\n") // last line without newline
+	dir := t.TempDir()
+	p := writeFile(t, dir, "lines.txt", content)
+	f := mustFormat(t, "text", DefaultFormatOptions())
+	for _, bs := range []int64{1, 2, 3, 7, 64, 1000, 4096, 65536, readBufferSize, readBufferSize + 1, 1 << 30} {
+		if bs == 1 && testing.Short() {
+			continue
+		}
+		got, _, st := readAll(t, p, bs, f, ReadOptions{BatchRecords: 17})
+		if !slices.Equal(got, want) {
+			t.Fatalf("block size %d: got %d lines, want %d", bs, len(got), len(want))
+		}
+		if st.Bytes != int64(len(content)) || st.Records != int64(len(want)) {
+			t.Fatalf("block size %d: stats %+v, want %d bytes", bs, st, len(content))
+		}
+	}
+}
+
+func TestReadBlockSmallSplits(t *testing.T) {
+	// Exhaustively: every block size over short files with edge endings.
+	f := mustFormat(t, "text", DefaultFormatOptions())
+	for _, content := range []string{"a\nbb\nccc\n", "a\nbb\nccc", "\n\na\n\n", "a", "a\r\n\r\nb\r\n", "abc\nd\n"} {
+		p := writeFile(t, t.TempDir(), "f.txt", content)
+		var want []string
+		for _, l := range strings.Split(content, "\n") {
+			if l = strings.TrimSuffix(l, "\r"); l != "" {
+				want = append(want, l)
+			}
+		}
+		for bs := int64(1); bs <= int64(len(content))+1; bs++ {
+			got, _, _ := readAll(t, p, bs, f, ReadOptions{})
+			if !slices.Equal(got, want) {
+				t.Fatalf("%q block size %d: got %q, want %q", content, bs, got, want)
+			}
+		}
+	}
+}
+
+func TestReadBlockLIBSVMAndGzip(t *testing.T) {
+	content := "1 1:1 2:2\n0 3:3\n# comment\n\n1 4:0.5\n"
+	want := []row{{1, []uint64{0, 1}, []float64{1, 2}}, {0, []uint64{2}, []float64{3}}, {1, []uint64{3}, []float64{0.5}}}
+	dir := t.TempDir()
+	p := writeFile(t, dir, "a.libsvm", content)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(content))
+	zw.Close()
+	gp := filepath.Join(dir, "b.libsvm.gz")
+	os.WriteFile(gp, gz.Bytes(), 0o644)
+	f := mustFormat(t, "libsvm", DefaultFormatOptions())
+	for _, bs := range []int64{3, 1 << 20} {
+		_, got, _ := readAll(t, p, bs, f, ReadOptions{})
+		if !sameRows(got, want) {
+			t.Fatalf("plain, block size %d: %v", bs, got)
+		}
+		_, got, st := readAll(t, gp, bs, f, ReadOptions{})
+		if !sameRows(got, want) || st.Bytes != int64(gz.Len()) {
+			t.Fatalf("gzip, block size %d: %v %+v", bs, got, st)
+		}
+	}
+	// Truncated gzip names the file.
+	tp := filepath.Join(dir, "c.gz")
+	os.WriteFile(tp, gz.Bytes()[:gz.Len()-10], 0o644)
+	src := NewLocalSource()
+	blocks, _ := src.Blocks(context.Background(), tp, 0)
+	_, err := ReadBlock(context.Background(), src, blocks[0], f, ReadOptions{}, func(*Records) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), tp) {
+		t.Fatalf("truncated gzip: %v", err)
+	}
+	os.WriteFile(tp, []byte("not gzip at all\n"), 0o644)
+	blocks, _ = src.Blocks(context.Background(), tp, 0)
+	_, err = ReadBlock(context.Background(), src, blocks[0], f, ReadOptions{}, func(*Records) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), tp) {
+		t.Fatalf("corrupt gzip: %v", err)
+	}
+}
+
+func TestReadBlockHeader(t *testing.T) {
+	opt := DefaultFormatOptions()
+	opt.Header = true
+	dir := t.TempDir()
+	writeFile(t, dir, "a.csv", "y,x1,x2\n1,2,3\n0,4,5\n")
+	writeFile(t, dir, "b.csv", "y,x1,x2\n1,6,7\n")
+	want := []row{{1, []uint64{0, 1}, []float64{2, 3}}, {0, []uint64{0, 1}, []float64{4, 5}}, {1, []uint64{0, 1}, []float64{6, 7}}}
+	for _, bs := range []int64{1, 5, 8, 9, 100} {
+		_, got, _ := readAll(t, dir, bs, mustFormat(t, "csv", opt), ReadOptions{})
+		if !sameRows(got, want) {
+			t.Fatalf("block size %d: %v", bs, got)
+		}
+	}
+	writeFile(t, dir, "r.tsv", "user\titem\trating\n1\t2\t5\n")
+	_, got, _ := readAll(t, filepath.Join(dir, "r.tsv"), 4, mustFormat(t, "ratings", opt), ReadOptions{})
+	if !sameRows(got, []row{{5, []uint64{1, 2}, []float64{1, 1}}}) {
+		t.Fatalf("ratings with header: %v", got)
+	}
+}
+
+func TestReadBlockErrors(t *testing.T) {
+	content := "1 1:1\n1 2:2\n1 3:x\n1 4:4\nbad\n1 5:5\n"
+	p := writeFile(t, t.TempDir(), "e.libsvm", content)
+	src := NewLocalSource()
+	f := mustFormat(t, "libsvm", DefaultFormatOptions())
+	ctx := context.Background()
+	whole := Block{Path: p, Offset: 0, Length: int64(len(content)), FileSize: int64(len(content))}
+
+	var n int
+	_, err := ReadBlock(ctx, src, whole, f, ReadOptions{}, func(r *Records) error { n += r.Len(); return nil })
+	var pe *ParseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("err = %v, want *ParseError", err)
+	}
+	if pe.Path != p || pe.Line != 3 || pe.Offset != int64(strings.Index(content, "1 3:x")) || pe.Text != "1 3:x" {
+		t.Fatalf("ParseError = %+v", pe)
+	}
+	if !strings.Contains(pe.Error(), "line 3") {
+		t.Fatalf("message %q", pe.Error())
+	}
+
+	// A block starting mid-file counts lines from its first line, offsets stay exact.
+	mid := Block{Path: p, Offset: 7, Length: int64(len(content)) - 7}
+	_, err = ReadBlock(ctx, src, mid, f, ReadOptions{}, func(*Records) error { return nil })
+	if !errors.As(err, &pe) || pe.Line != 1 || pe.Offset != 12 {
+		t.Fatalf("mid-block error = %v", err)
+	}
+
+	st, err := ReadBlock(ctx, src, whole, f, ReadOptions{OnError: "skip", MaxBadKept: 1}, func(*Records) error { return nil })
+	if err != nil || st.Records != 4 || st.BadLines != 2 || len(st.FirstBad) != 1 || !strings.HasPrefix(st.FirstBad[0], p+" line 3: ") {
+		t.Fatalf("skip: %+v %v", st, err)
+	}
+	if _, err := ReadBlock(ctx, src, whole, f, ReadOptions{OnError: "ignore"}, nil); err == nil {
+		t.Fatal("bad OnError accepted")
+	}
+
+	// Long bad lines are truncated in the error.
+	long := writeFile(t, t.TempDir(), "l.libsvm", "1 "+strings.Repeat("9", 1000)+"\n")
+	_, err = ReadBlock(ctx, src, Block{Path: long, Length: 1003}, f, ReadOptions{}, func(*Records) error { return nil })
+	if !errors.As(err, &pe) || len(pe.Text) != maxErrText {
+		t.Fatalf("long line error: %v", err)
+	}
+
+	// emit errors and cancellation stop the read.
+	stop := errors.New("stop")
+	_, err = ReadBlock(ctx, src, whole, f, ReadOptions{BatchRecords: 1}, func(*Records) error { return stop })
+	if !errors.Is(err, stop) {
+		t.Fatalf("emit error: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	calls := 0
+	_, err = ReadBlock(cctx, src, whole, f, ReadOptions{BatchRecords: 1}, func(*Records) error { calls++; cancel(); return nil })
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Fatalf("cancel: %v after %d batches", err, calls)
+	}
+	_, err = ReadBlock(ctx, src, Block{Path: p + ".missing", Length: 1}, f, ReadOptions{}, nil)
+	if err == nil || !strings.Contains(err.Error(), p+".missing") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestReadBlockBatches(t *testing.T) {
+	var sb strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&sb, "%d 1:%d\n", i%2, i)
+	}
+	p := writeFile(t, t.TempDir(), "b.libsvm", sb.String())
+	src := NewLocalSource()
+	var sizes []int
+	st, err := ReadBlock(context.Background(), src, Block{Path: p, Length: int64(sb.Len())}, mustFormat(t, "libsvm", DefaultFormatOptions()),
+		ReadOptions{BatchRecords: 300}, func(r *Records) error { sizes = append(sizes, r.Len()); return nil })
+	if err != nil || !slices.Equal(sizes, []int{300, 300, 300, 100}) || st.Records != 1000 || st.Bytes != int64(sb.Len()) {
+		t.Fatalf("sizes %v stats %+v err %v", sizes, st, err)
+	}
+}

@@ -1,0 +1,168 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Block is a contiguous byte range of one input file: the unit the master's
+// FileAssigner hands to workers.
+type Block struct {
+	Path   string   `json:"path"`   // file path or hdfs:// URL, as Source.Open takes it
+	Offset int64    `json:"offset"` // first byte of the range
+	Length int64    `json:"length"` // bytes in the range; records straddling the end belong to this block
+	Hosts  []string `json:"hosts,omitempty"`
+	// Whole is set for inputs that cannot be split (gzip): the block is the
+	// whole file and is read from its start regardless of Offset.
+	Whole bool `json:"whole,omitempty"`
+	// FileSize is the size of the whole file.
+	FileSize int64 `json:"file_size"`
+}
+
+func (b Block) String() string { return fmt.Sprintf("%s[%d:+%d]", b.Path, b.Offset, b.Length) }
+
+// Source is where input bytes come from.
+type Source interface {
+	// Blocks expands pattern (a file, a directory, or a glob) into the
+	// blocks of its files, each at most blockSize bytes (gzip files are one
+	// Whole block). A pattern that matches nothing is an error naming it.
+	Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error)
+	// Open opens path for reading from byte offset.
+	Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error)
+}
+
+// Records is a batch of parsed records in flat arrays. Record i has label
+// Labels[i] and the features Keys[Offsets[i]:Offsets[i+1]] with values
+// Vals[Offsets[i]:Offsets[i+1]]. Text records keep their line in Lines.
+type Records struct {
+	Labels  []float64
+	Offsets []int // len(Labels)+1 entries once the first record is added
+	Keys    []uint64
+	Vals    []float64
+	Lines   []string
+}
+
+// Format parses one line (without its trailing newline) into out. A line
+// that holds no record (blank, comment) appends nothing and returns nil.
+type Format interface {
+	Name() string
+	ParseLine(line []byte, out *Records) error
+}
+
+// ParseError locates a malformed record.
+type ParseError struct {
+	Path   string
+	Line   int64 // 1-based line number within the block's reading, or within the file when known
+	Offset int64 // byte offset of the line in the file
+	Text   string
+	Err    error
+}
+
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("%s line %d (byte %d): %v: %q", e.Path, e.Line, e.Offset, e.Err, e.Text)
+}
+
+func (e *ParseError) Unwrap() error { return e.Err }
+
+// ErrNoInput is returned when an input pattern matches no file or only empty files.
+var ErrNoInput = errors.New("no input")
+
+// FormatOptions configures NewFormat. Start from DefaultFormatOptions: the
+// zero value reads 0-based LIBSVM ids (IndexBase 0), which is wrong for the
+// usual 1-based files.
+type FormatOptions struct {
+	// IndexBase is the id of the first LIBSVM feature: 1 (the default in
+	// DefaultFormatOptions, the LIBSVM convention) or 0 for 0-based files.
+	// A feature's key is id - IndexBase.
+	IndexBase int `toml:"index_base" json:"index_base"`
+	// LabelColumn is the CSV column holding the label (0-based); -1 means
+	// the rows have no label (Labels are 0).
+	LabelColumn int `toml:"label_column" json:"label_column"`
+	// Delimiter separates CSV fields; 0 means ','.
+	Delimiter byte `toml:"delimiter" json:"delimiter"`
+	// Header makes CSV and ratings inputs skip the first line of every file.
+	Header bool `toml:"header" json:"header"`
+}
+
+// DefaultFormatOptions returns the defaults: 1-based LIBSVM ids, CSV label
+// in column 0, ',' delimiter, no header.
+func DefaultFormatOptions() FormatOptions {
+	return FormatOptions{IndexBase: 1, LabelColumn: 0, Delimiter: ','}
+}
+
+// HeaderSkipper is implemented by formats whose files start with a header
+// line. ReadBlock skips the first line of a file (only in the block that
+// starts the file) when SkipsHeader reports true; ParseLine never sees it.
+type HeaderSkipper interface {
+	SkipsHeader() bool
+}
+
+// ReadOptions configures ReadBlock.
+type ReadOptions struct {
+	// BatchRecords is the number of records per emitted batch (default 1024).
+	BatchRecords int `toml:"batch_records" json:"batch_records"`
+	// OnError is "fail" (the default: stop at the first malformed line with
+	// a *ParseError) or "skip" (count malformed lines and go on).
+	OnError string `toml:"on_error" json:"on_error"`
+	// MaxBadKept is how many malformed lines ReadStats.FirstBad keeps
+	// (default 5; negative keeps none).
+	MaxBadKept int `toml:"max_bad_kept" json:"max_bad_kept"`
+}
+
+// OnError values.
+const (
+	OnErrorFail = "fail"
+	OnErrorSkip = "skip"
+)
+
+func (o ReadOptions) withDefaults() (ReadOptions, error) {
+	if o.BatchRecords <= 0 {
+		o.BatchRecords = 1024
+	}
+	switch o.OnError {
+	case "":
+		o.OnError = OnErrorFail
+	case OnErrorFail, OnErrorSkip:
+	default:
+		return o, fmt.Errorf("datastore: on_error %q: want %q or %q", o.OnError, OnErrorFail, OnErrorSkip)
+	}
+	if o.MaxBadKept == 0 {
+		o.MaxBadKept = 5
+	}
+	if o.MaxBadKept < 0 {
+		o.MaxBadKept = 0
+	}
+	return o, nil
+}
+
+// ReadStats counts what ReadBlock did.
+type ReadStats struct {
+	Bytes    int64    // bytes of the block consumed (the block's Length when it was read to its end)
+	Records  int64    // records emitted
+	BadLines int64    // malformed lines skipped (OnError "skip")
+	FirstBad []string // the first MaxBadKept malformed lines, as "path line N: err"
+	// ParseTime is the time spent reading and parsing, excluding the time
+	// spent inside emit.
+	ParseTime time.Duration
+}
+
+// PassStats counts one pass over the data (see AsyncReader and Cache).
+type PassStats struct {
+	Bytes      int64 // block bytes read
+	LocalBytes int64 // of Bytes, bytes of blocks AsyncConfig.IsLocal called local
+	Records    int64
+	Blocks     int64
+	BadLines   int64
+	FirstBad   []string
+	// WaitTime is the time the consumer spent blocked in Next waiting for data.
+	WaitTime time.Duration
+	// ParseTime is the producers' reading and parsing time, summed.
+	ParseTime time.Duration
+	// PeakBuffered is the largest number of parsed bytes the buffer held.
+	PeakBuffered int64
+	// FromCache is set for a pass replayed from the Cache.
+	FromCache bool
+}

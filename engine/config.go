@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// ClusterConfig is configs/cluster.toml: one struct per TOML table, each
+// knob documented beside its field. Zero values mean the defaults.
+type ClusterConfig struct {
+	Cluster string     `toml:"cluster"` // subject prefix flexps.<cluster>; default "default"
+	NATS    NATSConfig `toml:"nats"`
+	Master  MasterSect `toml:"master"`
+	Slave   SlaveSect  `toml:"slave"`
+	Data    DataSect   `toml:"data"`
+	HDFS    HDFSSect   `toml:"hdfs"`
+	Log     LogSect    `toml:"log"`
+}
+
+// NATSConfig says where the bus is.
+type NATSConfig struct {
+	URL       string `toml:"url"`    // external nats:// URL(s); empty: the master embeds a server
+	Listen    string `toml:"listen"` // embedded server's listen address (master); default 127.0.0.1:4222
+	User      string `toml:"user"`
+	Password  string `toml:"password"`
+	Token     string `toml:"token"`
+	CredsFile string `toml:"creds_file"`
+	CAFile    string `toml:"ca_file"`
+	CertFile  string `toml:"cert_file"`
+	KeyFile   string `toml:"key_file"`
+	Timeout   Duration `toml:"connect_timeout"` // default 5s
+}
+
+// MasterSect configures the master.
+type MasterSect struct {
+	Heartbeat      Duration `toml:"heartbeat"`       // slave heartbeat interval; default 500ms
+	DeadAfter      Duration `toml:"dead_after"`      // a slave silent this long is dead; default 3s
+	Policy         string   `toml:"policy"`          // sequential, greedy, prioritized
+	Aging          float64  `toml:"aging"`           // prioritized: points per second waited; default 1
+	RequestTimeout Duration `toml:"request_timeout"` // control requests; default 10s
+}
+
+// SlaveSect configures a slave.
+type SlaveSect struct {
+	ID          string   `toml:"id"`           // default <hostname>-<pid>
+	Slots       int      `toml:"slots"`        // worker slots; default 2
+	JoinTimeout Duration `toml:"join_timeout"` // wait this long for a master; default 30s
+	KVTimeout   Duration `toml:"kv_timeout"`   // data-plane round trip; default 60s
+	KVWindow    int      `toml:"kv_window"`    // unacknowledged Adds in flight per worker; default 64
+}
+
+// DataSect configures reading.
+type DataSect struct {
+	BlockSize     Size `toml:"block_size"`     // local files are split in blocks of this size; default 8MiB
+	ReadBuffer    Size `toml:"read_buffer"`    // AsyncReader buffer per worker and input; default 64MiB
+	ReadProducers int  `toml:"read_producers"` // parsing goroutines per worker and input; default 1
+}
+
+// HDFSSect says how to reach HDFS (else HADOOP_CONF_DIR is read).
+type HDFSSect struct {
+	Namenodes []string `toml:"namenodes"` // host:port
+	User      string   `toml:"user"`
+	HTTP      string   `toml:"http"` // namenode HTTP address for WebHDFS block locations
+	Timeout   Duration `toml:"timeout"`
+}
+
+// LogSect configures logging.
+type LogSect struct {
+	Level  string `toml:"level"`  // debug, info (default), warn, error
+	Format string `toml:"format"` // auto (default: console on a terminal, else JSON), console, json
+}
+
+// LoadClusterConfig reads a cluster TOML file; unknown keys are errors.
+func LoadClusterConfig(path string) (*ClusterConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster config: %w", err)
+	}
+	var c ClusterConfig
+	if err := tasks.DecodeStrict(path, data, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Validate checks values the TOML types cannot.
+func (c *ClusterConfig) Validate() error {
+	switch c.Master.Policy {
+	case "", "sequential", "greedy", "prioritized":
+	default:
+		return fmt.Errorf("master.policy: must be sequential, greedy or prioritized, got %q", c.Master.Policy)
+	}
+	if c.Slave.Slots < 0 {
+		return fmt.Errorf("slave.slots: must be >= 1, got %d", c.Slave.Slots)
+	}
+	switch c.Log.Level {
+	case "", "debug", "info", "warn", "error", "trace":
+	default:
+		return fmt.Errorf("log.level: must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "", "auto", "console", "json":
+	default:
+		return fmt.Errorf("log.format: must be auto, console or json, got %q", c.Log.Format)
+	}
+	if strings.ContainsAny(c.Cluster, ".*> ") {
+		return fmt.Errorf("cluster: name %q may not contain '.', '*', '>' or spaces", c.Cluster)
+	}
+	return nil
+}
+
+// HDFSConfig merges the [hdfs] table over HADOOP_CONF_DIR.
+func (c *ClusterConfig) HDFSConfig() datastore.HDFSConfig {
+	h, err := datastore.HDFSConfigFromEnv()
+	if err != nil {
+		h = datastore.HDFSConfig{}
+	}
+	if len(c.HDFS.Namenodes) > 0 {
+		h.Namenodes = c.HDFS.Namenodes
+	}
+	if c.HDFS.User != "" {
+		h.User = c.HDFS.User
+	}
+	if c.HDFS.HTTP != "" {
+		h.HTTPAddr = c.HDFS.HTTP
+	}
+	if c.HDFS.Timeout > 0 {
+		h.Timeout = time.Duration(c.HDFS.Timeout)
+	}
+	return h
+}
+
+// Duration is a TOML string like "500ms" or "3s".
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want e.g. \"500ms\", \"3s\")", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Size is a TOML byte size: an integer or a string like "64MiB".
+type Size int64
+
+// UnmarshalTOML accepts an integer or a string with a unit.
+func (s *Size) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("size %d is negative", x)
+		}
+		*s = Size(x)
+		return nil
+	case string:
+		n, err := ParseSize(x)
+		if err != nil {
+			return err
+		}
+		*s = Size(n)
+		return nil
+	}
+	return fmt.Errorf("bad size %v (want e.g. 8388608 or \"8MiB\")", v)
+}
+
+// ParseSize parses "123", "64KiB", "8MiB", "1GiB", "10MB".
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.m
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscanf(t, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != t {
+		return 0, fmt.Errorf("bad size %q (want e.g. 8388608 or \"8MiB\")", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,311 @@
+// Package lr is binary logistic regression on sparse data, trained by
+// mini-batch SGD on a flexps table: each batch reads the weights of the
+// keys it touches (one Get), computes the logistic-loss gradient, adds
+// -lr * gradient (one Add) and ends the iteration (Clock), so any
+// consistency model and worker kind applies. Labels > 0 are positive.
+//
+// Stage functions registered here:
+//
+//	lr.sgd   params: epochs (5), batch (100), lr (0.5), l2 (0), decay (0: lr/(1+decay*epoch)),
+//	         table ("w"), train ("train"), test ("test", optional input)
+package lr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+func init() {
+	tasks.Register("lr.sgd", SGD)
+}
+
+// Config is lr.sgd's parameters.
+type Config struct {
+	Epochs int
+	Batch  int
+	LR     float64
+	L2     float64
+	Decay  float64
+	Table  string
+	Train  string
+	Test   string
+}
+
+// ConfigFrom reads and checks the stage parameters.
+func ConfigFrom(p tasks.Params) (Config, error) {
+	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
+		return Config{}, err
+	}
+	c := Config{Epochs: p.Int("epochs", 5), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5), L2: p.Float("l2", 0),
+		Decay: p.Float("decay", 0), Table: p.String("table", "w"), Train: p.String("train", "train"), Test: p.String("test", "test")}
+	switch {
+	case c.Epochs < 1:
+		return c, fmt.Errorf("lr: epochs must be >= 1, got %d", c.Epochs)
+	case c.Batch < 1:
+		return c, fmt.Errorf("lr: batch must be >= 1, got %d", c.Batch)
+	case !(c.LR > 0):
+		return c, fmt.Errorf("lr: lr must be > 0, got %v", c.LR)
+	case c.L2 < 0:
+		return c, fmt.Errorf("lr: l2 must be >= 0, got %v", c.L2)
+	}
+	return c, nil
+}
+
+// SGD is the lr.sgd stage function.
+func SGD(info *tasks.Info) error {
+	cfg, err := ConfigFrom(info.Params)
+	if err != nil {
+		return err
+	}
+	w, err := info.Table(cfg.Table)
+	if err != nil {
+		return err
+	}
+	train, err := info.Input(cfg.Train)
+	if err != nil {
+		return err
+	}
+	test, _ := info.Input(cfg.Test) // optional
+	m := NewMiniBatch(w)
+	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
+		var st Stats
+		err := eachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+			bs, err := m.Step(r, lo, hi, lr, cfg.L2)
+			if err != nil {
+				return err
+			}
+			st.Add(bs)
+			info.Report(int64(hi-lo), bs.LossSum)
+			return info.Clock()
+		})
+		if err != nil {
+			return err
+		}
+		metrics := map[string]float64{"samples": float64(st.N), "loss_sum": st.LossSum, "correct": float64(st.Correct)}
+		if test != nil {
+			var ts Stats
+			err := eachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
+				bs, err := m.Eval(r, lo, hi)
+				ts.Add(bs)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("lr: test input: %w", err)
+			}
+			metrics["test_samples"], metrics["test_loss_sum"], metrics["test_correct"] = float64(ts.N), ts.LossSum, float64(ts.Correct)
+		}
+		info.ReportEpoch(epoch, metrics)
+	}
+	return nil
+}
+
+// eachBatch runs fn over one pass of in, batch records at a time.
+func eachBatch(ctx context.Context, in tasks.Input, batch int, fn func(r *datastore.Records, lo, hi int) error) error {
+	pass, err := in.Pass(ctx)
+	if err != nil {
+		return err
+	}
+	defer pass.Close()
+	for {
+		r, err := pass.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for lo := 0; lo < r.Len(); lo += batch {
+			if err := fn(r, lo, min(lo+batch, r.Len())); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Stats are a batch's or an epoch's counts.
+type Stats struct {
+	N       int64
+	LossSum float64
+	Correct int64
+}
+
+// Add accumulates o.
+func (s *Stats) Add(o Stats) { s.N += o.N; s.LossSum += o.LossSum; s.Correct += o.Correct }
+
+// Table is the part of a table LR uses.
+type Table interface {
+	Get(keys []uint64, out []float64) error
+	Add(keys []uint64, deltas []float64) error
+}
+
+// MiniBatch holds a worker's reusable buffers: the batch's distinct keys,
+// their weights and gradients, and a key -> position index (a stamped
+// array for moderate dimensions, a map beyond).
+type MiniBatch struct {
+	t     Table
+	keys  []uint64
+	w     []float64
+	grad  []float64
+	index keyIndex
+}
+
+// NewMiniBatch prepares buffers for table t.
+func NewMiniBatch(t Table) *MiniBatch {
+	size := uint64(0)
+	if sp, ok := t.(tasks.Table); ok {
+		size = sp.Spec().Size
+	}
+	return &MiniBatch{t: t, index: newKeyIndex(size)}
+}
+
+// gather collects the distinct keys of records lo..hi and reads their
+// weights.
+func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
+	m.index.reset()
+	m.keys = m.keys[:0]
+	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
+		if _, ok := m.index.get(k); !ok {
+			m.index.put(k, int32(len(m.keys)))
+			m.keys = append(m.keys, k)
+		}
+	}
+	m.w = grow(m.w, len(m.keys))
+	return m.t.Get(m.keys, m.w)
+}
+
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
+
+// Sigmoid is the logistic function, stable for large |z|.
+func Sigmoid(z float64) float64 {
+	if z >= 0 {
+		return 1 / (1 + math.Exp(-z))
+	}
+	e := math.Exp(z)
+	return e / (1 + e)
+}
+
+// LogLoss is the logistic loss of margin z for label y in {0, 1}.
+func LogLoss(z float64, y float64) float64 {
+	// log(1 + exp(-z)) for y = 1, log(1 + exp(z)) for y = 0, computed stably.
+	if y <= 0 {
+		z = -z
+	}
+	if z > 0 {
+		return math.Log1p(math.Exp(-z))
+	}
+	return -z + math.Log1p(math.Exp(z))
+}
+
+func (m *MiniBatch) margin(keys []uint64, vals []float64) float64 {
+	z := 0.0
+	for j, k := range keys {
+		p, _ := m.index.get(k)
+		z += m.w[p] * vals[j]
+	}
+	return z
+}
+
+// Step trains on records lo..hi: one Get, one Add. Loss and accuracy are
+// measured with the weights before the update (progressive validation).
+func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {
+	if err := m.gather(r, lo, hi); err != nil {
+		return Stats{}, err
+	}
+	m.grad = grow(m.grad, len(m.keys))
+	clear(m.grad)
+	var st Stats
+	for i := lo; i < hi; i++ {
+		a, b := r.Offsets[i], r.Offsets[i+1]
+		keys, vals := r.Keys[a:b], r.Vals[a:b]
+		y := 0.0
+		if r.Labels[i] > 0 {
+			y = 1
+		}
+		z := m.margin(keys, vals)
+		st.N++
+		st.LossSum += LogLoss(z, y)
+		if (z > 0) == (y == 1) {
+			st.Correct++
+		}
+		g := Sigmoid(z) - y
+		for j, k := range keys {
+			p, _ := m.index.get(k)
+			m.grad[p] += g * vals[j]
+		}
+	}
+	scale := -lr / float64(hi-lo)
+	for i := range m.grad {
+		m.grad[i] = scale*m.grad[i] - lr*l2*m.w[i]
+	}
+	return st, m.t.Add(m.keys, m.grad)
+}
+
+// Eval scores records lo..hi without updating.
+func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
+	if err := m.gather(r, lo, hi); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	for i := lo; i < hi; i++ {
+		a, b := r.Offsets[i], r.Offsets[i+1]
+		y := 0.0
+		if r.Labels[i] > 0 {
+			y = 1
+		}
+		z := m.margin(r.Keys[a:b], r.Vals[a:b])
+		st.N++
+		st.LossSum += LogLoss(z, y)
+		if (z > 0) == (y == 1) {
+			st.Correct++
+		}
+	}
+	return st, nil
+}
+
+func init() {
+	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Eval: EvalModel})
+}
+
+// EvalModel scores a saved LR model (table "w") on records.
+func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
+	t, ok := model.Table("w")
+	if !ok {
+		return nil, errors.New("lr model has no table \"w\"")
+	}
+	w := t.DenseValues()
+	var st Stats
+	for i := 0; i < data.Len(); i++ {
+		label, keys, vals := data.Row(i)
+		z := 0.0
+		for j, k := range keys {
+			if k < uint64(len(w)) {
+				z += w[k] * vals[j]
+			}
+		}
+		y := 0.0
+		if label > 0 {
+			y = 1
+		}
+		st.N++
+		st.LossSum += LogLoss(z, y)
+		if (z > 0) == (y == 1) {
+			st.Correct++
+		}
+	}
+	if st.N == 0 {
+		return nil, errors.New("no records")
+	}
+	return map[string]float64{"accuracy": float64(st.Correct) / float64(st.N), "logloss": st.LossSum / float64(st.N)}, nil
+}

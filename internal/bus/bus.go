@@ -1,0 +1,178 @@
+// Package bus wires flexps to NATS: it starts the embedded server (in-process
+// for local mode, on a loopback TCP port for a cluster master), connects
+// clients with the cluster's options, and names every subject so that no
+// other package builds subject strings by hand. All subjects of one cluster
+// share the prefix "flexps.<cluster>.", so several clusters can share a bus.
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Options describe how to reach the bus.
+type Options struct {
+	// URL of an external NATS server or cluster (comma-separated). Empty
+	// means the embedded server.
+	URL string
+	// Name of the client connection, shown by NATS monitoring.
+	Name string
+	// User/Password or Token authenticate the connection; CredsFile names a
+	// NATS credentials file. TLS is used when the URL says tls:// or CAFile
+	// is set.
+	User, Password, Token, CredsFile string
+	CAFile, CertFile, KeyFile        string
+	// ConnectTimeout bounds the initial connection (default 5s).
+	ConnectTimeout time.Duration
+}
+
+// ErrUnreachable is wrapped when no NATS server answers.
+var ErrUnreachable = errors.New("NATS server unreachable")
+
+// Embedded is a NATS server running inside this process.
+type Embedded struct {
+	srv *server.Server
+}
+
+// EmbeddedOptions configure the embedded server.
+type EmbeddedOptions struct {
+	// Listen is "host:port" for a TCP listener; empty means in-process
+	// only (no port at all). Host must be a loopback address unless the
+	// caller knows better.
+	Listen string
+	// User/Password or Token, if set, are required from every client.
+	User, Password, Token string
+	// MaxPayload overrides the server's max_payload (default 1 MiB).
+	MaxPayload int32
+}
+
+// StartEmbedded starts a NATS server in this process and waits until it
+// accepts connections.
+func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
+	opts := &server.Options{
+		ServerName: "flexps-embedded",
+		NoLog:      true,
+		NoSigs:     true,
+		MaxPayload: o.MaxPayload,
+		// A parameter server pushes bursts of large messages; give slow
+		// consumers room instead of cutting them off.
+		MaxPending:    256 << 20,
+		WriteDeadline: 30 * time.Second,
+		Username:      o.User,
+		Password:      o.Password,
+		Authorization: o.Token,
+	}
+	if o.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("bus: listen address %q: %w", o.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("bus: listen address %q: bad port", o.Listen)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("bus: embedded NATS server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("bus: embedded NATS server on %q did not become ready", o.Listen)
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// URL is the client URL of the server's TCP listener ("" if in-process only).
+func (e *Embedded) URL() string {
+	if e.srv.Addr() == nil {
+		return ""
+	}
+	return e.srv.ClientURL()
+}
+
+// Connect opens an in-process connection to the embedded server.
+func (e *Embedded) Connect(o Options) (*nats.Conn, error) {
+	opts := natsOptions(o)
+	opts = append(opts, nats.InProcessServer(e.srv))
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bus: in-process connection: %w", err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops the server and waits for it.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// Connect opens a connection to o.URL.
+func Connect(o Options) (*nats.Conn, error) {
+	if o.URL == "" {
+		return nil, errors.New("bus: no NATS URL given")
+	}
+	for _, u := range strings.Split(o.URL, ",") {
+		if _, err := url.Parse(strings.TrimSpace(u)); err != nil {
+			return nil, fmt.Errorf("bus: bad NATS URL %q: %w", u, err)
+		}
+	}
+	nc, err := nats.Connect(o.URL, natsOptions(o)...)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoServers) || isDialError(err) {
+			return nil, fmt.Errorf("bus: %w at %s: %v", ErrUnreachable, o.URL, err)
+		}
+		return nil, fmt.Errorf("bus: connecting to %s: %w", o.URL, err)
+	}
+	return nc, nil
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op)
+}
+
+func natsOptions(o Options) []nats.Option {
+	timeout := o.ConnectTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.Timeout(timeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(200 * time.Millisecond),
+		// Large buffers: the data plane publishes bursts of Adds.
+		nats.ReconnectBufSize(64 << 20),
+		nats.NoCallbacksAfterClientClose(),
+	}
+	if o.User != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	if o.CertFile != "" {
+		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
+	}
+	return opts
+}

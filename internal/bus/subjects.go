@@ -1,0 +1,38 @@
+package bus
+
+import "fmt"
+
+// Subjects names every subject of one cluster.
+type Subjects struct {
+	Prefix string // "flexps.<cluster>"
+}
+
+// For returns the subjects of cluster name.
+func For(cluster string) Subjects {
+	if cluster == "" {
+		cluster = "default"
+	}
+	return Subjects{Prefix: "flexps." + cluster}
+}
+
+// Master control subjects (JSON request-reply unless noted).
+func (s Subjects) Join() string      { return s.Prefix + ".master.join" }
+func (s Subjects) Heartbeat() string { return s.Prefix + ".master.hb" } // publish
+func (s Subjects) Submit() string    { return s.Prefix + ".master.submit" }
+func (s Subjects) Status() string    { return s.Prefix + ".master.status" }
+func (s Subjects) Cancel() string    { return s.Prefix + ".master.cancel" }
+func (s Subjects) Event() string     { return s.Prefix + ".master.event" } // publish, from workers
+func (s Subjects) Block() string     { return s.Prefix + ".master.block" }
+
+// SlaveCtl is a slave's control subject (JSON request-reply).
+func (s Subjects) SlaveCtl(slave string) string {
+	return fmt.Sprintf("%s.slave.%s.ctl", s.Prefix, slave)
+}
+
+// SlaveKV is a slave's data-plane subject (binary codec).
+func (s Subjects) SlaveKV(slave string) string { return fmt.Sprintf("%s.slave.%s.kv", s.Prefix, slave) }
+
+// TaskEvents is where the master publishes a task's status changes.
+func (s Subjects) TaskEvents(task string) string {
+	return fmt.Sprintf("%s.task.%s.events", s.Prefix, task)
+}

@@ -1,0 +1,153 @@
+// Package jobrun holds what the CLI does around a job beyond flag parsing:
+// generating a job's synthetic inputs when they are missing, and printing
+// progress, per-epoch tables and summaries of a task's events.
+package jobrun
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/flexps/flexps/datastore/synth"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+// GenOptions is what `flexps gen` and [input.x.generate] ask for.
+type GenOptions struct {
+	tasks.GenSpec
+	Out string
+}
+
+// Generate writes the data gs describes to path (and gs.TestPath): train
+// and test rows come from one seeded stream, so they share the hidden
+// model. Files are written to a temporary name and renamed when complete.
+func Generate(path string, gs tasks.GenSpec) error {
+	kind := gs.Kind
+	if kind == "" {
+		kind = "libsvm"
+	}
+	testRows := 0
+	if gs.TestPath != "" {
+		testRows = gs.TestRows
+		if testRows <= 0 {
+			testRows = max(gs.Rows/5, 1)
+		}
+	}
+	files := []string{path}
+	if gs.TestPath != "" {
+		files = append(files, gs.TestPath)
+	}
+	var outs []*os.File
+	cleanup := func() {
+		for _, f := range outs {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}
+	for _, p := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			cleanup()
+			return fmt.Errorf("gen: %w", err)
+		}
+		f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp*")
+		if err != nil {
+			cleanup()
+			return fmt.Errorf("gen: %w", err)
+		}
+		outs = append(outs, f)
+	}
+	bufs := make([]*bufio.Writer, len(outs))
+	for i, f := range outs {
+		bufs[i] = bufio.NewWriterSize(f, 1<<20)
+	}
+	var w io.Writer = bufs[0]
+	if len(bufs) > 1 {
+		w = &lineSplitter{first: bufs[0], second: bufs[1], left: gs.Rows}
+	}
+	var err error
+	switch kind {
+	case "libsvm":
+		_, err = synth.WriteLIBSVM(w, synth.LIBSVMConfig{Rows: gs.Rows + testRows, Dim: gs.Dim, NNZ: gs.NNZ, Zipf: gs.Zipf, Seed: gs.Seed, Noise: gs.Noise})
+	case "ratings":
+		err = synth.WriteRatings(w, synth.RatingsConfig{Users: gs.Users, Items: gs.Items, Rank: max(gs.Rank, 1), Ratings: gs.Rows + testRows, Seed: gs.Seed, Noise: gs.Noise})
+	default:
+		err = fmt.Errorf("unknown kind %q (libsvm or ratings)", kind)
+	}
+	for _, b := range bufs {
+		if err == nil {
+			err = b.Flush()
+		}
+	}
+	if err != nil {
+		cleanup()
+		return fmt.Errorf("gen %s: %w", path, err)
+	}
+	for i, f := range outs {
+		if err := f.Close(); err != nil {
+			cleanup()
+			return fmt.Errorf("gen %s: %w", files[i], err)
+		}
+		if err := os.Rename(f.Name(), files[i]); err != nil {
+			cleanup()
+			return fmt.Errorf("gen %s: %w", files[i], err)
+		}
+	}
+	return nil
+}
+
+// lineSplitter sends the first `left` lines to first, the rest to second.
+type lineSplitter struct {
+	first, second io.Writer
+	left          int
+}
+
+func (s *lineSplitter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 && s.left > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			m, err := s.first.Write(p)
+			return n + m, err
+		}
+		m, err := s.first.Write(p[:i+1])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[i+1:]
+		s.left--
+	}
+	if len(p) == 0 {
+		return n, nil
+	}
+	m, err := s.second.Write(p)
+	return n + m, err
+}
+
+// EnsureInputs generates every input of a job file that has a generate
+// table and whose path does not exist yet. An input without one must exist:
+// the master reports it when the task is submitted.
+func EnsureInputs(jf *tasks.JobFile, log zerolog.Logger) error {
+	for name, in := range jf.Inputs {
+		if in.Generate == nil {
+			continue
+		}
+		_, err := os.Stat(in.Path)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("input %q: %w", name, err)
+		}
+		log.Info().Str("input", name).Str("path", in.Path).Int("rows", in.Generate.Rows).Msg("generating input data (seeded)")
+		if err := Generate(in.Path, *in.Generate); err != nil {
+			return fmt.Errorf("input %q: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package jobrun
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/schollz/progressbar/v3"
+)
+
+// Printer turns a task's events into a live progress line (a progress bar
+// on a terminal, a line every few seconds otherwise) and a per-epoch table.
+type Printer struct {
+	Out      io.Writer // tables and summaries
+	Progress io.Writer // progress bar or lines
+	TTY      bool
+
+	mu        sync.Mutex
+	bar       *progressbar.ProgressBar
+	header    map[int]bool
+	lastLine  time.Time
+	lastStage int
+}
+
+// NewPrinter prints tables to out and progress to progress.
+func NewPrinter(out, progress io.Writer, tty bool) *Printer {
+	return &Printer{Out: out, Progress: progress, TTY: tty, header: map[int]bool{}, lastStage: -1}
+}
+
+// Event handles one task event.
+func (p *Printer) Event(ev proto.TaskEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := ev.Status
+	switch ev.Kind {
+	case "progress", "status":
+		if s.State != proto.Running {
+			return
+		}
+		desc := fmt.Sprintf("%s stage %d/%d %-10s epoch %d  %s samples/s  loss %.4f", s.Name, s.Stage+1, s.Stages, s.StageName,
+			s.Progress.Epoch+1, human(s.Progress.SamplesPerSec), s.Progress.Loss)
+		if p.TTY {
+			if p.bar == nil || p.lastStage != s.Stage {
+				p.finishBar()
+				p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(p.Progress), progressbar.OptionSpinnerType(14),
+					progressbar.OptionShowCount(), progressbar.OptionSetItsString("samples"), progressbar.OptionShowIts(),
+					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+				p.lastStage = s.Stage
+			}
+			p.bar.Describe(desc)
+			p.bar.Set64(s.Progress.Samples)
+		} else if time.Since(p.lastLine) >= 5*time.Second {
+			p.lastLine = time.Now()
+			fmt.Fprintf(p.Progress, "progress: %s  samples %d\n", desc, s.Progress.Samples)
+		}
+	case "epoch":
+		if ev.Epoch == nil {
+			return
+		}
+		p.finishBar()
+		p.epochRow(s, *ev.Epoch)
+	case "done", "failed":
+		p.finishBar()
+	}
+}
+
+func (p *Printer) finishBar() {
+	if p.bar != nil {
+		p.bar.Finish()
+		p.bar = nil
+		p.lastStage = -1
+	}
+}
+
+func (p *Printer) epochRow(s proto.TaskStatus, e proto.EpochResult) {
+	m := e.Metrics
+	if !p.header[e.Stage] {
+		p.header[e.Stage] = true
+		name := s.StageName
+		fmt.Fprintf(p.Out, "\nstage %d (%s)\n", e.Stage, name)
+		fmt.Fprintf(p.Out, "%6s %10s %10s %10s %10s %12s %8s\n", "epoch", "loss", "train_acc", "test_loss", "test_acc", "samples/s", "seconds")
+	}
+	cell := func(num, den string) string {
+		if d := m[den]; d > 0 {
+			return fmt.Sprintf("%.4f", m[num]/d)
+		}
+		if v, ok := m[num]; ok && den == "" {
+			return fmt.Sprintf("%.4f", v)
+		}
+		return "-"
+	}
+	loss := cell("loss_sum", "samples")
+	if _, ok := m["objective"]; ok {
+		loss = fmt.Sprintf("%.4f", m["objective"])
+	}
+	trainAcc, testLoss, testAcc := cell("correct", "samples"), cell("test_loss_sum", "test_samples"), cell("test_correct", "test_samples")
+	if _, ok := m["sq_err_sum"]; ok {
+		trainAcc = rmse(m["sq_err_sum"], m["samples"]) + "r"
+	}
+	if _, ok := m["test_sq_err_sum"]; ok {
+		testAcc = rmse(m["test_sq_err_sum"], m["test_samples"]) + "r"
+	}
+	rate := "-"
+	if e.Seconds > 0 {
+		rate = human(m["samples"] / e.Seconds)
+	}
+	fmt.Fprintf(p.Out, "%6d %10s %10s %10s %10s %12s %8.2f\n", e.Epoch, loss, trainAcc, testLoss, testAcc, rate, e.Seconds)
+}
+
+func rmse(sum, n float64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.4f", math.Sqrt(sum/n))
+}
+
+// Summary prints a finished task's stages.
+func (p *Printer) Summary(s proto.TaskStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finishBar()
+	fmt.Fprintf(p.Out, "\ntask %s (%s): %s", s.ID, s.Name, s.State)
+	if s.Reason != "" {
+		fmt.Fprintf(p.Out, ": %s", s.Reason)
+	}
+	fmt.Fprintln(p.Out)
+	if len(s.Results) > 0 {
+		fmt.Fprintf(p.Out, "%5s %-12s %-10s %7s %-24s %9s %11s %12s %12s\n", "stage", "name", "func", "workers", "placement", "seconds", "worker-sec", "samples", "samples/s")
+	}
+	for _, r := range s.Results {
+		rate := 0.0
+		if r.Seconds > 0 {
+			rate = float64(r.Samples) / r.Seconds
+		}
+		fmt.Fprintf(p.Out, "%5d %-12s %-10s %7d %-24s %9.2f %11.2f %12d %12s\n", r.Index, r.Name, r.Func, r.Workers, placement(r.Placement),
+			r.Seconds, r.WorkerSeconds, r.Samples, human(rate))
+		if rb := r.Metrics["read_bytes"]; rb > 0 {
+			fmt.Fprintf(p.Out, "      read %s (%.0f%% local), workers waited %.2fs for data\n", bytesHuman(rb), 100*r.Metrics["read_local_bytes"]/rb, r.Metrics["read_wait_seconds"])
+		}
+		if n := r.Metrics["bad_lines"]; n > 0 {
+			fmt.Fprintf(p.Out, "      skipped %.0f malformed lines\n", n)
+		}
+		if r.Note != "" {
+			fmt.Fprintf(p.Out, "      %s\n", r.Note)
+		}
+	}
+	if s.State == proto.Done && s.Output != "" {
+		fmt.Fprintf(p.Out, "model written to %s\n", s.Output)
+	}
+}
+
+func placement(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func bytesHuman(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}

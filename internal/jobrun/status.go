@@ -1,0 +1,28 @@
+package jobrun
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/flexps/flexps/internal/proto"
+)
+
+// PrintStatus prints `flexps status`.
+func PrintStatus(w io.Writer, rep proto.StatusReply) {
+	fmt.Fprintf(w, "policy: %s\n\nslaves:\n", rep.Policy)
+	fmt.Fprintf(w, "  %-20s %-16s %7s %6s %6s %s\n", "id", "host", "pid", "slots", "free", "state")
+	for _, s := range rep.Slaves {
+		state := "alive"
+		if !s.Alive {
+			state = "dead (last seen " + s.LastSeen.Format(time.TimeOnly) + ")"
+		}
+		fmt.Fprintf(w, "  %-20s %-16s %7d %6d %6d %s\n", s.ID, s.Host, s.PID, s.Slots, s.Free, state)
+	}
+	fmt.Fprintf(w, "\ntasks:\n")
+	fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8s %-22s %12s %s\n", "id", "name", "state", "stage", "priority", "slots", "samples", "reason")
+	for _, t := range rep.Tasks {
+		stage := fmt.Sprintf("%d/%d %s", t.Stage+1, t.Stages, t.StageName)
+		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, t.Reason)
+	}
+}

@@ -1,0 +1,273 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ClientConfig configures a worker's KV client.
+type ClientConfig struct {
+	Conn      *nats.Conn
+	KVSubject func(slave string) string // a slave's data-plane subject
+	Task      string
+	Stage     int32
+	Worker    int32  // rank within the stage; -1 reads without consistency (model dumps)
+	Self      string // this slave's id; "" when the caller hosts no shards
+	Server    *Server
+	// Hosts lists every slave hosting a shard of the task; clocks go to
+	// each of them because each keeps the stage's gate.
+	Hosts       []string
+	Consistency Consistency
+	Timeout     time.Duration // per request round trip, default 60s
+	MaxPayload  int           // default: the server's max_payload
+	Window      int           // unacknowledged Adds/Clocks in flight, default 64
+	Ctx         context.Context
+}
+
+// ErrTimeout is wrapped when a shard does not answer within the timeout.
+var ErrTimeout = errors.New("kvstore: request timed out")
+
+// Client is one worker's access to a task's tables. It is not safe for
+// concurrent use: a worker is one goroutine.
+type Client struct {
+	cfg      ClientConfig
+	inbox    string
+	ackSubj  string
+	sub      *nats.Subscription
+	inflight int
+	clock    int64
+	seq      uint64
+	err      error // first asynchronous error (a failed Add), sticky
+	enc      []byte
+	msg      Message
+	stats    ClientStats
+
+	out   []float64 // the current read's destination
+	width int       // the current read's table width
+	p     pending   // the current read's outstanding replies
+}
+
+// ClientStats count what a client did.
+type ClientStats struct {
+	LocalKeys, RemoteKeys int64 // keys read or written, by where they live
+	Requests              int64 // messages sent
+	BytesSent             int64
+}
+
+// NewClient opens a worker's client.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = int(cfg.Conn.MaxPayload())
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 64
+	}
+	if cfg.Ctx == nil {
+		cfg.Ctx = context.Background()
+	}
+	c := &Client{cfg: cfg, inbox: cfg.Conn.NewRespInbox()}
+	c.ackSubj = c.inbox + ".a"
+	sub, err := cfg.Conn.SubscribeSync(c.inbox + ".>")
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: reply inbox: %w", err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	c.sub = sub
+	return c, nil
+}
+
+// Close releases the reply inbox. Unflushed Adds may still be applied.
+func (c *Client) Close() {
+	c.sub.Unsubscribe()
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats { return c.stats }
+
+// ClockValue is the worker's clock: iterations finished.
+func (c *Client) ClockValue() int64 { return c.clock }
+
+func (c *Client) gated() bool { return c.cfg.Consistency.Kind != ASP && c.cfg.Worker >= 0 }
+
+// Clock finishes an iteration: the worker's clock goes up by one on every
+// shard host. Under ASP no gate counts clocks, so nothing is sent.
+func (c *Client) Clock() error {
+	if c.err != nil {
+		return c.err
+	}
+	c.clock++
+	if !c.gated() {
+		return nil
+	}
+	return c.sendAll(OpClock)
+}
+
+// Finish tells every shard host that this worker is done with the stage
+// (it no longer holds anyone back) after all its Adds are applied.
+func (c *Client) Finish() error {
+	if c.gated() {
+		if err := c.sendAll(OpFinish); err != nil {
+			return err
+		}
+	}
+	return c.Flush()
+}
+
+func (c *Client) sendAll(op Op) error {
+	for _, h := range c.cfg.Hosts {
+		if h == c.cfg.Self && c.cfg.Server != nil {
+			if g := c.cfg.Server.Gate(c.cfg.Task, c.cfg.Stage); g != nil {
+				if op == OpClock {
+					g.Advance(int(c.cfg.Worker), c.clock)
+				} else {
+					g.Finish(int(c.cfg.Worker))
+				}
+			}
+			continue
+		}
+		c.msg = Message{Op: op, Task: c.cfg.Task, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock}
+		if err := c.publishAcked(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Flush waits until every Add and Clock sent so far is acknowledged.
+func (c *Client) Flush() error {
+	for c.inflight > 0 {
+		if err := c.receive(nil); err != nil {
+			return err
+		}
+	}
+	return c.err
+}
+
+// publishAcked sends c.msg to host with an acknowledgement, keeping at most
+// Window of them in flight.
+func (c *Client) publishAcked(host string) error {
+	for c.inflight >= c.cfg.Window {
+		if err := c.receive(nil); err != nil {
+			return err
+		}
+	}
+	c.enc = AppendMessage(c.enc[:0], &c.msg)
+	if err := c.cfg.Conn.PublishRequest(c.cfg.KVSubject(host), c.ackSubj, c.enc); err != nil {
+		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	}
+	c.stats.Requests++
+	c.stats.BytesSent += int64(len(c.enc))
+	c.inflight++
+	return nil
+}
+
+// pending tracks the outstanding replies of one read.
+type pending struct {
+	seq   uint64
+	left  int
+	parts []part
+	host  []string // host of each part, for errors
+}
+
+// part is where one reply's values go: out[pos[i]] for keyed reads, or
+// out[off:] for range reads.
+type part struct {
+	pos []int32
+	off int
+	n   int
+}
+
+// receive handles one message on the inbox: an acknowledgement or a reply
+// to the read p (nil when only acknowledgements are expected).
+func (c *Client) receive(p *pending) error {
+	ctx, cancel := context.WithTimeout(c.cfg.Ctx, c.cfg.Timeout)
+	msg, err := c.sub.NextMsgWithContext(ctx)
+	cancel()
+	if err != nil {
+		if cerr := c.cfg.Ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			who := "a shard"
+			if p != nil && len(p.host) > 0 {
+				who = "slave " + strings.Join(uniq(p.host), ", slave ")
+			}
+			return fmt.Errorf("%w: no answer from %s within %v", ErrTimeout, who, c.cfg.Timeout)
+		}
+		return fmt.Errorf("kvstore: reply inbox: %w", err)
+	}
+	tail := msg.Subject[len(c.inbox)+1:]
+	if tail == "a" {
+		c.inflight--
+		if len(msg.Data) > 0 && Op(msg.Data[1]) == OpError {
+			if err := DecodeMessage(msg.Data, &c.msg); err == nil && c.err == nil {
+				c.err = errors.New(c.msg.Err)
+			}
+		}
+		return nil
+	}
+	if p == nil || !strings.HasPrefix(tail, "g") {
+		return nil // a late reply to an abandoned read
+	}
+	dot := strings.IndexByte(tail, '.')
+	if dot < 0 {
+		return nil
+	}
+	seq, err1 := strconv.ParseUint(tail[1:dot], 10, 64)
+	idx, err2 := strconv.Atoi(tail[dot+1:])
+	if err1 != nil || err2 != nil || seq != p.seq || idx >= len(p.parts) {
+		return nil
+	}
+	if err := DecodeMessage(msg.Data, &c.msg); err != nil {
+		return err
+	}
+	if c.msg.Op == OpError {
+		return fmt.Errorf("kvstore: slave %s: %s", p.host[idx], c.msg.Err)
+	}
+	p.left--
+	return c.scatter(p.parts[idx], c.msg.Vals)
+}
+
+var errShortReply = errors.New("kvstore: reply has the wrong number of values")
+
+func (c *Client) scatter(pt part, vals []float64) error {
+	if pt.pos == nil {
+		if len(vals) != pt.n {
+			return errShortReply
+		}
+		copy(c.out[pt.off:pt.off+pt.n], vals)
+		return nil
+	}
+	w := c.width
+	if len(vals) != len(pt.pos)*w {
+		return errShortReply
+	}
+	for i, p := range pt.pos {
+		copy(c.out[int(p)*w:int(p+1)*w], vals[i*w:(i+1)*w])
+	}
+	return nil
+}
+
+func uniq(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}

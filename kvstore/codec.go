@@ -1,0 +1,383 @@
+package kvstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Op is the kind of a data-plane message.
+type Op uint8
+
+const (
+	OpGet Op = iota + 1
+	OpAdd
+	OpGetRange
+	OpAddRange
+	OpClock
+	OpFinish
+	OpReply
+	OpError
+	OpSet
+)
+
+var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && o != 0 {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Message is one data-plane request or reply between a KV client and a
+// shard. Every field travels; empty sections cost one flag bit.
+type Message struct {
+	Op     Op
+	Task   string
+	Table  string
+	Stage  int32
+	Worker int32
+	Clock  int64
+	Keys   []uint64 // Get/Add/Set: delta from the previous key, zigzag varint
+	First  uint64   // range ops
+	N      uint32   // range ops: number of keys
+	Width  uint16
+	DType  DType     // how Vals travel: Float32 -> 4 bytes LE each, otherwise 8 bytes LE
+	Vals   []float64 // values (Add/AddRange/Set/Reply)
+	Err    string    // OpError
+}
+
+// ErrCodec is wrapped by every decoding error.
+var ErrCodec = errors.New("kvstore codec")
+
+// Wire format, version 1:
+//
+//	version byte | op byte | flags byte | dtype byte
+//	uvarint len + Task | uvarint len + Table
+//	varint Stage | varint Worker | varint Clock | uvarint Width
+//	[flagKeys]  uvarint count, count x uvarint zigzag(key - prev), prev starts at 0
+//	[flagRange] uvarint First | uvarint N
+//	[flagVals]  uvarint count, count x 4 or 8 bytes little-endian
+//	[flagErr]   uvarint len + Err
+//
+// dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
+const codecVersion = 1
+
+const (
+	flagKeys = 1 << iota
+	flagRange
+	flagVals
+	flagErr
+	flagAll = flagKeys | flagRange | flagVals | flagErr
+)
+
+func dtypeByte(d DType) byte {
+	switch d {
+	case Float32:
+		return 1
+	case Float64:
+		return 2
+	}
+	return 0
+}
+
+// AppendMessage appends m's encoding to dst. It allocates only when dst is
+// too small; size dst with EncodedSize.
+func AppendMessage(dst []byte, m *Message) []byte {
+	var flags byte
+	if len(m.Keys) > 0 {
+		flags |= flagKeys
+	}
+	if m.First != 0 || m.N != 0 {
+		flags |= flagRange
+	}
+	if len(m.Vals) > 0 {
+		flags |= flagVals
+	}
+	if m.Err != "" {
+		flags |= flagErr
+	}
+	dt := dtypeByte(m.DType)
+	dst = append(dst, codecVersion, byte(m.Op), flags, dt)
+	dst = appendString(dst, m.Task)
+	dst = appendString(dst, m.Table)
+	dst = binary.AppendVarint(dst, int64(m.Stage))
+	dst = binary.AppendVarint(dst, int64(m.Worker))
+	dst = binary.AppendVarint(dst, m.Clock)
+	dst = binary.AppendUvarint(dst, uint64(m.Width))
+	if flags&flagKeys != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Keys)))
+		var prev uint64
+		for _, k := range m.Keys {
+			d := int64(k - prev)
+			dst = binary.AppendUvarint(dst, uint64(d<<1)^uint64(d>>63))
+			prev = k
+		}
+	}
+	if flags&flagRange != 0 {
+		dst = binary.AppendUvarint(dst, m.First)
+		dst = binary.AppendUvarint(dst, uint64(m.N))
+	}
+	if flags&flagVals != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Vals)))
+		if dt == 1 {
+			dst = growBytes(dst, 4*len(m.Vals))
+			b := dst[len(dst)-4*len(m.Vals):]
+			for i, v := range m.Vals {
+				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+			}
+		} else {
+			dst = growBytes(dst, 8*len(m.Vals))
+			b := dst[len(dst)-8*len(m.Vals):]
+			for i, v := range m.Vals {
+				binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+			}
+		}
+	}
+	if flags&flagErr != 0 {
+		dst = appendString(dst, m.Err)
+	}
+	return dst
+}
+
+// growBytes extends b by n bytes (contents unspecified).
+func growBytes(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), 2*cap(b)+n)
+		copy(nb, b)
+		b = nb
+	}
+	return b[:len(b)+n]
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// EncodedSize is a cheap upper bound of len(AppendMessage(nil, m)).
+func EncodedSize(m *Message) int {
+	n := 4 + 2*binary.MaxVarintLen64 + len(m.Task) + len(m.Table) + // header, names
+		3*binary.MaxVarintLen64 + 3 + // stage, worker, clock, width
+		binary.MaxVarintLen64 + binary.MaxVarintLen64*len(m.Keys) +
+		2*binary.MaxVarintLen64 + // range
+		binary.MaxVarintLen64 + 8*len(m.Vals) +
+		binary.MaxVarintLen64 + len(m.Err)
+	return n
+}
+
+// headerSlack is what MaxKeysPerMessage leaves for the fixed fields and
+// the task and table names (names up to ~400 bytes each).
+const headerSlack = 1024
+
+// MaxKeysPerMessage is how many keys (each with width values of dtype)
+// surely fit in a message of at most maxPayload bytes, whatever their key
+// deltas, leaving headerSlack bytes for the header. It is 0 when not even
+// one key surely fits.
+func MaxKeysPerMessage(maxPayload int, width int, dtype DType) int {
+	if width < 1 {
+		width = 1
+	}
+	size := 8
+	if dtype == Float32 {
+		size = 4
+	}
+	per := binary.MaxVarintLen64 + width*size
+	avail := maxPayload - headerSlack
+	if avail < per {
+		return 0
+	}
+	return avail / per
+}
+
+// DecodeMessage decodes b into m, reusing m.Keys and m.Vals capacity (and
+// m.Task/m.Table when unchanged). It never panics; errors wrap ErrCodec.
+// Counts are checked against the remaining bytes before anything is
+// allocated, so a garbage length cannot cause a huge allocation.
+func DecodeMessage(b []byte, m *Message) error {
+	d := decoder{b: b}
+	if len(b) < 4 {
+		return fmt.Errorf("%w: truncated header (%d bytes)", ErrCodec, len(b))
+	}
+	if b[0] != codecVersion {
+		return fmt.Errorf("%w: unknown version %d", ErrCodec, b[0])
+	}
+	op, flags, dt := Op(b[1]), b[2], b[3]
+	if op < OpGet || op > OpSet {
+		return fmt.Errorf("%w: bad op %d", ErrCodec, b[1])
+	}
+	if flags&^flagAll != 0 {
+		return fmt.Errorf("%w: bad flags %#x", ErrCodec, flags)
+	}
+	if dt > 2 {
+		return fmt.Errorf("%w: bad dtype %d", ErrCodec, dt)
+	}
+	d.i = 4
+	m.Op = op
+	m.DType = [...]DType{"", Float32, Float64}[dt]
+	m.Task = d.str("task", m.Task)
+	m.Table = d.str("table", m.Table)
+	m.Stage = int32(d.varint32("stage"))
+	m.Worker = int32(d.varint32("worker"))
+	m.Clock = d.varint("clock")
+	m.Width = uint16(d.uvarintMax("width", math.MaxUint16))
+	m.Keys = m.Keys[:0]
+	if flags&flagKeys != 0 {
+		n := d.count("keys", 1)
+		if d.err == nil && n == 0 {
+			d.fail("keys flag with zero keys")
+		}
+		m.Keys = grow(m.Keys, n)
+		var prev uint64
+		for i := 0; i < n && d.err == nil; i++ {
+			z := d.uvarint("key")
+			prev += uint64(int64(z>>1) ^ -int64(z&1))
+			m.Keys[i] = prev
+		}
+	}
+	m.First, m.N = 0, 0
+	if flags&flagRange != 0 {
+		m.First = d.uvarint("first")
+		m.N = uint32(d.uvarintMax("n", math.MaxUint32))
+		if d.err == nil && m.First == 0 && m.N == 0 {
+			d.fail("range flag with empty range")
+		}
+	}
+	m.Vals = m.Vals[:0]
+	if flags&flagVals != 0 {
+		size := 8
+		if dt == 1 {
+			size = 4
+		}
+		n := d.count("vals", size)
+		if d.err == nil && n == 0 {
+			d.fail("vals flag with zero values")
+		}
+		if d.err == nil {
+			m.Vals = grow(m.Vals, n)
+			src := d.b[d.i : d.i+n*size]
+			if size == 4 {
+				for i := range m.Vals {
+					m.Vals[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:])))
+				}
+			} else {
+				for i := range m.Vals {
+					m.Vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(src[8*i:]))
+				}
+			}
+			d.i += n * size
+		}
+	}
+	m.Err = ""
+	if flags&flagErr != 0 {
+		m.Err = d.str("err", "")
+		if d.err == nil && m.Err == "" {
+			d.fail("err flag with empty error")
+		}
+	}
+	if d.err == nil && d.i != len(b) {
+		d.fail("%d trailing bytes", len(b)-d.i)
+	}
+	if d.err != nil {
+		m.Keys, m.Vals = m.Keys[:0], m.Vals[:0]
+	}
+	return d.err
+}
+
+type decoder struct {
+	b   []byte
+	i   int
+	err error
+}
+
+func (d *decoder) fail(format string, a ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: at byte %d: %s", ErrCodec, d.i, fmt.Sprintf(format, a...))
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.i:])
+	if n <= 0 {
+		if n == 0 {
+			d.fail("truncated %s", what)
+		} else {
+			d.fail("%s overflows 64 bits", what)
+		}
+		return 0
+	}
+	d.i += n
+	return v
+}
+
+func (d *decoder) uvarintMax(what string, max uint64) uint64 {
+	v := d.uvarint(what)
+	if v > max {
+		d.fail("%s %d out of range", what, v)
+		return 0
+	}
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.i:])
+	if n <= 0 {
+		if n == 0 {
+			d.fail("truncated %s", what)
+		} else {
+			d.fail("%s overflows 64 bits", what)
+		}
+		return 0
+	}
+	d.i += n
+	return v
+}
+
+func (d *decoder) varint32(what string) int64 {
+	v := d.varint(what)
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		d.fail("%s %d out of int32 range", what, v)
+		return 0
+	}
+	return v
+}
+
+// count reads an element count and checks that count elements of at
+// least minSize bytes each fit in what is left.
+func (d *decoder) count(what string, minSize int) int {
+	v := d.uvarint(what)
+	if d.err != nil {
+		return 0
+	}
+	if left := uint64(len(d.b) - d.i); v > left/uint64(minSize) {
+		d.fail("%s count %d exceeds the %d bytes left", what, v, left)
+		return 0
+	}
+	return int(v)
+}
+
+// str reads a length-prefixed string, reusing old when the bytes match.
+func (d *decoder) str(what, old string) string {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.i) {
+		d.fail("%s length %d exceeds the %d bytes left", what, n, len(d.b)-d.i)
+		return ""
+	}
+	b := d.b[d.i : d.i+int(n)]
+	d.i += int(n)
+	if string(b) == old { // no allocation
+		return old
+	}
+	return string(b)
+}

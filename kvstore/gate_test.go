@@ -1,0 +1,125 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestGateWaitReleasedByAdvance(t *testing.T) {
+	g := NewGate(Consistency{Kind: BSP}, 2)
+	noErr(t, g.Wait(context.Background(), 0, 0, nil))
+	g.Advance(0, 1)
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(context.Background(), 0, 1, nil) }()
+	select {
+	case err := <-done:
+		t.Fatalf("read at clock 1 proceeded before worker 1 finished iteration 0: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	g.Advance(1, 1)
+	noErr(t, <-done)
+	reads, waits, blocked := g.Stats(0)
+	equal(t, int64(2), reads)
+	equal(t, int64(1), waits)
+	check(t, blocked > 0, "blocked time counted")
+}
+
+func TestGateWaitContextCancelled(t *testing.T) {
+	g := NewGate(Consistency{Kind: BSP}, 2)
+	g.Advance(0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	err := g.Wait(ctx, 0, 1, nil)
+	isErr(t, err, context.DeadlineExceeded)
+	// The cancelled read is gone: advancing releases nothing and nobody hangs.
+	g.Advance(1, 1)
+	_, waits, blocked := g.Stats(0)
+	equal(t, int64(1), waits)
+	check(t, blocked >= 10*time.Millisecond, "blocked %v", blocked)
+}
+
+func TestGateDefer(t *testing.T) {
+	g := NewGate(Consistency{Kind: SSP, Staleness: 1}, 2)
+	var got []string
+	g.Defer(0, 1, nil, func(err error) { got = append(got, "now") })
+	equal(t, []string{"now"}, got, "allowed reads run synchronously")
+	g.Advance(0, 2)
+	g.Defer(0, 2, nil, func(err error) { noErr(t, err); got = append(got, "later") })
+	equal(t, 1, len(got))
+	g.Advance(1, 1)
+	equal(t, []string{"now", "later"}, got)
+
+	var badErr error
+	g.Defer(5, 0, nil, func(err error) { badErr = err })
+	isErr(t, badErr, ErrBadWorker)
+	isErr(t, g.Wait(context.Background(), -1, 0, nil), ErrBadWorker)
+}
+
+func TestGateClose(t *testing.T) {
+	g := NewGate(Consistency{Kind: BSP}, 3)
+	g.Advance(0, 1)
+	boom := errors.New("task failed")
+	var deferred error
+	g.Defer(0, 1, nil, func(err error) { deferred = err })
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(context.Background(), 0, 1, nil) }()
+	time.Sleep(10 * time.Millisecond)
+	g.Close(boom)
+	isErr(t, <-done, boom)
+	isErr(t, deferred, boom)
+	isErr(t, g.Wait(context.Background(), 1, 0, nil), boom)
+	g.Close(nil) // no-op
+	g2 := NewGate(Consistency{Kind: ASP}, 1)
+	g2.Close(nil)
+	isErr(t, g2.Wait(context.Background(), 0, 0, nil), ErrGateClosed)
+}
+
+// TestGateBSPWorkers runs goroutine workers through BSP iterations: in
+// iteration i every worker adds 1 to a shared counter after its read;
+// a read at clock i must see exactly i*workers adds.
+func TestGateBSPWorkers(t *testing.T) {
+	for _, cons := range []Consistency{{Kind: BSP}, {Kind: SSP, Staleness: 2}, {Kind: SparseSSP, Staleness: 1, Speculation: 1}} {
+		t.Run(string(cons.Kind), func(t *testing.T) {
+			const workers, iters = 6, 50
+			g := NewGate(cons, workers)
+			var adds atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			s := int64(cons.Bound())
+			for w := range workers {
+				wg.Go(func() {
+					defer g.Finish(w)
+					for c := int64(0); c < iters; c++ {
+						if err := g.Wait(context.Background(), w, c, []uint64{uint64(w)}); err != nil {
+							errs <- err
+							return
+						}
+						// Reads at clock c see all adds of iterations <= c-s-1
+						// (SparseSSP speculates on disjoint keys only, so
+						// within s+p).
+						bound := s
+						if cons.Kind == SparseSSP {
+							bound += int64(cons.Speculation)
+						}
+						if min := (c - bound) * workers; adds.Load() < min {
+							errs <- errors.New("read saw a model older than the bound allows")
+							return
+						}
+						adds.Add(1)
+						g.Advance(w, c+1)
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			equal(t, int64(workers*iters), adds.Load())
+		})
+	}
+}

@@ -1,0 +1,66 @@
+package kvstore
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Init kinds.
+const (
+	InitZero    = "zero"
+	InitUniform = "uniform"
+)
+
+// ErrBadInit is wrapped by ParseInit errors.
+var ErrBadInit = errors.New("invalid init")
+
+// Init is a parsed TableSpec.Init: how a key's values start. Values are a
+// pure function of (key, column), so every shard, replica or relocated copy
+// of a key starts from the same numbers regardless of placement.
+type Init struct {
+	Kind  string  // InitZero or InitUniform
+	Scale float64 // a of U(-a, a) for InitUniform
+}
+
+// ParseInit parses "zero" (also "") or "uniform:<a>" with a > 0 and finite.
+func ParseInit(s string) (Init, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == InitZero {
+		return Init{Kind: InitZero}, nil
+	}
+	rest, ok := strings.CutPrefix(s, InitUniform+":")
+	if !ok {
+		return Init{}, fmt.Errorf("%w: %q: want \"zero\" or \"uniform:<a>\"", ErrBadInit, s)
+	}
+	a, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	if err != nil || !(a > 0) || math.IsInf(a, 0) {
+		return Init{}, fmt.Errorf("%w: %q: the scale of uniform must be a finite number > 0", ErrBadInit, s)
+	}
+	return Init{Kind: InitUniform, Scale: a}, nil
+}
+
+// IsZero reports whether every value starts at 0.
+func (i Init) IsZero() bool { return i.Kind != InitUniform }
+
+// Value is the initial value of column col of key: 0 for zero, U(-a, a)
+// for uniform, drawn from splitmix64 of (key, col).
+func (i Init) Value(key uint64, col int) float64 {
+	if i.Kind != InitUniform {
+		return 0
+	}
+	h := splitmix64(splitmix64(key) ^ uint64(col))
+	u := float64(h>>11) * (1.0 / (1 << 53)) // [0, 1)
+	return (2*u - 1) * i.Scale
+}
+
+// splitmix64 is the finalizer of Vigna's SplitMix64 generator: a cheap,
+// well-mixed bijection of uint64.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}

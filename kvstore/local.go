@@ -1,0 +1,295 @@
+package kvstore
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// LockMode is how a LocalTable guards concurrent updates.
+type LockMode int
+
+const (
+	ChunkLocks LockMode = iota // one mutex per chunk of chunkSize keys
+	NoLocks                    // hogwild: racy by design, for stages that accept it
+	GlobalLock                 // one mutex for the table
+)
+
+func (m LockMode) String() string {
+	switch m {
+	case ChunkLocks:
+		return "chunk_locks"
+	case NoLocks:
+		return "no_locks"
+	case GlobalLock:
+		return "global_lock"
+	}
+	return fmt.Sprintf("LockMode(%d)", int(m))
+}
+
+// LocalTable is the in-memory model the workers of a `local` stage share
+// on one slave. Dense tables are one []float64 over [0, Size) x Width, the
+// fast path. A sparse spec is held by a sparse Store (its own striped
+// locks; mode is then ignored and Values returns nil).
+//
+// With ChunkLocks each call takes every chunk lock it needs once: sorted
+// keys are walked run by run; unsorted keys are first ordered by chunk
+// (stably) in a pooled scratch buffer. Calls are atomic per chunk, not as a
+// whole. Keys >= Size are a caller error and are skipped.
+type LocalTable struct {
+	spec      TableSpec
+	mode      LockMode
+	width     int
+	chunkSize uint64
+	vals      []float64
+	chunks    []sync.Mutex
+	global    sync.Mutex
+	sparse    Store
+	scratch   sync.Pool // *[]int32 for ordering unsorted keys
+}
+
+// NewLocalTable returns a table initialized per spec.Init.
+func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, error) {
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if chunkSize < 1 {
+		return nil, fmt.Errorf("%w: table %q: chunk size must be >= 1, got %d", ErrBadSpec, spec.Name, chunkSize)
+	}
+	if mode < ChunkLocks || mode > GlobalLock {
+		return nil, fmt.Errorf("%w: table %q: unknown lock mode %d", ErrBadSpec, spec.Name, int(mode))
+	}
+	t := &LocalTable{spec: spec, mode: mode, width: spec.Width, chunkSize: uint64(chunkSize)}
+	t.scratch.New = func() any { return new([]int32) }
+	if spec.Storage == Sparse {
+		dir, err := NewDirectory(spec, 1)
+		if err != nil {
+			return nil, err
+		}
+		t.sparse = NewStore(spec, dir, 0)
+		return t, nil
+	}
+	if spec.Size > uint64(maxInt/spec.Width) {
+		return nil, fmt.Errorf("%w: table %q: %d x %d values do not fit in memory", ErrBadSpec, spec.Name, spec.Size, spec.Width)
+	}
+	t.vals = make([]float64, int(spec.Size)*spec.Width)
+	if init, _ := ParseInit(spec.Init); !init.IsZero() {
+		for k := range spec.Size {
+			for c := range spec.Width {
+				t.vals[int(k)*spec.Width+c] = init.Value(k, c)
+			}
+		}
+	}
+	if mode == ChunkLocks {
+		t.chunks = make([]sync.Mutex, (spec.Size+t.chunkSize-1)/t.chunkSize)
+	}
+	return t, nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// Spec returns the table's spec with defaults.
+func (t *LocalTable) Spec() TableSpec { return t.spec }
+
+// Values returns the backing slice of a dense table (key k's values at
+// [k*Width, (k+1)*Width)), for dumping once workers are done; nil if sparse.
+func (t *LocalTable) Values() []float64 { return t.vals }
+
+// op is one of the per-key kernels.
+type localOp int
+
+const (
+	opGet localOp = iota
+	opAdd
+	opSet
+)
+
+func (t *LocalTable) apply(op localOp, k uint64, v []float64) {
+	if k >= t.spec.Size {
+		return
+	}
+	w := t.width
+	row := t.vals[int(k)*w:][:w]
+	switch op {
+	case opGet:
+		copy(v, row)
+	case opAdd:
+		if w == 1 {
+			row[0] += v[0]
+			return
+		}
+		for c := range row {
+			row[c] += v[c]
+		}
+	case opSet:
+		copy(row, v)
+	}
+}
+
+func (t *LocalTable) do(op localOp, keys []uint64, vals []float64) {
+	w := t.width
+	vals = vals[:len(keys)*w]
+	switch t.mode {
+	case NoLocks:
+		for i, k := range keys {
+			t.apply(op, k, vals[i*w:][:w])
+		}
+	case GlobalLock:
+		t.global.Lock()
+		for i, k := range keys {
+			t.apply(op, k, vals[i*w:][:w])
+		}
+		t.global.Unlock()
+	default:
+		t.doChunked(op, keys, vals)
+	}
+}
+
+func (t *LocalTable) chunkOf(k uint64) uint64 {
+	if k >= t.spec.Size {
+		return uint64(len(t.chunks)) // sentinel: no lock, skipped by apply
+	}
+	return k / t.chunkSize
+}
+
+func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
+	w := t.width
+	sorted := true
+	for i := 1; i < len(keys); i++ {
+		if t.chunkOf(keys[i]) < t.chunkOf(keys[i-1]) {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		for i := 0; i < len(keys); {
+			c := t.chunkOf(keys[i])
+			j := i + 1
+			for j < len(keys) && t.chunkOf(keys[j]) == c {
+				j++
+			}
+			if c < uint64(len(t.chunks)) {
+				mu := &t.chunks[c]
+				mu.Lock()
+				for x := i; x < j; x++ {
+					t.apply(op, keys[x], vals[x*w:][:w])
+				}
+				mu.Unlock()
+			}
+			i = j
+		}
+		return
+	}
+	bp := t.scratch.Get().(*[]int32)
+	order := grow(*bp, len(keys))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int {
+		ca, cb := t.chunkOf(keys[a]), t.chunkOf(keys[b])
+		switch {
+		case ca < cb:
+			return -1
+		case ca > cb:
+			return 1
+		}
+		return 0
+	})
+	for i := 0; i < len(order); {
+		c := t.chunkOf(keys[order[i]])
+		j := i + 1
+		for j < len(order) && t.chunkOf(keys[order[j]]) == c {
+			j++
+		}
+		if c < uint64(len(t.chunks)) {
+			mu := &t.chunks[c]
+			mu.Lock()
+			for _, x := range order[i:j] {
+				t.apply(op, keys[x], vals[int(x)*w:][:w])
+			}
+			mu.Unlock()
+		}
+		i = j
+	}
+	*bp = order
+	t.scratch.Put(bp)
+}
+
+// Get copies the values of keys into out (len(keys)*Width).
+func (t *LocalTable) Get(keys []uint64, out []float64) {
+	if t.sparse != nil {
+		t.sparse.Get(keys, out)
+		return
+	}
+	t.do(opGet, keys, out)
+}
+
+// Add adds deltas (len(keys)*Width) to keys' values.
+func (t *LocalTable) Add(keys []uint64, deltas []float64) {
+	if t.sparse != nil {
+		t.sparse.Add(keys, deltas)
+		return
+	}
+	t.do(opAdd, keys, deltas)
+}
+
+// Set overwrites keys' values.
+func (t *LocalTable) Set(keys []uint64, vals []float64) {
+	if t.sparse != nil {
+		t.sparse.Set(keys, vals)
+		return
+	}
+	t.do(opSet, keys, vals)
+}
+
+// GetRange copies the values of keys first..first+n-1 into out.
+func (t *LocalTable) GetRange(first uint64, n int, out []float64) {
+	t.doRange(opGet, first, n, out)
+}
+
+// AddRange adds deltas to keys first..first+n-1.
+func (t *LocalTable) AddRange(first uint64, n int, deltas []float64) {
+	t.doRange(opAdd, first, n, deltas)
+}
+
+func (t *LocalTable) doRange(op localOp, first uint64, n int, vals []float64) {
+	if t.sparse != nil {
+		if op == opGet {
+			t.sparse.GetRange(first, n, vals)
+		} else {
+			t.sparse.AddRange(first, n, vals)
+		}
+		return
+	}
+	if n <= 0 || first >= t.spec.Size {
+		return
+	}
+	n = int(min(uint64(n), t.spec.Size-first))
+	w := t.width
+	chunked := t.mode == ChunkLocks
+	if t.mode == GlobalLock {
+		t.global.Lock()
+		defer t.global.Unlock()
+	}
+	for k, end := first, first+uint64(n); k < end; {
+		c := k / t.chunkSize
+		stop := min(end, (c+1)*t.chunkSize)
+		row := t.vals[int(k)*w : int(stop)*w]
+		v := vals[int(k-first)*w:][:len(row)]
+		if chunked {
+			t.chunks[c].Lock()
+		}
+		if op == opGet {
+			copy(v, row)
+		} else {
+			for i := range row {
+				row[i] += v[i]
+			}
+		}
+		if chunked {
+			t.chunks[c].Unlock()
+		}
+		k = stop
+	}
+}

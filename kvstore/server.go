@@ -1,0 +1,322 @@
+package kvstore
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Server hosts the shards a slave owns and answers the data plane on the
+// slave's KV subject. One NATS subscription handles every request in
+// arrival order, which is what makes a worker's Adds land before its later
+// Clock and Get (NATS keeps one connection's messages to one subject in
+// order). Reads that the stage's consistency model holds back are parked in
+// the stage's Gate and answered when the slowest worker catches up; the
+// handler never blocks.
+type Server struct {
+	nc      *nats.Conn
+	subject string
+	log     zerolog.Logger
+
+	mu    sync.RWMutex
+	tasks map[string]*hostedTask
+
+	sub *nats.Subscription
+	msg Message   // reused by the handler goroutine
+	out []byte    // reused by the handler goroutine
+	tmp []float64 // reused by the handler goroutine for reads answered at once
+}
+
+type hostedTask struct {
+	mu     sync.RWMutex
+	tables map[string]*hostedTable
+	gates  map[int32]*Gate
+	err    error
+}
+
+type hostedTable struct {
+	spec  TableSpec
+	dir   Directory
+	shard int
+	store Store
+}
+
+// Placement says where a table's shards live: shard i on slave Hosts[i].
+type Placement struct {
+	Spec  TableSpec `json:"spec"`
+	Hosts []string  `json:"hosts"`
+}
+
+// NewServer subscribes to subject on nc.
+func NewServer(nc *nats.Conn, subject string, log zerolog.Logger) (*Server, error) {
+	s := &Server{nc: nc, subject: subject, log: log, tasks: map[string]*hostedTask{}}
+	sub, err := nc.Subscribe(subject, s.handle)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: subscribe %s: %w", subject, err)
+	}
+	// Never drop a message: an Add dropped by a slow-consumer limit would
+	// be a lost update.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	s.sub = sub
+	return s, nil
+}
+
+// Close stops serving and fails every pending read.
+func (s *Server) Close() error {
+	err := s.sub.Unsubscribe()
+	s.mu.Lock()
+	for id, t := range s.tasks {
+		t.closeGates(errors.New("kvstore: server closed"))
+		delete(s.tasks, id)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// CreateTables creates this slave's shards of the task's tables: shard i of
+// a placement is hosted here when Hosts[i] == self.
+func (s *Server) CreateTables(task, self string, tables []Placement) error {
+	ht := &hostedTask{tables: map[string]*hostedTable{}, gates: map[int32]*Gate{}}
+	for _, p := range tables {
+		spec := p.Spec.WithDefaults()
+		if err := spec.Validate(); err != nil {
+			return err
+		}
+		dir, err := NewDirectory(spec, len(p.Hosts))
+		if err != nil {
+			return err
+		}
+		for i, h := range p.Hosts {
+			if h == self {
+				ht.tables[spec.Name] = &hostedTable{spec: spec, dir: dir, shard: i, store: NewStore(spec, dir, i)}
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.tasks[task]; ok {
+		old.closeGates(errors.New("kvstore: task recreated"))
+	}
+	s.tasks[task] = ht
+	return nil
+}
+
+// PrepareStage installs the consistency gate of a stage before any of its
+// workers start.
+func (s *Server) PrepareStage(task string, stage int32, c Consistency, workers int) error {
+	t := s.task(task)
+	if t == nil {
+		return fmt.Errorf("kvstore: no tables for task %s on this slave", task)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.Kind != ASP {
+		t.gates[stage] = NewGate(c, workers)
+	}
+	return nil
+}
+
+// EndStage drops a stage's gate.
+func (s *Server) EndStage(task string, stage int32) {
+	if t := s.task(task); t != nil {
+		t.mu.Lock()
+		if g := t.gates[stage]; g != nil {
+			g.Close(fmt.Errorf("kvstore: stage %d of task %s ended", stage, task))
+			delete(t.gates, stage)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// DropTask frees a task's shards; pending reads fail with err.
+func (s *Server) DropTask(task string, err error) {
+	s.mu.Lock()
+	t := s.tasks[task]
+	delete(s.tasks, task)
+	s.mu.Unlock()
+	if t != nil {
+		if err == nil {
+			err = fmt.Errorf("kvstore: task %s finished", task)
+		}
+		t.closeGates(err)
+	}
+}
+
+// Local returns the store and shard index of a table hosted here, for
+// workers of this slave (no NATS, no copy).
+func (s *Server) Local(task, table string) (Store, bool) {
+	t := s.task(task)
+	if t == nil {
+		return nil, false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	ht, ok := t.tables[table]
+	if !ok {
+		return nil, false
+	}
+	return ht.store, true
+}
+
+// Gate returns a stage's gate (nil under ASP).
+func (s *Server) Gate(task string, stage int32) *Gate {
+	t := s.task(task)
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.gates[stage]
+}
+
+func (s *Server) task(id string) *hostedTask {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tasks[id]
+}
+
+func (t *hostedTask) closeGates(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.err = err
+	for id, g := range t.gates {
+		g.Close(err)
+		delete(t.gates, id)
+	}
+}
+
+func (s *Server) handle(msg *nats.Msg) {
+	m := &s.msg
+	if err := DecodeMessage(msg.Data, m); err != nil {
+		s.fail(msg.Reply, err)
+		return
+	}
+	t := s.task(m.Task)
+	if t == nil {
+		s.fail(msg.Reply, fmt.Errorf("kvstore: task %s has no shards on this slave", m.Task))
+		return
+	}
+	var ht *hostedTable
+	if m.Op != OpClock && m.Op != OpFinish {
+		t.mu.RLock()
+		ht = t.tables[m.Table]
+		t.mu.RUnlock()
+		if ht == nil {
+			s.fail(msg.Reply, fmt.Errorf("kvstore: table %q of task %s is not hosted here", m.Table, m.Task))
+			return
+		}
+	}
+	switch m.Op {
+	case OpAdd:
+		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
+			s.fail(msg.Reply, fmt.Errorf("kvstore: add to %q: %d values for %d keys of width %d", m.Table, len(m.Vals), len(m.Keys), ht.spec.Width))
+			return
+		}
+		ht.store.Add(m.Keys, m.Vals)
+		s.ack(msg.Reply)
+	case OpAddRange:
+		if len(m.Vals) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
+			s.fail(msg.Reply, fmt.Errorf("kvstore: add_range to %q: bad range or values", m.Table))
+			return
+		}
+		ht.store.AddRange(m.First, int(m.N), m.Vals)
+		s.ack(msg.Reply)
+	case OpSet:
+		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
+			s.fail(msg.Reply, fmt.Errorf("kvstore: set on %q: %d values for %d keys", m.Table, len(m.Vals), len(m.Keys)))
+			return
+		}
+		ht.store.Set(m.Keys, m.Vals)
+		s.ack(msg.Reply)
+	case OpGet, OpGetRange:
+		s.get(msg.Reply, t, ht, m)
+	case OpClock:
+		if g := s.gateOf(t, m.Stage); g != nil {
+			g.Advance(int(m.Worker), m.Clock)
+		}
+		s.ack(msg.Reply)
+	case OpFinish:
+		if g := s.gateOf(t, m.Stage); g != nil {
+			g.Finish(int(m.Worker))
+		}
+		s.ack(msg.Reply)
+	default:
+		s.fail(msg.Reply, fmt.Errorf("kvstore: unexpected op %s", m.Op))
+	}
+}
+
+func (s *Server) gateOf(t *hostedTask, stage int32) *Gate {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.gates[stage]
+}
+
+func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
+	if reply == "" {
+		return
+	}
+	if m.Op == OpGetRange && m.First+uint64(m.N) > ht.spec.Size {
+		s.fail(reply, fmt.Errorf("kvstore: get_range on %q beyond size %d", m.Table, ht.spec.Size))
+		return
+	}
+	var g *Gate
+	if m.Worker >= 0 {
+		g = s.gateOf(t, m.Stage)
+	}
+	if g == nil {
+		s.out, s.tmp = s.answer(s.out[:0], s.tmp, ht, m.Op, m.Keys, m.First, int(m.N))
+		s.nc.Publish(reply, s.out)
+		return
+	}
+	// The gate may hold the read; keep what the answer needs.
+	op, first, n := m.Op, m.First, int(m.N)
+	keys := append([]uint64(nil), m.Keys...)
+	g.Defer(int(m.Worker), m.Clock, keys, func(err error) {
+		if err != nil {
+			s.nc.Publish(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
+			return
+		}
+		out, _ := s.answer(nil, nil, ht, op, keys, first, n)
+		s.nc.Publish(reply, out)
+	})
+}
+
+// answer reads the values and encodes the reply.
+func (s *Server) answer(dst []byte, vals []float64, ht *hostedTable, op Op, keys []uint64, first uint64, n int) ([]byte, []float64) {
+	count := len(keys)
+	if op == OpGetRange {
+		count = n
+	}
+	if need := count * ht.spec.Width; cap(vals) < need {
+		vals = make([]float64, need)
+	} else {
+		vals = vals[:need]
+	}
+	if op == OpGetRange {
+		ht.store.GetRange(first, n, vals)
+	} else {
+		ht.store.Get(keys, vals)
+	}
+	return AppendMessage(dst, &Message{Op: OpReply, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals
+}
+
+func (s *Server) ack(reply string) {
+	if reply != "" {
+		s.nc.Publish(reply, ackPayload)
+	}
+}
+
+var ackPayload = AppendMessage(nil, &Message{Op: OpReply})
+
+func (s *Server) fail(reply string, err error) {
+	s.log.Warn().Err(err).Msg("kv request failed")
+	if reply != "" {
+		s.nc.Publish(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
+	}
+}

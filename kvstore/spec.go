@@ -1,0 +1,141 @@
+package kvstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DType is the element type a table stores.
+type DType string
+
+const (
+	Float32 DType = "float32"
+	Float64 DType = "float64"
+)
+
+// Storage is how a shard keeps its values.
+type Storage string
+
+const (
+	Dense  Storage = "dense"  // an array over the shard's key range
+	Sparse Storage = "sparse" // a hash map of the keys ever written
+)
+
+// Partition is how keys are spread over shards initially. The Directory,
+// not call sites, answers who owns a key, so keys can move later.
+type Partition string
+
+const (
+	RangePartition Partition = "range" // contiguous key ranges, one per shard
+	HashPartition  Partition = "hash"  // key k on shard k mod n: spreads Zipf-hot low ids
+)
+
+// TableSpec declares a table of a task.
+type TableSpec struct {
+	Name      string    `json:"name" toml:"name"`
+	Size      uint64    `json:"size" toml:"size"`             // keys are in [0, Size)
+	Width     int       `json:"width" toml:"width"`           // values per key (default 1)
+	DType     DType     `json:"dtype" toml:"dtype"`           // float32 or float64 (default float64)
+	Storage   Storage   `json:"storage" toml:"storage"`       // dense or sparse (default dense)
+	Partition Partition `json:"partition" toml:"partition"`   // range or hash (default range)
+	ChunkSize uint64    `json:"chunk_size" toml:"chunk_size"` // keys per chunk for GetChunk/AddChunk (default 1024)
+	Init      string    `json:"init" toml:"init"`             // "zero" (default) or "uniform:<a>" for U(-a, a), seeded by key
+}
+
+// ErrBadSpec is wrapped by every TableSpec validation error.
+var ErrBadSpec = errors.New("invalid table spec")
+
+// WithDefaults fills unset fields with their defaults.
+func (s TableSpec) WithDefaults() TableSpec {
+	if s.Width == 0 {
+		s.Width = 1
+	}
+	if s.DType == "" {
+		s.DType = Float64
+	}
+	if s.Storage == "" {
+		s.Storage = Dense
+	}
+	if s.Partition == "" {
+		s.Partition = RangePartition
+	}
+	if s.ChunkSize == 0 {
+		s.ChunkSize = 1024
+	}
+	if s.Init == "" {
+		s.Init = "zero"
+	}
+	return s
+}
+
+// Validate reports the first invalid field, naming the table and the field.
+func (s TableSpec) Validate() error {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: table %q: %s: %s", ErrBadSpec, s.Name, field, fmt.Sprintf(format, a...))
+	}
+	if s.Name == "" {
+		return fmt.Errorf("%w: a table needs a name", ErrBadSpec)
+	}
+	if s.Size == 0 {
+		return bad("size", "must be > 0")
+	}
+	if s.Width < 1 || s.Width > 1<<16 {
+		return bad("width", "must be in [1, 65536], got %d", s.Width)
+	}
+	switch s.DType {
+	case Float32, Float64:
+	default:
+		return bad("dtype", "must be float32 or float64, got %q", s.DType)
+	}
+	switch s.Storage {
+	case Dense, Sparse:
+	default:
+		return bad("storage", "must be dense or sparse, got %q", s.Storage)
+	}
+	switch s.Partition {
+	case RangePartition, HashPartition:
+	default:
+		return bad("partition", "must be range or hash, got %q", s.Partition)
+	}
+	if s.ChunkSize == 0 {
+		return bad("chunk_size", "must be > 0")
+	}
+	if _, err := ParseInit(s.Init); err != nil {
+		return bad("init", "%v", err)
+	}
+	return nil
+}
+
+// ConsistencyKind names a consistency model.
+type ConsistencyKind string
+
+const (
+	BSP       ConsistencyKind = "bsp"
+	SSP       ConsistencyKind = "ssp"
+	ASP       ConsistencyKind = "asp"
+	SparseSSP ConsistencyKind = "sparse_ssp"
+)
+
+// Consistency is a stage's consistency model. A worker's clock counts the
+// iterations it has finished; a read at clock c may proceed once every
+// worker of the stage has reached clock c - Staleness (BSP: Staleness 0;
+// ASP: never waits). SparseSSP lets a worker up to Staleness+Speculation
+// ahead go on when its keys do not intersect the slowest worker's.
+type Consistency struct {
+	Kind        ConsistencyKind `json:"kind"`
+	Staleness   int             `json:"staleness"`
+	Speculation int             `json:"speculation"`
+}
+
+// Bound is the staleness a read may see: 0 for BSP, Staleness for SSP and
+// SparseSSP, -1 (unbounded) for ASP.
+func (c Consistency) Bound() int {
+	switch c.Kind {
+	case BSP:
+		return 0
+	case ASP:
+		return -1
+	default:
+		return c.Staleness
+	}
+}

@@ -1,0 +1,568 @@
+package kvstore
+
+import (
+	"math/bits"
+	"slices"
+	"sync"
+)
+
+// Store is one shard of a table: the values of the keys a Directory
+// assigns to that shard. All methods are goroutine-safe; concurrent Adds to
+// one key are never lost.
+//
+// Keys outside the shard (not owned by it per the Directory, or >= Size)
+// are a programming error: the client never sends them. A Store skips them
+// without touching its state; Get leaves their out values untouched.
+type Store interface {
+	Spec() TableSpec
+	Get(keys []uint64, out []float64)            // out has len(keys)*Width; keys never written read as the Init value
+	Add(keys []uint64, deltas []float64)         // deltas len(keys)*Width
+	GetRange(first uint64, n int, out []float64) // keys first..first+n-1
+	AddRange(first uint64, n int, deltas []float64)
+	Set(keys []uint64, vals []float64)              // overwrite (for model load/transfer)
+	Range(fn func(key uint64, vals []float64) bool) // held keys in ascending order; vals valid only during the call
+	Len() int
+}
+
+// NewStore returns shard shard of spec placed by dir: a dense array over
+// the shard's initial keys, or a sparse map of the keys ever written,
+// storing float32 or float64. Values cross the API as float64. spec is
+// completed with its defaults; it should have passed Validate.
+//
+// Locking: values are split into 16 stripes, each with its own RWMutex
+// (dense: stripes of 64 consecutive local indexes; sparse: stripes by a
+// hash of the key). A call first collects the stripes it touches into a
+// bitmask, then takes each of those locks once, in stripe order (so calls
+// never deadlock), does all its work, and releases them. Sorted batches
+// touch few stripes; any batch pays at most 16 lock acquisitions.
+func NewStore(spec TableSpec, dir Directory, shard int) Store {
+	spec = spec.WithDefaults()
+	init, _ := ParseInit(spec.Init)
+	b := storeBase{spec: spec, width: spec.Width, init: init, dir: dir, shard: shard}
+	b.lo, b.hi, b.contiguous = dir.Bounds(shard)
+	if hd, ok := dir.(*hashDirectory); ok {
+		b.hash, b.hashN = true, hd.n
+	}
+	switch {
+	case spec.Storage == Sparse && spec.DType == Float32:
+		return newSparse[float32](b)
+	case spec.Storage == Sparse:
+		return newSparse[float64](b)
+	case spec.DType == Float32:
+		return newDense[float32](b)
+	default:
+		return newDense[float64](b)
+	}
+}
+
+const (
+	stripeBits  = 4
+	numStripes  = 1 << stripeBits
+	denseStripe = 6 // log2 of the local indexes per dense stripe
+)
+
+type float interface{ ~float32 | ~float64 }
+
+type stripe struct {
+	mu sync.RWMutex
+	_  [40]byte // keep stripes on separate cache lines
+}
+
+type stripes [numStripes]stripe
+
+const allStripes = 1<<numStripes - 1
+
+func (s *stripes) lock(mask uint64) {
+	for m := mask; m != 0; m &= m - 1 {
+		s[bits.TrailingZeros64(m)].mu.Lock()
+	}
+}
+
+func (s *stripes) unlock(mask uint64) {
+	for m := mask; m != 0; m &= m - 1 {
+		s[bits.TrailingZeros64(m)].mu.Unlock()
+	}
+}
+
+func (s *stripes) rlock(mask uint64) {
+	for m := mask; m != 0; m &= m - 1 {
+		s[bits.TrailingZeros64(m)].mu.RLock()
+	}
+}
+
+func (s *stripes) runlock(mask uint64) {
+	for m := mask; m != 0; m &= m - 1 {
+		s[bits.TrailingZeros64(m)].mu.RUnlock()
+	}
+}
+
+// storeBase holds what dense and sparse stores share: the spec and the
+// shard's place in the directory.
+type storeBase struct {
+	spec       TableSpec
+	width      int
+	init       Init
+	dir        Directory
+	shard      int
+	lo, hi     uint64 // bounds when contiguous
+	contiguous bool
+	hash       bool // dir is the static hash directory with hashN shards
+	hashN      uint64
+}
+
+func (b *storeBase) Spec() TableSpec { return b.spec }
+
+// owns reports whether key belongs to this shard.
+func (b *storeBase) owns(key uint64) bool {
+	switch {
+	case b.contiguous:
+		return key-b.lo < b.hi-b.lo
+	case b.hash:
+		return key < b.spec.Size && key%b.hashN == uint64(b.shard)
+	default:
+		return key < b.spec.Size && b.dir.Owner(key) == b.shard
+	}
+}
+
+// local returns key's local index and whether the shard owns key.
+func (b *storeBase) local(key uint64) (uint64, bool) {
+	switch {
+	case b.contiguous:
+		l := key - b.lo
+		return l, l < b.hi-b.lo
+	case b.hash:
+		return key / b.hashN, key < b.spec.Size && key%b.hashN == uint64(b.shard)
+	default:
+		if key >= b.spec.Size || b.dir.Owner(key) != b.shard {
+			return 0, false
+		}
+		return b.dir.LocalIndex(key), true
+	}
+}
+
+// dense keeps the shard's initial keys in one array indexed by LocalIndex.
+type dense[T float] struct {
+	storeBase
+	n    uint64 // keys held
+	vals []T    // n*width
+	st   stripes
+}
+
+func newDense[T float](b storeBase) *dense[T] {
+	n := b.dir.ShardKeys(b.shard)
+	d := &dense[T]{storeBase: b, n: n, vals: make([]T, n*uint64(b.width))}
+	if !b.init.IsZero() {
+		d.eachKey(func(l, key uint64) {
+			row := d.vals[l*uint64(b.width):][:b.width]
+			for c := range row {
+				row[c] = T(b.init.Value(key, c))
+			}
+		})
+	}
+	return d
+}
+
+// eachKey visits (local index, key) of every held key in ascending key order.
+func (d *dense[T]) eachKey(fn func(local, key uint64)) {
+	switch {
+	case d.contiguous:
+		for l := range d.n {
+			fn(l, d.lo+l)
+		}
+	default:
+		if ka, ok := d.dir.(KeyAtter); ok {
+			for l := range d.n { // LocalIndex is monotone in the key for hash
+				fn(l, ka.KeyAt(d.shard, l))
+			}
+			return
+		}
+		// A foreign directory: scan the key space (slow, not a hot path).
+		for k := range d.spec.Size {
+			if d.dir.Owner(k) == d.shard {
+				fn(d.dir.LocalIndex(k), k)
+			}
+		}
+	}
+}
+
+func (d *dense[T]) Len() int { return int(d.n) }
+
+func (d *dense[T]) mask(keys []uint64) uint64 {
+	var m uint64
+	for _, k := range keys {
+		if l, ok := d.local(k); ok {
+			m |= 1 << ((l >> denseStripe) % numStripes)
+		}
+	}
+	return m
+}
+
+func (d *dense[T]) rangeMask(first uint64, n int) (lo, hi uint64, m uint64) {
+	// Range ops address contiguous local indexes only on contiguous shards;
+	// elsewhere they fall back to per-key access.
+	lo = first - d.lo
+	hi = lo + uint64(n)
+	if lo >= hi {
+		return lo, lo, 0
+	}
+	if hi-lo >= numStripes<<denseStripe {
+		return lo, hi, allStripes
+	}
+	for s := lo >> denseStripe; s <= (hi-1)>>denseStripe; s++ {
+		m |= 1 << (s % numStripes)
+	}
+	return lo, hi, m
+}
+
+func (d *dense[T]) Get(keys []uint64, out []float64) {
+	w := d.width
+	out = out[:len(keys)*w]
+	m := d.mask(keys)
+	d.st.rlock(m)
+	for i, k := range keys {
+		l, ok := d.local(k)
+		if !ok {
+			continue
+		}
+		row := d.vals[l*uint64(w):][:w]
+		o := out[i*w:][:w]
+		for c, v := range row {
+			o[c] = float64(v)
+		}
+	}
+	d.st.runlock(m)
+}
+
+func (d *dense[T]) Add(keys []uint64, deltas []float64) {
+	w := d.width
+	deltas = deltas[:len(keys)*w]
+	m := d.mask(keys)
+	d.st.lock(m)
+	if w == 1 {
+		for i, k := range keys {
+			if l, ok := d.local(k); ok {
+				d.vals[l] = T(float64(d.vals[l]) + deltas[i])
+			}
+		}
+	} else {
+		for i, k := range keys {
+			l, ok := d.local(k)
+			if !ok {
+				continue
+			}
+			row := d.vals[l*uint64(w):][:w]
+			dl := deltas[i*w:][:w]
+			for c := range row {
+				row[c] = T(float64(row[c]) + dl[c])
+			}
+		}
+	}
+	d.st.unlock(m)
+}
+
+func (d *dense[T]) Set(keys []uint64, vals []float64) {
+	w := d.width
+	vals = vals[:len(keys)*w]
+	m := d.mask(keys)
+	d.st.lock(m)
+	for i, k := range keys {
+		l, ok := d.local(k)
+		if !ok {
+			continue
+		}
+		row := d.vals[l*uint64(w):][:w]
+		for c, v := range vals[i*w:][:w] {
+			row[c] = T(v)
+		}
+	}
+	d.st.unlock(m)
+}
+
+// inRange reports whether [first, first+n) lies inside a contiguous shard.
+func (d *dense[T]) inRange(first uint64, n int) bool {
+	return d.contiguous && n >= 0 && first >= d.lo && first <= d.hi && uint64(n) <= d.hi-first
+}
+
+func (d *dense[T]) GetRange(first uint64, n int, out []float64) {
+	if !d.inRange(first, n) {
+		d.rangeSlow(first, n, out, d.Get)
+		return
+	}
+	w := uint64(d.width)
+	lo, hi, m := d.rangeMask(first, n)
+	src := d.vals[lo*w : hi*w]
+	out = out[:len(src)]
+	d.st.rlock(m)
+	for i, v := range src {
+		out[i] = float64(v)
+	}
+	d.st.runlock(m)
+}
+
+func (d *dense[T]) AddRange(first uint64, n int, deltas []float64) {
+	if !d.inRange(first, n) {
+		d.rangeSlow(first, n, deltas, d.Add)
+		return
+	}
+	w := uint64(d.width)
+	lo, hi, m := d.rangeMask(first, n)
+	dst := d.vals[lo*w : hi*w]
+	deltas = deltas[:len(dst)]
+	d.st.lock(m)
+	for i := range dst {
+		dst[i] = T(float64(dst[i]) + deltas[i])
+	}
+	d.st.unlock(m)
+}
+
+// rangeSlow serves a range op key by key in batches (hash shards, or a
+// range partly outside the shard).
+func (d *dense[T]) rangeSlow(first uint64, n int, vals []float64, op func([]uint64, []float64)) {
+	rangeByKeys(first, n, d.width, vals, op)
+}
+
+func rangeByKeys(first uint64, n int, width int, vals []float64, op func([]uint64, []float64)) {
+	var buf [256]uint64
+	for n > 0 {
+		m := min(n, len(buf))
+		for i := range m {
+			buf[i] = first + uint64(i)
+		}
+		op(buf[:m], vals[:m*width])
+		vals = vals[m*width:]
+		first += uint64(m)
+		n -= m
+	}
+}
+
+func (d *dense[T]) Range(fn func(key uint64, vals []float64) bool) {
+	w := uint64(d.width)
+	buf := make([]float64, w)
+	stop := false
+	d.eachKey(func(l, key uint64) {
+		if stop {
+			return
+		}
+		s := &d.st[(l>>denseStripe)%numStripes]
+		s.mu.RLock()
+		for c, v := range d.vals[l*w : (l+1)*w] {
+			buf[c] = float64(v)
+		}
+		s.mu.RUnlock()
+		stop = !fn(key, buf)
+	})
+}
+
+// sparse keeps the keys ever written in per-stripe open-addressing hash
+// tables (linear probing, multiplicative hash) into value slabs: for
+// uint64 keys this is several times faster than a Go map.
+type sparse[T float] struct {
+	storeBase
+	parts [numStripes]sparsePart[T]
+	st    stripes
+}
+
+type slot struct {
+	key uint64 // key+1; 0 marks an empty slot (keys < Size <= MaxUint64)
+	row int32  // row in vals
+}
+
+type sparsePart[T float] struct {
+	slots []slot // power-of-two length, at most 3/4 full
+	shift uint   // 64 - log2(len(slots))
+	n     int
+	vals  []T // rows of width values
+}
+
+func newSparse[T float](b storeBase) *sparse[T] {
+	return &sparse[T]{storeBase: b}
+}
+
+// stripeOf spreads keys over stripes by a multiplicative hash, so that
+// hash-partitioned shards (keys congruent mod n) still use every stripe.
+func stripeOf(key uint64) uint64 { return (key * 0x9e3779b97f4a7c15) >> (64 - stripeBits) }
+
+// slotHash uses another multiplier than stripeOf: keys of one stripe
+// agree on stripeOf's top bits.
+func slotHash(key uint64) uint64 { return key * 0xbf58476d1ce4e5b9 }
+
+// find returns key's row, or -1.
+func (p *sparsePart[T]) find(key uint64) int32 {
+	if p.n == 0 {
+		return -1
+	}
+	mask := len(p.slots) - 1
+	want := key + 1
+	for i := int(slotHash(key) >> p.shift); ; i = (i + 1) & mask {
+		s := &p.slots[i]
+		if s.key == want {
+			return s.row
+		}
+		if s.key == 0 {
+			return -1
+		}
+	}
+}
+
+func (p *sparsePart[T]) insert(key uint64, row int32) {
+	if (p.n+1)*4 > len(p.slots)*3 {
+		p.rehash()
+	}
+	mask := len(p.slots) - 1
+	i := int(slotHash(key) >> p.shift)
+	for p.slots[i].key != 0 {
+		i = (i + 1) & mask
+	}
+	p.slots[i] = slot{key: key + 1, row: row}
+	p.n++
+}
+
+func (p *sparsePart[T]) rehash() {
+	old := p.slots
+	size := max(16, 2*len(old))
+	p.slots = make([]slot, size)
+	p.shift = uint(64 - bits.TrailingZeros(uint(size)))
+	p.n = 0
+	for _, s := range old {
+		if s.key != 0 {
+			p.insert(s.key-1, s.row)
+		}
+	}
+}
+
+func (s *sparse[T]) mask(keys []uint64) uint64 {
+	var m uint64
+	for _, k := range keys {
+		m |= 1 << stripeOf(k)
+	}
+	return m
+}
+
+func (s *sparse[T]) Len() int {
+	s.st.rlock(allStripes)
+	n := 0
+	for i := range s.parts {
+		n += s.parts[i].n
+	}
+	s.st.runlock(allStripes)
+	return n
+}
+
+func (s *sparse[T]) Get(keys []uint64, out []float64) {
+	w := s.width
+	out = out[:len(keys)*w]
+	m := s.mask(keys)
+	s.st.rlock(m)
+	for i, k := range keys {
+		if !s.owns(k) {
+			continue
+		}
+		p := &s.parts[stripeOf(k)]
+		o := out[i*w:][:w]
+		if r := p.find(k); r >= 0 {
+			for c, v := range p.vals[int(r)*w:][:w] {
+				o[c] = float64(v)
+			}
+		} else if s.init.IsZero() {
+			clear(o)
+		} else {
+			for c := range o { // as stored once written
+				o[c] = float64(T(s.init.Value(k, c)))
+			}
+		}
+	}
+	s.st.runlock(m)
+}
+
+// row returns key's row, creating it with the Init values if absent.
+func (s *sparse[T]) row(p *sparsePart[T], k uint64) []T {
+	w := s.width
+	if r := p.find(k); r >= 0 {
+		return p.vals[int(r)*w:][:w]
+	}
+	r := len(p.vals) / w
+	p.insert(k, int32(r))
+	p.vals = slices.Grow(p.vals, w)[:(r+1)*w]
+	row := p.vals[r*w:][:w]
+	if s.init.IsZero() {
+		clear(row)
+	} else {
+		for c := range row {
+			row[c] = T(s.init.Value(k, c))
+		}
+	}
+	return row
+}
+
+func (s *sparse[T]) Add(keys []uint64, deltas []float64) {
+	w := s.width
+	deltas = deltas[:len(keys)*w]
+	m := s.mask(keys)
+	s.st.lock(m)
+	for i, k := range keys {
+		if !s.owns(k) {
+			continue
+		}
+		row := s.row(&s.parts[stripeOf(k)], k)
+		for c, d := range deltas[i*w:][:w] {
+			row[c] = T(float64(row[c]) + d)
+		}
+	}
+	s.st.unlock(m)
+}
+
+func (s *sparse[T]) Set(keys []uint64, vals []float64) {
+	w := s.width
+	vals = vals[:len(keys)*w]
+	m := s.mask(keys)
+	s.st.lock(m)
+	for i, k := range keys {
+		if !s.owns(k) {
+			continue
+		}
+		row := s.row(&s.parts[stripeOf(k)], k)
+		for c, v := range vals[i*w:][:w] {
+			row[c] = T(v)
+		}
+	}
+	s.st.unlock(m)
+}
+
+func (s *sparse[T]) GetRange(first uint64, n int, out []float64) {
+	rangeByKeys(first, n, s.width, out, s.Get)
+}
+
+func (s *sparse[T]) AddRange(first uint64, n int, deltas []float64) {
+	rangeByKeys(first, n, s.width, deltas, s.Add)
+}
+
+// Range snapshots the held keys, sorts them, then visits each under its
+// stripe's read lock only while copying, so fn may call back into s.
+func (s *sparse[T]) Range(fn func(key uint64, vals []float64) bool) {
+	var keys []uint64
+	s.st.rlock(allStripes)
+	for i := range s.parts {
+		for _, sl := range s.parts[i].slots {
+			if sl.key != 0 {
+				keys = append(keys, sl.key-1)
+			}
+		}
+	}
+	s.st.runlock(allStripes)
+	slices.Sort(keys)
+	w := s.width
+	buf := make([]float64, w)
+	for _, k := range keys {
+		i := stripeOf(k)
+		p := &s.parts[i]
+		s.st[i].mu.RLock()
+		r := p.find(k)
+		for c, v := range p.vals[int(r)*w:][:w] {
+			buf[c] = float64(v)
+		}
+		s.st[i].mu.RUnlock()
+		if !fn(k, buf) {
+			return
+		}
+	}
+}

@@ -1,0 +1,409 @@
+package kvstore
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// TableClient is a worker's handle on one table: it routes each key to its
+// owner through the Directory, serves keys of this slave's shards from
+// memory, and batches the rest into one message per owner (split below the
+// bus's max payload).
+type TableClient struct {
+	c       *Client
+	spec    TableSpec
+	dir     Directory
+	hosts   []string
+	local   []Store // local[shard] != nil when this slave hosts the shard
+	allHere bool    // every shard is local: no routing needed
+	maxKeys int
+	g       Grouper
+	buf     []float64
+	spans   []span
+	keys    []uint64
+}
+
+type span struct {
+	shard int
+	first uint64
+	n     int
+	off   int // position in the caller's values, in keys
+}
+
+// Table opens a table placed as p.
+func (c *Client) Table(p Placement) (*TableClient, error) {
+	spec := p.Spec.WithDefaults()
+	dir, err := NewDirectory(spec, len(p.Hosts))
+	if err != nil {
+		return nil, err
+	}
+	t := &TableClient{c: c, spec: spec, dir: dir, hosts: p.Hosts, local: make([]Store, len(p.Hosts)),
+		maxKeys: MaxKeysPerMessage(c.cfg.MaxPayload, spec.Width, spec.DType)}
+	t.allHere = true
+	for i, h := range p.Hosts {
+		if h == c.cfg.Self && c.cfg.Server != nil {
+			st, ok := c.cfg.Server.Local(c.cfg.Task, spec.Name)
+			if !ok {
+				return nil, fmt.Errorf("kvstore: slave %s should host table %q of task %s but does not", h, spec.Name, c.cfg.Task)
+			}
+			t.local[i] = st
+		} else {
+			t.allHere = false
+		}
+	}
+	return t, nil
+}
+
+// Spec is the table's declaration.
+func (t *TableClient) Spec() TableSpec { return t.spec }
+
+func (t *TableClient) checkKeys(keys []uint64, vals []float64, what string) error {
+	if len(vals) != len(keys)*t.spec.Width {
+		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, t.spec.Name, len(vals), len(keys), t.spec.Width)
+	}
+	for _, k := range keys {
+		if k >= t.spec.Size {
+			return fmt.Errorf("kvstore: %s on %q: key %d out of range [0, %d)", what, t.spec.Name, k, t.spec.Size)
+		}
+	}
+	return nil
+}
+
+// waitLocal applies the consistency gate to a read of local keys.
+func (t *TableClient) waitLocal(keys []uint64) error {
+	c := t.c
+	if !c.gated() {
+		return nil
+	}
+	if g := c.cfg.Server.Gate(c.cfg.Task, c.cfg.Stage); g != nil {
+		return g.Wait(c.cfg.Ctx, int(c.cfg.Worker), c.clock, keys)
+	}
+	return nil
+}
+
+// Get reads keys into out (len(keys)*Width values).
+func (t *TableClient) Get(keys []uint64, out []float64) error {
+	c := t.c
+	if c.err != nil {
+		return c.err
+	}
+	if err := t.checkKeys(keys, out, "get"); err != nil {
+		return err
+	}
+	if t.allHere && len(t.local) == 1 {
+		if err := t.waitLocal(keys); err != nil {
+			return err
+		}
+		t.local[0].Get(keys, out)
+		c.stats.LocalKeys += int64(len(keys))
+		return nil
+	}
+	w := t.spec.Width
+	t.g.Group(t.dir, keys)
+	p := t.begin(out)
+	for s := range t.hosts {
+		ks := t.g.Keys(s)
+		if len(ks) == 0 || t.local[s] != nil {
+			continue
+		}
+		pos := t.g.Pos(s)
+		for i := 0; i < len(ks); i += t.maxKeys {
+			j := min(i+t.maxKeys, len(ks))
+			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
+			if err := t.request(p, s, part{pos: pos[i:j]}); err != nil {
+				return err
+			}
+		}
+		c.stats.RemoteKeys += int64(len(ks))
+	}
+	// Serve local keys while remote replies travel.
+	for s, st := range t.local {
+		ks := t.g.Keys(s)
+		if st == nil || len(ks) == 0 {
+			continue
+		}
+		if err := t.waitLocal(ks); err != nil {
+			return err
+		}
+		t.buf = grow(t.buf, len(ks)*w)
+		st.Get(ks, t.buf)
+		for i, ps := range t.g.Pos(s) {
+			copy(out[int(ps)*w:int(ps+1)*w], t.buf[i*w:(i+1)*w])
+		}
+		c.stats.LocalKeys += int64(len(ks))
+	}
+	return t.wait(p)
+}
+
+// Add adds deltas (len(keys)*Width values) to keys. Remote Adds are
+// acknowledged asynchronously; Flush (or the end of the stage) waits.
+func (t *TableClient) Add(keys []uint64, deltas []float64) error {
+	c := t.c
+	if c.err != nil {
+		return c.err
+	}
+	if err := t.checkKeys(keys, deltas, "add"); err != nil {
+		return err
+	}
+	if t.allHere && len(t.local) == 1 {
+		t.local[0].Add(keys, deltas)
+		c.stats.LocalKeys += int64(len(keys))
+		return nil
+	}
+	w := t.spec.Width
+	t.g.Group(t.dir, keys)
+	for s := range t.hosts {
+		ks := t.g.Keys(s)
+		if len(ks) == 0 {
+			continue
+		}
+		t.buf = grow(t.buf, len(ks)*w)
+		for i, ps := range t.g.Pos(s) {
+			copy(t.buf[i*w:(i+1)*w], deltas[int(ps)*w:int(ps+1)*w])
+		}
+		if st := t.local[s]; st != nil {
+			st.Add(ks, t.buf)
+			c.stats.LocalKeys += int64(len(ks))
+			continue
+		}
+		for i := 0; i < len(ks); i += t.maxKeys {
+			j := min(i+t.maxKeys, len(ks))
+			c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
+			if err := c.publishAcked(t.hosts[s]); err != nil {
+				return err
+			}
+		}
+		c.stats.RemoteKeys += int64(len(ks))
+	}
+	return nil
+}
+
+// Chunk returns the key range of chunk id.
+func (t *TableClient) Chunk(id uint64) (first uint64, n int, err error) {
+	cs := t.spec.ChunkSize
+	first = id * cs
+	if id >= (t.spec.Size+cs-1)/cs {
+		return 0, 0, fmt.Errorf("kvstore: table %q: chunk %d out of range (%d chunks of %d keys)", t.spec.Name, id, (t.spec.Size+cs-1)/cs, cs)
+	}
+	return first, int(min(cs, t.spec.Size-first)), nil
+}
+
+// ChunkValues is how many values GetChunk fills for chunks.
+func (t *TableClient) ChunkValues(chunks []uint64) (int, error) {
+	total := 0
+	for _, id := range chunks {
+		_, n, err := t.Chunk(id)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total * t.spec.Width, nil
+}
+
+// GetChunk reads whole chunks, concatenated in the order given, into out.
+func (t *TableClient) GetChunk(chunks []uint64, out []float64) error {
+	if err := t.chunkSpans(chunks, out); err != nil {
+		return err
+	}
+	return t.getSpans(out)
+}
+
+// AddChunk adds to whole chunks; deltas are laid out as GetChunk's out.
+func (t *TableClient) AddChunk(chunks []uint64, deltas []float64) error {
+	if err := t.chunkSpans(chunks, deltas); err != nil {
+		return err
+	}
+	return t.addSpans(deltas)
+}
+
+// GetRange reads keys first..first+n-1.
+func (t *TableClient) GetRange(first uint64, n int, out []float64) error {
+	if err := t.rangeSpans(first, n, out); err != nil {
+		return err
+	}
+	return t.getSpans(out)
+}
+
+// AddRange adds to keys first..first+n-1.
+func (t *TableClient) AddRange(first uint64, n int, deltas []float64) error {
+	if err := t.rangeSpans(first, n, deltas); err != nil {
+		return err
+	}
+	return t.addSpans(deltas)
+}
+
+func (t *TableClient) chunkSpans(chunks []uint64, vals []float64) error {
+	t.spans = t.spans[:0]
+	off := 0
+	for _, id := range chunks {
+		first, n, err := t.Chunk(id)
+		if err != nil {
+			return err
+		}
+		t.split(first, n, off)
+		off += n
+	}
+	if off*t.spec.Width != len(vals) {
+		return fmt.Errorf("kvstore: chunks of %q hold %d values, got a slice of %d", t.spec.Name, off*t.spec.Width, len(vals))
+	}
+	return nil
+}
+
+func (t *TableClient) rangeSpans(first uint64, n int, vals []float64) error {
+	if n < 0 || first+uint64(n) > t.spec.Size {
+		return fmt.Errorf("kvstore: range [%d, %d) of %q is outside [0, %d)", first, first+uint64(n), t.spec.Name, t.spec.Size)
+	}
+	if n*t.spec.Width != len(vals) {
+		return fmt.Errorf("kvstore: range of %d keys of %q needs %d values, got %d", n, t.spec.Name, n*t.spec.Width, len(vals))
+	}
+	t.spans = t.spans[:0]
+	t.split(first, n, 0)
+	return nil
+}
+
+// split appends the per-owner spans of [first, first+n).
+func (t *TableClient) split(first uint64, n int, off int) {
+	Spans(t.dir, first, n, func(shard int, f uint64, m int) {
+		// Merge with the previous span when contiguous on one shard
+		// (hash partitioning yields single keys).
+		if k := len(t.spans); k > 0 {
+			last := &t.spans[k-1]
+			if last.shard == shard && last.first+uint64(last.n) == f && last.off+last.n == off+int(f-first) {
+				last.n += m
+				return
+			}
+		}
+		t.spans = append(t.spans, span{shard: shard, first: f, n: m, off: off + int(f-first)})
+	})
+}
+
+func (t *TableClient) getSpans(out []float64) error {
+	c := t.c
+	if c.err != nil {
+		return c.err
+	}
+	w := t.spec.Width
+	p := t.begin(out)
+	for _, sp := range t.spans {
+		if t.local[sp.shard] != nil {
+			continue
+		}
+		for i := 0; i < sp.n; i += t.maxKeys {
+			m := min(t.maxKeys, sp.n-i)
+			c.msg = Message{Op: OpGetRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+				First: sp.first + uint64(i), N: uint32(m)}
+			if err := t.request(p, sp.shard, part{off: (sp.off + i) * w, n: m * w}); err != nil {
+				return err
+			}
+		}
+		c.stats.RemoteKeys += int64(sp.n)
+	}
+	for _, sp := range t.spans {
+		st := t.local[sp.shard]
+		if st == nil {
+			continue
+		}
+		if err := t.waitLocal(nil); err != nil {
+			return err
+		}
+		st.GetRange(sp.first, sp.n, out[sp.off*w:(sp.off+sp.n)*w])
+		c.stats.LocalKeys += int64(sp.n)
+	}
+	return t.wait(p)
+}
+
+func (t *TableClient) addSpans(deltas []float64) error {
+	c := t.c
+	if c.err != nil {
+		return c.err
+	}
+	w := t.spec.Width
+	for _, sp := range t.spans {
+		if st := t.local[sp.shard]; st != nil {
+			st.AddRange(sp.first, sp.n, deltas[sp.off*w:(sp.off+sp.n)*w])
+			c.stats.LocalKeys += int64(sp.n)
+			continue
+		}
+		for i := 0; i < sp.n; i += t.maxKeys {
+			m := min(t.maxKeys, sp.n-i)
+			c.msg = Message{Op: OpAddRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: deltas[(sp.off+i)*w : (sp.off+i+m)*w]}
+			if err := c.publishAcked(t.hosts[sp.shard]); err != nil {
+				return err
+			}
+		}
+		c.stats.RemoteKeys += int64(sp.n)
+	}
+	return nil
+}
+
+// Set overwrites keys (model load and direct transfer).
+func (t *TableClient) Set(keys []uint64, vals []float64) error {
+	c := t.c
+	if err := t.checkKeys(keys, vals, "set"); err != nil {
+		return err
+	}
+	w := t.spec.Width
+	t.g.Group(t.dir, keys)
+	for s := range t.hosts {
+		ks := t.g.Keys(s)
+		if len(ks) == 0 {
+			continue
+		}
+		t.buf = grow(t.buf, len(ks)*w)
+		for i, ps := range t.g.Pos(s) {
+			copy(t.buf[i*w:(i+1)*w], vals[int(ps)*w:int(ps+1)*w])
+		}
+		if st := t.local[s]; st != nil {
+			st.Set(ks, t.buf)
+			continue
+		}
+		for i := 0; i < len(ks); i += t.maxKeys {
+			j := min(i+t.maxKeys, len(ks))
+			c.msg = Message{Op: OpSet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker,
+				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
+			if err := c.publishAcked(t.hosts[s]); err != nil {
+				return err
+			}
+		}
+	}
+	return c.Flush()
+}
+
+// begin starts a read into out.
+func (t *TableClient) begin(out []float64) *pending {
+	c := t.c
+	c.seq++
+	c.out, c.width = out, t.spec.Width
+	p := &c.p
+	p.seq, p.left, p.parts, p.host = c.seq, 0, p.parts[:0], p.host[:0]
+	return p
+}
+
+// request sends c.msg to the owner of shard as part of read p.
+func (t *TableClient) request(p *pending, shard int, pt part) error {
+	c := t.c
+	host := t.hosts[shard]
+	reply := c.inbox + ".g" + strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(len(p.parts))
+	c.enc = AppendMessage(c.enc[:0], &c.msg)
+	if err := c.cfg.Conn.PublishRequest(c.cfg.KVSubject(host), reply, c.enc); err != nil {
+		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	}
+	c.stats.Requests++
+	c.stats.BytesSent += int64(len(c.enc))
+	p.parts = append(p.parts, pt)
+	p.host = append(p.host, host)
+	p.left++
+	return nil
+}
+
+func (t *TableClient) wait(p *pending) error {
+	for p.left > 0 {
+		if err := t.c.receive(p); err != nil {
+			return err
+		}
+	}
+	return t.c.err
+}

@@ -1,0 +1,301 @@
+package assign
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/flexps/flexps/datastore"
+	"pgregory.net/rapid"
+)
+
+func blk(path string, length int64, hosts ...string) datastore.Block {
+	return datastore.Block{Path: path, Length: length, FileSize: length, Hosts: hosts}
+}
+
+// halves: n blocks of 100 bytes on h1, then n on h2.
+func halves(n int) []datastore.Block {
+	var bs []datastore.Block
+	for _, h := range []string{"h1", "h2"} {
+		for i := range n {
+			bs = append(bs, blk(fmt.Sprintf("/%s/%d", h, i), 100, h))
+		}
+	}
+	return bs
+}
+
+func TestLocalPreferenceEqualRates(t *testing.T) {
+	workers := []Worker{{0, "h1"}, {1, "h2"}, {2, "h1"}, {3, "h2"}}
+	blocks := halves(20)
+	a := New(blocks, workers)
+	for done := false; !done; {
+		done = true
+		for _, w := range workers {
+			b, local, ok := a.Next(w.Rank, 0)
+			if ok {
+				done = false
+				if !local || !slices.Contains(b.Hosts, w.Host) {
+					t.Fatalf("rank %d on %s got %v (local=%v)", w.Rank, w.Host, b, local)
+				}
+				a.Confirm(w.Rank, 0, b)
+			}
+		}
+	}
+	s := a.Stats(0)
+	if got := s.LocalFraction(); got != 1.0 {
+		t.Fatalf("local fraction %v, want 1.0", got)
+	}
+	local, total := Locality(Random(blocks, workers, 1), workers)
+	random := float64(local) / float64(total)
+	t.Logf("pull: local fraction 1.0; random: %.2f", random)
+	if random >= 1.0 {
+		t.Fatalf("random baseline local fraction %v, want below the assigner's 1.0", random)
+	}
+	if s.Remaining != 0 || s.Outstanding != 0 {
+		t.Fatalf("stats after the epoch: %+v", s)
+	}
+	for r := range 4 {
+		if st := s.PerRank[r]; st.Blocks != 10 || st.Confirmed != 10 || st.LocalBytes != 1000 {
+			t.Fatalf("rank %d: %+v", r, st)
+		}
+	}
+}
+
+func TestSlowWorkerGetsFewer(t *testing.T) {
+	// All blocks on one host, both workers there; rank 0 pulls three times
+	// for each pull of rank 1.
+	var blocks []datastore.Block
+	for i := range 40 {
+		blocks = append(blocks, blk(fmt.Sprintf("/f/%d", i), 10, "h"))
+	}
+	a := New(blocks, []Worker{{0, "h"}, {1, "h"}})
+	for ok := true; ok; {
+		for range 3 {
+			_, _, ok = a.Next(0, 0)
+		}
+		_, _, ok2 := a.Next(1, 0)
+		ok = ok || ok2
+	}
+	s := a.Stats(0)
+	fast, slow := s.PerRank[0].Blocks, s.PerRank[1].Blocks
+	if fast+slow != 40 || fast != 30 || slow != 10 {
+		t.Fatalf("fast %d, slow %d blocks; want 30 and 10", fast, slow)
+	}
+}
+
+func TestRemotePreference(t *testing.T) {
+	workers := []Worker{{0, "h1"}, {1, "h3"}}
+	a := New([]datastore.Block{
+		blk("/on-h1", 500, "h1"),       // rank 0 could read it locally
+		blk("/orphan-small", 10, "h4"), // nobody active on h4
+		blk("/orphan-big", 20, "h4", "h5"),
+	}, workers)
+	var got []string
+	for range 3 {
+		b, local, ok := a.Next(1, 0) // h3 holds nothing
+		if !ok || local {
+			t.Fatalf("Next: %v local=%v ok=%v", b, local, ok)
+		}
+		got = append(got, b.Path)
+	}
+	want := []string{"/orphan-big", "/orphan-small", "/on-h1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	if _, _, ok := a.Next(0, 0); ok {
+		t.Fatal("epoch should be empty")
+	}
+}
+
+func TestLocalPrefersBlocksOthersCannotReadLocally(t *testing.T) {
+	a := New([]datastore.Block{
+		blk("/shared", 100, "h1", "h2"),
+		blk("/mine", 50, "h1"),
+	}, []Worker{{0, "h1"}, {1, "h2"}})
+	b, local, _ := a.Next(0, 0)
+	if b.Path != "/mine" || !local {
+		t.Fatalf("got %v local=%v, want /mine (h2's worker can still read /shared locally)", b, local)
+	}
+	b, local, _ = a.Next(1, 0)
+	if b.Path != "/shared" || !local {
+		t.Fatalf("got %v local=%v, want /shared", b, local)
+	}
+}
+
+func TestEpochsIndependent(t *testing.T) {
+	a := New(halves(2), []Worker{{0, "h1"}})
+	for epoch := range 3 {
+		n := 0
+		for {
+			if _, _, ok := a.Next(0, epoch); !ok {
+				break
+			}
+			n++
+		}
+		if n != 4 {
+			t.Fatalf("epoch %d handed %d blocks, want 4", epoch, n)
+		}
+	}
+	if s := a.Stats(7); s.Remaining != 4 || s.RemainingBytes != 400 || len(s.PerRank) != 0 {
+		t.Fatalf("unused epoch stats %+v", s)
+	}
+}
+
+func TestReleaseRequeuesUnconfirmed(t *testing.T) {
+	a := New(halves(2), []Worker{{0, "h1"}, {1, "h2"}})
+	b1, _, _ := a.Next(0, 0)
+	b2, _, _ := a.Next(0, 0)
+	a.Confirm(0, 0, b1)
+	if s := a.Stats(0); s.Outstanding != 1 || s.Remaining != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	got := a.Release(0, 0) // rank 0 died
+	if !reflect.DeepEqual(got, []datastore.Block{b2}) {
+		t.Fatalf("released %v, want [%v]", got, b2)
+	}
+	if got := a.Release(0, 0); got != nil {
+		t.Fatalf("second release %v", got)
+	}
+	if a.Release(0, 9) != nil {
+		t.Fatal("release in an unused epoch")
+	}
+	s := a.Stats(0)
+	if s.Remaining != 3 || s.Outstanding != 0 || s.PerRank[0].Blocks != 1 || s.PerRank[0].Confirmed != 1 {
+		t.Fatalf("stats after release %+v", s)
+	}
+	seen := map[string]bool{}
+	for {
+		b, _, ok := a.Next(1, 0)
+		if !ok {
+			break
+		}
+		seen[b.Path] = true
+	}
+	if len(seen) != 3 || !seen[b2.Path] || seen[b1.Path] {
+		t.Fatalf("survivor read %v", seen)
+	}
+}
+
+// TestEveryBlockOncePerEpoch drives random requests, confirmations and
+// worker deaths over two epochs and checks that, per epoch, every block is
+// confirmed exactly once across the workers.
+func TestEveryBlockOncePerEpoch(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		hosts := []string{"h0", "h1", "h2", "h3"}
+		nb := rapid.IntRange(0, 25).Draw(rt, "blocks")
+		var blocks []datastore.Block
+		for i := range nb {
+			var hs []string
+			for _, h := range hosts {
+				if rapid.IntRange(0, 2).Draw(rt, "replica") == 0 {
+					hs = append(hs, h)
+				}
+			}
+			blocks = append(blocks, datastore.Block{
+				Path: fmt.Sprintf("/f%d", i%3), Offset: int64(i) * 1000,
+				Length: int64(rapid.IntRange(1, 1000).Draw(rt, "length")), Hosts: hs,
+			})
+		}
+		nw := rapid.IntRange(1, 5).Draw(rt, "workers")
+		var workers []Worker
+		for r := range nw {
+			workers = append(workers, Worker{Rank: r, Host: rapid.SampledFrom(append(hosts, "h9")).Draw(rt, "host")})
+		}
+		a := New(blocks, workers)
+		const epochs = 2
+		confirmed := make([]map[string]int, epochs)
+		out := make([]map[int][]datastore.Block, epochs)
+		for e := range epochs {
+			confirmed[e] = map[string]int{}
+			out[e] = map[int][]datastore.Block{}
+		}
+		confirm := func(e, r int, b datastore.Block) {
+			a.Confirm(r, e, b)
+			confirmed[e][b.String()]++
+		}
+		for range rapid.IntRange(0, 80).Draw(rt, "steps") {
+			e := rapid.IntRange(0, epochs-1).Draw(rt, "epoch")
+			r := rapid.IntRange(0, nw-1).Draw(rt, "rank")
+			switch rapid.IntRange(0, 5).Draw(rt, "action") {
+			case 0, 1, 2:
+				b, local, ok := a.Next(r, e)
+				if !ok {
+					if s := a.Stats(e); s.Remaining != 0 {
+						rt.Fatalf("Next said empty with %d remaining", s.Remaining)
+					}
+					continue
+				}
+				if local != slices.Contains(b.Hosts, workers[r].Host) {
+					rt.Fatalf("local=%v for %v on %s", local, b, workers[r].Host)
+				}
+				out[e][r] = append(out[e][r], b)
+			case 3, 4:
+				if len(out[e][r]) > 0 {
+					k := rapid.IntRange(0, len(out[e][r])-1).Draw(rt, "which")
+					confirm(e, r, out[e][r][k])
+					out[e][r] = slices.Delete(out[e][r], k, k+1)
+				}
+			case 5: // r dies
+				got := a.Release(r, e)
+				if len(got) != len(out[e][r]) {
+					rt.Fatalf("released %v, outstanding %v", got, out[e][r])
+				}
+				out[e][r] = nil
+			}
+		}
+		// Drain: every rank confirms what it holds and pulls until empty.
+		for e := range epochs {
+			for r := range nw {
+				for _, b := range out[e][r] {
+					confirm(e, r, b)
+				}
+				for {
+					b, _, ok := a.Next(r, e)
+					if !ok {
+						break
+					}
+					confirm(e, r, b)
+				}
+			}
+			s := a.Stats(e)
+			if s.Remaining != 0 || s.Outstanding != 0 || len(confirmed[e]) != nb {
+				rt.Fatalf("epoch %d: stats %+v, %d distinct confirmed of %d", e, s, len(confirmed[e]), nb)
+			}
+			var sum int
+			for _, st := range s.PerRank {
+				sum += st.Blocks
+				if st.Confirmed != st.Blocks {
+					rt.Fatalf("epoch %d: %+v", e, st)
+				}
+			}
+			if sum != nb {
+				rt.Fatalf("epoch %d: per-rank blocks sum to %d, want %d", e, sum, nb)
+			}
+			for b, n := range confirmed[e] {
+				if n != 1 {
+					rt.Fatalf("epoch %d: %s confirmed %d times", e, b, n)
+				}
+			}
+		}
+	})
+}
+
+func TestRandomDealsEvenly(t *testing.T) {
+	workers := []Worker{{2, "h2"}, {0, "h1"}, {1, "h1"}}
+	blocks := halves(5)
+	as := Random(blocks, workers, 7)
+	n := 0
+	for r, bs := range as {
+		if len(bs) < 3 || len(bs) > 4 {
+			t.Fatalf("rank %d got %d blocks", r, len(bs))
+		}
+		n += len(bs)
+	}
+	if n != 10 || !reflect.DeepEqual(as, Random(blocks, workers, 7)) {
+		t.Fatal("Random must deal every block once and be deterministic per seed")
+	}
+	if len(Random(blocks, nil, 1)) != 0 {
+		t.Fatal("no workers, no assignment")
+	}
+}

@@ -1,0 +1,65 @@
+// Package master runs a flexps cluster's control plane: slaves join and
+// send heartbeats (a slave that stops is declared dead by the failure
+// detector in master/membership), tasks are submitted over NATS, the
+// TaskScheduler policy (package scheduler) decides when and where each
+// stage runs, the FileAssigner (master/assign) hands input blocks to
+// workers as they ask, and each task's lifecycle is driven by one goroutine
+// that creates its tables, runs its stages one after another, collects
+// progress and epoch metrics from the workers, and writes the model.
+// The master runs no user code.
+package master
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/rs/zerolog"
+)
+
+// Config configures a master. The zero value of each field means its
+// default.
+type Config struct {
+	Cluster        string        // subject prefix flexps.<cluster>; default "default"
+	Heartbeat      time.Duration // slaves beat at this interval; default 500ms
+	DeadAfter      time.Duration // no heartbeat for this long = dead; default 3s
+	Policy         string        // sequential (default), greedy, prioritized
+	Aging          float64       // prioritized: priority points per second waited; default 1
+	RequestTimeout time.Duration // control requests to slaves; default 10s
+	KVTimeout      time.Duration // data-plane round trips (model dump); default 60s
+	BlockSize      int64         // bytes per block of local files; default 8 MiB
+	HDFS           datastore.HDFSConfig
+	Log            zerolog.Logger
+	Now            func() time.Time // injected clock for the failure detector; default time.Now
+}
+
+func (c *Config) defaults() error {
+	if c.Cluster == "" {
+		c.Cluster = "default"
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 500 * time.Millisecond
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = 3 * time.Second
+	}
+	if c.DeadAfter < 2*c.Heartbeat {
+		return fmt.Errorf("master: dead_after (%v) must be at least twice the heartbeat (%v)", c.DeadAfter, c.Heartbeat)
+	}
+	if c.Policy == "" {
+		c.Policy = "sequential"
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.KVTimeout <= 0 {
+		c.KVTimeout = 60 * time.Second
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 8 << 20
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}

@@ -1,0 +1,504 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/master/assign"
+	"github.com/flexps/flexps/master/membership"
+	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Master is a running master.
+type Master struct {
+	cfg     Config
+	nc      *nats.Conn
+	subj    bus.Subjects
+	log     zerolog.Logger
+	policy  scheduler.Policy
+	sources *datastore.Sources
+
+	mu        sync.Mutex
+	det       *membership.Detector
+	slaves    map[string]*slaveInfo
+	tasks     map[string]*taskRun
+	order     []string // task ids in submission order
+	queue     []waiting
+	assigners map[assignKey]*assign.Assigner
+	seq       int
+
+	subs   []*nats.Subscription
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type slaveInfo struct {
+	proto.JoinRequest
+	free  int
+	alive bool
+}
+
+type waiting struct {
+	req   scheduler.Request
+	grant chan []scheduler.Assignment
+}
+
+type assignKey struct {
+	task  string
+	stage int
+	input string
+}
+
+// New creates a master on nc; Start makes it serve.
+func New(nc *nats.Conn, cfg Config) (*Master, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	pol, err := scheduler.New(cfg.Policy, scheduler.Options{AgingPerSecond: cfg.Aging})
+	if err != nil {
+		return nil, fmt.Errorf("master: policy: %w", err)
+	}
+	return &Master{
+		cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), log: cfg.Log.With().Str("node", "master").Logger(),
+		policy: pol, sources: datastore.NewSources(cfg.HDFS),
+		det: membership.NewDetector(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
+		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{},
+	}, nil
+}
+
+// Start subscribes to the master's subjects and starts the failure
+// detector. The master stops when ctx ends or Close is called.
+func (m *Master) Start(ctx context.Context) error {
+	m.ctx, m.cancel = context.WithCancel(ctx)
+	handlers := map[string]nats.MsgHandler{
+		m.subj.Join():      m.onJoin,
+		m.subj.Heartbeat(): m.onHeartbeat,
+		m.subj.Submit():    m.onSubmit,
+		m.subj.Status():    m.onStatus,
+		m.subj.Cancel():    m.onCancel,
+		m.subj.Event():     m.onEvent,
+		m.subj.Block():     m.onBlock,
+	}
+	for subject, h := range handlers {
+		sub, err := m.nc.Subscribe(subject, h)
+		if err != nil {
+			m.Close()
+			return fmt.Errorf("master: subscribe %s: %w", subject, err)
+		}
+		sub.SetPendingLimits(-1, -1)
+		m.subs = append(m.subs, sub)
+	}
+	if err := m.nc.Flush(); err != nil {
+		m.Close()
+		return fmt.Errorf("master: %w", err)
+	}
+	m.wg.Add(1)
+	go m.detect()
+	m.log.Info().Str("policy", m.policy.Name()).Dur("dead_after", m.cfg.DeadAfter).Msg("master started")
+	return nil
+}
+
+// Close stops the master: running tasks are failed and their slaves told
+// to abort.
+func (m *Master) Close() {
+	for _, s := range m.subs {
+		s.Unsubscribe()
+	}
+	m.subs = nil
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.wg.Wait()
+	m.sources.Close()
+}
+
+func (m *Master) detect() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.Heartbeat / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+			m.mu.Lock()
+			dead := m.det.Tick(m.cfg.Now())
+			var fail []*taskRun
+			var errs []error
+			for _, id := range dead {
+				s := m.slaves[id]
+				s.alive = false
+				err := fmt.Errorf("slave %s (host %s, pid %d) died: no heartbeat for %v", id, s.Host, s.PID, m.cfg.DeadAfter)
+				m.log.Error().Str("slave", id).Msg(err.Error())
+				for _, tr := range m.tasks {
+					if tr.uses(id) {
+						fail = append(fail, tr)
+						errs = append(errs, err)
+					}
+				}
+			}
+			if len(dead) > 0 {
+				m.scheduleLocked()
+			}
+			m.mu.Unlock()
+			for i, tr := range fail {
+				tr.fail(errs[i])
+			}
+		}
+	}
+}
+
+func reply(msg *nats.Msg, v any) {
+	if msg.Reply == "" {
+		return
+	}
+	data, _ := json.Marshal(v)
+	msg.Respond(data)
+}
+
+func (m *Master) onJoin(msg *nats.Msg) {
+	var req proto.JoinRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil || req.ID == "" || req.Slots < 1 {
+		reply(msg, proto.JoinReply{Error: "malformed join request"})
+		return
+	}
+	m.mu.Lock()
+	if old, ok := m.slaves[req.ID]; ok && old.alive && old.PID != req.PID {
+		m.mu.Unlock()
+		reply(msg, proto.JoinReply{Error: fmt.Sprintf("a live slave already uses id %q (host %s, pid %d)", req.ID, old.Host, old.PID)})
+		return
+	}
+	m.det.Join(req.ID, m.cfg.Now())
+	m.slaves[req.ID] = &slaveInfo{JoinRequest: req, free: req.Slots, alive: true}
+	m.scheduleLocked()
+	m.mu.Unlock()
+	m.log.Info().Str("slave", req.ID).Str("host", req.Host).Int("slots", req.Slots).Msg("slave joined")
+	reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat})
+}
+
+func (m *Master) onHeartbeat(msg *nats.Msg) {
+	var hb proto.Heartbeat
+	if json.Unmarshal(msg.Data, &hb) != nil {
+		return
+	}
+	m.mu.Lock()
+	m.det.Beat(hb.ID, m.cfg.Now())
+	m.mu.Unlock()
+}
+
+// Slaves lists the slaves the master knows.
+func (m *Master) Slaves() []proto.SlaveStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.slavesLocked()
+}
+
+func (m *Master) slavesLocked() []proto.SlaveStatus {
+	out := make([]proto.SlaveStatus, 0, len(m.slaves))
+	for id, s := range m.slaves {
+		seen, _ := m.det.LastSeen(id)
+		out = append(out, proto.SlaveStatus{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.free, Alive: s.alive, LastSeen: seen})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (m *Master) onSubmit(msg *nats.Msg) {
+	var req proto.SubmitRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		reply(msg, proto.SubmitReply{Error: "malformed submission: " + err.Error()})
+		return
+	}
+	// Listing inputs may take a while (HDFS); do not hold up the handler.
+	go func() {
+		id, err := m.Submit(m.ctx, &req.Task)
+		if err != nil {
+			reply(msg, proto.SubmitReply{Error: err.Error()})
+			return
+		}
+		reply(msg, proto.SubmitReply{ID: id})
+	}()
+}
+
+// Submit queues a task and returns its id. The task's inputs are listed
+// now, so a missing file fails the submission, not the run.
+func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string, error) {
+	spec.Normalize()
+	if err := spec.ValidateShape(); err != nil {
+		return "", err
+	}
+	blocks := map[string][]datastore.Block{}
+	for name, in := range spec.Inputs {
+		bs := in.BlockSize
+		if bs <= 0 {
+			bs = m.cfg.BlockSize
+		}
+		b, err := m.sources.Blocks(ctx, in.Path, bs)
+		if err != nil {
+			return "", fmt.Errorf("task %q: input %q: %w", spec.Name, name, err)
+		}
+		blocks[name] = b
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx.Err() != nil {
+		return "", errors.New("master is shutting down")
+	}
+	if spec.ID == "" {
+		m.seq++
+		spec.ID = fmt.Sprintf("t%d-%d", time.Now().Unix()%100000, m.seq)
+	} else if _, dup := m.tasks[spec.ID]; dup {
+		return "", fmt.Errorf("a task with id %q exists", spec.ID)
+	}
+	tr := newTaskRun(m, spec, blocks)
+	m.tasks[spec.ID] = tr
+	m.order = append(m.order, spec.ID)
+	m.wg.Add(1)
+	go tr.run()
+	m.log.Info().Str("task", spec.ID).Str("name", spec.Name).Int("stages", len(spec.Stages)).Msg("task submitted")
+	return spec.ID, nil
+}
+
+func (m *Master) onStatus(msg *nats.Msg) {
+	var req proto.StatusRequest
+	json.Unmarshal(msg.Data, &req)
+	reply(msg, m.Status(req.ID))
+}
+
+// Status reports one task (id != "") or all, and the slaves.
+func (m *Master) Status(id string) proto.StatusReply {
+	m.mu.Lock()
+	runs := make([]*taskRun, 0, len(m.order))
+	for _, tid := range m.order {
+		if id == "" || tid == id {
+			runs = append(runs, m.tasks[tid])
+		}
+	}
+	out := proto.StatusReply{Slaves: m.slavesLocked(), Policy: m.policy.Name()}
+	m.mu.Unlock()
+	for _, tr := range runs {
+		out.Tasks = append(out.Tasks, tr.snapshot())
+	}
+	if id != "" && len(runs) == 0 {
+		out.Error = fmt.Sprintf("no task %q", id)
+	}
+	return out
+}
+
+func (m *Master) onCancel(msg *nats.Msg) {
+	var req proto.CancelRequest
+	json.Unmarshal(msg.Data, &req)
+	m.mu.Lock()
+	tr := m.tasks[req.ID]
+	m.mu.Unlock()
+	if tr == nil {
+		reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.ID)})
+		return
+	}
+	tr.cancelRun(errCancelled)
+	reply(msg, proto.CtlReply{OK: true})
+}
+
+func (m *Master) onEvent(msg *nats.Msg) {
+	var ev proto.WorkerEvent
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		return
+	}
+	m.mu.Lock()
+	tr := m.tasks[ev.Task]
+	m.mu.Unlock()
+	if tr != nil {
+		tr.event(ev)
+	}
+}
+
+func (m *Master) onBlock(msg *nats.Msg) {
+	var req proto.BlockRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		reply(msg, proto.BlockReply{Error: "malformed block request"})
+		return
+	}
+	m.mu.Lock()
+	a := m.assigners[assignKey{req.Task, req.Stage, req.Input}]
+	var out proto.BlockReply
+	if a == nil {
+		out.Error = fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)
+	} else {
+		b, local, ok := a.Next(req.Rank, req.Epoch)
+		out = proto.BlockReply{Block: b, Local: local, Done: !ok}
+	}
+	m.mu.Unlock()
+	reply(msg, out)
+}
+
+// request grants slots: it queues a stage and returns the channel on which
+// the scheduler's placement arrives.
+func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cluster := m.schedSlavesLocked()
+	if !scheduler.Fits(r, cluster) {
+		total := 0
+		for _, s := range cluster {
+			if s.Alive {
+				total += s.Total
+			}
+		}
+		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.det.Alive()), r.OneSlave)
+	}
+	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1)}
+	m.queue = append(m.queue, w)
+	m.scheduleLocked()
+	return w.grant, nil
+}
+
+// withdraw removes a stage's request if it is still queued.
+func (m *Master) withdraw(task string, stage int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, w := range m.queue {
+		if w.req.Task == task && w.req.Stage == stage {
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// release returns slots and lets the scheduler use them.
+func (m *Master) release(assign []scheduler.Assignment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range assign {
+		if s := m.slaves[a.Slave]; s != nil {
+			s.free += a.Workers
+			if s.free > s.Slots {
+				s.free = s.Slots
+			}
+		}
+	}
+	m.scheduleLocked()
+}
+
+func (m *Master) schedSlavesLocked() []scheduler.Slave {
+	out := make([]scheduler.Slave, 0, len(m.slaves))
+	for id, s := range m.slaves {
+		out = append(out, scheduler.Slave{ID: id, Free: s.free, Total: s.Slots, Alive: s.alive})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (m *Master) scheduleLocked() {
+	if len(m.queue) == 0 {
+		return
+	}
+	st := scheduler.State{Now: m.cfg.Now(), Slaves: m.schedSlavesLocked()}
+	for _, w := range m.queue {
+		st.Queue = append(st.Queue, w.req)
+	}
+	for _, id := range m.order {
+		if tr := m.tasks[id]; tr.holdsSlots() {
+			st.Running = append(st.Running, id)
+		}
+	}
+	for _, d := range m.policy.Schedule(st) {
+		for i, w := range m.queue {
+			if w.req.Task != d.Task || w.req.Stage != d.Stage {
+				continue
+			}
+			for _, a := range d.Assign {
+				m.slaves[a.Slave].free -= a.Workers
+			}
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			w.grant <- d.Assign
+			break
+		}
+	}
+}
+
+// aliveSlaves lists live slave ids, sorted.
+func (m *Master) aliveSlaves() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for id, s := range m.slaves {
+		if s.alive {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *Master) slaveHost(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slaves[id]; s != nil {
+		return s.Host
+	}
+	return ""
+}
+
+func (m *Master) setAssigner(k assignKey, a *assign.Assigner) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a == nil {
+		delete(m.assigners, k)
+	} else {
+		m.assigners[k] = a
+	}
+}
+
+// ctl sends a control request to a slave and waits for its answer.
+func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+	defer cancel()
+	msg, err := m.nc.RequestWithContext(ctx, m.subj.SlaveCtl(slave), data)
+	if err != nil {
+		return fmt.Errorf("slave %s did not answer %s: %w", slave, req.Op, err)
+	}
+	var rep proto.CtlReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return fmt.Errorf("slave %s: malformed answer to %s", slave, req.Op)
+	}
+	if !rep.OK {
+		return fmt.Errorf("slave %s: %s", slave, rep.Error)
+	}
+	return nil
+}
+
+// ctlAll sends req to every slave in parallel; the first error wins.
+func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl) error {
+	errs := make([]error, len(slaves))
+	var wg sync.WaitGroup
+	for i, s := range slaves {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.ctl(ctx, s, req)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (m *Master) publishTask(id string, ev proto.TaskEvent) {
+	data, _ := json.Marshal(ev)
+	m.nc.Publish(m.subj.TaskEvents(id), data)
+}

@@ -1,0 +1,395 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/master/assign"
+	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/tasks"
+)
+
+var errCancelled = errors.New("cancelled by the user")
+
+// taskRun drives one task from queue to done; its goroutine (run) owns the
+// stage sequence, the rest is guarded by mu.
+type taskRun struct {
+	m      *Master
+	spec   *tasks.MultiStageTask
+	blocks map[string][]datastore.Block
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	events chan proto.WorkerEvent
+	ended  chan struct{}
+
+	mu      sync.Mutex
+	status  proto.TaskStatus
+	hosts   []string        // shard hosts
+	used    map[string]bool // every slave the task touched
+	holding map[string]int  // slots held now
+}
+
+func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datastore.Block) *taskRun {
+	ctx, cancel := context.WithCancelCause(m.ctx)
+	return &taskRun{
+		m: m, spec: spec, blocks: blocks, ctx: ctx, cancel: cancel,
+		events: make(chan proto.WorkerEvent, 4096), ended: make(chan struct{}),
+		used: map[string]bool{},
+		status: proto.TaskStatus{ID: spec.ID, Name: spec.Name, State: proto.Queued, Stages: len(spec.Stages),
+			Priority: spec.Priority, Submitted: time.Now(), Output: spec.Output},
+	}
+}
+
+func (t *taskRun) fail(err error)      { t.cancel(err) }
+func (t *taskRun) cancelRun(err error) { t.cancel(err) }
+
+func (t *taskRun) uses(slave string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.used[slave] && t.status.State != proto.Done && t.status.State != proto.Failed && t.status.State != proto.Cancelled
+}
+
+func (t *taskRun) holdsSlots() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.holding) > 0
+}
+
+func (t *taskRun) snapshot() proto.TaskStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.status
+	s.Slots = maps.Clone(t.holding)
+	s.Results = append([]proto.StageResult(nil), t.status.Results...)
+	return s
+}
+
+// event hands a worker's event to the task's goroutine. Progress may be
+// dropped under pressure; completion and errors are not.
+func (t *taskRun) event(ev proto.WorkerEvent) {
+	if ev.Kind == "progress" {
+		select {
+		case t.events <- ev:
+		default:
+		}
+		return
+	}
+	select {
+	case t.events <- ev:
+	case <-t.ended:
+	}
+}
+
+func (t *taskRun) publish(kind string, ep *proto.EpochResult) {
+	t.m.publishTask(t.spec.ID, proto.TaskEvent{Kind: kind, Status: t.snapshot(), Epoch: ep})
+}
+
+func (t *taskRun) run() {
+	defer t.m.wg.Done()
+	err := t.execute()
+	t.mu.Lock()
+	slaves := make([]string, 0, len(t.used))
+	for s := range t.used {
+		slaves = append(slaves, s)
+	}
+	t.mu.Unlock()
+	sort.Strings(slaves)
+	// Tell every slave involved to stop and free the task, whatever happened.
+	reason := "task finished"
+	if err != nil {
+		reason = err.Error()
+	}
+	cleanup, cancel := context.WithTimeout(context.Background(), t.m.cfg.RequestTimeout)
+	for _, s := range slaves {
+		if !t.m.isAlive(s) {
+			continue
+		}
+		if cerr := t.m.ctl(cleanup, s, proto.SlaveCtl{Op: proto.OpDropTask, Task: t.spec.ID, Reason: reason}); cerr != nil {
+			t.m.log.Warn().Err(cerr).Str("task", t.spec.ID).Msg("could not drop task on slave")
+		}
+	}
+	cancel()
+	t.mu.Lock()
+	t.status.Finished = time.Now()
+	t.holding = nil
+	switch {
+	case err == nil:
+		t.status.State = proto.Done
+	case errors.Is(err, errCancelled):
+		t.status.State, t.status.Reason = proto.Cancelled, err.Error()
+	default:
+		t.status.State, t.status.Reason = proto.Failed, err.Error()
+	}
+	state := t.status.State
+	t.mu.Unlock()
+	close(t.ended)
+	t.cancel(nil)
+	if err != nil {
+		t.m.log.Error().Str("task", t.spec.ID).Err(err).Msg("task " + state)
+		t.publish("failed", nil)
+	} else {
+		t.m.log.Info().Str("task", t.spec.ID).Msg("task done")
+		t.publish("done", nil)
+	}
+}
+
+func (m *Master) isAlive(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.slaves[id]
+	return s != nil && s.alive
+}
+
+// cause is why the task's context ended.
+func (t *taskRun) cause() error {
+	if err := context.Cause(t.ctx); err != nil {
+		return err
+	}
+	return t.ctx.Err()
+}
+
+func (t *taskRun) execute() error {
+	for k := range t.spec.Stages {
+		st := &t.spec.Stages[k]
+		t.mu.Lock()
+		t.status.Stage, t.status.StageName = k, st.Name
+		t.mu.Unlock()
+		workers := st.Workers
+		if st.Auto {
+			workers = t.autoWorkers(st)
+		}
+		grant, err := t.m.request(scheduler.Request{
+			Task: t.spec.ID, Stage: k, Workers: workers, MaxSlaves: st.MaxSlaves, OneSlave: st.OneSlave(),
+			Pinned: st.Slaves, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: time.Now(),
+		})
+		if err != nil {
+			return fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
+		}
+		t.publish("status", nil)
+		var placement []scheduler.Assignment
+		select {
+		case placement = <-grant:
+		case <-t.ctx.Done():
+			t.m.withdraw(t.spec.ID, k)
+			select {
+			case a := <-grant:
+				t.m.release(a)
+			default:
+			}
+			return t.cause()
+		}
+		t.mu.Lock()
+		t.holding = map[string]int{}
+		for _, a := range placement {
+			t.holding[a.Slave] += a.Workers
+			t.used[a.Slave] = true
+		}
+		if t.status.State == proto.Queued {
+			t.status.State, t.status.Started = proto.Running, time.Now()
+		}
+		t.mu.Unlock()
+		err = t.runStage(k, st, workers, placement)
+		t.mu.Lock()
+		t.holding = nil
+		t.mu.Unlock()
+		t.m.release(placement)
+		if err != nil {
+			return err
+		}
+	}
+	return t.writeOutput()
+}
+
+// autoWorkers is the parallelism tried for a stage with parallelism
+// "auto": every slot of the live cluster the stage may use.
+func (t *taskRun) autoWorkers(st *tasks.Stage) int {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	best := 0
+	total := 0
+	for _, s := range t.m.slaves {
+		if s.alive {
+			total += s.Slots
+			best = max(best, s.Slots)
+		}
+	}
+	if st.OneSlave() {
+		return max(best, 1)
+	}
+	return max(total, 1)
+}
+
+func (t *taskRun) placements() []kvstore.Placement {
+	out := make([]kvstore.Placement, len(t.spec.Tables))
+	for i, spec := range t.spec.Tables {
+		out[i] = kvstore.Placement{Spec: spec, Hosts: t.hosts}
+	}
+	return out
+}
+
+func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment) error {
+	m := t.m
+	stageErr := func(err error) error { return fmt.Errorf("stage %d (%s): %w", k, st.Name, err) }
+	if t.hosts == nil {
+		t.mu.Lock()
+		t.hosts = m.aliveSlaves()
+		for _, h := range t.hosts {
+			t.used[h] = true
+		}
+		t.mu.Unlock()
+		if len(t.hosts) == 0 {
+			return stageErr(errors.New("no live slave to host the tables"))
+		}
+		if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
+			return stageErr(err)
+		}
+	}
+	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
+		Consistency: st.Consistency, Workers: workers}); err != nil {
+		return stageErr(err)
+	}
+	// Ranks go to slaves in placement order; the FileAssigner knows where
+	// each rank runs.
+	var ws []assign.Worker
+	ranks := map[string][]int{}
+	rank := 0
+	for _, a := range placement {
+		host := m.slaveHost(a.Slave)
+		for i := 0; i < a.Workers; i++ {
+			ranks[a.Slave] = append(ranks[a.Slave], rank)
+			ws = append(ws, assign.Worker{Rank: rank, Host: host})
+			rank++
+		}
+	}
+	inputs := st.Inputs
+	if len(inputs) == 0 {
+		for name := range t.spec.Inputs {
+			inputs = append(inputs, name)
+		}
+	}
+	for _, in := range inputs {
+		m.setAssigner(assignKey{t.spec.ID, k, in}, assign.New(t.blocks[in], ws))
+		defer m.setAssigner(assignKey{t.spec.ID, k, in}, nil)
+	}
+	started := time.Now()
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, a := range placement {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
+				Workers: workers, Ranks: ranks[a.Slave], Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return stageErr(err)
+	}
+	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
+	t.publish("status", nil)
+
+	res := proto.StageResult{Index: k, Name: st.Name, Func: st.Func, Workers: workers, Placement: map[string]int{}, Metrics: map[string]float64{}}
+	for _, a := range placement {
+		res.Placement[a.Slave] += a.Workers
+	}
+	epochs := map[int]*proto.EpochResult{}
+	var samples int64
+	var winLoss float64
+	var winSamples int64
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	dirty := false
+	for done := 0; done < workers; {
+		select {
+		case <-t.ctx.Done():
+			return t.cause()
+		case <-ticker.C:
+			if dirty {
+				el := time.Since(started).Seconds()
+				t.mu.Lock()
+				t.status.Progress.Samples = samples
+				if winSamples > 0 {
+					t.status.Progress.Loss = winLoss / float64(winSamples)
+				}
+				t.status.Progress.SamplesPerSec = float64(samples) / max(el, 1e-9)
+				t.mu.Unlock()
+				winLoss, winSamples, dirty = 0, 0, false
+				t.publish("progress", nil)
+			}
+		case ev := <-t.events:
+			if ev.Stage != k {
+				continue
+			}
+			switch ev.Kind {
+			case "progress":
+				samples += ev.Samples
+				winSamples += ev.Samples
+				winLoss += ev.LossSum
+				dirty = true
+			case "epoch":
+				e := epochs[ev.Epoch]
+				if e == nil {
+					e = &proto.EpochResult{Stage: k, Epoch: ev.Epoch, Metrics: map[string]float64{}}
+					epochs[ev.Epoch] = e
+				}
+				e.Workers++
+				e.Seconds = max(e.Seconds, ev.Seconds)
+				for key, v := range ev.Metrics {
+					e.Metrics[key] += v
+				}
+				if e.Workers == workers {
+					res.Epochs = append(res.Epochs, *e)
+					delete(epochs, ev.Epoch)
+					t.mu.Lock()
+					t.status.Progress.Epoch = ev.Epoch
+					t.mu.Unlock()
+					t.publish("epoch", e)
+				}
+			case "done":
+				done++
+				res.WorkerSeconds += ev.Seconds
+				for key, v := range ev.Metrics {
+					res.Metrics[key] += v
+				}
+			case "error":
+				return stageErr(fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Error))
+			}
+		}
+	}
+	// Epochs not every worker reported (workers may run different counts).
+	keys := make([]int, 0, len(epochs))
+	for e := range epochs {
+		keys = append(keys, e)
+	}
+	sort.Ints(keys)
+	for _, e := range keys {
+		res.Epochs = append(res.Epochs, *epochs[e])
+	}
+	sort.Slice(res.Epochs, func(i, j int) bool { return res.Epochs[i].Epoch < res.Epochs[j].Epoch })
+	res.Seconds = time.Since(started).Seconds()
+	res.Samples = samples
+	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
+		return stageErr(err)
+	}
+	t.mu.Lock()
+	t.status.Results = append(t.status.Results, res)
+	t.status.Progress.Samples = samples
+	t.mu.Unlock()
+	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Float64("seconds", res.Seconds).Int64("samples", samples).Msg("stage done")
+	return nil
+}

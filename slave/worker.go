@@ -1,0 +1,259 @@
+package slave
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// worker runs one stage function; it is the tasks.Runtime the function
+// sees.
+type worker struct {
+	s          *Slave
+	req        proto.SlaveCtl
+	stage      tasks.Stage
+	fn         tasks.StageFunc
+	rank       int
+	localRank  int
+	localCount int
+	ctx        context.Context
+
+	client     *kvstore.Client
+	tables     map[string]*kvstore.TableClient
+	progress   tasks.Progress
+	lastReport time.Time
+	epochStart time.Time
+	reads      []datastore.PassStats
+}
+
+func (w *worker) run() {
+	start := time.Now()
+	log := w.s.log.With().Str("task", w.req.Task).Int("stage", w.req.Stage).Int("worker", w.rank).Logger()
+	err := w.setup()
+	if err == nil {
+		info := &tasks.Info{
+			Ctx: w.ctx, Task: w.req.Task, TaskName: w.req.Spec.Name, Stage: w.req.Stage, StageName: w.stage.Name,
+			Rank: w.rank, Workers: w.req.Workers, LocalRank: w.localRank, LocalCount: w.localCount,
+			Slave: w.s.cfg.ID, Params: w.stage.Params, Log: log, Runtime: w,
+		}
+		w.epochStart, w.lastReport = time.Now(), time.Now()
+		err = call(w.fn, info)
+		if err == nil {
+			w.flushProgress()
+			err = w.client.Finish()
+		}
+	}
+	if w.client != nil {
+		w.client.Close()
+	}
+	ev := proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seconds: time.Since(start).Seconds()}
+	if err != nil {
+		if cause := context.Cause(w.ctx); cause != nil {
+			// The task was stopped from outside; say why, not "context canceled".
+			err = fmt.Errorf("%w (task stopped: %v)", err, cause)
+		}
+		log.Error().Err(err).Msg("worker failed")
+		ev.Kind, ev.Error = "error", err.Error()
+	} else {
+		ev.Kind = "done"
+		ev.Metrics = w.readMetrics()
+		log.Debug().Dur("took", time.Since(start)).Msg("worker done")
+	}
+	w.s.publishEvent(ev)
+}
+
+// call runs a stage function, turning a panic into an error: user code
+// must not take the slave down.
+func call(fn tasks.StageFunc, info *tasks.Info) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			info.Log.Error().Str("stack", string(debug.Stack())).Msgf("stage function panicked: %v", r)
+			err = fmt.Errorf("stage function panicked: %v", r)
+		}
+	}()
+	return fn(info)
+}
+
+func (w *worker) setup() error {
+	c, err := kvstore.NewClient(kvstore.ClientConfig{
+		Conn: w.s.nc, KVSubject: w.s.subj.SlaveKV, Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
+		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency,
+		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx,
+	})
+	if err != nil {
+		return err
+	}
+	w.client = c
+	w.tables = map[string]*kvstore.TableClient{}
+	return nil
+}
+
+// Table implements tasks.Runtime.
+func (w *worker) Table(name string) (tasks.Table, error) {
+	if t, ok := w.tables[name]; ok {
+		return t, nil
+	}
+	for _, p := range w.req.Tables {
+		if p.Spec.Name == name {
+			t, err := w.client.Table(p)
+			if err != nil {
+				return nil, err
+			}
+			w.tables[name] = t
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("task %s declares no table %q", w.req.Spec.Name, name)
+}
+
+// Clock implements tasks.Runtime.
+func (w *worker) Clock() error { return w.client.Clock() }
+
+// Report implements tasks.Runtime.
+func (w *worker) Report(p tasks.Progress) {
+	w.progress.Samples += p.Samples
+	w.progress.LossSum += p.LossSum
+	if time.Since(w.lastReport) >= w.s.cfg.ProgressEvery {
+		w.flushProgress()
+	}
+}
+
+func (w *worker) flushProgress() {
+	w.lastReport = time.Now()
+	if w.progress.Samples == 0 && w.progress.LossSum == 0 {
+		return
+	}
+	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: "progress",
+		Samples: w.progress.Samples, LossSum: w.progress.LossSum})
+	w.progress = tasks.Progress{}
+}
+
+// ReportEpoch implements tasks.Runtime.
+func (w *worker) ReportEpoch(epoch int, metrics map[string]float64) {
+	w.flushProgress()
+	now := time.Now()
+	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: "epoch",
+		Epoch: epoch, Seconds: now.Sub(w.epochStart).Seconds(), Metrics: metrics})
+	w.epochStart = now
+}
+
+// readMetrics sums what the worker's passes read, for the stage summary.
+func (w *worker) readMetrics() map[string]float64 {
+	m := map[string]float64{}
+	for _, p := range w.reads {
+		m["read_bytes"] += float64(p.Bytes)
+		m["read_local_bytes"] += float64(p.LocalBytes)
+		m["read_wait_seconds"] += p.WaitTime.Seconds()
+		m["read_records"] += float64(p.Records)
+		m["bad_lines"] += float64(p.BadLines)
+	}
+	if w.client != nil {
+		st := w.client.Stats()
+		m["kv_local_keys"] = float64(st.LocalKeys)
+		m["kv_remote_keys"] = float64(st.RemoteKeys)
+		m["kv_requests"] = float64(st.Requests)
+	}
+	return m
+}
+
+// Input implements tasks.Runtime.
+func (w *worker) Input(name string) (tasks.Input, error) {
+	spec, ok := w.req.Spec.Inputs[name]
+	if !ok {
+		return nil, fmt.Errorf("task %s declares no input %q", w.req.Spec.Name, name)
+	}
+	if len(w.stage.Inputs) > 0 {
+		found := false
+		for _, in := range w.stage.Inputs {
+			found = found || in == name
+		}
+		if !found {
+			return nil, fmt.Errorf("stage %s does not read input %q (its inputs: %v)", w.stage.Name, name, w.stage.Inputs)
+		}
+	}
+	opt := datastore.DefaultFormatOptions()
+	if spec.IndexBase != nil {
+		opt.IndexBase = *spec.IndexBase
+	}
+	opt.LabelColumn = spec.Label
+	if spec.Delimiter != "" {
+		opt.Delimiter = spec.Delimiter[0]
+	}
+	opt.Header = spec.Header
+	f, err := datastore.NewFormat(spec.Format, opt)
+	if err != nil {
+		return nil, fmt.Errorf("input %q: %w", name, err)
+	}
+	return &input{w: w, name: name, format: f, read: datastore.ReadOptions{OnError: spec.OnError}}, nil
+}
+
+// input is a worker's share of one input: every Pass is an epoch whose
+// blocks come from the master's FileAssigner, one request per block.
+type input struct {
+	w      *worker
+	name   string
+	format datastore.Format
+	read   datastore.ReadOptions
+	epoch  int
+}
+
+// Pass implements tasks.Input.
+func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
+	w := in.w
+	epoch := in.epoch
+	in.epoch++
+	next := func(ctx context.Context) (datastore.Block, bool, error) {
+		req, _ := json.Marshal(proto.BlockRequest{Task: w.req.Task, Stage: w.req.Stage, Input: in.name, Rank: w.rank, Epoch: epoch})
+		rctx, cancel := context.WithTimeout(ctx, w.s.cfg.KVTimeout)
+		defer cancel()
+		msg, err := w.s.nc.RequestWithContext(rctx, w.s.subj.Block(), req)
+		if err != nil {
+			return datastore.Block{}, false, fmt.Errorf("input %q: asking the master for a block: %w", in.name, err)
+		}
+		var rep proto.BlockReply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			return datastore.Block{}, false, fmt.Errorf("input %q: malformed block reply", in.name)
+		}
+		if rep.Error != "" {
+			return datastore.Block{}, false, fmt.Errorf("input %q: %s", in.name, rep.Error)
+		}
+		return rep.Block, !rep.Done, nil
+	}
+	host := w.s.cfg.Host
+	r := datastore.NewAsyncReader(ctx, datastore.AsyncConfig{
+		Source: w.s.sources, Format: in.format, Read: in.read, BufferBytes: w.s.cfg.ReadBuffer,
+		Producers: w.s.cfg.ReadProducers, Next: next,
+		IsLocal: func(b datastore.Block) bool {
+			for _, h := range b.Hosts {
+				if h == host {
+					return true
+				}
+			}
+			return false
+		},
+	})
+	return &trackedPass{AsyncReader: r, w: w}, nil
+}
+
+// trackedPass records a pass's statistics when it is closed.
+type trackedPass struct {
+	*datastore.AsyncReader
+	w    *worker
+	done bool
+}
+
+func (p *trackedPass) Close() error {
+	err := p.AsyncReader.Close()
+	if !p.done {
+		p.done = true
+		p.w.reads = append(p.w.reads, p.AsyncReader.Stats())
+	}
+	return err
+}

@@ -1,0 +1,89 @@
+package tasks
+
+import (
+	"context"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/rs/zerolog"
+)
+
+// Table is a worker's handle on a table. Get and Add take keys in
+// [0, Size) and values laid out key by key, Width values each. Chunk forms
+// address whole chunks of ChunkSize consecutive keys (the last chunk may be
+// shorter). Keys owned by the worker's own slave are served from memory;
+// the rest are batched per owner into one binary message each. A Get waits
+// as long as the stage's consistency model requires.
+type Table interface {
+	Spec() kvstore.TableSpec
+	Get(keys []uint64, out []float64) error
+	Add(keys []uint64, deltas []float64) error
+	GetChunk(chunks []uint64, out []float64) error
+	AddChunk(chunks []uint64, deltas []float64) error
+}
+
+// Runtime is what the engine gives a worker; Info wraps it.
+type Runtime interface {
+	Table(name string) (Table, error)
+	// Input opens the worker's share of a named input. Each call of Pass
+	// on the result is one epoch over that share.
+	Input(name string) (Input, error)
+	// Clock finishes the worker's current iteration.
+	Clock() error
+	// Report sends progress (samples and loss since the last report).
+	Report(p Progress)
+	// ReportEpoch sends an epoch's metrics; the master sums them over the
+	// stage's workers.
+	ReportEpoch(epoch int, metrics map[string]float64)
+}
+
+// Input is a worker's share of an input.
+type Input interface {
+	// Pass starts one pass (epoch) over this worker's share.
+	Pass(ctx context.Context) (datastore.Pass, error)
+}
+
+// Progress is a worker's progress since its previous report.
+type Progress struct {
+	Samples int64   `json:"samples"`
+	LossSum float64 `json:"loss_sum"`
+}
+
+// Info is everything a worker knows about its job.
+type Info struct {
+	Ctx        context.Context
+	Task       string // task id
+	TaskName   string
+	Stage      int // stage index
+	StageName  string
+	Rank       int // worker rank within the stage, 0..Workers-1
+	Workers    int
+	LocalRank  int // rank among this stage's workers on this slave
+	LocalCount int
+	Slave      string
+	Params     Params
+	Log        zerolog.Logger
+	Runtime    Runtime
+}
+
+// Table returns the named table.
+func (i *Info) Table(name string) (Table, error) { return i.Runtime.Table(name) }
+
+// Input returns the named input's share for this worker.
+func (i *Info) Input(name string) (Input, error) { return i.Runtime.Input(name) }
+
+// Clock ends the worker's current iteration: consistency models count
+// iterations by it.
+func (i *Info) Clock() error { return i.Runtime.Clock() }
+
+// Report sends progress to the master (cheap; call it every batch).
+func (i *Info) Report(samples int64, lossSum float64) {
+	i.Runtime.Report(Progress{Samples: samples, LossSum: lossSum})
+}
+
+// ReportEpoch sends metrics for an epoch; they are summed over workers.
+// Conventional keys: samples, loss_sum, correct, test_samples,
+// test_correct, test_loss_sum, sq_err_sum, test_sq_err_sum, objective.
+func (i *Info) ReportEpoch(epoch int, metrics map[string]float64) {
+	i.Runtime.ReportEpoch(epoch, metrics)
+}

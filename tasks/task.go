@@ -1,0 +1,283 @@
+// Package tasks is the user API of flexps: a MultiStageTask is an ordered
+// list of stages; each stage names a stage function registered in every
+// process of the cluster (the same binary runs everywhere, as in ps-lite and
+// FlexPS), its parallelism, consistency model and worker kind, and its
+// parameters. A worker is one goroutine running the stage function with an
+// Info that hands it its tables, its share of the inputs, a logger and a
+// context. Tasks are plain data: they travel to the master as JSON.
+package tasks
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/flexps/flexps/kvstore"
+)
+
+// Worker kinds: how a stage's workers reach the model.
+const (
+	KindPS      = "ps"      // model in the sharded KV-store
+	KindLocal   = "local"   // one slave, model in its memory, chunk locks
+	KindHogwild = "hogwild" // one slave, shared model, no locks
+	KindSingle  = "single"  // one worker
+)
+
+// Model transfer between stages.
+const (
+	TransferKVStore = "kvstore"
+	TransferDirect  = "direct"
+)
+
+// ErrInvalid is wrapped by every task validation error.
+var ErrInvalid = errors.New("invalid task")
+
+// MultiStageTask is a task: tables, inputs and stages.
+type MultiStageTask struct {
+	ID            string               `json:"id,omitempty"` // set by the master
+	Name          string               `json:"name"`
+	Kind          string               `json:"kind,omitempty"` // model kind written to the output header, e.g. "lr"
+	Priority      int                  `json:"priority"`       // 0..100, for the prioritized scheduler
+	Tables        []kvstore.TableSpec  `json:"tables"`
+	Inputs        map[string]InputSpec `json:"inputs,omitempty"`
+	Stages        []Stage              `json:"stages"`
+	Output        string               `json:"output,omitempty"` // model path (local or hdfs://); empty: not written
+	ModelTransfer string               `json:"model_transfer,omitempty"`
+	Meta          map[string]string    `json:"meta,omitempty"`
+}
+
+// InputSpec names data a stage reads.
+type InputSpec struct {
+	Path      string `json:"path"`                 // file, directory, glob, or hdfs:// URL
+	Format    string `json:"format"`               // libsvm (default), csv, ratings, text
+	IndexBase *int   `json:"index_base,omitempty"` // libsvm feature ids start at 1 (default) or 0
+	Label     int    `json:"label_column"`         // csv: label column (-1: none)
+	Delimiter string `json:"delimiter"`            // csv
+	Header    bool   `json:"header"`               // csv/ratings: first line of each file is a header
+	OnError   string `json:"on_error"`             // fail (default) or skip
+	BlockSize int64  `json:"block_size"`           // bytes per block for local files (0: the cluster default)
+}
+
+// Stage is one stage of a task.
+type Stage struct {
+	Name        string              `json:"name"`
+	Func        string              `json:"func"`    // registered stage function
+	Workers     int                 `json:"workers"` // parallelism
+	Auto        bool                `json:"auto,omitempty"`
+	MaxSlaves   int                 `json:"max_slaves,omitempty"` // spread over at most this many slaves (0: any)
+	Slaves      []string            `json:"slaves,omitempty"`     // pin to these slaves
+	Consistency kvstore.Consistency `json:"consistency"`
+	WorkerKind  string              `json:"worker_kind,omitempty"`
+	Cache       string              `json:"cache,omitempty"` // none, lru, lfu (ps workers)
+	CacheSize   int                 `json:"cache_size,omitempty"`
+	ChunkSize   int                 `json:"chunk_size,omitempty"` // chunk locks in local stages
+	Inputs      []string            `json:"inputs,omitempty"`     // inputs this stage reads (default: all)
+	Params      Params              `json:"params,omitempty"`
+}
+
+// NewTask returns an empty task called name.
+func NewTask(name string) *MultiStageTask {
+	return &MultiStageTask{Name: name, Inputs: map[string]InputSpec{}}
+}
+
+// SetStages replaces the task's stages.
+func (t *MultiStageTask) SetStages(stages ...Stage) *MultiStageTask {
+	t.Stages = append([]Stage(nil), stages...)
+	return t
+}
+
+// AddTable declares a table.
+func (t *MultiStageTask) AddTable(spec kvstore.TableSpec) *MultiStageTask {
+	t.Tables = append(t.Tables, spec)
+	return t
+}
+
+// SetInput declares a named input.
+func (t *MultiStageTask) SetInput(name string, in InputSpec) *MultiStageTask {
+	if t.Inputs == nil {
+		t.Inputs = map[string]InputSpec{}
+	}
+	t.Inputs[name] = in
+	return t
+}
+
+// Normalize fills defaults in place.
+func (t *MultiStageTask) Normalize() {
+	for i := range t.Tables {
+		t.Tables[i] = t.Tables[i].WithDefaults()
+	}
+	for name, in := range t.Inputs {
+		if in.Format == "" {
+			in.Format = "libsvm"
+		}
+		if in.OnError == "" {
+			in.OnError = "fail"
+		}
+		if in.IndexBase == nil {
+			one := 1
+			in.IndexBase = &one
+		}
+		t.Inputs[name] = in
+	}
+	if t.ModelTransfer == "" {
+		t.ModelTransfer = TransferKVStore
+	}
+	for i := range t.Stages {
+		s := &t.Stages[i]
+		if s.Name == "" {
+			s.Name = fmt.Sprintf("stage%d", i)
+		}
+		if s.WorkerKind == "" {
+			s.WorkerKind = KindPS
+		}
+		if s.Consistency.Kind == "" {
+			s.Consistency.Kind = kvstore.ASP
+		}
+		if s.Workers == 0 && !s.Auto {
+			s.Workers = 1
+		}
+		if s.Cache == "" {
+			s.Cache = "none"
+		}
+	}
+}
+
+// Validate reports the first problem, naming the stage and the field,
+// including stage functions not registered in this process.
+func (t *MultiStageTask) Validate() error { return t.validate(true) }
+
+// ValidateShape is Validate without the registry check: the master runs no
+// user code and may not have the stage functions a user program registers.
+func (t *MultiStageTask) ValidateShape() error { return t.validate(false) }
+
+func (t *MultiStageTask) validate(registry bool) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: task %q: %s", ErrInvalid, t.Name, fmt.Sprintf(format, a...))
+	}
+	if t.Name == "" {
+		return fmt.Errorf("%w: a task needs a name", ErrInvalid)
+	}
+	if len(t.Stages) == 0 {
+		return bad("no stages")
+	}
+	if t.Priority < 0 || t.Priority > 100 {
+		return bad("priority %d out of range [0, 100]", t.Priority)
+	}
+	switch t.ModelTransfer {
+	case "", TransferKVStore, TransferDirect:
+	default:
+		return bad("model_transfer must be %q or %q, got %q", TransferKVStore, TransferDirect, t.ModelTransfer)
+	}
+	seen := map[string]bool{}
+	for _, spec := range t.Tables {
+		if err := spec.WithDefaults().Validate(); err != nil {
+			return fmt.Errorf("task %q: %w", t.Name, err)
+		}
+		if seen[spec.Name] {
+			return bad("table %q declared twice", spec.Name)
+		}
+		seen[spec.Name] = true
+	}
+	for name, in := range t.Inputs {
+		if in.Path == "" {
+			return bad("input %q: path is required", name)
+		}
+		switch in.Format {
+		case "", "libsvm", "csv", "ratings", "text":
+		default:
+			return bad("input %q: format must be libsvm, csv, ratings or text, got %q", name, in.Format)
+		}
+		switch in.OnError {
+		case "", "fail", "skip":
+		default:
+			return bad("input %q: on_error must be fail or skip, got %q", name, in.OnError)
+		}
+		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
+			return bad("input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
+		}
+	}
+	for i, s := range t.Stages {
+		if err := s.validate(t, registry); err != nil {
+			return fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, s.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s Stage) validate(t *MultiStageTask, registry bool) error {
+	if s.Func == "" {
+		return errors.New("func: a stage names its registered stage function")
+	}
+	if _, ok := Lookup(s.Func); registry && !ok {
+		return fmt.Errorf("func: no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
+	}
+	if s.Workers < 0 || (!s.Auto && s.Workers == 0) {
+		return fmt.Errorf("workers: must be >= 1, got %d", s.Workers)
+	}
+	if s.MaxSlaves < 0 {
+		return fmt.Errorf("max_slaves: must be >= 0, got %d", s.MaxSlaves)
+	}
+	c := s.Consistency
+	switch c.Kind {
+	case kvstore.BSP, kvstore.ASP:
+		if c.Staleness != 0 {
+			return fmt.Errorf("staleness: only meaningful with ssp or sparse_ssp, got %d with %s", c.Staleness, c.Kind)
+		}
+	case kvstore.SSP, kvstore.SparseSSP:
+	default:
+		return fmt.Errorf("consistency: must be bsp, ssp, asp or sparse_ssp, got %q", c.Kind)
+	}
+	if c.Staleness < 0 {
+		return fmt.Errorf("staleness: must be >= 0, got %d", c.Staleness)
+	}
+	if c.Speculation < 0 {
+		return fmt.Errorf("speculation: must be >= 0, got %d", c.Speculation)
+	}
+	if c.Speculation > 0 && c.Kind != kvstore.SparseSSP {
+		return fmt.Errorf("speculation: only valid with consistency = \"sparse_ssp\", got %q", c.Kind)
+	}
+	switch s.WorkerKind {
+	case KindPS, KindLocal, KindHogwild:
+	case KindSingle:
+		if s.Workers > 1 {
+			return fmt.Errorf("workers: a single stage has exactly one worker, got %d", s.Workers)
+		}
+	default:
+		return fmt.Errorf("worker_kind: must be ps, local, hogwild or single, got %q", s.WorkerKind)
+	}
+	if s.WorkerKind != KindPS && s.MaxSlaves > 1 {
+		return fmt.Errorf("max_slaves: a %s stage runs on one slave, got %d", s.WorkerKind, s.MaxSlaves)
+	}
+	if s.WorkerKind != KindPS && len(s.Slaves) > 1 {
+		return fmt.Errorf("slaves: a %s stage runs on one slave, got %d", s.WorkerKind, len(s.Slaves))
+	}
+	switch s.Cache {
+	case "", "none":
+		if s.CacheSize != 0 {
+			return fmt.Errorf("cache_size: set without a cache kind")
+		}
+	case "lru", "lfu":
+		if s.CacheSize <= 0 {
+			return fmt.Errorf("cache_size: a %s cache needs a size > 0, got %d", s.Cache, s.CacheSize)
+		}
+		if s.WorkerKind != KindPS {
+			return fmt.Errorf("cache: the process cache is for ps workers, not %s", s.WorkerKind)
+		}
+	default:
+		return fmt.Errorf("cache: must be none, lru or lfu, got %q", s.Cache)
+	}
+	if s.ChunkSize < 0 {
+		return fmt.Errorf("chunk_size: must be >= 0, got %d", s.ChunkSize)
+	}
+	for _, in := range s.Inputs {
+		if _, ok := t.Inputs[in]; !ok {
+			return fmt.Errorf("inputs: no input named %q in the task", in)
+		}
+	}
+	return nil
+}
+
+// OneSlave reports whether the stage's workers must share one slave.
+func (s Stage) OneSlave() bool {
+	return s.WorkerKind == KindLocal || s.WorkerKind == KindHogwild || s.WorkerKind == KindSingle
+}

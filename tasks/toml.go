@@ -1,0 +1,214 @@
+package tasks
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/flexps/flexps/kvstore"
+)
+
+// JobFile is a task as written in TOML (configs/*.toml). It maps 1:1 to
+// the file's tables; unknown keys are errors.
+type JobFile struct {
+	Name          string               `toml:"name"`
+	Kind          string               `toml:"kind"`
+	Priority      int                  `toml:"priority"`
+	Output        string               `toml:"output"`
+	ModelTransfer string               `toml:"model_transfer"`
+	Local         LocalSection         `toml:"local"`
+	Tables        []kvstore.TableSpec  `toml:"table"`
+	Inputs        map[string]InputFile `toml:"input"`
+	Stages        []StageFile          `toml:"stage"`
+}
+
+// LocalSection sizes the in-process cluster that `flexps run` starts.
+type LocalSection struct {
+	Slaves int `toml:"slaves"` // default 2
+	Slots  int `toml:"slots"`  // worker slots per slave, default 2
+}
+
+// InputFile is an [input.<name>] table.
+type InputFile struct {
+	Path      string   `toml:"path"`
+	Format    string   `toml:"format"`
+	IndexBase *int     `toml:"index_base"`
+	Label     *int     `toml:"label_column"`
+	Delimiter string   `toml:"delimiter"`
+	Header    bool     `toml:"header"`
+	OnError   string   `toml:"on_error"`
+	BlockSize int64    `toml:"block_size"`
+	Generate  *GenSpec `toml:"generate"`
+}
+
+// GenSpec asks `flexps run` to generate the input file when it is missing
+// (the project's seeded synthetic data, see `flexps gen`).
+type GenSpec struct {
+	Kind     string  `toml:"kind"` // libsvm or ratings
+	Rows     int     `toml:"rows"`
+	Dim      int     `toml:"dim"`
+	NNZ      int     `toml:"nnz"`
+	Zipf     float64 `toml:"zipf"`
+	Noise    float64 `toml:"noise"`
+	Seed     int64   `toml:"seed"`
+	TestPath string  `toml:"test_path"` // also write a held-out file here
+	TestRows int     `toml:"test_rows"` // rows in the held-out file
+	Users    int     `toml:"users"`     // ratings
+	Items    int     `toml:"items"`     // ratings
+	Rank     int     `toml:"rank"`      // ratings
+}
+
+// StageFile is a [[stage]] table.
+type StageFile struct {
+	Name        string         `toml:"name"`
+	Func        string         `toml:"func"`
+	Workers     any            `toml:"workers"` // an integer or "auto"
+	MaxSlaves   int            `toml:"max_slaves"`
+	Slaves      []string       `toml:"slaves"`
+	Consistency string         `toml:"consistency"`
+	Staleness   int            `toml:"staleness"`
+	Speculation int            `toml:"speculation"`
+	WorkerKind  string         `toml:"worker_kind"`
+	Cache       string         `toml:"cache"`
+	CacheSize   int            `toml:"cache_size"`
+	ChunkSize   int            `toml:"chunk_size"`
+	Inputs      []string       `toml:"inputs"`
+	Params      map[string]any `toml:"params"`
+}
+
+// ConfigError is a problem in a TOML file, located by line when known.
+type ConfigError struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s line %d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// DecodeStrict decodes TOML data into v, rejecting unknown keys with the
+// line they are on. path names the file in errors.
+func DecodeStrict(path string, data []byte, v any) error {
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(v)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return &ConfigError{File: path, Line: pe.Position.Line, Msg: pe.Message}
+		}
+		return &ConfigError{File: path, Msg: err.Error()}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0]
+		return &ConfigError{File: path, Line: keyLine(data, k), Msg: fmt.Sprintf("unknown key %q", k.String())}
+	}
+	return nil
+}
+
+// keyLine finds the line of an undecoded key: the first assignment of its
+// last component after the header of its parent table, or the header
+// itself for an unknown table.
+func keyLine(data []byte, k toml.Key) int {
+	last := regexp.QuoteMeta(k[len(k)-1])
+	assign := regexp.MustCompile(`^\s*"?` + last + `"?\s*=`)
+	header := regexp.MustCompile(`^\s*\[\[?\s*` + regexp.QuoteMeta(strings.Join(k, ".")) + `\s*\]\]?`)
+	parent := ""
+	if len(k) > 1 {
+		parent = strings.Join(k[:len(k)-1], ".")
+	}
+	parentHeader := regexp.MustCompile(`^\s*\[\[?\s*` + regexp.QuoteMeta(parent) + `\s*\]\]?`)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	line, inParent := 0, parent == ""
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if header.MatchString(text) {
+			return line
+		}
+		if strings.HasPrefix(strings.TrimSpace(text), "[") {
+			inParent = parent != "" && parentHeader.MatchString(text)
+			continue
+		}
+		if inParent && assign.MatchString(text) {
+			return line
+		}
+	}
+	return 0
+}
+
+// LoadJob reads and validates a job TOML file.
+func LoadJob(path string) (*JobFile, *MultiStageTask, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("job file: %w", err)
+	}
+	return ParseJob(path, data)
+}
+
+// ParseJob decodes a job file and builds its task.
+func ParseJob(path string, data []byte) (*JobFile, *MultiStageTask, error) {
+	var jf JobFile
+	if err := DecodeStrict(path, data, &jf); err != nil {
+		return nil, nil, err
+	}
+	t, err := jf.Task()
+	if err != nil {
+		return nil, nil, &ConfigError{File: path, Msg: err.Error()}
+	}
+	return &jf, t, nil
+}
+
+// Task builds the MultiStageTask the file describes, normalized and
+// validated.
+func (jf *JobFile) Task() (*MultiStageTask, error) {
+	t := NewTask(jf.Name)
+	t.Kind, t.Priority, t.Output, t.ModelTransfer = jf.Kind, jf.Priority, jf.Output, jf.ModelTransfer
+	t.Tables = append(t.Tables, jf.Tables...)
+	names := make([]string, 0, len(jf.Inputs))
+	for n := range jf.Inputs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		in := jf.Inputs[n]
+		spec := InputSpec{Path: in.Path, Format: in.Format, IndexBase: in.IndexBase, Delimiter: in.Delimiter,
+			Header: in.Header, OnError: in.OnError, BlockSize: in.BlockSize}
+		if in.Label != nil {
+			spec.Label = *in.Label
+		}
+		t.SetInput(n, spec)
+	}
+	for i, sf := range jf.Stages {
+		s := Stage{Name: sf.Name, Func: sf.Func, MaxSlaves: sf.MaxSlaves, Slaves: sf.Slaves,
+			Consistency: kvstore.Consistency{Kind: kvstore.ConsistencyKind(strings.ToLower(sf.Consistency)), Staleness: sf.Staleness, Speculation: sf.Speculation},
+			WorkerKind:  sf.WorkerKind, Cache: sf.Cache, CacheSize: sf.CacheSize, ChunkSize: sf.ChunkSize, Inputs: sf.Inputs, Params: Params(sf.Params)}
+		switch w := sf.Workers.(type) {
+		case nil:
+			s.Workers = 1
+		case int64:
+			s.Workers = int(w)
+		case string:
+			if w != "auto" {
+				return nil, fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %q", i, sf.Name, w)
+			}
+			s.Auto = true
+		default:
+			return nil, fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %v", i, sf.Name, w)
+		}
+		t.Stages = append(t.Stages, s)
+	}
+	t.Normalize()
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
