@@ -1,9 +1,18 @@
 package datastore
 
 import (
+	"os"
 	"testing"
 
+	"github.com/flexps/flexps/internal/hdfstest"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks that no test leaves a goroutine behind, then stops the
+// MiniHDFS the HDFS tests share (if they started it).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		hdfstest.StopShared()
+		os.Exit(code)
+	}))
+}

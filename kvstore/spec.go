@@ -79,8 +79,8 @@ func (s TableSpec) Validate() error {
 	if s.Size == 0 {
 		return bad("size", "must be > 0")
 	}
-	if s.Width < 1 || s.Width > 1<<16 {
-		return bad("width", "must be in [1, 65536], got %d", s.Width)
+	if s.Width < 1 || s.Width > 1<<16-1 {
+		return bad("width", "must be in [1, 65535], got %d", s.Width)
 	}
 	switch s.DType {
 	case Float32, Float64:

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sync"
 
 	"github.com/flexps/flexps/engine"
@@ -21,8 +22,20 @@ func cmdRun(ctx context.Context, args []string) error {
 	config := fs.String("config", "", "cluster TOML for engine settings (optional)")
 	slaves := fs.Int("slaves", 0, "slaves to start (default: the job's [local] slaves, else 2)")
 	slots := fs.Int("slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() != 1 {
 		return usageError{"want exactly one job file: flexps run JOB.toml"}

@@ -1,0 +1,225 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// blockList serves blocks to producers like the FileAssigner does.
+func blockList(blocks []Block) func(context.Context) (Block, bool, error) {
+	var mu sync.Mutex
+	return func(ctx context.Context) (Block, bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return Block{}, false, err
+		}
+		if len(blocks) == 0 {
+			return Block{}, false, nil
+		}
+		b := blocks[0]
+		blocks = blocks[1:]
+		return b, true, nil
+	}
+}
+
+// libsvmDir writes files files of rows rows each and returns the dir.
+func libsvmDir(t *testing.T, files, rows int) string {
+	dir := t.TempDir()
+	for f := range files {
+		var sb strings.Builder
+		for i := range rows {
+			fmt.Fprintf(&sb, "%d %d:1 %d:0.5\n", i%2, f*rows+i+1, 100000+i)
+		}
+		writeFile(t, dir, fmt.Sprintf("part-%03d", f), sb.String())
+	}
+	return dir
+}
+
+func asyncConfig(t *testing.T, dir string, bs int64) AsyncConfig {
+	src := NewLocalSource()
+	blocks, err := src.Blocks(context.Background(), dir, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return AsyncConfig{Source: src, Format: mustFormat(t, "libsvm", DefaultFormatOptions()), Next: blockList(blocks),
+		Read: ReadOptions{BatchRecords: 50}}
+}
+
+func drain(t *testing.T, p Pass) (ids []uint64) {
+	t.Helper()
+	for {
+		r, err := p.Next(context.Background())
+		if err == io.EOF {
+			return ids
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRecords(t, r)
+		for i := range r.Len() {
+			_, k, _ := r.Row(i)
+			ids = append(ids, k[0])
+		}
+	}
+}
+
+func TestAsyncReaderReadsEverything(t *testing.T) {
+	dir := libsvmDir(t, 4, 500)
+	for _, producers := range []int{1, 3} {
+		t.Run(fmt.Sprint(producers), func(t *testing.T) {
+			cfg := asyncConfig(t, dir, 4000)
+			cfg.Producers = producers
+			cfg.IsLocal = func(b Block) bool { return strings.HasSuffix(b.Path, "part-000") }
+			r := NewAsyncReader(context.Background(), cfg)
+			defer r.Close()
+			ids := drain(t, r)
+			slices.Sort(ids)
+			if len(ids) != 2000 || ids[0] != 0 || ids[1999] != 1999 || slices.Compact(ids) == nil || len(slices.Compact(ids)) != 2000 {
+				t.Fatalf("read %d records", len(ids))
+			}
+			st := r.Stats()
+			if st.Records != 2000 || st.Blocks < 4 || st.LocalBytes == 0 || st.LocalBytes >= st.Bytes {
+				t.Fatalf("stats %+v", st)
+			}
+			if _, err := r.Next(context.Background()); err != io.EOF {
+				t.Fatalf("Next after EOF: %v", err)
+			}
+		})
+	}
+}
+
+func TestAsyncReaderBackpressure(t *testing.T) {
+	dir := libsvmDir(t, 2, 3000)
+	cfg := asyncConfig(t, dir, 8000)
+	cfg.Producers = 4
+	// One batch of 50 records is a few KiB; the bound holds a few batches.
+	probe := newBatch(50, nil, false)
+	cfg.BufferBytes = 3 * probe.Bytes()
+	r := NewAsyncReader(context.Background(), cfg)
+	defer r.Close()
+	n := 0
+	for {
+		rec, err := r.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += rec.Len()
+		time.Sleep(200 * time.Microsecond) // slow consumer
+	}
+	st := r.Stats()
+	if n != 6000 {
+		t.Fatalf("read %d records", n)
+	}
+	if st.PeakBuffered > cfg.BufferBytes || st.PeakBuffered == 0 {
+		t.Fatalf("peak buffered %d exceeds bound %d", st.PeakBuffered, cfg.BufferBytes)
+	}
+}
+
+func TestAsyncReaderOversizedBatch(t *testing.T) {
+	cfg := asyncConfig(t, libsvmDir(t, 1, 500), 0)
+	cfg.BufferBytes = 1 // every batch is larger: admitted one at a time
+	r := NewAsyncReader(context.Background(), cfg)
+	defer r.Close()
+	if ids := drain(t, r); len(ids) != 500 {
+		t.Fatalf("read %d", len(ids))
+	}
+	if st := r.Stats(); st.PeakBuffered > newBatch(50, nil, false).Bytes()*2 {
+		t.Fatalf("peak %d: more than one batch buffered", st.PeakBuffered)
+	}
+}
+
+func TestAsyncReaderErrors(t *testing.T) {
+	dir := libsvmDir(t, 2, 100)
+	writeFile(t, dir, "part-999", "1 1:1\nbroken\n")
+	cfg := asyncConfig(t, dir, 0)
+	r := NewAsyncReader(context.Background(), cfg)
+	var err error
+	for err == nil {
+		_, err = r.Next(context.Background())
+	}
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Path != filepath.Join(dir, "part-999") {
+		t.Fatalf("err = %v", err)
+	}
+	r.Close()
+	r.Close() // idempotent
+	if _, err := r.Next(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+
+	boom := errors.New("assigner down")
+	r = NewAsyncReader(context.Background(), AsyncConfig{Source: NewLocalSource(), Format: cfg.Format,
+		Next: func(context.Context) (Block, bool, error) { return Block{}, false, boom }})
+	if _, err := r.Next(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("assigner error: %v", err)
+	}
+	r.Close()
+
+	r = NewAsyncReader(context.Background(), AsyncConfig{})
+	if _, err := r.Next(context.Background()); err == nil {
+		t.Fatal("empty config accepted")
+	}
+	r.Close()
+}
+
+func TestAsyncReaderCancel(t *testing.T) {
+	dir := libsvmDir(t, 2, 3000)
+	// Producers fill the buffer and block; cancelling must release them.
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := asyncConfig(t, dir, 0)
+	cfg.Producers = 2
+	cfg.BufferBytes = 1
+	r := NewAsyncReader(ctx, cfg)
+	if _, err := r.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	var err error
+	for err == nil {
+		_, err = r.Next(context.Background())
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	r.Close()
+
+	// Close with blocked producers and no consumer.
+	cfg = asyncConfig(t, dir, 0)
+	cfg.BufferBytes = 1
+	r = NewAsyncReader(context.Background(), cfg)
+	time.Sleep(5 * time.Millisecond)
+	r.Close()
+
+	// A consumer's own ctx bounds its wait.
+	block := make(chan struct{})
+	r = NewAsyncReader(context.Background(), AsyncConfig{Source: NewLocalSource(), Format: cfg.Format,
+		Next: func(ctx context.Context) (Block, bool, error) {
+			select {
+			case <-block:
+			case <-ctx.Done():
+			}
+			return Block{}, false, ctx.Err()
+		}})
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer ccancel()
+	if _, err := r.Next(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("consumer deadline: %v", err)
+	}
+	if r.Stats().WaitTime < 5*time.Millisecond {
+		t.Fatalf("WaitTime %v", r.Stats().WaitTime)
+	}
+	r.Close()
+	close(block)
+}

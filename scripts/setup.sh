@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the tests need, idempotently: Debian's liblinear-tools (the
+# reference solver for the model-quality test) and the Maven artifacts of
+# the MiniDFSCluster used by the HDFS integration tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v liblinear-train >/dev/null 2>&1 || need_apt+=(liblinear-tools)
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+	need_apt+=(openjdk-17-jdk-headless maven)
+fi
+if ((${#need_apt[@]})); then
+	echo "setup: installing ${need_apt[*]} from Debian" >&2
+	SUDO=""
+	[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ -x scripts/hdfs/minihdfs.sh ]; then
+	scripts/hdfs/minihdfs.sh install
+fi
+go mod download

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (scripts/setup.sh), then
+# runs every test with the race detector. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+gofmt_out=$(gofmt -l .)
+if [ -n "$gofmt_out" ]; then
+	echo "gofmt needed on:" >&2
+	echo "$gofmt_out" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 25m "$@" ./...
