@@ -179,7 +179,10 @@ func (r *AsyncReader) put(rec *Records) error {
 func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 	var waited time.Duration
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer func() {
+		r.stats.WaitTime += waited
+		r.mu.Unlock()
+	}()
 	for {
 		switch {
 		case r.closed:
@@ -196,11 +199,9 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 				r.queue = r.queue[:0:0]
 				r.qbytes = r.qbytes[:0:0]
 			}
-			r.stats.WaitTime += waited
 			r.broadcast()
 			return rec, nil
 		case r.producers == 0:
-			r.stats.WaitTime += waited
 			return nil, io.EOF
 		}
 		if err := ctx.Err(); err != nil {

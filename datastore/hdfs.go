@@ -149,8 +149,9 @@ func NewHDFSSource(cfg HDFSConfig) (*HDFSSource, error) {
 		}
 	}
 	s := &HDFSSource{
-		cfg:     cfg,
-		http:    &http.Client{Timeout: cfg.Timeout},
+		cfg: cfg,
+		// Its own transport, so Close can drop its idle connections.
+		http:    &http.Client{Timeout: cfg.Timeout, Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: cfg.Timeout}).DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}},
 		clients: make(map[string]*hdfs.Client),
 	}
 	if cfg.Logger != nil {
@@ -171,6 +172,7 @@ func (s *HDFSSource) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.http.CloseIdleConnections()
 	var errs []error
 	for k, c := range s.clients {
 		errs = append(errs, c.Close())
@@ -619,7 +621,7 @@ func (w *hdfsWriter) Close() error {
 	w.closed = true
 	if w.err == nil {
 		w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
-		if err := w.w.Close(); err != nil {
+		if err := closeHDFSFile(w.w, w.s.cfg.Timeout); err != nil {
 			w.err = w.s.fsErr("close", w.url, err)
 		}
 	} else {
@@ -634,6 +636,23 @@ func (w *hdfsWriter) Close() error {
 		w.c.Remove(w.tmp)
 	}
 	return w.err
+}
+
+// closeHDFSFile closes f, retrying while the namenode answers that the last
+// block is not yet reported by enough datanodes (as the Java client does):
+// the data is written, the namenode is only waiting for the datanodes'
+// block reports.
+func closeHDFSFile(f *hdfs.FileWriter, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	wait := 50 * time.Millisecond
+	for {
+		err := f.Close()
+		if !hdfs.IsErrReplicating(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
 }
 
 func pathDirBase(p string) (dir, base string) {

@@ -219,7 +219,14 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 	if cfg.NATS.URL == "" {
 		return nil, errors.New("slave: no NATS URL: give --nats nats://host:port or [nats] url in the cluster config")
 	}
-	nc, err := bus.Connect(cfg.busOptions("flexps-slave"))
+	opts := cfg.busOptions("flexps-slave")
+	// A slave may start before its master: wait for the bus as long as
+	// for the master.
+	opts.RetryFor = time.Duration(cfg.Slave.JoinTimeout)
+	if opts.RetryFor <= 0 {
+		opts.RetryFor = 30 * time.Second
+	}
+	nc, err := bus.Connect(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -60,18 +60,34 @@ func WriteLIBSVM(w io.Writer, cfg LIBSVMConfig) (weights []float64, err error) {
 		weights[j] = wr.NormFloat64()
 	}
 
-	// Estimate the score's median and spread from a sample drawn with its
-	// own stream, so the written rows do not depend on the sample size.
+	// Centre the weights so that the expected score is 0: then the label
+	// rule "w·x + noise > 0" is linear without an intercept and balanced.
+	// Inclusion frequencies come from a sample drawn with its own stream,
+	// so the written rows do not depend on the sample size.
 	sample := newRowGen(cfg, seed^0x5bd1e995)
-	scores := make([]float64, 2001)
+	counts := make([]float64, cfg.Dim)
+	const sampleRows = 4000
+	for range sampleRows {
+		sample.next()
+		for _, id := range sample.ids {
+			counts[id]++
+		}
+	}
+	c := 0.0
+	for j, n := range counts {
+		c += n * weights[j]
+	}
+	c /= float64(sampleRows * cfg.NNZ)
+	for j := range weights {
+		weights[j] -= c
+	}
+	scores := make([]float64, 1001)
 	for i := range scores {
 		sample.next()
 		scores[i] = sample.score(weights)
 	}
 	slices.Sort(scores)
-	median := scores[len(scores)/2]
-	spread := scores[len(scores)*3/4] - scores[len(scores)/4]
-	sigma := 0.05 * spread
+	sigma := 0.05 * (scores[len(scores)*3/4] - scores[len(scores)/4])
 
 	g := newRowGen(cfg, seed)
 	noise := rand.New(rand.NewPCG(seed, 0x2545f4914f6cdd1d))
@@ -80,7 +96,7 @@ func WriteLIBSVM(w io.Writer, cfg LIBSVMConfig) (weights []float64, err error) {
 	for range cfg.Rows {
 		g.next()
 		y := 0
-		if g.score(weights)-median+sigma*noise.NormFloat64() > 0 {
+		if g.score(weights)+sigma*noise.NormFloat64() > 0 {
 			y = 1
 		}
 		if cfg.Noise > 0 && noise.Float64() < cfg.Noise {
@@ -91,7 +107,7 @@ func WriteLIBSVM(w io.Writer, cfg LIBSVMConfig) (weights []float64, err error) {
 			buf = append(buf, ' ')
 			buf = strconv.AppendUint(buf, id+base, 10)
 			buf = append(buf, ':')
-			buf = strconv.AppendFloat(buf, g.vals[k], 'f', 4, 64)
+			buf = appendFrac4(buf, g.vals[k])
 		}
 		buf = append(buf, '\n')
 		if _, err := bw.Write(buf); err != nil {
@@ -157,6 +173,7 @@ func (g *rowGen) next() {
 	slices.Sort(g.ids)
 	for k := range g.vals {
 		g.vals[k] = math.Round((1-g.rng.Float64())*1e4) / 1e4 // (0,1], as written
+
 		if g.vals[k] == 0 {
 			g.vals[k] = 1e-4
 		}
@@ -228,4 +245,13 @@ func WriteRatings(w io.Writer, cfg RatingsConfig) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// appendFrac4 writes v in (0,1], a multiple of 1e-4, as "1" or "0.dddd".
+func appendFrac4(buf []byte, v float64) []byte {
+	n := int(math.Round(v * 1e4))
+	if n >= 10000 {
+		return append(buf, '1')
+	}
+	return append(buf, '0', '.', byte('0'+n/1000), byte('0'+n/100%10), byte('0'+n/10%10), byte('0'+n%10))
 }

@@ -30,8 +30,11 @@ type Options struct {
 	// is set.
 	User, Password, Token, CredsFile string
 	CAFile, CertFile, KeyFile        string
-	// ConnectTimeout bounds the initial connection (default 5s).
+	// ConnectTimeout bounds each connection attempt (default 5s).
 	ConnectTimeout time.Duration
+	// RetryFor keeps retrying the first connection for this long (a slave
+	// started before its master); 0 tries once.
+	RetryFor time.Duration
 }
 
 // ErrUnreachable is wrapped when no NATS server answers.
@@ -130,7 +133,12 @@ func Connect(o Options) (*nats.Conn, error) {
 			return nil, fmt.Errorf("bus: bad NATS URL %q: %w", u, err)
 		}
 	}
+	deadline := time.Now().Add(o.RetryFor)
 	nc, err := nats.Connect(o.URL, natsOptions(o)...)
+	for err != nil && time.Now().Before(deadline) && (errors.Is(err, nats.ErrNoServers) || isDialError(err)) {
+		time.Sleep(250 * time.Millisecond)
+		nc, err = nats.Connect(o.URL, natsOptions(o)...)
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoServers) || isDialError(err) {
 			return nil, fmt.Errorf("bus: %w at %s: %v", ErrUnreachable, o.URL, err)

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -331,8 +332,35 @@ func (c *Cluster) Upload(t testing.TB, localPath, hdfsPath string) {
 	if err := cl.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("hdfstest: replace %s: %v", p, err)
 	}
-	if err := cl.CopyToRemote(localPath, p); err != nil {
+	if err := copyToRemote(cl, localPath, p); err != nil {
 		t.Fatalf("hdfstest: upload %s to %s: %v", localPath, p, err)
+	}
+}
+
+// copyToRemote is hdfs.Client.CopyToRemote, but retries the close while
+// the namenode waits for datanodes to report the last block.
+func copyToRemote(cl *hdfs.Client, local, remote string) error {
+	src, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	w, err := cl.Create(remote)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, src); err != nil {
+		w.Close()
+		return err
+	}
+	wait := 50 * time.Millisecond
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := w.Close()
+		if !hdfs.IsErrReplicating(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
 	}
 }
 

@@ -11,6 +11,7 @@ import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
@@ -181,17 +182,25 @@ public final class MiniHDFS {
 
     final CountDownLatch done = new CountDownLatch(1);
     final String removeDir = cleanupDir;
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+    final AtomicBoolean stopped = new AtomicBoolean();
+    final Runnable stop = () -> {
+      if (!stopped.compareAndSet(false, true)) {
+        return;
+      }
       try {
         Files.deleteIfExists(statePath);
-      } catch (IOException e) {
-        // best effort
+        cluster.shutdown(true);
+      } catch (Throwable e) {
+        System.err.println("MiniHDFS: shutdown: " + e);
+      } finally {
+        if (removeDir != null) {
+          deleteTree(new File(removeDir));
+        }
       }
-      cluster.shutdown(true);
-      if (removeDir != null) {
-        deleteTree(new File(removeDir));
-      }
-    }));
+    };
+    // SIGTERM/SIGINT: Hadoop's own hooks may already be running, so this is
+    // best effort; the stdin path below stops the cluster before exiting.
+    Runtime.getRuntime().addShutdownHook(new Thread(stop));
     if (exitOnEOF) {
       Thread t = new Thread(() -> {
         try {
@@ -210,6 +219,7 @@ public final class MiniHDFS {
     }
     done.await();
     System.err.println("MiniHDFS: stdin closed, shutting down");
+    stop.run();
     System.exit(0);
   }
 

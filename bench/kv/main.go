@@ -1,0 +1,465 @@
+// Command kv measures the flexps KV-store data plane against baselines run
+// in the same process: local Get/Add (the worker's own slave hosts the
+// shard, so keys are served from memory) against a plain Store, and remote
+// Get/Add and GetChunk/AddChunk (the worker hosts no shard; two shard
+// servers, each on its own NATS connection, as two slave processes would
+// have) against raw NATS request-reply carrying messages of exactly the
+// sizes the kvstore sends, in the same pattern: every read's requests
+// outstanding at once, Adds acknowledged asynchronously with a window of 64.
+//
+//	go run ./bench/kv [-duration 2s] [-json] [-only regexp]
+//
+// Nothing here asserts a timing: each row prints a ratio to its baseline
+// and, where the project set one, the target.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Targets the project set (see bench/README.md).
+const (
+	sparseAddTarget = 20e6 // local sparse Add, width 1, keys/s on one core
+	remoteRawTarget = 0.5  // remote chunk traffic / raw NATS at the same payload
+)
+
+type options struct {
+	duration   time.Duration
+	jsonOut    bool
+	only       *regexp.Regexp
+	sparseKeys int
+	batches    []int
+	widths     []int
+	chunks     []int
+	window     int
+}
+
+func main() {
+	var o options
+	var only, batches, widths, chunks string
+	flag.DurationVar(&o.duration, "duration", 2*time.Second, "how long each measurement runs (after a short warm-up)")
+	flag.BoolVar(&o.jsonOut, "json", false, "write one JSON line per measurement to stdout (the table goes to stderr)")
+	flag.StringVar(&only, "only", "", "run only rows whose \"op storage width\" matches this regexp, e.g. 'remote' or 'sparse'")
+	flag.IntVar(&o.sparseKeys, "sparse-keys", 1<<20, "distinct keys the sparse-table benchmarks draw from")
+	flag.StringVar(&batches, "batches", "100,1000", "keys per Get/Add call")
+	flag.StringVar(&widths, "widths", "1,16,64", "value widths of the dense float32 tables")
+	flag.StringVar(&chunks, "chunks", "1,8", "chunks (of 1024 keys) per GetChunk/AddChunk call")
+	flag.IntVar(&o.window, "window", 64, "the KV client's Add window (acks in flight); the raw NATS Add baseline uses the same")
+	flag.Parse()
+	var err error
+	if o.only, err = regexp.Compile(only); err != nil {
+		fatal(fmt.Errorf("-only: %w", err))
+	}
+	if o.batches, err = ints(batches); err == nil {
+		if o.widths, err = ints(widths); err == nil {
+			o.chunks, err = ints(chunks)
+		}
+	}
+	if err != nil {
+		fatal(err)
+	}
+	if err := run(o); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench/kv:", err)
+	os.Exit(1)
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%d", &n); err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad list %q: want positive integers separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// row is one measurement.
+type row struct {
+	Op        string  `json:"op"`
+	Storage   string  `json:"storage"`
+	Width     int     `json:"width"`
+	Batch     int     `json:"batch"` // keys per call
+	KeysPerS  float64 `json:"keys_per_s"`
+	MBPerS    float64 `json:"mb_per_s"` // value bytes (keys x width x 4) per second, 1 MB = 1e6 bytes
+	CallsPerS float64 `json:"calls_per_s"`
+	WireBytes float64 `json:"wire_bytes_per_call,omitempty"` // NATS payload bytes per call, requests + replies
+	RawMBPerS float64 `json:"raw_nats_mb_per_s,omitempty"`   // raw NATS at the same message sizes, same units as mb_per_s
+	Baseline  string  `json:"baseline,omitempty"`            // what ratio compares against
+	Ratio     float64 `json:"ratio,omitempty"`
+	Target    float64 `json:"target,omitempty"` // the ratio the project aims for
+}
+
+// table is a table declaration with its placement and key batches.
+type table struct {
+	spec    kvstore.TableSpec
+	storage string
+	keys    [][]uint64 // per batch size: nbatch batches of distinct sorted keys, concatenated views
+}
+
+// nbatch precomputed batches are cycled through so key generation stays
+// out of the timed loops.
+const nbatch = 64
+
+const valueBytes = 4 // every table here stores float32
+
+func run(o options) error {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	connect := func(name string) (*nats.Conn, error) {
+		nc, err := srv.Connect(bus.Options{Name: name})
+		if err == nil {
+			conns = append(conns, nc)
+		}
+		return nc, err
+	}
+
+	// Tables: "l-*" live on one shard hosted by s0 (the local worker's
+	// slave); "r-*" are spread over s0 and s1 (the remote worker hosts
+	// neither).
+	var local, remote []kvstore.TableSpec
+	for _, w := range o.widths {
+		size := uint64(max(1<<22/w, 1<<12)) // about 4M values per table
+		local = append(local, kvstore.TableSpec{Name: fmt.Sprintf("l-dense-%d", w), Size: size, Width: w, DType: kvstore.Float32})
+		remote = append(remote, kvstore.TableSpec{Name: fmt.Sprintf("r-dense-%d", w), Size: size, Width: w, DType: kvstore.Float32})
+	}
+	sparse := kvstore.TableSpec{Size: 1 << 40, Width: 1, DType: kvstore.Float32, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}
+	ls, rs := sparse, sparse
+	ls.Name, rs.Name = "l-sparse-1", "r-sparse-1"
+	local, remote = append(local, ls), append(remote, rs)
+	hosts := []string{"s0", "s1"}
+	var placements []kvstore.Placement
+	for _, s := range local {
+		placements = append(placements, kvstore.Placement{Spec: s.WithDefaults(), Hosts: hosts[:1]})
+	}
+	for _, s := range remote {
+		placements = append(placements, kvstore.Placement{Spec: s.WithDefaults(), Hosts: hosts})
+	}
+	subject := func(slave string) string { return "bench.slave." + slave + ".kv" }
+	var servers []*kvstore.Server
+	var serverConns []*nats.Conn
+	for _, h := range hosts {
+		nc, err := connect("slave-" + h)
+		if err != nil {
+			return err
+		}
+		s, err := kvstore.NewServer(nc, subject(h), zerolog.Nop())
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.CreateTables("bench", h, placements); err != nil {
+			return err
+		}
+		servers = append(servers, s)
+		serverConns = append(serverConns, nc)
+	}
+	newClient := func(self int) (*kvstore.Client, *nats.Conn, error) {
+		nc, err := connect("worker")
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg := kvstore.ClientConfig{Conn: nc, KVSubject: subject, Task: "bench", Hosts: hosts,
+			Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: 30 * time.Second, Window: o.window}
+		if self >= 0 {
+			cfg.Self, cfg.Server = hosts[self], servers[self]
+		}
+		c, err := kvstore.NewClient(cfg)
+		return c, nc, err
+	}
+	localClient, _, err := newClient(0)
+	if err != nil {
+		return err
+	}
+	defer localClient.Close()
+	remoteClient, remoteConn, err := newClient(-1)
+	if err != nil {
+		return err
+	}
+	defer remoteClient.Close()
+
+	rep := newReporter(o.jsonOut)
+	rep.header(o, runtime.GOMAXPROCS(0))
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := func(op string, spec kvstore.TableSpec) bool {
+		return o.only.MatchString(fmt.Sprintf("%s %s %d", op, storageOf(spec), spec.Width))
+	}
+
+	// Local: the client's own slave hosts the only shard.
+	for _, spec := range local {
+		spec = spec.WithDefaults()
+		tc, err := localClient.Table(kvstore.Placement{Spec: spec, Hosts: hosts[:1]})
+		if err != nil {
+			return err
+		}
+		for _, b := range o.batches {
+			keys := keyBatches(rng, spec, b, o.sparseKeys)
+			vals := make([]float64, b*spec.Width)
+			fill(vals)
+			if want("local get", spec) {
+				rep.add(measureKeyed(o, "local get", spec, b, keys, func(k []uint64) error { return tc.Get(k, vals) }, nil))
+			}
+			if want("local add", spec) {
+				r := measureKeyed(o, "local add", spec, b, keys, func(k []uint64) error { return tc.Add(k, vals) }, nil)
+				if spec.Storage == kvstore.Sparse {
+					r.Baseline, r.Ratio, r.Target = "20M keys/s target", r.KeysPerS/sparseAddTarget, 1
+				}
+				rep.add(r)
+			}
+			if spec.Storage == kvstore.Sparse && want("store add", spec) {
+				// The same Adds straight into a fresh Store: no client.
+				dir, err := kvstore.NewDirectory(spec, 1)
+				if err != nil {
+					return err
+				}
+				st := kvstore.NewStore(spec, dir, 0)
+				r := measureKeyed(o, "store add", spec, b, keys, func(k []uint64) error { st.Add(k, vals); return nil }, nil)
+				r.Baseline, r.Ratio, r.Target = "20M keys/s target", r.KeysPerS/sparseAddTarget, 1
+				rep.add(r)
+			}
+		}
+	}
+
+	// Remote: keys spread over both servers; the client hosts none.
+	raw, err := newRawNATS(remoteConn, serverConns, o.window)
+	if err != nil {
+		return err
+	}
+	defer raw.close()
+	maxPayload := int(remoteConn.MaxPayload())
+	for _, spec := range remote {
+		spec = spec.WithDefaults()
+		p := kvstore.Placement{Spec: spec, Hosts: hosts}
+		tc, err := remoteClient.Table(p)
+		if err != nil {
+			return err
+		}
+		dir, err := kvstore.NewDirectory(spec, len(hosts))
+		if err != nil {
+			return err
+		}
+		msgs := messager{task: "bench", spec: spec, dir: dir, maxKeys: kvstore.MaxKeysPerMessage(maxPayload, spec.Width, spec.DType)}
+		for _, b := range o.batches {
+			keys := keyBatches(rng, spec, b, o.sparseKeys)
+			vals := make([]float64, b*spec.Width)
+			fill(vals)
+			if want("remote get", spec) {
+				r := measureKeyed(o, "remote get", spec, b, keys, func(k []uint64) error { return tc.Get(k, vals) }, nil)
+				rep.add(raw.compare(o, r, msgs.calls(keys, msgs.keyedGet), false))
+			}
+			if want("remote add", spec) {
+				r := measureKeyed(o, "remote add", spec, b, keys, func(k []uint64) error { return tc.Add(k, vals) }, remoteClient.Flush)
+				rep.add(raw.compare(o, r, msgs.calls(keys, msgs.keyedAdd), true))
+			}
+		}
+		if spec.Storage == kvstore.Sparse {
+			continue // hash-partitioned chunks split into one message per key: not a chunk workload
+		}
+		nchunks := (spec.Size + spec.ChunkSize - 1) / spec.ChunkSize
+		for _, c := range o.chunks {
+			ids := chunkBatches(rng, nchunks, c)
+			n, err := tc.ChunkValues(ids[0])
+			if err != nil {
+				return err
+			}
+			vals := make([]float64, n)
+			fill(vals)
+			b := n / spec.Width
+			if want("remote getchunk", spec) {
+				r := measureKeyed(o, "remote getchunk", spec, b, ids, func(ch []uint64) error { return tc.GetChunk(ch, vals) }, nil)
+				rep.add(raw.compare(o, r, msgs.calls(ids, msgs.chunkGet), false).withTarget(remoteRawTarget))
+			}
+			if want("remote addchunk", spec) {
+				r := measureKeyed(o, "remote addchunk", spec, b, ids, func(ch []uint64) error { return tc.AddChunk(ch, vals) }, remoteClient.Flush)
+				rep.add(raw.compare(o, r, msgs.calls(ids, msgs.chunkAdd), true).withTarget(remoteRawTarget))
+			}
+		}
+	}
+	rep.footer()
+	return nil
+}
+
+func storageOf(spec kvstore.TableSpec) string {
+	if spec.Storage == kvstore.Sparse {
+		return "sparse"
+	}
+	return "dense"
+}
+
+func (r row) withTarget(t float64) row { r.Target = t; return r }
+
+// keyBatches draws nbatch batches of n distinct keys, each sorted (as a
+// worker's deduplicated batch would be after grouping). Sparse tables draw
+// from [0, sparseKeys) spread over the key space.
+func keyBatches(rng *rand.Rand, spec kvstore.TableSpec, n, sparseKeys int) [][]uint64 {
+	universe := spec.Size
+	if spec.Storage == kvstore.Sparse {
+		universe = uint64(sparseKeys)
+	}
+	n = min(n, int(universe))
+	out := make([][]uint64, nbatch)
+	seen := map[uint64]bool{}
+	for i := range out {
+		clear(seen)
+		ks := make([]uint64, 0, n)
+		for len(ks) < n {
+			k := rng.Uint64N(universe)
+			if spec.Storage == kvstore.Sparse {
+				k *= 0x9e3779b9 // spread ids over the 2^40 key space
+				k %= spec.Size
+			}
+			if !seen[k] {
+				seen[k] = true
+				ks = append(ks, k)
+			}
+		}
+		slices.Sort(ks)
+		out[i] = ks
+	}
+	return out
+}
+
+// chunkBatches draws nbatch lists of c distinct chunk ids (unsorted, so
+// chunks rarely merge into one span).
+func chunkBatches(rng *rand.Rand, nchunks uint64, c int) [][]uint64 {
+	c = min(c, int(nchunks))
+	out := make([][]uint64, nbatch)
+	for i := range out {
+		perm := rng.Perm(int(nchunks))[:c]
+		for _, p := range perm {
+			out[i] = append(out[i], uint64(p))
+		}
+	}
+	return out
+}
+
+func fill(v []float64) {
+	for i := range v {
+		v[i] = float64(i%13) * 0.001
+	}
+}
+
+// measureKeyed calls op on the batches in turn for o.duration after a
+// warm-up and reports keys/s and value MB/s. flush (may be nil) runs before
+// the clock stops, so asynchronous Adds count only once acknowledged.
+// batch is the number of keys per call.
+func measureKeyed(o options, op string, spec kvstore.TableSpec, batch int, batches [][]uint64, call func([]uint64) error, flush func() error) row {
+	loop := func(d time.Duration) (calls int, el time.Duration) {
+		start := time.Now()
+		for {
+			for i := 0; i < 16; i++ {
+				if err := call(batches[calls%len(batches)]); err != nil {
+					fatal(fmt.Errorf("%s %s width %d: %w", op, spec.Name, spec.Width, err))
+				}
+				calls++
+			}
+			if el = time.Since(start); el >= d {
+				break
+			}
+		}
+		if flush != nil {
+			if err := flush(); err != nil {
+				fatal(fmt.Errorf("%s %s: flush: %w", op, spec.Name, err))
+			}
+		}
+		return calls, time.Since(start)
+	}
+	loop(warmup(o.duration))
+	calls, el := loop(o.duration)
+	cps := float64(calls) / el.Seconds()
+	keys := cps * float64(batch)
+	return row{Op: op, Storage: storageOf(spec), Width: spec.Width, Batch: batch, CallsPerS: cps, KeysPerS: keys,
+		MBPerS: keys * float64(spec.Width*valueBytes) / 1e6}
+}
+
+func warmup(d time.Duration) time.Duration { return min(max(d/10, 50*time.Millisecond), 300*time.Millisecond) }
+
+// reporter prints rows as an aligned table (stdout, or stderr with -json)
+// and, with -json, one JSON line per row on stdout.
+type reporter struct {
+	json bool
+	out  *os.File
+	enc  *json.Encoder
+}
+
+func newReporter(jsonOut bool) *reporter {
+	r := &reporter{json: jsonOut, out: os.Stdout}
+	if jsonOut {
+		r.out, r.enc = os.Stderr, json.NewEncoder(os.Stdout)
+	}
+	return r
+}
+
+const rowFormat = "%-16s %-6s %5s %6s %12s %10s %12s %7s  %s\n"
+
+func (r *reporter) header(o options, procs int) {
+	fmt.Fprintf(r.out, "# flexps kv bench: %s per row, GOMAXPROCS=%d, 2 shard servers on embedded NATS, float32 values, sparse keys from %d ids\n",
+		o.duration, procs, o.sparseKeys)
+	fmt.Fprintf(r.out, rowFormat, "op", "table", "width", "batch", "keys/s", "MB/s", "raw NATS MB/s", "ratio", "ratio is")
+}
+
+func (r *reporter) add(x row) {
+	raw, ratio := "", ""
+	if x.RawMBPerS > 0 {
+		raw = fmt.Sprintf("%.1f", x.RawMBPerS)
+	}
+	if x.Ratio > 0 {
+		ratio = fmt.Sprintf("%.2f", x.Ratio)
+	}
+	note := x.Baseline
+	if x.Target > 0 {
+		mark := "ok"
+		if x.Ratio < x.Target {
+			mark = "BELOW"
+		}
+		note = fmt.Sprintf("%s (target >= %.2g: %s)", note, x.Target, mark)
+	}
+	fmt.Fprintf(r.out, rowFormat, x.Op, x.Storage, fmt.Sprint(x.Width), fmt.Sprint(x.Batch), human(x.KeysPerS),
+		fmt.Sprintf("%.1f", x.MBPerS), raw, ratio, note)
+	if r.enc != nil {
+		r.enc.Encode(x)
+	}
+}
+
+func (r *reporter) footer() {
+	fmt.Fprintln(r.out, "# MB/s counts value bytes (keys x width x 4); raw NATS MB/s is the same payload carried by plain request-reply messages of the kvstore's sizes")
+}
+
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}

@@ -1,0 +1,235 @@
+package synth
+
+import (
+	"bufio"
+	"bytes"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+type sample struct {
+	y    float64
+	ids  []int
+	vals []float64
+}
+
+func parse(t *testing.T, data []byte, base int) []sample {
+	t.Helper()
+	var out []sample
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		var s sample
+		s.y, _ = strconv.ParseFloat(f[0], 64)
+		prev := -1
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, ":")
+			id, err := strconv.Atoi(k)
+			if err != nil || id-base < 0 || id <= prev {
+				t.Fatalf("bad or unsorted id %q in %q", k, sc.Text())
+			}
+			prev = id
+			x, _ := strconv.ParseFloat(v, 64)
+			if x <= 0 || x > 1 {
+				t.Fatalf("value %v out of (0,1]", x)
+			}
+			s.ids = append(s.ids, id-base)
+			s.vals = append(s.vals, x)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestWriteLIBSVMShape(t *testing.T) {
+	tests := []LIBSVMConfig{
+		{Rows: 2000, Dim: 50, NNZ: 50, Seed: 1},
+		{Rows: 2000, Dim: 1000, NNZ: 10, Zipf: 1.1, Seed: 2},
+		{Rows: 2000, Dim: 1000, NNZ: 10, Zipf: 2.5, Seed: 2, ZeroBased: true},
+		{Rows: 10, Dim: 100, NNZ: 3, Seed: 3, IndexBase: 5},
+	}
+	for _, cfg := range tests {
+		var a, b bytes.Buffer
+		w, err := WriteLIBSVM(&a, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		WriteLIBSVM(&b, cfg)
+		if !bytes.Equal(a.Bytes(), b.Bytes()) || len(w) != cfg.Dim {
+			t.Fatalf("%+v: not deterministic", cfg)
+		}
+		base := 1
+		if cfg.ZeroBased {
+			base = 0
+		} else if cfg.IndexBase > 0 {
+			base = cfg.IndexBase
+		}
+		rows := parse(t, a.Bytes(), base)
+		pos := 0
+		hits := make([]int, cfg.Dim)
+		for _, r := range rows {
+			if len(r.ids) != cfg.NNZ {
+				t.Fatalf("row with %d ids", len(r.ids))
+			}
+			if r.y == 1 {
+				pos++
+			}
+			for _, id := range r.ids {
+				if id >= cfg.Dim {
+					t.Fatalf("id %d >= dim", id)
+				}
+				hits[id]++
+			}
+		}
+		if frac := float64(pos) / float64(len(rows)); len(rows) > 100 && (frac < 0.4 || frac > 0.6) {
+			t.Fatalf("%+v: %.2f positive", cfg, frac)
+		}
+		if cfg.Zipf > 0 {
+			// Hot ids are spread over the id space, not packed at 0.
+			hotLow, hot := 0, 0
+			for id, h := range hits {
+				if h > len(rows)/20 {
+					hot++
+					if id < cfg.Dim/10 {
+						hotLow++
+					}
+				}
+			}
+			if hot < 3 || hotLow == hot {
+				t.Fatalf("zipf: %d hot ids, %d of them in the first tenth", hot, hotLow)
+			}
+		}
+	}
+	if _, err := WriteLIBSVM(&bytes.Buffer{}, LIBSVMConfig{Rows: 1, Dim: 5, NNZ: 6}); err == nil {
+		t.Fatal("nnz > dim accepted")
+	}
+	if _, err := WriteLIBSVM(&bytes.Buffer{}, LIBSVMConfig{Rows: 1, Dim: 5, NNZ: 2, Zipf: 0.5}); err == nil {
+		t.Fatal("zipf 0.5 accepted")
+	}
+}
+
+// TestWriteLIBSVMLearnable trains a tiny full-batch logistic regression
+// (gradient descent on the L2-regularised log loss, each coordinate's step
+// scaled by 1/(its count + lambda)) and checks its held-out accuracy.
+func TestWriteLIBSVMLearnable(t *testing.T) {
+	for _, zipf := range []float64{1.1, 0} {
+		var buf bytes.Buffer
+		cfg := LIBSVMConfig{Rows: 20000, Dim: 10000, NNZ: 20, Zipf: zipf, Seed: 7}
+		wt, err := WriteLIBSVM(&buf, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := parse(t, buf.Bytes(), 1)
+		train, test := rows[:16000], rows[16000:]
+		w := make([]float64, cfg.Dim)
+		count := make([]float64, cfg.Dim)
+		for _, r := range train {
+			for _, id := range r.ids {
+				count[id]++
+			}
+		}
+		g := make([]float64, cfg.Dim)
+		const lr, l2 = 0.5, 1.0
+		for range 150 {
+			clear(g)
+			for _, r := range train {
+				z := 0.0
+				for k, id := range r.ids {
+					z += w[id] * r.vals[k]
+				}
+				d := 1/(1+math.Exp(-z)) - r.y
+				for k, id := range r.ids {
+					g[id] += d * r.vals[k]
+				}
+			}
+			for j := range w {
+				if count[j] > 0 {
+					w[j] -= lr * (g[j] + l2*w[j]) / (count[j] + l2)
+				}
+			}
+		}
+		correct := 0
+		for _, r := range test {
+			z := 0.0
+			for k, id := range r.ids {
+				z += w[id] * r.vals[k]
+			}
+			if (z > 0) == (r.y == 1) {
+				correct++
+			}
+		}
+		acc := float64(correct) / float64(len(test))
+		accOn := func(w []float64, rs []sample) float64 {
+			c := 0
+			for _, r := range rs {
+				z := 0.0
+				for k, id := range r.ids {
+					z += w[id] * r.vals[k]
+				}
+				if (z > 0) == (r.y == 1) {
+					c++
+				}
+			}
+			return float64(c) / float64(len(rs))
+		}
+		t.Logf("true weights: %.3f, train acc %.3f", accOn(wt, test), accOn(w, train))
+		t.Logf("zipf %v: test accuracy %.3f", zipf, acc)
+		if zipf > 0 && acc < 0.85 {
+			t.Fatalf("zipf %v: test accuracy %.3f, want >= 0.85", zipf, acc)
+		}
+		if zipf == 0 && acc < 0.75 {
+			t.Fatalf("uniform: test accuracy %.3f, want >= 0.75", acc)
+		}
+	}
+}
+
+func TestWriteLIBSVMSpeed(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("timing")
+	}
+	t0 := time.Now()
+	var buf bytes.Buffer
+	if _, err := WriteLIBSVM(&buf, LIBSVMConfig{Rows: 200000, Dim: 1000000, NNZ: 20, Zipf: 1.1, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("200k rows x 20 nnz: %v, %d MB", time.Since(t0), buf.Len()>>20)
+}
+
+func TestWriteRatings(t *testing.T) {
+	var a, b bytes.Buffer
+	cfg := RatingsConfig{Users: 100, Items: 50, Rank: 5, Ratings: 5000, Seed: 3, Noise: 0.1}
+	if err := WriteRatings(&a, cfg); err != nil {
+		t.Fatal(err)
+	}
+	WriteRatings(&b, cfg)
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("not deterministic")
+	}
+	lines := strings.Split(strings.TrimSuffix(a.String(), "\n"), "\n")
+	if len(lines) != 5000 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	sum, sq := 0.0, 0.0
+	for _, l := range lines {
+		f := strings.Split(l, "\t")
+		u, e1 := strconv.Atoi(f[0])
+		i, e2 := strconv.Atoi(f[1])
+		r, e3 := strconv.ParseFloat(f[2], 64)
+		if len(f) != 3 || e1 != nil || e2 != nil || e3 != nil || u >= 100 || i >= 50 || r < 1 || r > 5 {
+			t.Fatalf("bad line %q", l)
+		}
+		sum += r
+		sq += r * r
+	}
+	mean := sum / 5000
+	if sd := math.Sqrt(sq/5000 - mean*mean); mean < 2.5 || mean > 3.5 || sd < 0.4 {
+		t.Fatalf("ratings mean %.2f sd %.2f", mean, sd)
+	}
+	if err := WriteRatings(&a, RatingsConfig{Users: 1, Items: 1, Rank: 1, Min: 5, Max: 1}); err == nil {
+		t.Fatal("min > max accepted")
+	}
+}
+
