@@ -1,0 +1,112 @@
+package lr_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	_ "github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/internal/jobrun"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+const heartScale = "/usr/share/doc/liblinear-tools/examples/heart_scale"
+
+// liblinear returns the accuracy of Debian's liblinear-train -s 0 (L2
+// logistic regression) trained on train and scored on test.
+func liblinear(t *testing.T, train, test string) float64 {
+	t.Helper()
+	if _, err := exec.LookPath("liblinear-train"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("liblinear-train missing in CI: scripts/setup.sh should have installed liblinear-tools")
+		}
+		t.Skip("liblinear-train not installed (scripts/setup.sh installs Debian's liblinear-tools)")
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "ref.model")
+	if out, err := exec.Command("liblinear-train", "-s", "0", "-q", train, model).CombinedOutput(); err != nil {
+		t.Fatalf("liblinear-train: %v\n%s", err, out)
+	}
+	out, err := exec.Command("liblinear-predict", test, model, filepath.Join(dir, "pred")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("liblinear-predict: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`Accuracy = ([0-9.]+)%`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no accuracy in %q", out)
+	}
+	acc, _ := strconv.ParseFloat(string(m[1]), 64)
+	return acc / 100
+}
+
+// train runs lr.sgd on an in-process cluster of 2 slaves and returns the
+// model's accuracy on test.
+func train(t *testing.T, trainPath, testPath string, dim uint64, params tasks.Params, workers int) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	out := filepath.Join(t.TempDir(), "lr.model")
+	task := tasks.NewTask("quality").
+		AddTable(kvstore.TableSpec{Name: "w", Size: dim}).
+		SetInput("train", tasks.InputSpec{Path: trainPath, BlockSize: 1 << 16}).
+		SetInput("test", tasks.InputSpec{Path: testPath}).
+		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: params})
+	task.Kind, task.Output = "lr", out
+	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
+		t.Fatal(err)
+	}
+	line, err := jobrun.Evaluate(ctx, out, testPath, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`accuracy=([0-9.]+)`).FindStringSubmatch(line)
+	acc, _ := strconv.ParseFloat(m[1], 64)
+	return acc
+}
+
+func TestQualityGeneratedDataMatchesLiblinear(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a while")
+	}
+	dir := t.TempDir()
+	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	if err := jobrun.Generate(trainPath, tasks.GenSpec{Kind: "libsvm", Rows: 20000, Dim: 2000, NNZ: 10, Zipf: 1.1, Noise: 0.01, Seed: 7,
+		TestPath: testPath, TestRows: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	ref := liblinear(t, trainPath, testPath)
+	got := train(t, trainPath, testPath, 2000, tasks.Params{"epochs": 20, "batch": 100, "lr": 5.0}, 4)
+	t.Logf("test accuracy: flexps %.4f, liblinear -s 0 %.4f", got, ref)
+	if got < ref-0.01 {
+		t.Fatalf("flexps test accuracy %.4f is more than 1 point below liblinear's %.4f", got, ref)
+	}
+}
+
+func TestQualityHeartScaleMatchesLiblinear(t *testing.T) {
+	if _, err := os.Stat(heartScale); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s missing in CI: scripts/setup.sh should have installed liblinear-tools", heartScale)
+		}
+		t.Skip("heart_scale not installed (Debian's liblinear-tools)")
+	}
+	ref := liblinear(t, heartScale, heartScale)
+	// l2 = 1/(C n) with liblinear's C = 1 and n = 270: the same objective.
+	got := train(t, heartScale, heartScale, 14, tasks.Params{"epochs": 100, "batch": 10, "lr": 0.1, "l2": 1.0 / 270}, 2)
+	t.Logf("training accuracy on heart_scale: flexps %.4f, liblinear -s 0 %.4f", got, ref)
+	if d := got - ref; d < -0.01 || d > 0.02 {
+		t.Fatalf("flexps %.4f vs liblinear %.4f: more than 1 point apart", got, ref)
+	}
+}
