@@ -179,4 +179,5 @@ func (p *replayPass) Stats() PassStats {
 	defer p.mu.Unlock()
 	return PassStats{Records: p.nrec, PeakBuffered: p.bytes, FromCache: true}
 }
+
 var _ Pass = (*AsyncReader)(nil)

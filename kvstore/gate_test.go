@@ -39,7 +39,7 @@ func TestGateWaitContextCancelled(t *testing.T) {
 	g.Advance(1, 1)
 	_, waits, blocked := g.Stats(0)
 	equal(t, int64(1), waits)
-	check(t, blocked >= 10*time.Millisecond, "blocked %v", blocked)
+	check(t, blocked >= 5*time.Millisecond, "blocked %v", blocked) // parked a little after the context started
 }
 
 func TestGateDefer(t *testing.T) {

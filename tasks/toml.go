@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -105,7 +106,12 @@ func DecodeStrict(path string, data []byte, v any) error {
 		if errors.As(err, &pe) {
 			return &ConfigError{File: path, Line: pe.Position.Line, Msg: pe.Message}
 		}
-		return &ConfigError{File: path, Msg: err.Error()}
+		// Type mismatches come as "toml: line N (last key "k"): msg".
+		if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return &ConfigError{File: path, Line: line, Msg: fmt.Sprintf("key %q: %s", m[2], m[3])}
+		}
+		return &ConfigError{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
@@ -113,6 +119,8 @@ func DecodeStrict(path string, data []byte, v any) error {
 	}
 	return nil
 }
+
+var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 // keyLine finds the line of an undecoded key: the first assignment of its
 // last component after the header of its parent table, or the header

@@ -141,13 +141,14 @@ func (m *messager) chunkAdd(chunks []uint64) []msg {
 // kvstore's messages (same sizes, same subjects layout) with no codec, no
 // store and no bookkeeping.
 type rawNATS struct {
-	nc      *nats.Conn
-	subs    []*nats.Subscription
-	inbox   *nats.Subscription
-	getSubj string
-	ackSubj string
-	window  int
-	payload []byte
+	nc       *nats.Conn
+	subs     []*nats.Subscription
+	inbox    *nats.Subscription
+	getSubj  string
+	ackSubj  string
+	window   int
+	payload  []byte
+	subjects []string
 }
 
 func newRawNATS(client *nats.Conn, servers []*nats.Conn, window int) (*rawNATS, error) {
@@ -163,6 +164,7 @@ func newRawNATS(client *nats.Conn, servers []*nats.Conn, window int) (*rawNATS, 
 		}
 		sub.SetPendingLimits(-1, -1)
 		r.subs = append(r.subs, sub)
+		r.subjects = append(r.subjects, sub.Subject)
 	}
 	inbox := client.NewRespInbox()
 	r.getSubj, r.ackSubj = inbox+".g", inbox+".a"
@@ -190,7 +192,7 @@ func (r *rawNATS) close() {
 func (r *rawNATS) send(m msg, reply string) {
 	p := r.payload[:max(m.req, 4)]
 	binary.LittleEndian.PutUint32(p, uint32(m.rep))
-	if err := r.nc.PublishRequest(fmt.Sprintf("bench.raw.%d", m.shard), reply, p); err != nil {
+	if err := r.nc.PublishRequest(r.subjects[m.shard], reply, p); err != nil {
 		fatal(fmt.Errorf("raw NATS: %w", err))
 	}
 }
@@ -201,15 +203,11 @@ func (r *rawNATS) next() {
 	}
 }
 
-// compare measures raw NATS on calls (the messages of each kvstore call in
-// kv's batches, in the same order) and completes kv with the baseline: acked
-// calls publish with an ack window, others send all requests of a call and
-// wait for all replies.
-func (r *rawNATS) compare(o options, kv row, calls [][]msg, acked bool) row {
-	subjects := make([]string, len(r.subs))
-	for i := range subjects {
-		subjects[i] = fmt.Sprintf("bench.raw.%d", i)
-	}
+// loop sends calls (the messages of each kvstore call in the benchmark's
+// batches, in the same order): acked calls publish with an ack window as
+// Adds do, others send all requests of a call and wait for all replies as
+// reads do.
+func (r *rawNATS) loop(calls [][]msg, acked bool) loop {
 	inflight := 0
 	one := func(c []msg) {
 		for _, m := range c {
@@ -230,23 +228,26 @@ func (r *rawNATS) compare(o options, kv row, calls [][]msg, acked bool) row {
 			}
 		}
 	}
-	loop := func(d time.Duration) (int, time.Duration) {
+	n := 0
+	return func(d time.Duration) float64 {
 		start := time.Now()
-		n := 0
+		k := 0
 		for time.Since(start) < d {
 			for i := 0; i < 16; i++ {
 				one(calls[n%len(calls)])
 				n++
+				k++
 			}
 		}
 		for ; inflight > 0; inflight-- {
 			r.next()
 		}
-		return n, time.Since(start)
+		return float64(k) / time.Since(start).Seconds()
 	}
-	loop(warmup(o.duration))
-	n, el := loop(o.duration)
-	rawCalls := float64(n) / el.Seconds()
+}
+
+// withRaw completes a kvstore row with its raw NATS baseline.
+func withRaw(kv row, rawCalls float64, calls [][]msg) row {
 	wire := 0
 	for _, c := range calls {
 		for _, m := range c {

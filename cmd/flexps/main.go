@@ -71,7 +71,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "flexps: unknown command %q\n\n%s\n", args[0], usage)
+		fmt.Fprintf(stderr, "flexps: unknown command %q (\"flexps help\" lists the commands)\n", args[0])
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -232,4 +232,3 @@ func TestWriteRatings(t *testing.T) {
 		t.Fatal("min > max accepted")
 	}
 }
-

@@ -54,7 +54,7 @@ func (p *Printer) Event(ev proto.TaskEvent) {
 			}
 			p.bar.Describe(desc)
 			p.bar.Set64(s.Progress.Samples)
-		} else if time.Since(p.lastLine) >= 5*time.Second {
+		} else if ev.Kind == "progress" && time.Since(p.lastLine) >= 5*time.Second {
 			p.lastLine = time.Now()
 			fmt.Fprintf(p.Progress, "progress: %s  samples %d\n", desc, s.Progress.Samples)
 		}

@@ -46,13 +46,20 @@ need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found on PATH ($2)"; }
 
 install() {
   need java "a JDK 11+ is required"
-  # Test binaries of several packages may install at once: one builds, the
-  # others wait and then find the build up to date.
   mkdir -p "$target"
-  if command -v flock >/dev/null 2>&1; then
-    exec 9>"$target/.lock"
-    flock 9
-  fi
+  # Test binaries of several packages may install at once: one builds, the
+  # others wait and then find the build up to date. The lock lives in a
+  # subshell so its descriptor is not inherited by a cluster started after.
+  (
+    if command -v flock >/dev/null 2>&1; then
+      exec 9>"$target/.lock"
+      flock 9
+    fi
+    build
+  )
+}
+
+build() {
   # Rebuild only when the sources changed since the last good build.
   if [[ -f "$stamp" && -f "$jar" && -d "$target/lib" ]] &&
      [[ -z "$(find "$here/pom.xml" "$here/src" -newer "$stamp" -print -quit)" ]]; then
@@ -86,7 +93,7 @@ start() {
     die "already running in $dir (pid $(cat "$pidf")); stop it first"
   fi
   rm -f "$state"
-  nohup "$0" run "$state" --dir "$dir/data" "$@" </dev/null >"$log" 2>&1 &
+  nohup "$0" run "$state" --dir "$dir/data" "$@" </dev/null >"$log" 2>&1 9>&- &
   local pid=$!
   echo "$pid" >"$pidf"
   local timeout="${MINIHDFS_START_TIMEOUT:-120}" t0=$SECONDS

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/internal/clustertest"
+)
+
+const goodJob = `name = "bad"
+kind = "lr"
+[local]
+slaves = 1
+slots = 1
+[[table]]
+name = "w"
+size = 100
+[input.train]
+path = "TRAIN"
+[[stage]]
+name = "sgd"
+func = "lr.sgd"
+workers = 1
+[stage.params]
+epochs = 1
+`
+
+func TestBadInputGivesOneClearError(t *testing.T) {
+	dir := t.TempDir()
+	train := filepath.Join(dir, "train.libsvm")
+	os.WriteFile(train, []byte("1 1:0.5 3:1\n0 2:1\n"), 0o644)
+	badData := filepath.Join(dir, "bad.libsvm")
+	os.WriteFile(badData, []byte("1 1:0.5\n0 2:1\n1 3:x\n"), 0o644)
+	job := func(s string) string { return strings.ReplaceAll(s, "TRAIN", train) }
+	closed := clustertest.FreePort(t)
+
+	cases := []struct {
+		name  string
+		job   string   // job file content (for run)
+		args  []string // instead of run JOB
+		wants []string // substrings of stderr
+	}{
+		{name: "syntax error", job: "name = \"x\"\n[[stage]\nfunc = 1\n", wants: []string{"job.toml line", "expected end of table array"}},
+		{name: "unknown key", job: job(strings.Replace(goodJob, "workers = 1", "workers = 1\nwrokers = 2", 1)),
+			wants: []string{"job.toml line 15", `unknown key "stage.wrokers"`}},
+		{name: "wrong type", job: job(strings.Replace(goodJob, `size = 100`, `size = "big"`, 1)), wants: []string{"job.toml line 8", `key "table.size"`, "incompatible types"}},
+		{name: "workers not a number", job: job(strings.Replace(goodJob, "workers = 1", `workers = "many"`, 1)), wants: []string{"workers", `"many"`}},
+		{name: "missing func", job: job(strings.Replace(goodJob, `func = "lr.sgd"`, "", 1)), wants: []string{"stage 0 (sgd)", "func"}},
+		{name: "unregistered stage function", job: job(strings.Replace(goodJob, `"lr.sgd"`, `"lr.nope"`, 1)),
+			wants: []string{`no stage function registered as "lr.nope"`}},
+		{name: "negative staleness", job: job(strings.Replace(goodJob, "workers = 1", "workers = 1\nconsistency = \"ssp\"\nstaleness = -1", 1)),
+			wants: []string{"stage 0 (sgd)", "staleness"}},
+		{name: "speculation without sparse_ssp", job: job(strings.Replace(goodJob, "workers = 1", "workers = 1\nconsistency = \"ssp\"\nspeculation = 2", 1)),
+			wants: []string{"stage 0 (sgd)", "speculation"}},
+		{name: "missing data file", job: strings.ReplaceAll(goodJob, "TRAIN", filepath.Join(dir, "nope.libsvm")),
+			wants: []string{"nope.libsvm", "no such file"}},
+		{name: "malformed libsvm line", job: strings.ReplaceAll(goodJob, "TRAIN", badData), wants: []string{"bad.libsvm line 3", "3:x"}},
+		{name: "bad lr parameter", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = -1", 1)), wants: []string{"lr must be > 0"}},
+		{name: "missing job file", args: []string{"run", filepath.Join(dir, "none.toml")}, wants: []string{"none.toml", "no such file"}},
+		{name: "unreachable nats", args: []string{"submit", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", closed), "x.toml"},
+			wants: []string{fmt.Sprintf("127.0.0.1:%d", closed), "unreachable"}},
+		{name: "unknown command", args: []string{"trian"}, wants: []string{`unknown command "trian"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if args == nil {
+				path := filepath.Join(t.TempDir(), "job.toml")
+				if err := os.WriteFile(path, []byte(tc.job), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = []string{"run", "--log-level", "error", path}
+			}
+			var stderr bytes.Buffer
+			code := run(args, &stderr)
+			msg := stderr.String()
+			if code == 0 {
+				t.Fatalf("exit 0, want an error; stderr:\n%s", msg)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(msg, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, msg)
+				}
+			}
+			if strings.Contains(msg, "goroutine ") || strings.Contains(msg, "panic") {
+				t.Errorf("stack trace in stderr:\n%s", msg)
+			}
+			if n := strings.Count(strings.TrimSpace(msg), "\n"); n > 3 {
+				t.Errorf("want one clear error, got %d lines:\n%s", n+1, msg)
+			}
+		})
+	}
+}
