@@ -24,15 +24,15 @@ type ClusterConfig struct {
 
 // NATSConfig says where the bus is.
 type NATSConfig struct {
-	URL       string `toml:"url"`    // external nats:// URL(s); empty: the master embeds a server
-	Listen    string `toml:"listen"` // embedded server's listen address (master); default 127.0.0.1:4222
-	User      string `toml:"user"`
-	Password  string `toml:"password"`
-	Token     string `toml:"token"`
-	CredsFile string `toml:"creds_file"`
-	CAFile    string `toml:"ca_file"`
-	CertFile  string `toml:"cert_file"`
-	KeyFile   string `toml:"key_file"`
+	URL       string   `toml:"url"`    // external nats:// URL(s); empty: the master embeds a server
+	Listen    string   `toml:"listen"` // embedded server's listen address (master); default 127.0.0.1:4222
+	User      string   `toml:"user"`
+	Password  string   `toml:"password"`
+	Token     string   `toml:"token"`
+	CredsFile string   `toml:"creds_file"`
+	CAFile    string   `toml:"ca_file"`
+	CertFile  string   `toml:"cert_file"`
+	KeyFile   string   `toml:"key_file"`
 	Timeout   Duration `toml:"connect_timeout"` // default 5s
 }
 

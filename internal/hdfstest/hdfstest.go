@@ -6,7 +6,8 @@
 // scripts/hdfs/target/). The JVM is started with a pipe on its stdin and
 // exits when that pipe closes, so a test binary that dies never leaves a
 // cluster behind. Starting a cluster takes several seconds: packages with
-// many HDFS tests share one with Shared and stop it from TestMain (see Main).
+// many HDFS tests share one with Shared, which shuts down by itself when the
+// test binary exits (StopShared or Main stop it sooner).
 //
 // Datanodes register with the namenode under distinct fake hostnames
 // (dn0.localhost, dn1.localhost, ...; Cluster.Hostnames) on distinct racks,

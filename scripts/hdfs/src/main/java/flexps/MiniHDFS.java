@@ -121,12 +121,12 @@ public final class MiniHDFS {
     conf.setInt("dfs.namenode.heartbeat.recheck-interval", 5000);
 
     String[] racks = new String[datanodes];
-    String[] hosts = hostnames.equals("fake") ? new String[datanodes] : null;
+    // Given racks but no hosts, MiniDFSCluster invents hostN.foo.com; name
+    // every datanode explicitly.
+    String[] hosts = new String[datanodes];
     for (int i = 0; i < datanodes; i++) {
       racks[i] = "/rack" + i;
-      if (hosts != null) {
-        hosts[i] = "dn" + i + ".localhost";
-      }
+      hosts[i] = hostnames.equals("fake") ? "dn" + i + ".localhost" : "127.0.0.1";
     }
 
     long t0 = System.nanoTime();
@@ -137,10 +137,8 @@ public final class MiniHDFS {
         .racks(racks)
         .format(true)
         .skipFsyncForTesting(true)
-        .waitSafeMode(true);
-    if (hosts != null) {
-      b.hosts(hosts);
-    }
+        .waitSafeMode(true)
+        .hosts(hosts);
     final MiniDFSCluster cluster = b.build();
     cluster.waitActive();
     cluster.waitClusterUp();
