@@ -168,3 +168,12 @@ func (g *Gate) Stats(worker int) (reads, waits int64, blocked time.Duration) {
 	defer g.mu.Unlock()
 	return g.ctrl.Reads(worker), g.ctrl.Waits(worker), g.ctrl.BlockedTime(worker)
 }
+
+// MinClock is the slowest unfinished worker's clock: every Add of an
+// iteration below it has been applied. Read it before reading values to
+// stamp them conservatively.
+func (g *Gate) MinClock() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ctrl.MinClock()
+}

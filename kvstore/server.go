@@ -270,7 +270,7 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 		g = s.gateOf(t, m.Stage)
 	}
 	if g == nil {
-		s.out, s.tmp = s.answer(s.out[:0], s.tmp, ht, m.Op, m.Keys, m.First, int(m.N))
+		s.out, s.tmp = s.answer(s.out[:0], s.tmp, ht, m.Op, m.Keys, m.First, int(m.N), -1)
 		s.nc.Publish(reply, s.out)
 		return
 	}
@@ -282,13 +282,16 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 			s.nc.Publish(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
 			return
 		}
-		out, _ := s.answer(nil, nil, ht, op, keys, first, n)
+		out, _ := s.answer(nil, nil, ht, op, keys, first, n, g.MinClock())
 		s.nc.Publish(reply, out)
 	})
 }
 
-// answer reads the values and encodes the reply.
-func (s *Server) answer(dst []byte, vals []float64, ht *hostedTable, op Op, keys []uint64, first uint64, n int) ([]byte, []float64) {
+// answer reads the values and encodes the reply. The reply's Clock is the
+// stage's minimum clock read before the values (-1 without a gate): the
+// values reflect every Add of the iterations below it, which is what a
+// worker-side cache needs to know how long it may serve them.
+func (s *Server) answer(dst []byte, vals []float64, ht *hostedTable, op Op, keys []uint64, first uint64, n int, minClock int64) ([]byte, []float64) {
 	count := len(keys)
 	if op == OpGetRange {
 		count = n
@@ -303,7 +306,7 @@ func (s *Server) answer(dst []byte, vals []float64, ht *hostedTable, op Op, keys
 	} else {
 		ht.store.Get(keys, vals)
 	}
-	return AppendMessage(dst, &Message{Op: OpReply, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals
+	return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals
 }
 
 func (s *Server) ack(reply string) {

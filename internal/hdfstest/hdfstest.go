@@ -168,6 +168,10 @@ func Shared(t testing.TB, opts ...Option) *Cluster {
 			// calls StopShared, so it removes its own directory.
 			opts = append(opts, func(o *options) { o.cleanup = true })
 			shared.c, shared.err = start(shared.dir, opts...)
+			if shared.err != nil {
+				os.RemoveAll(shared.dir)
+				shared.dir = ""
+			}
 		}
 	}
 	if shared.err != nil {
