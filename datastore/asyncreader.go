@@ -25,6 +25,10 @@ type AsyncConfig struct {
 	Next func(ctx context.Context) (blk Block, ok bool, err error)
 	// IsLocal, optional, says whether a block is local, for PassStats.LocalBytes.
 	IsLocal func(Block) bool
+	// Cache, optional, keeps parsed blocks for later passes under
+	// CacheScope; a cached block is replayed without reading the source.
+	Cache      *BlockCache
+	CacheScope string
 }
 
 // DefaultBufferBytes is the default AsyncConfig.BufferBytes.
@@ -110,7 +114,34 @@ func (r *AsyncReader) produce() {
 		if !ok {
 			return
 		}
-		st, err := ReadBlock(r.ctx, r.cfg.Source, blk, r.cfg.Format, r.cfg.Read, r.put)
+		if recs, hit := r.cfg.Cache.Get(r.cfg.CacheScope, blk); hit {
+			for _, rec := range recs {
+				if err := r.put(rec); err != nil {
+					r.fail(err)
+					return
+				}
+			}
+			r.mu.Lock()
+			r.stats.Blocks++
+			r.stats.CachedBlocks++
+			for _, rec := range recs {
+				r.stats.Records += int64(rec.Len())
+			}
+			r.mu.Unlock()
+			continue
+		}
+		emit := r.put
+		var kept []*Records
+		if r.cfg.Cache != nil {
+			emit = func(rec *Records) error {
+				kept = append(kept, rec)
+				return r.put(rec)
+			}
+		}
+		st, err := ReadBlock(r.ctx, r.cfg.Source, blk, r.cfg.Format, r.cfg.Read, emit)
+		if err == nil && st.BadLines == 0 {
+			r.cfg.Cache.Put(r.cfg.CacheScope, blk, kept)
+		}
 		local := r.cfg.IsLocal != nil && r.cfg.IsLocal(blk)
 		r.mu.Lock()
 		r.stats.Blocks++

@@ -165,4 +165,6 @@ type PassStats struct {
 	PeakBuffered int64
 	// FromCache is set for a pass replayed from the Cache.
 	FromCache bool
+	// CachedBlocks counts blocks replayed from the BlockCache (not read).
+	CachedBlocks int64
 }

@@ -45,7 +45,8 @@ type Client struct {
 	seq      uint64
 	err      error // first asynchronous error (a failed Add), sticky
 	enc      []byte
-	msg      Message
+	msg      Message // the request being built
+	reply    Message // decoded replies; its Vals keep their capacity
 	stats    ClientStats
 
 	out   []float64 // the current read's destination
@@ -211,9 +212,9 @@ func (c *Client) receive(p *pending) error {
 	tail := msg.Subject[len(c.inbox)+1:]
 	if tail == "a" {
 		c.inflight--
-		if len(msg.Data) > 0 && Op(msg.Data[1]) == OpError {
-			if err := DecodeMessage(msg.Data, &c.msg); err == nil && c.err == nil {
-				c.err = errors.New(c.msg.Err)
+		if len(msg.Data) > 1 && Op(msg.Data[1]) == OpError {
+			if err := DecodeMessage(msg.Data, &c.reply); err == nil && c.err == nil {
+				c.err = errors.New(c.reply.Err)
 			}
 		}
 		return nil
@@ -230,14 +231,14 @@ func (c *Client) receive(p *pending) error {
 	if err1 != nil || err2 != nil || seq != p.seq || idx >= len(p.parts) {
 		return nil
 	}
-	if err := DecodeMessage(msg.Data, &c.msg); err != nil {
+	if err := DecodeMessage(msg.Data, &c.reply); err != nil {
 		return err
 	}
-	if c.msg.Op == OpError {
-		return fmt.Errorf("kvstore: slave %s: %s", p.host[idx], c.msg.Err)
+	if c.reply.Op == OpError {
+		return fmt.Errorf("kvstore: slave %s: %s", p.host[idx], c.reply.Err)
 	}
 	p.left--
-	return c.scatter(p.parts[idx], c.msg.Vals)
+	return c.scatter(p.parts[idx], c.reply.Vals)
 }
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")

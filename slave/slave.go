@@ -37,6 +37,7 @@ type Config struct {
 	ReadBuffer    int64         // AsyncReader buffer per worker and input, bytes; default 64 MiB
 	ReadProducers int           // AsyncReader producers per worker and input; default 1
 	ProgressEvery time.Duration // progress report interval; default 250ms
+	DataCache     int64         // bytes of parsed input blocks kept for later epochs; default 1 GiB, <0 disables
 	HDFS          datastore.HDFSConfig
 	Log           zerolog.Logger
 }
@@ -66,6 +67,9 @@ func (c *Config) defaults() {
 	if c.ReadProducers <= 0 {
 		c.ReadProducers = 1
 	}
+	if c.DataCache == 0 {
+		c.DataCache = 1 << 30
+	}
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = 250 * time.Millisecond
 	}
@@ -79,6 +83,7 @@ type Slave struct {
 	log     zerolog.Logger
 	kv      *kvstore.Server
 	sources *datastore.Sources
+	cache   *datastore.BlockCache
 
 	mu    sync.Mutex
 	tasks map[string]*slaveTask
@@ -98,7 +103,8 @@ type slaveTask struct {
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
 	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), tasks: map[string]*slaveTask{},
-		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: datastore.NewSources(cfg.HDFS)}
+		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: datastore.NewSources(cfg.HDFS),
+		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
 }
 
 // ID is the slave's id.
@@ -261,6 +267,7 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 			t.cancel(reason)
 		}
 		s.kv.DropTask(req.Task, reason)
+		s.cache.Drop(req.Task)
 		return nil
 	}
 	return fmt.Errorf("unknown control op %q", req.Op)

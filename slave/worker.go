@@ -152,6 +152,8 @@ func (w *worker) readMetrics() map[string]float64 {
 		m["read_local_bytes"] += float64(p.LocalBytes)
 		m["read_wait_seconds"] += p.WaitTime.Seconds()
 		m["read_records"] += float64(p.Records)
+		m["read_cached_blocks"] += float64(p.CachedBlocks)
+		m["read_blocks"] += float64(p.Blocks)
 		m["bad_lines"] += float64(p.BadLines)
 	}
 	if w.client != nil {
@@ -230,6 +232,7 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	r := datastore.NewAsyncReader(ctx, datastore.AsyncConfig{
 		Source: w.s.sources, Format: in.format, Read: in.read, BufferBytes: w.s.cfg.ReadBuffer,
 		Producers: w.s.cfg.ReadProducers, Next: next,
+		Cache: w.s.cache, CacheScope: w.req.Task + "/" + in.name,
 		IsLocal: func(b datastore.Block) bool {
 			for _, h := range b.Hosts {
 				if h == host {

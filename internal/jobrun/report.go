@@ -142,6 +142,9 @@ func (p *Printer) Summary(s proto.TaskStatus) {
 		if rb := r.Metrics["read_bytes"]; rb > 0 {
 			fmt.Fprintf(p.Out, "      read %s (%.0f%% local), workers waited %.2fs for data\n", bytesHuman(rb), 100*r.Metrics["read_local_bytes"]/rb, r.Metrics["read_wait_seconds"])
 		}
+		if cb := r.Metrics["read_cached_blocks"]; cb > 0 {
+			fmt.Fprintf(p.Out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics["read_blocks"])
+		}
 		if n := r.Metrics["bad_lines"]; n > 0 {
 			fmt.Fprintf(p.Out, "      skipped %.0f malformed lines\n", n)
 		}

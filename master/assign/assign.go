@@ -47,6 +47,7 @@ type epoch struct {
 	out      map[int][]int // rank -> blocks handed and not confirmed, in hand order
 	stats    map[int]*RankStats
 	inactive map[int]bool // ranks done with the epoch or released
+	holder   []int        // holder[i]: the rank block i was last handed to (-1: none)
 }
 
 // RankStats counts what one rank was handed in an epoch. Blocks released
@@ -110,9 +111,11 @@ func (a *Assigner) epoch(n int) *epoch {
 			out:      map[int][]int{},
 			stats:    map[int]*RankStats{},
 			inactive: map[int]bool{},
+			holder:   make([]int, len(a.blocks)),
 		}
 		for i := range e.left {
 			e.left[i] = true
+			e.holder[i] = -1
 		}
 		a.epochs[n] = e
 	}
@@ -138,12 +141,19 @@ func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok 
 			others[a.host[r]]++
 		}
 	}
-	best, bestLocal, bestScore := -1, false, 0
+	// Affinity: a block this rank read in the previous epoch is likely in
+	// its slave's cache of parsed records; prefer it above all.
+	var prevHolder []int
+	if prev := a.epochs[epoch-1]; prev != nil {
+		prevHolder = prev.holder
+	}
+	best, bestLocal, bestScore, bestAff := -1, false, 0, false
 	for i, l := range e.left {
 		if !l {
 			continue
 		}
 		blk := a.blocks[i]
+		aff := prevHolder != nil && prevHolder[i] == rank
 		isLocal := host != "" && slices.Contains(blk.Hosts, host)
 		score := 0 // active workers elsewhere that could read blk locally
 		for _, h := range blk.Hosts {
@@ -153,6 +163,10 @@ func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok 
 		}
 		if best >= 0 {
 			switch {
+			case aff != bestAff:
+				if !aff {
+					continue
+				}
 			case isLocal != bestLocal:
 				if !isLocal {
 					continue
@@ -165,9 +179,10 @@ func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok 
 				continue
 			}
 		}
-		best, bestLocal, bestScore = i, isLocal, score
+		best, bestLocal, bestScore, bestAff = i, isLocal, score, aff
 	}
 	e.left[best] = false
+	e.holder[best] = rank
 	e.nLeft--
 	e.out[rank] = append(e.out[rank], best)
 	st := e.rank(rank)

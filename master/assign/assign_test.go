@@ -299,3 +299,52 @@ func TestRandomDealsEvenly(t *testing.T) {
 		t.Fatal("no workers, no assignment")
 	}
 }
+
+func TestNextPrefersLastEpochsBlocks(t *testing.T) {
+	var blocks []datastore.Block
+	for i := 0; i < 12; i++ {
+		blocks = append(blocks, datastore.Block{Path: "f", Offset: int64(i) * 10, Length: 10, Hosts: []string{"h"}})
+	}
+	a := New(blocks, []Worker{{0, "h"}, {1, "h"}, {2, "h"}})
+	got := map[int][]int64{}
+	for r := 0; ; r = (r + 1) % 3 {
+		b, _, ok := a.Next(r, 0)
+		if !ok {
+			break
+		}
+		got[r] = append(got[r], b.Offset)
+	}
+	// Epoch 1, pulled in a different order: each rank gets its epoch-0 blocks back.
+	again := map[int][]int64{}
+	for _, r := range []int{2, 2, 1, 0, 2, 1, 0, 1, 0, 2, 1, 0} {
+		b, _, ok := a.Next(r, 1)
+		if !ok {
+			t.Fatal("ran out of blocks")
+		}
+		again[r] = append(again[r], b.Offset)
+	}
+	for r := 0; r < 3; r++ {
+		if !sameSet(got[r], again[r]) {
+			t.Fatalf("rank %d: epoch 0 %v, epoch 1 %v", r, got[r], again[r])
+		}
+	}
+}
+
+func sameSet(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[int64]int{}
+	for _, x := range a {
+		m[x]++
+	}
+	for _, x := range b {
+		m[x]--
+	}
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
