@@ -180,6 +180,18 @@ type pending struct {
 	left  int
 	parts []part
 	host  []string // host of each part, for errors
+	// stamp is the smallest Clock of the replies (and local gate reads)
+	// so far: the read reflects every Add of the iterations below it.
+	// Valid when stamped.
+	stamp   int64
+	stamped bool
+}
+
+// note lowers the read's stamp to clock.
+func (p *pending) note(clock int64) {
+	if !p.stamped || clock < p.stamp {
+		p.stamp, p.stamped = clock, true
+	}
 }
 
 // part is where one reply's values go: out[pos[i]] for keyed reads, or
@@ -206,6 +218,9 @@ func (c *Client) receive(p *pending) error {
 				who = "slave " + strings.Join(uniq(p.host), ", slave ")
 			}
 			return fmt.Errorf("%w: no answer from %s within %v", ErrTimeout, who, c.cfg.Timeout)
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("kvstore: a shard host is not serving its KV subject (slave gone?): %w", err)
 		}
 		return fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
@@ -238,6 +253,7 @@ func (c *Client) receive(p *pending) error {
 		return fmt.Errorf("kvstore: slave %s: %s", p.host[idx], c.reply.Err)
 	}
 	p.left--
+	p.note(c.reply.Clock)
 	return c.scatter(p.parts[idx], c.reply.Vals)
 }
 

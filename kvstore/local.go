@@ -2,8 +2,11 @@ package kvstore
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // LockMode is how a LocalTable guards concurrent updates.
@@ -11,7 +14,7 @@ type LockMode int
 
 const (
 	ChunkLocks LockMode = iota // one mutex per chunk of chunkSize keys
-	NoLocks                    // hogwild: racy by design, for stages that accept it
+	NoLocks                    // hogwild: no locks; atomic per value, so no update is lost
 	GlobalLock                 // one mutex for the table
 )
 
@@ -45,7 +48,7 @@ type LocalTable struct {
 	chunks    []sync.Mutex
 	global    sync.Mutex
 	sparse    Store
-	scratch   sync.Pool // *[]int32 for ordering unsorted keys
+	scratch   sync.Pool // *[]uint64 for ordering unsorted keys
 }
 
 // NewLocalTable returns a table initialized per spec.Init.
@@ -61,7 +64,7 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 		return nil, fmt.Errorf("%w: table %q: unknown lock mode %d", ErrBadSpec, spec.Name, int(mode))
 	}
 	t := &LocalTable{spec: spec, mode: mode, width: spec.Width, chunkSize: uint64(chunkSize)}
-	t.scratch.New = func() any { return new([]int32) }
+	t.scratch.New = func() any { return new([]uint64) }
 	if spec.Storage == Sparse {
 		dir, err := NewDirectory(spec, 1)
 		if err != nil {
@@ -127,13 +130,41 @@ func (t *LocalTable) apply(op localOp, k uint64, v []float64) {
 	}
 }
 
+// applyAtomic is apply without locks: every value is read with an atomic
+// load and added with a compare-and-swap loop. Hogwild workers race on
+// keys as in the paper (a vector of width > 1 is not updated as a whole),
+// but no update is lost and the race detector has nothing to report.
+func (t *LocalTable) applyAtomic(op localOp, k uint64, v []float64) {
+	if k >= t.spec.Size {
+		return
+	}
+	w := t.width
+	row := t.vals[int(k)*w:][:w]
+	for c := range row {
+		p := (*uint64)(unsafe.Pointer(&row[c]))
+		switch op {
+		case opGet:
+			v[c] = math.Float64frombits(atomic.LoadUint64(p))
+		case opSet:
+			atomic.StoreUint64(p, math.Float64bits(v[c]))
+		case opAdd:
+			for {
+				old := atomic.LoadUint64(p)
+				if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+v[c])) {
+					break
+				}
+			}
+		}
+	}
+}
+
 func (t *LocalTable) do(op localOp, keys []uint64, vals []float64) {
 	w := t.width
 	vals = vals[:len(keys)*w]
 	switch t.mode {
 	case NoLocks:
 		for i, k := range keys {
-			t.apply(op, k, vals[i*w:][:w])
+			t.applyAtomic(op, k, vals[i*w:][:w])
 		}
 	case GlobalLock:
 		t.global.Lock()
@@ -181,32 +212,26 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 		}
 		return
 	}
-	bp := t.scratch.Get().(*[]int32)
+	// Group by chunk with one sort of packed (chunk, position) words:
+	// local tables hold at most 2^31 values, so both halves fit 32 bits.
+	bp := t.scratch.Get().(*[]uint64)
 	order := grow(*bp, len(keys))
-	for i := range order {
-		order[i] = int32(i)
+	for i, k := range keys {
+		order[i] = t.chunkOf(k)<<32 | uint64(i)
 	}
-	slices.SortStableFunc(order, func(a, b int32) int {
-		ca, cb := t.chunkOf(keys[a]), t.chunkOf(keys[b])
-		switch {
-		case ca < cb:
-			return -1
-		case ca > cb:
-			return 1
-		}
-		return 0
-	})
+	slices.Sort(order)
 	for i := 0; i < len(order); {
-		c := t.chunkOf(keys[order[i]])
+		c := order[i] >> 32
 		j := i + 1
-		for j < len(order) && t.chunkOf(keys[order[j]]) == c {
+		for j < len(order) && order[j]>>32 == c {
 			j++
 		}
 		if c < uint64(len(t.chunks)) {
 			mu := &t.chunks[c]
 			mu.Lock()
-			for _, x := range order[i:j] {
-				t.apply(op, keys[x], vals[int(x)*w:][:w])
+			for _, p := range order[i:j] {
+				x := int(uint32(p))
+				t.apply(op, keys[x], vals[x*w:][:w])
 			}
 			mu.Unlock()
 		}

@@ -64,6 +64,12 @@ func NewServer(nc *nats.Conn, subject string, log zerolog.Logger) (*Server, erro
 		return nil, err
 	}
 	s.sub = sub
+	// Make sure the server knows the subscription before anyone is told
+	// this slave hosts shards.
+	if err := nc.Flush(); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("kvstore: subscribe %s: %w", subject, err)
+	}
 	return s, nil
 }
 

@@ -83,20 +83,52 @@ func (t *TableClient) waitLocal(keys []uint64) error {
 
 // Get reads keys into out (len(keys)*Width values).
 func (t *TableClient) Get(keys []uint64, out []float64) error {
+	_, err := t.get(keys, out, false)
+	return err
+}
+
+// GetStamped is Get that also returns the read's stamp: the smallest of
+// the stage's minimum worker clocks that the shards read (each before the
+// values). The values reflect every Add of every iteration below the
+// stamp, which tells a cache how long it may serve them. The stamp is -1
+// when no gate counts clocks (ASP, a read by worker -1) or no key was
+// read, and math.MaxInt64 once every worker of the stage has finished.
+func (t *TableClient) GetStamped(keys []uint64, out []float64) (stamp int64, err error) {
+	return t.get(keys, out, true)
+}
+
+// localStamp is the stamp of a read of this slave's shards, taken after
+// the gate let it through and before the values are read.
+func (t *TableClient) localStamp() int64 {
+	c := t.c
+	if !c.gated() {
+		return -1
+	}
+	if g := c.cfg.Server.Gate(c.cfg.Task, c.cfg.Stage); g != nil {
+		return g.MinClock()
+	}
+	return -1
+}
+
+func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, error) {
 	c := t.c
 	if c.err != nil {
-		return c.err
+		return -1, c.err
 	}
 	if err := t.checkKeys(keys, out, "get"); err != nil {
-		return err
+		return -1, err
 	}
 	if t.allHere && len(t.local) == 1 {
 		if err := t.waitLocal(keys); err != nil {
-			return err
+			return -1, err
+		}
+		stamp := int64(-1)
+		if stamped && len(keys) > 0 {
+			stamp = t.localStamp()
 		}
 		t.local[0].Get(keys, out)
 		c.stats.LocalKeys += int64(len(keys))
-		return nil
+		return stamp, nil
 	}
 	w := t.spec.Width
 	t.g.Group(t.dir, keys)
@@ -111,7 +143,7 @@ func (t *TableClient) Get(keys []uint64, out []float64) error {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
 			if err := t.request(p, s, part{pos: pos[i:j]}); err != nil {
-				return err
+				return -1, err
 			}
 		}
 		c.stats.RemoteKeys += int64(len(ks))
@@ -123,7 +155,10 @@ func (t *TableClient) Get(keys []uint64, out []float64) error {
 			continue
 		}
 		if err := t.waitLocal(ks); err != nil {
-			return err
+			return -1, err
+		}
+		if stamped {
+			p.note(t.localStamp())
 		}
 		t.buf = grow(t.buf, len(ks)*w)
 		st.Get(ks, t.buf)
@@ -132,7 +167,13 @@ func (t *TableClient) Get(keys []uint64, out []float64) error {
 		}
 		c.stats.LocalKeys += int64(len(ks))
 	}
-	return t.wait(p)
+	if err := t.wait(p); err != nil {
+		return -1, err
+	}
+	if !p.stamped {
+		return -1, nil
+	}
+	return p.stamp, nil
 }
 
 // Add adds deltas (len(keys)*Width values) to keys. Remote Adds are
@@ -379,6 +420,7 @@ func (t *TableClient) begin(out []float64) *pending {
 	c.out, c.width = out, t.spec.Width
 	p := &c.p
 	p.seq, p.left, p.parts, p.host = c.seq, 0, p.parts[:0], p.host[:0]
+	p.stamp, p.stamped = -1, false
 	return p
 }
 

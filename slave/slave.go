@@ -286,8 +286,15 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 		return fmt.Errorf("asked for %d workers but the slave has %d slots", len(req.Ranks), s.cfg.Slots)
 	}
 	t := s.task(req.Task)
+	var local *localModel
+	if st.OneSlave() {
+		if len(req.Ranks) != req.Workers {
+			return fmt.Errorf("a %s stage runs all its %d workers on one slave, got %d here", st.WorkerKind, req.Workers, len(req.Ranks))
+		}
+		local = newLocalModel(s, req, st, req.Workers)
+	}
 	for i, rank := range req.Ranks {
-		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, localRank: i, localCount: len(req.Ranks), ctx: t.ctx}
+		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, localRank: i, localCount: len(req.Ranks), ctx: t.ctx, local: local}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

@@ -24,9 +24,11 @@ type worker struct {
 	localRank  int
 	localCount int
 	ctx        context.Context
+	local      *localModel // set for local, hogwild and single stages
+	localClock int64
 
 	client     *kvstore.Client
-	tables     map[string]*kvstore.TableClient
+	tables     map[string]tasks.Table
 	progress   tasks.Progress
 	lastReport time.Time
 	epochStart time.Time
@@ -45,10 +47,17 @@ func (w *worker) run() {
 		}
 		w.epochStart, w.lastReport = time.Now(), time.Now()
 		err = call(w.fn, info)
+		if w.local != nil {
+			if ferr := w.local.finish(w.ctx, w.rank, err != nil); err == nil {
+				err = ferr
+			}
+		}
 		if err == nil {
 			w.flushProgress()
 			err = w.client.Finish()
 		}
+	} else if w.local != nil {
+		w.local.finish(w.ctx, w.rank, true)
 	}
 	if w.client != nil {
 		w.client.Close()
@@ -91,13 +100,22 @@ func (w *worker) setup() error {
 		return err
 	}
 	w.client = c
-	w.tables = map[string]*kvstore.TableClient{}
+	w.tables = map[string]tasks.Table{}
 	return nil
 }
 
 // Table implements tasks.Runtime.
 func (w *worker) Table(name string) (tasks.Table, error) {
 	if t, ok := w.tables[name]; ok {
+		return t, nil
+	}
+	if w.local != nil {
+		e, err := w.local.table(w.ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		t := &localTable{w: w, e: e}
+		w.tables[name] = t
 		return t, nil
 	}
 	for _, p := range w.req.Tables {
@@ -114,7 +132,16 @@ func (w *worker) Table(name string) (tasks.Table, error) {
 }
 
 // Clock implements tasks.Runtime.
-func (w *worker) Clock() error { return w.client.Clock() }
+func (w *worker) Clock() error {
+	if w.local != nil {
+		w.localClock++
+		if g := w.local.gate; g != nil {
+			g.Advance(w.rank, w.localClock)
+		}
+		return nil
+	}
+	return w.client.Clock()
+}
 
 // Report implements tasks.Runtime.
 func (w *worker) Report(p tasks.Progress) {

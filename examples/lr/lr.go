@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
@@ -172,9 +173,15 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 	m.keys = m.keys[:0]
 	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
 		if _, ok := m.index.get(k); !ok {
-			m.index.put(k, int32(len(m.keys)))
+			m.index.put(k, 0)
 			m.keys = append(m.keys, k)
 		}
+	}
+	// Sorted keys encode in fewer bytes, group by owner and chunk without
+	// sorting again, and walk the store in memory order.
+	slices.Sort(m.keys)
+	for i, k := range m.keys {
+		m.index.put(k, int32(i))
 	}
 	m.w = grow(m.w, len(m.keys))
 	return m.t.Get(m.keys, m.w)

@@ -1,0 +1,316 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var slowStarted atomic.Int64
+
+func init() {
+	// test.fill adds rank+1 to every key of table "t", once per iteration,
+	// for params.iters iterations.
+	tasks.Register("test.fill", func(info *tasks.Info) error {
+		t, err := info.Table("t")
+		if err != nil {
+			return err
+		}
+		n := t.Spec().Size
+		keys := make([]uint64, n)
+		vals := make([]float64, n*uint64(t.Spec().Width))
+		for i := range keys {
+			keys[i] = uint64(i)
+		}
+		for i := range vals {
+			vals[i] = float64(info.Rank + 1)
+		}
+		for it := 0; it < info.Params.Int("iters", 1); it++ {
+			if err := t.Add(keys, vals); err != nil {
+				return err
+			}
+			info.Report(1, 0)
+			if err := info.Clock(); err != nil {
+				return err
+			}
+		}
+		info.ReportEpoch(1, map[string]float64{"samples": 1})
+		return nil
+	})
+	// test.scale multiplies every value of "t" by params.factor; only rank
+	// 0 writes (the others read and check they see the previous stage).
+	tasks.Register("test.scale", func(info *tasks.Info) error {
+		t, err := info.Table("t")
+		if err != nil {
+			return err
+		}
+		n := t.Spec().Size
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = uint64(i)
+		}
+		vals := make([]float64, n*uint64(t.Spec().Width))
+		if err := t.Get(keys, vals); err != nil {
+			return err
+		}
+		want := info.Params.Float("expect", -1)
+		for k, v := range vals {
+			// Only the writer checks: under ASP the others may read
+			// before or after its scaling.
+			if info.Rank == 0 && want >= 0 && v != want {
+				return fmt.Errorf("rank %d: key %d = %v before scaling, want %v", info.Rank, k, v, want)
+			}
+		}
+		if info.Rank == 0 {
+			f := info.Params.Float("factor", 1)
+			for i := range vals {
+				vals[i] = vals[i] * (f - 1)
+			}
+			return t.Add(keys, vals)
+		}
+		return nil
+	})
+	tasks.Register("test.fail", func(info *tasks.Info) error {
+		if info.Rank == 1 {
+			return errors.New("boom from the stage function")
+		}
+		<-info.Ctx.Done()
+		return info.Ctx.Err()
+	})
+	tasks.Register("test.panic", func(info *tasks.Info) error {
+		var m map[string]int
+		m["x"]++
+		return nil
+	})
+	tasks.Register("test.slow", func(info *tasks.Info) error {
+		slowStarted.Add(1)
+		<-info.Ctx.Done()
+		return info.Ctx.Err()
+	})
+	// test.count reads its share of "train" and reports the records seen.
+	tasks.Register("test.count", func(info *tasks.Info) error {
+		in, err := info.Input("train")
+		if err != nil {
+			return err
+		}
+		for epoch := 1; epoch <= info.Params.Int("epochs", 1); epoch++ {
+			pass, err := in.Pass(info.Ctx)
+			if err != nil {
+				return err
+			}
+			var n, sum float64
+			for {
+				r, err := pass.Next(info.Ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					pass.Close()
+					return err
+				}
+				for i := 0; i < r.Len(); i++ {
+					n++
+					sum += r.Labels[i]
+				}
+				if d := info.Params.Int("sleep_ms", 0); d > 0 && info.Rank == 0 {
+					time.Sleep(time.Duration(d) * time.Millisecond)
+				}
+			}
+			pass.Close()
+			info.ReportEpoch(epoch, map[string]float64{"samples": n, "label_sum": sum})
+		}
+		return nil
+	})
+}
+
+func startLocal(t *testing.T, slaves, slots int) *engine.Local {
+	t.Helper()
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: slaves, Slots: slots, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+func readModel(t *testing.T, path string) *tasks.Model {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := tasks.ReadModel(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMultiStageDifferentParallelismAndKinds(t *testing.T) {
+	l := startLocal(t, 2, 4)
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindHogwild} {
+		t.Run(kind, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "m")
+			// Stage 0: 4 ps workers each add (rank+1) x 3 -> every key 30.
+			// Stage 1 (kind): 1 worker checks 30 and scales by 2 -> 60.
+			// Stage 2: 2 ps workers check 60.
+			second := tasks.Stage{Name: "scale", Func: "test.scale", Workers: 1, WorkerKind: kind,
+				Params: tasks.Params{"expect": 30.0, "factor": 2.0}}
+			if kind != tasks.KindPS {
+				second.Workers = 2
+			}
+			task := tasks.NewTask("multi").AddTable(kvstore.TableSpec{Name: "t", Size: 1000, Width: 2}).SetStages(
+				tasks.Stage{Name: "fill", Func: "test.fill", Workers: 4, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"iters": 3}},
+				second,
+				tasks.Stage{Name: "check", Func: "test.scale", Workers: 2, Params: tasks.Params{"expect": 60.0, "factor": 1.0}},
+			)
+			task.Output, task.Kind = out, "test"
+			st, err := l.SubmitAndWait(context.Background(), task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Results) != 3 || st.Results[0].Workers != 4 || st.Results[2].Workers != 2 {
+				t.Fatalf("results: %+v", st.Results)
+			}
+			if kind != tasks.KindPS && len(st.Results[1].Placement) != 1 {
+				t.Fatalf("a %s stage ran on several slaves: %v", kind, st.Results[1].Placement)
+			}
+			m := readModel(t, out)
+			tab, _ := m.Table("t")
+			for i, v := range tab.DenseValues() {
+				if v != 60 {
+					t.Fatalf("value %d = %v, want 60", i, v)
+				}
+			}
+		})
+	}
+}
+
+func TestWorkerErrorFailsTaskWithReason(t *testing.T) {
+	l := startLocal(t, 2, 2)
+	task := tasks.NewTask("fails").SetStages(tasks.Stage{Name: "s", Func: "test.fail", Workers: 3})
+	st, err := l.SubmitAndWait(context.Background(), task, nil)
+	if !errors.Is(err, engine.ErrTaskFailed) || st.State != proto.Failed {
+		t.Fatalf("err %v state %s", err, st.State)
+	}
+	if !strings.Contains(st.Reason, "boom from the stage function") || !strings.Contains(st.Reason, "worker 1") {
+		t.Fatalf("reason %q does not say what failed where", st.Reason)
+	}
+	// The cluster is usable afterwards: slots were released.
+	ok := tasks.NewTask("after").AddTable(kvstore.TableSpec{Name: "t", Size: 10}).SetStages(tasks.Stage{Func: "test.fill", Workers: 4})
+	if _, err := l.SubmitAndWait(context.Background(), ok, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPanicInStageFunctionIsAnError(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	st, err := l.SubmitAndWait(context.Background(), tasks.NewTask("p").SetStages(tasks.Stage{Func: "test.panic", Workers: 1}), nil)
+	if err == nil || !strings.Contains(st.Reason, "panicked") {
+		t.Fatalf("err %v reason %q", err, st.Reason)
+	}
+}
+
+func TestCancelStopsTask(t *testing.T) {
+	l := startLocal(t, 1, 2)
+	slowStarted.Store(0)
+	task := tasks.NewTask("slow").SetStages(tasks.Stage{Func: "test.slow", Workers: 2})
+	done := make(chan error, 1)
+	var st proto.TaskStatus
+	go func() {
+		var err error
+		st, err = l.SubmitAndWait(context.Background(), task, nil)
+		done <- err
+	}()
+	for slowStarted.Load() < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := l.Cancel(context.Background(), task.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || st.State != proto.Cancelled {
+			t.Fatalf("err %v state %s", err, st.State)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not stop the task")
+	}
+}
+
+func TestQueuesWhenLargerThanFreeSlots(t *testing.T) {
+	l := startLocal(t, 1, 2)
+	slowStarted.Store(0)
+	hog := tasks.NewTask("hog").SetStages(tasks.Stage{Func: "test.slow", Workers: 2})
+	go l.SubmitAndWait(context.Background(), hog, nil)
+	for slowStarted.Load() < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	small := tasks.NewTask("small").AddTable(kvstore.TableSpec{Name: "t", Size: 10}).SetStages(tasks.Stage{Func: "test.fill", Workers: 2})
+	id, err := l.Submit(context.Background(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	rep, err := l.Status(context.Background(), id)
+	if err != nil || rep.Tasks[0].State != proto.Queued {
+		t.Fatalf("want the second task queued: %+v %v", rep.Tasks, err)
+	}
+	l.Cancel(context.Background(), hog.ID)
+	if _, err := l.Follow(context.Background(), id, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A stage larger than the whole cluster is rejected, not queued forever.
+	huge := tasks.NewTask("huge").SetStages(tasks.Stage{Func: "test.slow", Workers: 3})
+	st, err := l.SubmitAndWait(context.Background(), huge, nil)
+	if err == nil || !strings.Contains(st.Reason, "worker slots") {
+		t.Fatalf("err %v reason %q", err, st.Reason)
+	}
+}
+
+func TestEveryRecordReadExactlyOncePerEpoch(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	const rows = 5000
+	want := 0.0
+	for i := 0; i < rows; i++ {
+		fmt.Fprintf(&b, "%d 1:%d 2:0.5\n", i, i%7+1)
+		want += float64(i)
+	}
+	path := filepath.Join(dir, "d.libsvm")
+	os.WriteFile(path, []byte(b.String()), 0o644)
+	l := startLocal(t, 2, 2)
+	task := tasks.NewTask("count").SetInput("train", tasks.InputSpec{Path: path, BlockSize: 1000}).
+		SetStages(tasks.Stage{Func: "test.count", Workers: 4, Params: tasks.Params{"epochs": 3, "sleep_ms": 2}})
+	st, err := l.SubmitAndWait(context.Background(), task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := st.Results[0].Epochs
+	if len(eps) != 3 {
+		t.Fatalf("epochs: %+v", eps)
+	}
+	for _, e := range eps {
+		if e.Metrics["samples"] != rows || math.Abs(e.Metrics["label_sum"]-want) > 0 {
+			t.Fatalf("epoch %d: %v records with label sum %v, want %d and %v", e.Epoch, e.Metrics["samples"], e.Metrics["label_sum"], rows, want)
+		}
+	}
+}

@@ -1,0 +1,34 @@
+package kmeans
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// EvalModel scores a saved k-means model (table "centers") on records:
+// mse is the mean squared distance of a record to its nearest center,
+// objective the sum. Features beyond the centers' width count in full.
+func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
+	t, ok := model.Table("centers")
+	if !ok {
+		return nil, errors.New("kmeans model has no table \"centers\"")
+	}
+	if data.Len() == 0 {
+		return nil, errors.New("no records")
+	}
+	k, dims := int(t.Spec.Size), t.Spec.Width
+	if k == 0 {
+		return nil, fmt.Errorf("kmeans model's table \"centers\" is empty")
+	}
+	cs := NewCenters(k, dims, t.DenseValues())
+	obj := 0.0
+	for i := 0; i < data.Len(); i++ {
+		_, keys, vals := data.Row(i)
+		_, d, _ := cs.Nearest(keys, vals, false)
+		obj += d
+	}
+	return map[string]float64{"mse": obj / float64(data.Len()), "objective": obj}, nil
+}

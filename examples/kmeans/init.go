@@ -1,0 +1,229 @@
+package kmeans
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// point is a sampled row, copied out of the reader's batch.
+type point struct {
+	hash uint64
+	keys []uint64
+	vals []float64
+}
+
+// sampleHeap is a max-heap on hash: the bottom-n sample keeps the n rows
+// with the smallest hashes, evicting the root.
+type sampleHeap []point
+
+func (h sampleHeap) Len() int           { return len(h) }
+func (h sampleHeap) Less(i, j int) bool { return h[i].hash > h[j].hash }
+func (h sampleHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *sampleHeap) Push(x any)        { *h = append(*h, x.(point)) }
+func (h *sampleHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return p
+}
+
+// rowHash mixes the seed and the row's features (not its label) into 64
+// bits with splitmix64 steps: deterministic across processes and runs.
+func rowHash(seed uint64, keys []uint64, vals []float64) uint64 {
+	h := mix(seed ^ 0x9e3779b97f4a7c15)
+	for t, k := range keys {
+		h = mix(h ^ k)
+		h = mix(h ^ math.Float64bits(vals[t]))
+	}
+	return h
+}
+
+func mix(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// Init is the kmeans.init stage function.
+func Init(info *tasks.Info) error {
+	cfg, err := ConfigFrom(info.Params)
+	if err != nil {
+		return err
+	}
+	if info.Workers != 1 {
+		return fmt.Errorf("kmeans.init: run it with workers = 1 (it seeds from the whole input), got %d", info.Workers)
+	}
+	centers, dims, err := cfg.centersTable(info)
+	if err != nil {
+		return err
+	}
+	train, err := info.Input(cfg.Train)
+	if err != nil {
+		return fmt.Errorf("kmeans: %w", err)
+	}
+	var h sampleHeap
+	n := int64(0)
+	err = eachRecords(info.Ctx, train, func(r *datastore.Records) error {
+		for i := 0; i < r.Len(); i++ {
+			_, keys, vals := r.Row(i)
+			for _, k := range keys {
+				if k >= uint64(dims) {
+					return fmt.Errorf("kmeans.init: %w: feature %d, width %d (table %q's width must be the number of features)", ErrDims, k, dims, cfg.Centers)
+				}
+			}
+			n++
+			hv := rowHash(uint64(cfg.Seed), keys, vals)
+			if len(h) == cfg.Sample && hv >= h[0].hash {
+				continue
+			}
+			p := point{hash: hv, keys: slices.Clone(keys), vals: slices.Clone(vals)}
+			if len(h) == cfg.Sample {
+				h[0] = p
+				heap.Fix(&h, 0)
+			} else {
+				heap.Push(&h, p)
+			}
+		}
+		info.Report(int64(r.Len()), 0)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kmeans.init: input %q: %w", cfg.Train, err)
+	}
+	if len(h) < cfg.K {
+		return fmt.Errorf("kmeans.init: input %q has %d rows, fewer than k = %d", cfg.Train, len(h), cfg.K)
+	}
+	pts := []point(h)
+	slices.SortFunc(pts, func(a, b point) int {
+		if a.hash < b.hash {
+			return -1
+		} else if a.hash > b.hash {
+			return 1
+		}
+		return 0
+	})
+	c, pot := SeedPlusPlus(pts, cfg.K, dims, uint64(cfg.Seed))
+	keys := seqKeys(cfg.K)
+	old := make([]float64, len(c))
+	if err := centers.Get(keys, old); err != nil {
+		return err
+	}
+	for i := range old {
+		old[i] = c[i] - old[i]
+	}
+	if err := centers.Add(keys, old); err != nil {
+		return err
+	}
+	info.Log.Info().Int64("rows", n).Int("sample", len(pts)).Int("k", cfg.K).Float64("sample_objective", pot).Msg("kmeans++ seeded")
+	info.ReportEpoch(1, map[string]float64{"samples": float64(n), "sample_objective": pot})
+	return nil
+}
+
+// SeedPlusPlus picks k centers from pts by greedy k-means++ (Arthur and
+// Vassilvitskii; several candidates per step, keeping the one that lowers
+// the potential most, as scikit-learn does) and returns them dense with
+// the sample's final potential. The choice depends only on pts' order and
+// seed.
+func SeedPlusPlus(pts []point, k, dims int, seed uint64) ([]float64, float64) {
+	rng := rand.New(rand.NewPCG(seed, 0x6b6d65616e732b2b))
+	trials := 2 + int(math.Log(float64(k)))
+	c := make([]float64, k*dims)
+	place := func(j int, p point) {
+		row := c[j*dims : (j+1)*dims]
+		clear(row)
+		for t, key := range p.keys {
+			row[key] = p.vals[t]
+		}
+	}
+	dist := func(p, q point) float64 { // squared distance of two sparse points
+		s, a, b := 0.0, 0, 0
+		// Keys within a row are not necessarily sorted: go through a map
+		// only when they are not.
+		if !slices.IsSorted(p.keys) || !slices.IsSorted(q.keys) {
+			m := map[uint64]float64{}
+			for t, key := range p.keys {
+				m[key] += p.vals[t]
+			}
+			for t, key := range q.keys {
+				m[key] -= q.vals[t]
+			}
+			for _, v := range m {
+				s += v * v
+			}
+			return s
+		}
+		for a < len(p.keys) || b < len(q.keys) {
+			switch {
+			case b == len(q.keys) || (a < len(p.keys) && p.keys[a] < q.keys[b]):
+				s += p.vals[a] * p.vals[a]
+				a++
+			case a == len(p.keys) || q.keys[b] < p.keys[a]:
+				s += q.vals[b] * q.vals[b]
+				b++
+			default:
+				d := p.vals[a] - q.vals[b]
+				s += d * d
+				a++
+				b++
+			}
+		}
+		return s
+	}
+	d := make([]float64, len(pts))
+	first := rng.IntN(len(pts))
+	place(0, pts[first])
+	pot := 0.0
+	for i := range pts {
+		d[i] = dist(pts[i], pts[first])
+		pot += d[i]
+	}
+	cand := make([]float64, len(pts))
+	best := make([]float64, len(pts))
+	for j := 1; j < k; j++ {
+		bestIdx, bestPot := -1, 0.0
+		for range trials {
+			idx := pick(rng, d, pot)
+			p := 0.0
+			for i := range pts {
+				cand[i] = min(d[i], dist(pts[i], pts[idx]))
+				p += cand[i]
+			}
+			if bestIdx < 0 || p < bestPot {
+				bestIdx, bestPot = idx, p
+				copy(best, cand)
+			}
+		}
+		place(j, pts[bestIdx])
+		d, best = best, d
+		pot = bestPot
+	}
+	return c, pot
+}
+
+// pick draws an index with probability d[i]/pot, uniformly when pot is 0
+// (every point already sits on a center).
+func pick(rng *rand.Rand, d []float64, pot float64) int {
+	if !(pot > 0) {
+		return rng.IntN(len(d))
+	}
+	r := rng.Float64() * pot
+	for i, v := range d {
+		if r < v {
+			return i
+		}
+		r -= v
+	}
+	for i := len(d) - 1; i >= 0; i-- { // rounding left r past the end
+		if d[i] > 0 {
+			return i
+		}
+	}
+	return len(d) - 1
+}

@@ -1,0 +1,510 @@
+package kvstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The process cache keeps values of remote keys a worker read, so a later
+// read may be served from memory as long as the stage's consistency model
+// allows. Every value is cached with the stamp of the read that fetched it
+// (TableClient.GetStamped): the stage's minimum worker clock m, read by the
+// shard before the values, so the value reflects every Add of every
+// iteration below m. A read at worker clock c under staleness bound s must
+// reflect every Add of the clocks <= c-s-1, so the cached value serves it
+// iff c-s <= m (BSP: s = 0, so never across one of the worker's own clocks;
+// ASP: always). Otherwise the entry is stale and is fetched again.
+//
+// The worker's own Adds are applied to cached entries as they are sent
+// (read-your-writes without a round trip): the cached value then equals
+// the fetched value plus this worker's later deltas, and the fetched value
+// already held its earlier ones because a shard applies a connection's
+// messages in order. Keys of the worker's own slave are served from its
+// shards' memory by the TableClient and are never cached.
+
+// CacheKind names a process-cache eviction policy.
+type CacheKind string
+
+const (
+	CacheNone CacheKind = "none" // no cache: calls go straight to the table
+	CacheLRU  CacheKind = "lru"  // evict the least recently read key
+	CacheLFU  CacheKind = "lfu"  // evict the least frequently read key (aged; ties: least recent)
+)
+
+// ErrBadCache is wrapped by every process-cache configuration error.
+var ErrBadCache = errors.New("invalid process cache")
+
+// maxCacheKeys bounds a cache's capacity: slots are int32.
+const maxCacheKeys = 1 << 30
+
+// CacheStats count what a cache did with remote keys (local keys are not
+// counted). Every remote key read is a hit or a miss; Stale counts the
+// misses whose key was cached but too old for the bound.
+type CacheStats struct {
+	Hits, Misses, Evictions, Stale int64
+}
+
+// HitRate is Hits / (Hits + Misses), 0 before any read.
+func (s CacheStats) HitRate() float64 {
+	if s.Hits+s.Misses == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Hits+s.Misses)
+}
+
+// CachedTable is a TableClient with a process cache of remote keys. It
+// has TableClient's Get/Add/GetChunk/AddChunk and, like its Client, is
+// not safe for concurrent use. All of the worker's writes to the table
+// must go through it (a write through the TableClient itself would not
+// reach the cache).
+//
+// Get serves fresh cached keys from memory and fetches the rest (misses,
+// stale entries and local keys) in one underlying read, caching the
+// remote ones; in steady state it allocates nothing beyond what that read
+// does. Add and AddChunk send the deltas and apply them to cached
+// entries. GetChunk passes through without consulting or filling the
+// cache: chunk reads are bulk reads whose values would churn the
+// per-key cache of hot keys.
+type CachedTable struct {
+	t     *TableClient
+	c     *Client
+	bound int64 // -1: any cached value may be served (ASP)
+	w     int
+	f32   bool
+	core  *cacheCore // nil: CacheNone, or every key is local
+	stats CacheStats
+
+	miss    []uint64  // keys of the current read that go to the table
+	missAt  []int32   // their positions in the caller's keys
+	missOut []float64 // their values
+}
+
+// NewCachedTable wraps t with a cache of kind holding at most capacity
+// keys. Kind CacheNone (or "") passes every call through. The staleness
+// bound is the client's Consistency; the cache refuses SparseSSP, whose
+// controller learns a slow worker's keys from the reads it sends, which a
+// cache would hide from it.
+func NewCachedTable(t *TableClient, kind CacheKind, capacity int) (*CachedTable, error) {
+	if t == nil {
+		return nil, fmt.Errorf("%w: no table", ErrBadCache)
+	}
+	name := t.spec.Name
+	switch kind {
+	case "", CacheNone:
+		kind = CacheNone
+	case CacheLRU, CacheLFU:
+		if capacity <= 0 || capacity > maxCacheKeys {
+			return nil, fmt.Errorf("%w: table %q: a %s cache needs a capacity in [1, %d] keys, got %d", ErrBadCache, name, kind, maxCacheKeys, capacity)
+		}
+		if t.c.cfg.Consistency.Kind == SparseSSP {
+			return nil, fmt.Errorf("%w: table %q: a process cache hides reads from the sparse_ssp controller; use ssp or no cache", ErrBadCache, name)
+		}
+	default:
+		return nil, fmt.Errorf("%w: table %q: cache kind must be none, lru or lfu, got %q", ErrBadCache, name, kind)
+	}
+	ct := &CachedTable{t: t, c: t.c, bound: int64(t.c.cfg.Consistency.Bound()), w: t.spec.Width, f32: t.spec.DType == Float32}
+	if t.c.cfg.Consistency.Kind == ASP {
+		ct.bound = -1
+	}
+	if kind != CacheNone && !t.allHere {
+		ct.core = newCacheCore(kind, capacity, t.spec.Width)
+	}
+	return ct, nil
+}
+
+// Spec is the table's declaration.
+func (ct *CachedTable) Spec() TableSpec { return ct.t.spec }
+
+// Table is the uncached table underneath.
+func (ct *CachedTable) Table() *TableClient { return ct.t }
+
+// Stats returns the cache's counters.
+func (ct *CachedTable) Stats() CacheStats {
+	s := ct.stats
+	if ct.core != nil {
+		s.Evictions = ct.core.evictions
+	}
+	return s
+}
+
+// Len is how many keys are cached.
+func (ct *CachedTable) Len() int {
+	if ct.core == nil {
+		return 0
+	}
+	return ct.core.n
+}
+
+// Purge drops every cached value (counters stay).
+func (ct *CachedTable) Purge() {
+	if ct.core != nil {
+		ct.core.purge()
+	}
+}
+
+// fresh reports whether a value stamped stamp may serve a read at clock.
+func (ct *CachedTable) fresh(stamp, clock int64) bool {
+	return ct.bound < 0 || clock-ct.bound <= stamp
+}
+
+func (ct *CachedTable) remote(k uint64) bool { return ct.t.local[ct.t.dir.Owner(k)] == nil }
+
+// Get reads keys into out (len(keys)*Width values): fresh cached keys from
+// the cache, the others in one read of the table.
+func (ct *CachedTable) Get(keys []uint64, out []float64) error {
+	cc := ct.core
+	if cc == nil {
+		return ct.t.Get(keys, out)
+	}
+	if ct.c.err != nil {
+		return ct.c.err
+	}
+	if err := ct.t.checkKeys(keys, out, "get"); err != nil {
+		return err
+	}
+	clock, w := ct.c.clock, ct.w
+	ct.miss, ct.missAt = ct.miss[:0], ct.missAt[:0]
+	for i, k := range keys {
+		if ct.remote(k) {
+			if s := cc.lookup(k); s >= 0 {
+				if ct.fresh(cc.stamp[s], clock) {
+					copy(out[i*w:(i+1)*w], cc.row(s))
+					cc.touch(s)
+					ct.stats.Hits++
+					continue
+				}
+				ct.stats.Stale++
+			}
+			ct.stats.Misses++
+		}
+		ct.miss = append(ct.miss, k)
+		ct.missAt = append(ct.missAt, int32(i))
+	}
+	if len(ct.miss) == 0 {
+		return nil
+	}
+	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
+	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
+	if err != nil {
+		return err
+	}
+	for j, k := range ct.miss {
+		v := ct.missOut[j*w : (j+1)*w]
+		i := int(ct.missAt[j])
+		copy(out[i*w:(i+1)*w], v)
+		if !ct.remote(k) {
+			continue
+		}
+		s := cc.lookup(k)
+		if s < 0 {
+			s = cc.insert(k)
+		} else {
+			cc.touch(s)
+		}
+		copy(cc.row(s), v)
+		cc.stamp[s] = stamp
+	}
+	return nil
+}
+
+// Add adds deltas (len(keys)*Width values) to keys and to their cached
+// values. If sending fails the cache is purged: what reached the shards is
+// unknown.
+func (ct *CachedTable) Add(keys []uint64, deltas []float64) error {
+	if err := ct.t.Add(keys, deltas); err != nil {
+		ct.Purge()
+		return err
+	}
+	cc := ct.core
+	if cc == nil || cc.n == 0 {
+		return nil
+	}
+	w := ct.w
+	for i, k := range keys {
+		if s := cc.lookup(k); s >= 0 {
+			ct.apply(cc.row(s), deltas[i*w:(i+1)*w])
+		}
+	}
+	return nil
+}
+
+// apply adds d to a cached row as the shard's store does, rounding to
+// float32 for float32 tables so the cache stays equal to the shard.
+func (ct *CachedTable) apply(row, d []float64) {
+	for c := range row {
+		if ct.f32 {
+			row[c] = float64(float32(row[c] + d[c]))
+		} else {
+			row[c] += d[c]
+		}
+	}
+}
+
+// GetChunk reads whole chunks from the table; it neither consults nor
+// fills the cache.
+func (ct *CachedTable) GetChunk(chunks []uint64, out []float64) error {
+	return ct.t.GetChunk(chunks, out)
+}
+
+// AddChunk adds to whole chunks (deltas laid out as GetChunk's out) and
+// applies the deltas to the chunks' cached keys: one cache lookup per key
+// of the chunks.
+func (ct *CachedTable) AddChunk(chunks []uint64, deltas []float64) error {
+	if err := ct.t.AddChunk(chunks, deltas); err != nil {
+		ct.Purge()
+		return err
+	}
+	cc := ct.core
+	if cc == nil || cc.n == 0 {
+		return nil
+	}
+	w, off := ct.w, 0
+	for _, id := range chunks {
+		first, n, err := ct.t.Chunk(id)
+		if err != nil {
+			return err // AddChunk checked the ids
+		}
+		for j := range n {
+			if s := cc.lookup(first + uint64(j)); s >= 0 {
+				ct.apply(cc.row(s), deltas[(off+j)*w:(off+j+1)*w])
+			}
+		}
+		off += n
+	}
+	return nil
+}
+
+// cacheCore is the cache's state machine, no I/O: a fixed array of slots
+// (key, stamp, Width values), an open-addressing index from key to slot,
+// and eviction lists threaded through the slots by int32 links. It
+// allocates only when built.
+//
+// The lists are circular with sentinels at indexes cap+l of prev/next.
+// LRU keeps one list (l = 0), most recent first, and evicts its back.
+// LFU keeps one list per frequency l in 1..lfuMaxFreq, most recent first,
+// tracks the lowest non-empty one and evicts its back, all O(1); every
+// lfuAgeEvery*cap accesses it halves every frequency (amortized O(1)) so
+// keys that were hot long ago make way for keys hot now.
+type cacheCore struct {
+	kind  CacheKind
+	cap   int
+	width int
+	n     int // slots in use: 0..n-1
+	index slotIndex
+	keys  []uint64
+	stamp []int64
+	vals  []float64
+	freq  []uint16 // LFU only
+	order []int32  // LFU aging scratch
+	prev  []int32
+	next  []int32
+
+	minFreq   int
+	accesses  int
+	evictions int64
+}
+
+const (
+	lfuMaxFreq  = 255
+	lfuAgeEvery = 8
+)
+
+func newCacheCore(kind CacheKind, capacity, width int) *cacheCore {
+	lists := 1
+	if kind == CacheLFU {
+		lists = lfuMaxFreq + 1
+	}
+	c := &cacheCore{kind: kind, cap: capacity, width: width, index: newSlotIndex(capacity),
+		keys: make([]uint64, capacity), stamp: make([]int64, capacity), vals: make([]float64, capacity*width),
+		prev: make([]int32, capacity+lists), next: make([]int32, capacity+lists)}
+	if kind == CacheLFU {
+		c.freq = make([]uint16, capacity)
+		c.order = make([]int32, 0, capacity)
+	}
+	c.purge()
+	return c
+}
+
+// purge empties the cache.
+func (c *cacheCore) purge() {
+	c.index.clear()
+	c.n, c.minFreq, c.accesses = 0, 1, 0
+	for s := c.cap; s < len(c.next); s++ {
+		c.prev[s], c.next[s] = int32(s), int32(s)
+	}
+}
+
+func (c *cacheCore) row(s int) []float64 { return c.vals[s*c.width : (s+1)*c.width] }
+
+// lookup is key's slot, -1 when not cached.
+func (c *cacheCore) lookup(key uint64) int {
+	if c.n == 0 {
+		return -1
+	}
+	return int(c.index.get(key))
+}
+
+func (c *cacheCore) unlink(i int32) {
+	p, n := c.prev[i], c.next[i]
+	c.next[p], c.prev[n] = n, p
+}
+
+func (c *cacheCore) pushFront(l int, i int32) {
+	s := int32(c.cap + l)
+	n := c.next[s]
+	c.prev[i], c.next[i] = s, n
+	c.prev[n], c.next[s] = i, i
+}
+
+func (c *cacheCore) pushBack(l int, i int32) {
+	s := int32(c.cap + l)
+	p := c.prev[s]
+	c.prev[i], c.next[i] = p, s
+	c.next[p], c.prev[s] = i, i
+}
+
+func (c *cacheCore) empty(l int) bool { return c.next[c.cap+l] == int32(c.cap+l) }
+
+// touch records a read of slot s.
+func (c *cacheCore) touch(s int) {
+	i := int32(s)
+	c.unlink(i)
+	if c.kind == CacheLRU {
+		c.pushFront(0, i)
+		return
+	}
+	f := int(c.freq[s])
+	if f < lfuMaxFreq {
+		c.freq[s]++
+		c.pushFront(f+1, i)
+		if f == c.minFreq && c.empty(f) {
+			c.minFreq = f + 1
+		}
+	} else {
+		c.pushFront(f, i)
+	}
+	c.access()
+}
+
+// insert caches key, which must not be cached, evicting a victim when
+// full, and returns its slot for the caller to fill.
+func (c *cacheCore) insert(key uint64) int {
+	var i int32
+	if c.n < c.cap {
+		i = int32(c.n)
+		c.n++
+	} else {
+		if c.kind == CacheLRU {
+			i = c.prev[c.cap]
+		} else {
+			i = c.prev[c.cap+c.minFreq]
+		}
+		c.unlink(i)
+		c.index.del(c.keys[i])
+		c.evictions++
+	}
+	c.keys[i] = key
+	c.index.put(key, i)
+	if c.kind == CacheLRU {
+		c.pushFront(0, i)
+		return int(i)
+	}
+	c.freq[i] = 1
+	c.minFreq = 1
+	c.pushFront(1, i)
+	c.access()
+	return int(i)
+}
+
+// access counts an LFU access and ages the frequencies when due.
+func (c *cacheCore) access() {
+	c.accesses++
+	if c.accesses < lfuAgeEvery*c.cap {
+		return
+	}
+	c.accesses = 0
+	// Collect slots by old frequency, high to low, recent first; relink
+	// each at the back of its halved frequency's list, which keeps that
+	// order within the new lists.
+	c.order = c.order[:0]
+	for f := lfuMaxFreq; f >= 1; f-- {
+		s := int32(c.cap + f)
+		for i := c.next[s]; i != s; i = c.next[i] {
+			c.order = append(c.order, i)
+		}
+		c.prev[s], c.next[s] = s, s
+	}
+	c.minFreq = lfuMaxFreq
+	for _, i := range c.order {
+		f := max(int(c.freq[i])/2, 1)
+		c.freq[i] = uint16(f)
+		c.pushBack(f, i)
+		c.minFreq = min(c.minFreq, f)
+	}
+}
+
+// slotIndex maps keys to slots: linear probing over a power-of-two table
+// at most half full, deletion by backward shift (no tombstones), so it
+// never allocates after it is built.
+type slotIndex struct {
+	keys  []uint64
+	slots []int32 // slot+1; 0 is empty
+	mask  uint64
+	shift uint
+}
+
+func newSlotIndex(n int) slotIndex {
+	size, bits := 8, uint(3)
+	for size < 2*n {
+		size, bits = size*2, bits+1
+	}
+	return slotIndex{keys: make([]uint64, size), slots: make([]int32, size), mask: uint64(size - 1), shift: 64 - bits}
+}
+
+func (x *slotIndex) home(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> x.shift }
+
+func (x *slotIndex) clear() { clear(x.slots) }
+
+func (x *slotIndex) get(k uint64) int32 {
+	for i := x.home(k); ; i = (i + 1) & x.mask {
+		s := x.slots[i]
+		if s == 0 {
+			return -1
+		}
+		if x.keys[i] == k {
+			return s - 1
+		}
+	}
+}
+
+func (x *slotIndex) put(k uint64, slot int32) {
+	i := x.home(k)
+	for x.slots[i] != 0 && x.keys[i] != k {
+		i = (i + 1) & x.mask
+	}
+	x.keys[i], x.slots[i] = k, slot+1
+}
+
+func (x *slotIndex) del(k uint64) {
+	i := x.home(k)
+	for {
+		if x.slots[i] == 0 {
+			return
+		}
+		if x.keys[i] == k {
+			break
+		}
+		i = (i + 1) & x.mask
+	}
+	x.slots[i] = 0
+	// Move back every later entry of the run whose probe path crosses the
+	// hole, so lookups never stop early.
+	for j := (i + 1) & x.mask; x.slots[j] != 0; j = (j + 1) & x.mask {
+		h := x.home(x.keys[j])
+		if (i-h)&x.mask < (j-h)&x.mask {
+			x.keys[i], x.slots[i] = x.keys[j], x.slots[j]
+			x.slots[j] = 0
+			i = j
+		}
+	}
+}

@@ -1,0 +1,594 @@
+package kvstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"pgregory.net/rapid"
+)
+
+// rig is shard servers on an embedded NATS server for cache tests; tasks
+// (and their tables and gates) come and go on it so property runs can
+// share one.
+type rig struct {
+	t       testing.TB
+	srv     *bus.Embedded
+	conns   []*nats.Conn
+	servers []*Server
+	hosts   []string
+}
+
+func rigSubject(slave string) string { return "cachetest.slave." + slave + ".kv" }
+
+func newRig(t testing.TB, shards int) *rig {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	noErr(t, err)
+	r := &rig{t: t, srv: srv}
+	t.Cleanup(r.close)
+	for i := range shards {
+		h := fmt.Sprintf("s%d", i)
+		s, err := NewServer(r.conn(), rigSubject(h), zerolog.Nop())
+		noErr(t, err)
+		r.hosts = append(r.hosts, h)
+		r.servers = append(r.servers, s)
+	}
+	return r
+}
+
+func (r *rig) conn() *nats.Conn {
+	nc, err := r.srv.Connect(bus.Options{})
+	noErr(r.t, err)
+	r.conns = append(r.conns, nc)
+	return nc
+}
+
+func (r *rig) close() {
+	for _, s := range r.servers {
+		s.Close()
+	}
+	for _, nc := range r.conns {
+		nc.Close()
+	}
+	r.srv.Shutdown()
+}
+
+// task creates task's tables and the gate of its stage 0.
+func (r *rig) task(task string, cons Consistency, workers int, specs ...TableSpec) []Placement {
+	var ps []Placement
+	for _, s := range specs {
+		ps = append(ps, Placement{Spec: s, Hosts: r.hosts})
+	}
+	for i, s := range r.servers {
+		noErr(r.t, s.CreateTables(task, r.hosts[i], ps))
+		noErr(r.t, s.PrepareStage(task, 0, cons, workers))
+	}
+	return ps
+}
+
+func (r *rig) drop(task string) {
+	for _, s := range r.servers {
+		s.DropTask(task, nil)
+	}
+}
+
+// client opens worker's client on nc, living on slave self (-1: none).
+// The caller closes it.
+func (r *rig) client(nc *nats.Conn, task string, self int, worker int32, cons Consistency) *Client {
+	cfg := ClientConfig{Conn: nc, KVSubject: rigSubject, Task: task, Worker: worker, Hosts: r.hosts,
+		Consistency: cons, Timeout: 10 * time.Second, Ctx: context.Background()}
+	if self >= 0 {
+		cfg.Self, cfg.Server = r.hosts[self], r.servers[self]
+	}
+	cl, err := NewClient(cfg)
+	noErr(r.t, err)
+	return cl
+}
+
+func (r *rig) cached(cl *Client, p Placement, kind CacheKind, capacity int) *CachedTable {
+	tc, err := cl.Table(p)
+	noErr(r.t, err)
+	ct, err := NewCachedTable(tc, kind, capacity)
+	noErr(r.t, err)
+	return ct
+}
+
+func TestNewCachedTableRejects(t *testing.T) {
+	r := newRig(t, 2)
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
+	ssp := Consistency{Kind: SSP, Staleness: 1}
+	for _, tc := range []struct {
+		name     string
+		cons     Consistency
+		kind     CacheKind
+		capacity int
+		ok       bool
+	}{
+		{"lru", ssp, CacheLRU, 4, true},
+		{"lfu", ssp, CacheLFU, 1, true},
+		{"none without capacity", ssp, CacheNone, 0, true},
+		{"empty kind is none", ssp, "", 0, true},
+		{"lru without capacity", ssp, CacheLRU, 0, false},
+		{"lfu negative capacity", ssp, CacheLFU, -3, false},
+		{"unknown kind", ssp, "arc", 4, false},
+		{"sparse ssp", Consistency{Kind: SparseSSP, Staleness: 1, Speculation: 1}, CacheLRU, 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := "rej-" + tc.name
+			ps := r.task(task, tc.cons, 1, spec)
+			defer r.drop(task)
+			cl := r.client(r.conn(), task, -1, 0, tc.cons)
+			defer cl.Close()
+			tbl, err := cl.Table(ps[0])
+			noErr(t, err)
+			_, err = NewCachedTable(tbl, tc.kind, tc.capacity)
+			if tc.ok {
+				noErr(t, err)
+			} else {
+				isErr(t, err, ErrBadCache)
+			}
+		})
+	}
+	_, err := NewCachedTable(nil, CacheLRU, 1)
+	isErr(t, err, ErrBadCache)
+}
+
+// cachedKeys lists the keys a core holds in eviction order, first out
+// first (LRU only).
+func cachedKeys(c *cacheCore) []uint64 {
+	var ks []uint64
+	s := int32(c.cap)
+	for i := c.prev[s]; i != s; i = c.prev[i] {
+		ks = append(ks, c.keys[i])
+	}
+	return ks
+}
+
+func TestCacheCoreLRUOrder(t *testing.T) {
+	c := newCacheCore(CacheLRU, 3, 2)
+	for _, k := range []uint64{10, 20, 30} {
+		c.insert(k)
+	}
+	equal(t, []uint64{10, 20, 30}, cachedKeys(c))
+	c.touch(c.lookup(10))
+	equal(t, []uint64{20, 30, 10}, cachedKeys(c))
+	c.insert(40) // evicts 20
+	equal(t, -1, c.lookup(20))
+	c.touch(c.lookup(30))
+	c.insert(50) // evicts 10
+	equal(t, -1, c.lookup(10))
+	equal(t, []uint64{40, 30, 50}, cachedKeys(c))
+	equal(t, int64(2), c.evictions)
+	equal(t, 3, c.n)
+	c.purge()
+	equal(t, -1, c.lookup(30))
+	equal(t, 0, len(cachedKeys(c)))
+}
+
+func TestCacheCoreLFUOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cap     int
+		ops     []string // "+k" insert, "k" touch
+		evicted []uint64 // in order
+	}{
+		{"least frequent goes", 3, []string{"+1", "+2", "+3", "1", "1", "3", "+4", "+5"}, []uint64{2, 4}},
+		{"ties: least recent goes", 2, []string{"+1", "+2", "+3"}, []uint64{1}},
+		{"ties among equals after touches", 3, []string{"+1", "+2", "+3", "2", "1", "3", "+4", "+5"}, []uint64{2, 4}},
+		{"hot key survives a scan", 2, []string{"+1", "1", "1", "+2", "+3", "+4", "+5"}, []uint64{2, 3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCacheCore(CacheLFU, tc.cap, 1)
+			var evicted []uint64
+			for _, op := range tc.ops {
+				var k uint64
+				if op[0] == '+' {
+					fmt.Sscan(op[1:], &k)
+					before := slices.Clone(c.keys[:c.n])
+					c.insert(k)
+					for _, b := range before {
+						if c.lookup(b) < 0 {
+							evicted = append(evicted, b)
+						}
+					}
+				} else {
+					fmt.Sscan(op, &k)
+					s := c.lookup(k)
+					must(t, s >= 0, "key %d not cached", k)
+					c.touch(s)
+				}
+			}
+			equal(t, tc.evicted, evicted)
+			equal(t, int64(len(tc.evicted)), c.evictions)
+		})
+	}
+}
+
+func TestCacheCoreLFUAging(t *testing.T) {
+	// Key 1 was hot long ago, key 2 is hot now: aging lets 1 go first,
+	// where plain LFU (1 read 200 times, 2 read 100) would keep it.
+	c := newCacheCore(CacheLFU, 2, 1)
+	c.insert(1)
+	for range 200 {
+		c.touch(c.lookup(1))
+	}
+	c.insert(2)
+	for range 100 {
+		c.touch(c.lookup(2))
+	}
+	c.insert(3)
+	equal(t, -1, c.lookup(1))
+	check(t, c.lookup(2) >= 0, "the currently hot key was evicted")
+	check(t, int(c.freq[c.lookup(2)]) <= lfuMaxFreq)
+}
+
+// TestCacheCoreModel checks the core against a plain model: LRU order
+// exactly; for both kinds, that the index and lists agree and stay within
+// capacity.
+func TestCacheCoreModel(t *testing.T) {
+	for _, kind := range []CacheKind{CacheLRU, CacheLFU} {
+		t.Run(string(kind), func(t *testing.T) {
+			rapid.Check(t, func(rt *rapid.T) {
+				capacity := rapid.IntRange(1, 12).Draw(rt, "cap")
+				c := newCacheCore(kind, capacity, 1)
+				var lru []uint64 // least recent first
+				ops := rapid.IntRange(1, 300).Draw(rt, "ops")
+				for range ops {
+					k := rapid.Uint64Range(0, 40).Draw(rt, "key")
+					if rapid.IntRange(0, 9).Draw(rt, "purge") == 0 {
+						c.purge()
+						lru = lru[:0]
+						continue
+					}
+					at := slices.Index(lru, k)
+					s := c.lookup(k)
+					if (s >= 0) != (at >= 0) && kind == CacheLRU {
+						rt.Fatalf("key %d: cached %v, model %v", k, s >= 0, at >= 0)
+					}
+					if s >= 0 {
+						if c.keys[s] != k {
+							rt.Fatalf("key %d found in slot of %d", k, c.keys[s])
+						}
+						c.touch(s)
+					} else {
+						s = c.insert(k)
+						c.row(s)[0] = float64(k)
+					}
+					if at >= 0 {
+						lru = slices.Delete(lru, at, at+1)
+					} else if len(lru) == capacity {
+						lru = lru[1:]
+					}
+					lru = append(lru, k)
+					if kind == CacheLRU && !slices.Equal(lru, cachedKeys(c)) {
+						rt.Fatalf("order %v, model %v", cachedKeys(c), lru)
+					}
+					// Every slot in use is indexed and linked exactly once.
+					if c.n > capacity {
+						rt.Fatalf("%d keys cached, capacity %d", c.n, capacity)
+					}
+					linked := 0
+					for l := c.cap; l < len(c.next); l++ {
+						for i := c.next[l]; i != int32(l); i = c.next[i] {
+							linked++
+						}
+					}
+					if linked != c.n {
+						rt.Fatalf("%d slots linked, %d in use", linked, c.n)
+					}
+					for i := range c.n {
+						if got := c.lookup(c.keys[i]); got != i || c.row(i)[0] != float64(c.keys[i]) {
+							rt.Fatalf("slot %d (key %d): lookup %d, value %v", i, c.keys[i], got, c.row(i)[0])
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// cacheHits counts hits over the staleness property's runs, so the test
+// can tell it exercised the cache at all.
+var cacheHits, cacheStale int64
+
+// TestCacheStalenessProperty runs 2-3 workers with process caches under
+// SSP(s) against 2 shards, interleaving Get, Add and Clock at random.
+// Worker k's j-th Add to a key adds 2^j (bits unique per key), so a read
+// value says exactly which Adds it includes. Every value a cached Get
+// returns must include every Add made at a clock <= c-s-1 by anyone and
+// every Add the reader made itself. Reads are issued only when the gate
+// lets them through, so the run is sequential.
+func TestCacheStalenessProperty(t *testing.T) {
+	r := newRig(t, 2)
+	conns := []*nats.Conn{r.conn(), r.conn(), r.conn(), r.conn()}
+	run := 0
+	cacheHits, cacheStale = 0, 0
+	rapid.Check(t, func(rt *rapid.T) {
+		run++
+		task := fmt.Sprintf("prop%d", run)
+		const size = 12
+		s := rapid.IntRange(0, 3).Draw(rt, "s")
+		cons := Consistency{Kind: SSP, Staleness: s}
+		if s == 0 && rapid.Bool().Draw(rt, "bsp") {
+			cons = Consistency{Kind: BSP}
+		}
+		n := rapid.IntRange(2, 3).Draw(rt, "workers")
+		kind := rapid.SampledFrom([]CacheKind{CacheLRU, CacheLFU}).Draw(rt, "kind")
+		capacity := rapid.IntRange(1, size).Draw(rt, "capacity")
+		spec := TableSpec{Name: "w", Size: size, Partition: rapid.SampledFrom([]Partition{RangePartition, HashPartition}).Draw(rt, "partition")}.WithDefaults()
+		ps := r.task(task, cons, n, spec)
+		defer r.drop(task)
+
+		type add struct {
+			worker int
+			clock  int64
+			bit    uint
+		}
+		var (
+			cls    = make([]*Client, n)
+			tbls   = make([]*CachedTable, n)
+			clocks = make([]int64, n)
+			adds   = make([][]add, size) // per key
+		)
+		for w := range n {
+			self := rapid.IntRange(-1, 1).Draw(rt, "self")
+			cls[w] = r.client(conns[w], task, self, int32(w), cons)
+			defer cls[w].Close()
+			tbls[w] = r.cached(cls[w], ps[0], kind, capacity)
+		}
+		steps := rapid.IntRange(1, 50).Draw(rt, "steps")
+		for range steps {
+			w := rapid.IntRange(0, n-1).Draw(rt, "worker")
+			op := rapid.SampledFrom([]string{"get", "get", "add", "clock"}).Draw(rt, "op")
+			slowest := slices.Min(clocks)
+			if op == "get" && clocks[w]-int64(s) > slowest {
+				// The gate would hold this read: move the slowest on instead.
+				w, op = slices.Index(clocks, slowest), "clock"
+			}
+			switch op {
+			case "get":
+				keys := rapid.SliceOfN(rapid.Uint64Range(0, size-1), 1, 6).Draw(rt, "keys")
+				out := make([]float64, len(keys))
+				if err := tbls[w].Get(keys, out); err != nil {
+					rt.Fatal(err)
+				}
+				c := clocks[w]
+				for i, k := range keys {
+					v := out[i]
+					if v < 0 || v >= 1<<52 || v != math.Trunc(v) {
+						rt.Fatalf("worker %d key %d: value %v is no sum of adds", w, k, v)
+					}
+					got := uint64(v)
+					var issued uint64
+					for _, a := range adds[k] {
+						issued |= 1 << a.bit
+						need := a.worker == w || a.clock <= c-int64(s)-1
+						if need && got&(1<<a.bit) == 0 {
+							rt.Fatalf("worker %d at clock %d (s=%d) read key %d = %b without the add of worker %d at clock %d (bit %d)",
+								w, c, s, k, got, a.worker, a.clock, a.bit)
+						}
+					}
+					if got&^issued != 0 {
+						rt.Fatalf("worker %d key %d = %b holds adds never made (%b)", w, k, got, issued)
+					}
+				}
+			case "add":
+				keys := rapid.SliceOfNDistinct(rapid.Uint64Range(0, size-1), 1, 4, rapid.ID).Draw(rt, "keys")
+				keys = slices.DeleteFunc(keys, func(k uint64) bool { return len(adds[k]) >= 52 })
+				deltas := make([]float64, len(keys))
+				for i, k := range keys {
+					b := uint(len(adds[k]))
+					adds[k] = append(adds[k], add{worker: w, clock: clocks[w], bit: b})
+					deltas[i] = float64(uint64(1) << b)
+				}
+				if err := tbls[w].Add(keys, deltas); err != nil {
+					rt.Fatal(err)
+				}
+			case "clock":
+				if err := cls[w].Clock(); err != nil {
+					rt.Fatal(err)
+				}
+				clocks[w]++
+			}
+		}
+		for w := range n {
+			if err := cls[w].Finish(); err != nil {
+				rt.Fatal(err)
+			}
+			st := tbls[w].Stats()
+			cacheHits += st.Hits
+			cacheStale += st.Stale
+		}
+		// Every Add landed exactly once.
+		dump := r.client(conns[n], task, -1, -1, cons)
+		defer dump.Close()
+		tc, err := dump.Table(ps[0])
+		if err != nil {
+			rt.Fatal(err)
+		}
+		all := make([]float64, size)
+		if err := tc.GetRange(0, size, all); err != nil {
+			rt.Fatal(err)
+		}
+		for k, v := range all {
+			if want := float64(uint64(1)<<len(adds[k]) - 1); v != want {
+				rt.Fatalf("key %d ends at %v, want %v", k, v, want)
+			}
+		}
+	})
+	check(t, cacheHits > 0, "no read was ever served from a cache")
+	check(t, cacheStale > 0, "no cached value was ever too old")
+	t.Logf("hits %d, stale %d", cacheHits, cacheStale)
+}
+
+func TestCacheBSPNeverAcrossClock(t *testing.T) {
+	r := newRig(t, 2)
+	bsp := Consistency{Kind: BSP}
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
+	ps := r.task("bsp", bsp, 2, spec)
+	a, b := r.client(r.conn(), "bsp", -1, 0, bsp), r.client(r.conn(), "bsp", -1, 1, bsp)
+	defer a.Close()
+	defer b.Close()
+	ta, tb := r.cached(a, ps[0], CacheLRU, 8), r.cached(b, ps[0], CacheLFU, 8)
+	keys := []uint64{0, 9} // one key per shard
+	out := make([]float64, 2)
+	for clock := range 4 {
+		noErr(t, ta.Get(keys, out))
+		equal(t, []float64{float64(11 * clock), float64(11 * clock)}, out, "clock %d: first read sees both workers' earlier adds", clock)
+		noErr(t, ta.Get(keys, out)) // same clock: served from the cache
+		noErr(t, ta.Add(keys, []float64{1, 1}))
+		noErr(t, ta.Get(keys, out)) // own add applied to the cache
+		equal(t, []float64{float64(11*clock + 1), float64(11*clock + 1)}, out, "clock %d: read after own add", clock)
+		noErr(t, tb.Add(keys, []float64{10, 10}))
+		noErr(t, a.Clock())
+		noErr(t, b.Clock())
+	}
+	st := ta.Stats()
+	equal(t, CacheStats{Hits: 16, Misses: 8, Stale: 6}, st)
+	noErr(t, a.Finish())
+	noErr(t, b.Finish())
+}
+
+func TestCacheSSPServesWithinBound(t *testing.T) {
+	r := newRig(t, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 2}
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
+	ps := r.task("ssp", ssp, 1, spec)
+	cl := r.client(r.conn(), "ssp", -1, 0, ssp)
+	defer cl.Close()
+	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	keys := []uint64{1, 8}
+	out := make([]float64, 2)
+	// Fetched at clock 0 with stamp 0: good through clock 2, stale at 3.
+	var hits []int64
+	for range 5 {
+		noErr(t, tc.Get(keys, out))
+		hits = append(hits, tc.Stats().Hits)
+		noErr(t, cl.Clock())
+	}
+	equal(t, []int64{0, 2, 4, 4, 6}, hits)
+	equal(t, int64(2), tc.Stats().Stale)
+	noErr(t, cl.Finish())
+}
+
+func TestCacheASPAndReadYourWrites(t *testing.T) {
+	r := newRig(t, 2)
+	spec := TableSpec{Name: "w", Size: 100, Width: 2, DType: Float32, ChunkSize: 10}.WithDefaults()
+	aspc := Consistency{Kind: ASP}
+	ps := r.task("asp", aspc, 1, spec)
+	cl := r.client(r.conn(), "asp", -1, 0, aspc)
+	defer cl.Close()
+	plain := r.client(r.conn(), "asp", -1, -1, aspc)
+	defer plain.Close()
+	ref, err := plain.Table(ps[0])
+	noErr(t, err)
+	tc := r.cached(cl, ps[0], CacheLFU, 16)
+	keys := []uint64{3, 97, 55}
+	out, want := make([]float64, 6), make([]float64, 6)
+	noErr(t, tc.Get(keys, out))
+	for i := range 20 {
+		d := []float64{0.1, -0.3, 1e-3, 7, float64(i) / 3, 0.7}
+		noErr(t, tc.Add(keys, d))
+		noErr(t, cl.Clock())
+	}
+	// Chunk 5 is keys 50..59: key 55 is its sixth.
+	cd := make([]float64, 20)
+	cd[10], cd[11] = 2.5, -2.5
+	noErr(t, tc.AddChunk([]uint64{5}, cd))
+	noErr(t, cl.Flush())
+	noErr(t, tc.Get(keys, out))
+	noErr(t, ref.Get(keys, want))
+	equal(t, want, out, "cache with own adds, rounded as float32, equals the shards")
+	equal(t, CacheStats{Hits: 3, Misses: 3}, tc.Stats())
+	noErr(t, tc.GetChunk([]uint64{5}, cd)) // passes through
+	equal(t, want[4:6], cd[10:12])
+}
+
+func TestCacheSkipsLocalKeys(t *testing.T) {
+	r := newRig(t, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 1}
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults() // shard 0: keys 0..4
+	ps := r.task("local", ssp, 1, spec)
+	cl := r.client(r.conn(), "local", 0, 0, ssp)
+	defer cl.Close()
+	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	out := make([]float64, 3)
+	for range 3 {
+		noErr(t, tc.Get([]uint64{1, 2, 7}, out))
+	}
+	equal(t, 1, tc.Len())
+	equal(t, CacheStats{Hits: 2, Misses: 1}, tc.Stats())
+	noErr(t, cl.Finish())
+}
+
+func TestCacheGetHitAllocatesNothing(t *testing.T) {
+	r := newRig(t, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 1}
+	spec := TableSpec{Name: "w", Size: 1000, Width: 4}.WithDefaults()
+	ps := r.task("alloc", ssp, 1, spec)
+	cl := r.client(r.conn(), "alloc", -1, 0, ssp)
+	defer cl.Close()
+	for _, kind := range []CacheKind{CacheLRU, CacheLFU} {
+		tc := r.cached(cl, ps[0], kind, 64)
+		keys := []uint64{1, 500, 999, 3, 1}
+		out := make([]float64, len(keys)*4)
+		noErr(t, tc.Get(keys, out))
+		allocs := testing.AllocsPerRun(100, func() { noErr(t, tc.Get(keys, out)) })
+		equal(t, 0.0, allocs, "%s: allocations per cached Get", kind)
+	}
+	noErr(t, cl.Finish())
+}
+
+// BenchmarkCachedGetZipf is one worker's training loop (Get 100 Zipf(1.1)
+// keys, Add to them, Clock) under SSP(2) against 2 remote shards, without
+// and with a cache of a tenth of the table.
+func BenchmarkCachedGetZipf(b *testing.B) {
+	const size, batch = 1 << 17, 100
+	r := newRig(b, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 2}
+	spec := TableSpec{Name: "w", Size: size, DType: Float32}.WithDefaults()
+	for _, kind := range []CacheKind{CacheNone, CacheLRU, CacheLFU} {
+		b.Run(string(kind), func(b *testing.B) {
+			task := "zipf-" + string(kind)
+			ps := r.task(task, ssp, 1, spec)
+			defer r.drop(task)
+			cl := r.client(r.conn(), task, -1, 0, ssp)
+			defer cl.Close()
+			tc := r.cached(cl, ps[0], kind, size/10)
+			z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, size-1)
+			keys := make([]uint64, batch)
+			vals := make([]float64, batch)
+			n := 0
+			for b.Loop() {
+				n++
+				for i := range keys {
+					keys[i] = (z.Uint64() * 0x9E3779B1) & (size - 1) // spread hot ranks over both shards
+				}
+				if err := tc.Get(keys, vals); err != nil {
+					b.Fatal(err)
+				}
+				for i := range vals {
+					vals[i] = 1e-3
+				}
+				if err := tc.Add(keys, vals); err != nil {
+					b.Fatal(err)
+				}
+				if err := cl.Clock(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			noErr(b, cl.Finish())
+			b.ReportMetric(100*tc.Stats().HitRate(), "hit%")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*batch), "ns/key")
+		})
+	}
+}

@@ -1,0 +1,278 @@
+package slave
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// localModel is the model of a local, hogwild or single stage: every
+// worker of the stage runs on this slave and shares one in-memory copy of
+// each table it touches, loaded from the KV-store on first use and written
+// back (as the difference to what was loaded) when the last worker ends.
+// Consistency between the workers is enforced in-process by a Gate: no
+// network at all. Chunk locks (local) serialize concurrent Adds to the
+// same chunk; hogwild and single take no locks.
+type localModel struct {
+	s       *Slave
+	req     proto.SlaveCtl
+	stage   tasks.Stage
+	gate    *kvstore.Gate // nil under ASP
+	mode    kvstore.LockMode
+	chunk   int
+	workers int
+
+	mu     sync.Mutex
+	tables map[string]*localEntry
+	left   int           // workers still running
+	done   chan struct{} // closed once written back
+	err    error         // the write-back's error
+}
+
+type localEntry struct {
+	once   sync.Once
+	err    error
+	table  *kvstore.LocalTable
+	loaded []float64 // values as loaded, for the write-back delta
+	place  kvstore.Placement
+}
+
+// DefaultChunkSize is the keys per chunk lock when a local stage names none.
+const DefaultChunkSize = 64
+
+func newLocalModel(s *Slave, req proto.SlaveCtl, st tasks.Stage, workers int) *localModel {
+	m := &localModel{s: s, req: req, stage: st, workers: workers, left: workers,
+		tables: map[string]*localEntry{}, done: make(chan struct{}), chunk: st.ChunkSize}
+	if m.chunk <= 0 {
+		m.chunk = DefaultChunkSize
+	}
+	switch st.WorkerKind {
+	case tasks.KindLocal:
+		m.mode = kvstore.ChunkLocks
+	default:
+		m.mode = kvstore.NoLocks
+	}
+	if st.Consistency.Kind != kvstore.ASP {
+		m.gate = kvstore.NewGate(st.Consistency, workers)
+	}
+	return m
+}
+
+// loader opens a consistency-free client for bulk reads and writes.
+func (m *localModel) loader(ctx context.Context) (*kvstore.Client, error) {
+	return kvstore.NewClient(kvstore.ClientConfig{
+		Conn: m.s.nc, KVSubject: m.s.subj.SlaveKV, Task: m.req.Task, Stage: int32(m.req.Stage), Worker: -1,
+		Self: m.s.cfg.ID, Server: m.s.kv, Hosts: m.req.Hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP},
+		Timeout: m.s.cfg.KVTimeout, Ctx: ctx,
+	})
+}
+
+const bulkKeys = 1 << 16
+
+// table returns the shared copy of a table, loading it on first use.
+func (m *localModel) table(ctx context.Context, name string) (*localEntry, error) {
+	m.mu.Lock()
+	e := m.tables[name]
+	if e == nil {
+		e = &localEntry{}
+		m.tables[name] = e
+	}
+	m.mu.Unlock()
+	e.once.Do(func() { e.err = m.load(ctx, name, e) })
+	return e, e.err
+}
+
+func (m *localModel) load(ctx context.Context, name string, e *localEntry) error {
+	var place *kvstore.Placement
+	for i := range m.req.Tables {
+		if m.req.Tables[i].Spec.Name == name {
+			place = &m.req.Tables[i]
+		}
+	}
+	if place == nil {
+		return fmt.Errorf("task %s declares no table %q", m.req.Spec.Name, name)
+	}
+	spec := place.Spec.WithDefaults()
+	if spec.Storage == kvstore.Sparse {
+		return fmt.Errorf("table %q: %s stages hold the model in memory and need dense tables (sparse storage is for ps stages)", name, m.stage.WorkerKind)
+	}
+	if spec.Size*uint64(spec.Width) > 1<<31 {
+		return fmt.Errorf("table %q: %d values do not fit one slave's memory for a %s stage", name, spec.Size*uint64(spec.Width), m.stage.WorkerKind)
+	}
+	lt, err := kvstore.NewLocalTable(spec, m.mode, m.chunk)
+	if err != nil {
+		return err
+	}
+	c, err := m.loader(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tc, err := c.Table(*place)
+	if err != nil {
+		return err
+	}
+	vals := lt.Values()
+	w := spec.Width
+	for first := uint64(0); first < spec.Size; first += bulkKeys {
+		n := int(min(bulkKeys, spec.Size-first))
+		if err := tc.GetRange(first, n, vals[int(first)*w:(int(first)+n)*w]); err != nil {
+			return fmt.Errorf("loading table %q for a %s stage: %w", name, m.stage.WorkerKind, err)
+		}
+	}
+	e.table, e.place = lt, *place
+	e.loaded = append([]float64(nil), vals...)
+	return nil
+}
+
+// finish is called by each worker when its function returned (err nil)
+// or failed. The last worker writes the model back; every worker waits for
+// that so none reports done before the KV-store holds the result.
+func (m *localModel) finish(ctx context.Context, rank int, failed bool) error {
+	if m.gate != nil {
+		m.gate.Finish(rank)
+	}
+	m.mu.Lock()
+	m.left--
+	last := m.left == 0
+	m.mu.Unlock()
+	if last {
+		if !failed {
+			m.err = m.writeBack(ctx)
+		}
+		close(m.done)
+	}
+	if failed {
+		return nil
+	}
+	select {
+	case <-m.done:
+		return m.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *localModel) writeBack(ctx context.Context) error {
+	c, err := m.loader(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for name, e := range m.tables {
+		if e.table == nil {
+			continue
+		}
+		tc, err := c.Table(e.place)
+		if err != nil {
+			return err
+		}
+		vals := e.table.Values()
+		w := tc.Spec().Width
+		size := tc.Spec().Size
+		delta := make([]float64, min(bulkKeys, int(size))*w)
+		for first := uint64(0); first < size; first += bulkKeys {
+			n := int(min(bulkKeys, size-first))
+			lo, hi := int(first)*w, (int(first)+n)*w
+			d := delta[:hi-lo]
+			for i := range d {
+				d[i] = vals[lo+i] - e.loaded[lo+i]
+			}
+			if err := tc.AddRange(first, n, d); err != nil {
+				return fmt.Errorf("writing table %q back: %w", name, err)
+			}
+		}
+	}
+	return c.Flush()
+}
+
+// localTable is a worker's handle on a local model's table.
+type localTable struct {
+	w *worker
+	e *localEntry
+}
+
+func (t *localTable) Spec() kvstore.TableSpec { return t.e.table.Spec() }
+
+func (t *localTable) check(keys []uint64, vals []float64, what string) error {
+	spec := t.e.table.Spec()
+	if len(vals) != len(keys)*spec.Width {
+		return fmt.Errorf("%s on %q: %d values for %d keys of width %d", what, spec.Name, len(vals), len(keys), spec.Width)
+	}
+	for _, k := range keys {
+		if k >= spec.Size {
+			return fmt.Errorf("%s on %q: key %d out of range [0, %d)", what, spec.Name, k, spec.Size)
+		}
+	}
+	return nil
+}
+
+func (t *localTable) wait(keys []uint64) error {
+	if g := t.w.local.gate; g != nil {
+		return g.Wait(t.w.ctx, t.w.rank, t.w.localClock, keys)
+	}
+	return nil
+}
+
+func (t *localTable) Get(keys []uint64, out []float64) error {
+	if err := t.check(keys, out, "get"); err != nil {
+		return err
+	}
+	if err := t.wait(keys); err != nil {
+		return err
+	}
+	t.e.table.Get(keys, out)
+	return nil
+}
+
+func (t *localTable) Add(keys []uint64, deltas []float64) error {
+	if err := t.check(keys, deltas, "add"); err != nil {
+		return err
+	}
+	t.e.table.Add(keys, deltas)
+	return nil
+}
+
+func (t *localTable) chunk(id uint64) (uint64, int, error) {
+	spec := t.e.table.Spec()
+	first := id * spec.ChunkSize
+	if first >= spec.Size {
+		return 0, 0, fmt.Errorf("table %q: chunk %d out of range", spec.Name, id)
+	}
+	return first, int(min(spec.ChunkSize, spec.Size-first)), nil
+}
+
+func (t *localTable) GetChunk(chunks []uint64, out []float64) error {
+	if err := t.wait(nil); err != nil {
+		return err
+	}
+	return t.chunks(chunks, out, t.e.table.GetRange)
+}
+
+func (t *localTable) AddChunk(chunks []uint64, deltas []float64) error {
+	return t.chunks(chunks, deltas, t.e.table.AddRange)
+}
+
+func (t *localTable) chunks(chunks []uint64, vals []float64, op func(uint64, int, []float64)) error {
+	w := t.e.table.Spec().Width
+	off := 0
+	for _, id := range chunks {
+		first, n, err := t.chunk(id)
+		if err != nil {
+			return err
+		}
+		if (off+n)*w > len(vals) {
+			return fmt.Errorf("table %q: chunks hold more values than the %d given", t.e.table.Spec().Name, len(vals))
+		}
+		op(first, n, vals[off*w:(off+n)*w])
+		off += n
+	}
+	if off*w != len(vals) {
+		return fmt.Errorf("table %q: chunks hold %d values, got %d", t.e.table.Spec().Name, off*w, len(vals))
+	}
+	return nil
+}
