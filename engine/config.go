@@ -48,6 +48,7 @@ type MasterSect struct {
 // SlaveSect configures a slave.
 type SlaveSect struct {
 	ID          string   `toml:"id"`           // default <hostname>-<pid>
+	Host        string   `toml:"host"`         // host name matched against block replica hosts for locality; default os.Hostname
 	Slots       int      `toml:"slots"`        // worker slots; default 2
 	JoinTimeout Duration `toml:"join_timeout"` // wait this long for a master; default 30s
 	KVTimeout   Duration `toml:"kv_timeout"`   // data-plane round trip; default 60s

@@ -33,7 +33,7 @@ func (c *ClusterConfig) masterConfig(log zerolog.Logger) master.Config {
 
 func (c *ClusterConfig) slaveConfig(log zerolog.Logger) slave.Config {
 	return slave.Config{
-		Cluster: c.Cluster, ID: c.Slave.ID, Slots: c.Slave.Slots, JoinTimeout: time.Duration(c.Slave.JoinTimeout),
+		Cluster: c.Cluster, ID: c.Slave.ID, Host: c.Slave.Host, Slots: c.Slave.Slots, JoinTimeout: time.Duration(c.Slave.JoinTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), KVWindow: c.Slave.KVWindow, ReadBuffer: int64(c.Data.ReadBuffer),
 		ReadProducers: c.Data.ReadProducers, DataCache: int64(c.Data.Cache), HDFS: c.HDFSConfig(), Log: log,
 	}

@@ -363,6 +363,14 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 			case "done":
 				done++
 				res.WorkerSeconds += ev.Seconds
+				res.WorkerStats = append(res.WorkerStats, proto.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
+					ReadBytes: int64(ev.Metrics["read_bytes"]), LocalBytes: int64(ev.Metrics["read_local_bytes"]),
+					WaitSecs: ev.Metrics["read_wait_seconds"], Blocks: int64(ev.Metrics["read_blocks"]), Cached: int64(ev.Metrics["read_cached_blocks"])})
+				for _, l := range ev.BadLines {
+					if len(res.BadLines) < 5 {
+						res.BadLines = append(res.BadLines, l)
+					}
+				}
 				for key, v := range ev.Metrics {
 					res.Metrics[key] += v
 				}
@@ -383,6 +391,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	sort.Slice(res.Epochs, func(i, j int) bool { return res.Epochs[i].Epoch < res.Epochs[j].Epoch })
 	res.Seconds = time.Since(started).Seconds()
 	res.Samples = samples
+	sort.Slice(res.WorkerStats, func(i, j int) bool { return res.WorkerStats[i].Rank < res.WorkerStats[j].Rank })
 	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
 		return stageErr(err)
 	}

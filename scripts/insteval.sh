@@ -4,8 +4,10 @@
 # data/insteval/, idempotently:
 #   ratings.tsv  all ratings as "user<TAB>item<TAB>rating", 0-based dense ids
 #                (user = student s, item = lecturer d)
-#   train.tsv    a deterministic (seeded) 90% of ratings.tsv
-#   test.tsv     the other 10%
+#   train.tsv    a deterministic (seeded) 90% of ratings.tsv, in shuffled
+#                order (ratings.tsv is sorted by student, and SGD over a
+#                sorted file drifts with each student's ratings)
+#   test.tsv     the other 10%, in file order
 # Installs r-base-core and r-cran-lme4 with apt-get if Rscript or lme4 is
 # missing. Pass --force to export again.
 set -euo pipefail
@@ -35,7 +37,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Ids are the 0-based factor level codes, which are dense by construction
 # (levels are the distinct values of s and d). The split draws a seeded
-# permutation, so the same lme4 release always yields the same files.
+# permutation (R >= 3.6 sampling), so the same lme4 release always yields
+# the same files.
 Rscript --vanilla - "$tmp" <<'RS'
 args <- commandArgs(trailingOnly = TRUE)
 dir <- args[1]
@@ -52,7 +55,8 @@ set.seed(20240601L, kind = "Mersenne-Twister", normal.kind = "Inversion", sample
 perm <- sample.int(nrow(r))
 ntest <- round(nrow(r) / 10)
 test <- sort(perm[seq_len(ntest)])
-w(r[-test, ], "train.tsv")
+train <- perm[-seq_len(ntest)]
+w(r[train, ], "train.tsv")
 w(r[test, ], "test.tsv")
 cat(sprintf("insteval: %d ratings, %d users, %d items, train %d, test %d\n",
             nrow(r), nlevels(s), nlevels(d), nrow(r) - ntest, ntest), file = stderr())

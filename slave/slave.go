@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
@@ -84,6 +85,8 @@ type Slave struct {
 	kv      *kvstore.Server
 	sources *datastore.Sources
 	cache   *datastore.BlockCache
+	// cacheLogged: the cache's choice (fits or re-read) was logged once.
+	cacheLogged atomic.Bool
 
 	mu    sync.Mutex
 	tasks map[string]*slaveTask

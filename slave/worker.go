@@ -73,6 +73,13 @@ func (w *worker) run() {
 	} else {
 		ev.Kind = "done"
 		ev.Metrics = w.readMetrics()
+		for _, p := range w.reads {
+			for _, l := range p.FirstBad {
+				if len(ev.BadLines) < 5 {
+					ev.BadLines = append(ev.BadLines, l)
+				}
+			}
+		}
 		log.Debug().Dur("took", time.Since(start)).Msg("worker done")
 	}
 	w.s.publishEvent(ev)
@@ -283,7 +290,18 @@ func (p *trackedPass) Close() error {
 	err := p.AsyncReader.Close()
 	if !p.done {
 		p.done = true
-		p.w.reads = append(p.w.reads, p.AsyncReader.Stats())
+		st := p.AsyncReader.Stats()
+		p.w.reads = append(p.w.reads, st)
+		s := p.w.s
+		if cs := s.cache.Stats(); !s.cacheLogged.Load() {
+			switch {
+			case cs.Full && s.cacheLogged.CompareAndSwap(false, true):
+				s.log.Info().Int64("budget", cs.Budget).Int64("used", cs.Used).
+					Msg("parsed input does not fit the data cache: blocks beyond the budget are re-read from the source every epoch ([data] cache)")
+			case st.CachedBlocks > 0 && s.cacheLogged.CompareAndSwap(false, true):
+				s.log.Info().Int64("budget", cs.Budget).Int64("used", cs.Used).Msg("parsed input fits the data cache: later epochs replay it from memory")
+			}
+		}
 	}
 	return err
 }

@@ -116,6 +116,7 @@ func cmdSlave(ctx context.Context, args []string) error {
 	masterURL := fs.String("master", "", "same as --nats: the bus the master listens on")
 	slots := fs.Int("slots", 0, "worker slots (default: [slave] slots, else 2)")
 	id := fs.String("id", "", "slave id (default: [slave] id, else host-pid)")
+	host := fs.String("host", "", "host name for data locality (default: [slave] host, else the OS host name)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -138,6 +139,9 @@ func cmdSlave(ctx context.Context, args []string) error {
 	}
 	if *id != "" {
 		cfg.Slave.ID = *id
+	}
+	if *host != "" {
+		cfg.Slave.Host = *host
 	}
 	log, err := lf.logger(cfg)
 	if err != nil {

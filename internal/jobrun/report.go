@@ -146,7 +146,16 @@ func (p *Printer) Summary(s proto.TaskStatus) {
 			fmt.Fprintf(p.Out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics["read_blocks"])
 		}
 		if n := r.Metrics["bad_lines"]; n > 0 {
-			fmt.Fprintf(p.Out, "      skipped %.0f malformed lines\n", n)
+			fmt.Fprintf(p.Out, "      skipped %.0f malformed lines, first:\n", n)
+			for _, l := range r.BadLines {
+				fmt.Fprintf(p.Out, "        %s\n", l)
+			}
+		}
+		if len(r.WorkerStats) > 1 && r.Metrics["read_bytes"] > 0 {
+			for _, w := range r.WorkerStats {
+				fmt.Fprintf(p.Out, "      worker %d on %s: read %s (%s local) in %d blocks (%d cached), waited %.2fs for data\n",
+					w.Rank, w.Slave, bytesHuman(float64(w.ReadBytes)), bytesHuman(float64(w.LocalBytes)), w.Blocks, w.Cached, w.WaitSecs)
+			}
 		}
 		if r.Note != "" {
 			fmt.Fprintf(p.Out, "      %s\n", r.Note)

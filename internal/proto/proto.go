@@ -120,6 +120,20 @@ type StageResult struct {
 	Epochs        []EpochResult      `json:"epochs,omitempty"`
 	Metrics       map[string]float64 `json:"metrics,omitempty"` // summed worker counters
 	Note          string             `json:"note,omitempty"`
+	WorkerStats   []WorkerStat       `json:"worker_stats,omitempty"`
+	BadLines      []string           `json:"bad_lines,omitempty"` // first malformed lines skipped
+}
+
+// WorkerStat is what one worker of a stage read and how long it waited.
+type WorkerStat struct {
+	Rank       int     `json:"rank"`
+	Slave      string  `json:"slave"`
+	Seconds    float64 `json:"seconds"`
+	ReadBytes  int64   `json:"read_bytes"`
+	LocalBytes int64   `json:"local_bytes"`
+	WaitSecs   float64 `json:"wait_seconds"`
+	Blocks     int64   `json:"blocks"`
+	Cached     int64   `json:"cached_blocks"`
 }
 
 // EpochResult is an epoch's metrics summed over a stage's workers.
@@ -151,6 +165,8 @@ type WorkerEvent struct {
 	Seconds float64            `json:"seconds,omitempty"`
 	Metrics map[string]float64 `json:"metrics,omitempty"`
 	Error   string             `json:"error,omitempty"`
+	// BadLines are the first malformed lines skipped (on_error = "skip").
+	BadLines []string `json:"bad_lines,omitempty"`
 }
 
 // BlockRequest asks the master's FileAssigner for a worker's next block.

@@ -1,0 +1,213 @@
+package kmeans_test
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	_ "github.com/flexps/flexps/examples/kmeans"
+	"github.com/flexps/flexps/internal/jobrun"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+// configBlobs is what testdata/blobs.libsvm holds (configs/kmeans.toml
+// trains on it).
+var configBlobs = blobs{N: 3000, K: 5, Dims: 4, Sigma: 0.5, Spread: 10, MinSep: 4, Seed: 1}
+
+func TestBlobsFileUpToDate(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := configBlobs.write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "blobs.libsvm")
+	if *update {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./examples/kmeans -run TestBlobsFileUpToDate -update writes it)", err)
+	}
+	if !bytes.Equal(got, buf.Bytes()) {
+		t.Fatalf("%s is not what the generator writes; run go test -run TestBlobsFileUpToDate -update", path)
+	}
+}
+
+type run struct {
+	objectives []float64 // per Lloyd iteration
+	samples    []float64
+	centers    [][]float64
+	mse        float64
+	placement  map[string]int // Lloyd stage's workers per slave
+}
+
+// train runs kmeans.init (1 worker) then kmeans.lloyd (workers) on an
+// in-process cluster of 2 slaves with 2 slots each.
+func train(t *testing.T, data string, k, dims, workers, iterations int) run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	out := filepath.Join(t.TempDir(), "kmeans.model")
+	bsp := kvstore.Consistency{Kind: kvstore.BSP}
+	params := tasks.Params{"k": k, "iterations": iterations, "seed": 3, "sample": 5000}
+	task := tasks.NewTask("kmeans-test").
+		AddTable(kvstore.TableSpec{Name: "centers", Size: uint64(k), Width: dims}).
+		AddTable(kvstore.TableSpec{Name: "acc", Size: uint64(k), Width: dims + 1}).
+		SetInput("train", tasks.InputSpec{Path: data, BlockSize: 1 << 15}).
+		SetStages(
+			tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
+			tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: workers, Consistency: bsp, Params: params})
+	task.Kind, task.Output = "kmeans", out
+	var mu sync.Mutex
+	r := run{objectives: make([]float64, iterations), samples: make([]float64, iterations)}
+	st, err := local.SubmitAndWait(ctx, task, func(ev proto.TaskEvent) {
+		if ev.Kind != "epoch" || ev.Epoch == nil || ev.Epoch.Stage != 1 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if e := ev.Epoch.Epoch; e >= 1 && e <= iterations {
+			r.objectives[e-1], r.samples[e-1] = ev.Epoch.Metrics["objective"], ev.Epoch.Metrics["samples"]
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Results) == 2 {
+		r.placement = st.Results[1].Placement
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := tasks.ReadModel(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, ok := m.Table("centers")
+	if !ok {
+		t.Fatal("model has no centers table")
+	}
+	vals := ct.DenseValues()
+	for j := range k {
+		r.centers = append(r.centers, vals[j*dims:(j+1)*dims])
+	}
+	line, err := jobrun.Evaluate(ctx, out, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm := regexp.MustCompile(`mse=([0-9.eE+-]+)`).FindStringSubmatch(line)
+	if mm == nil {
+		t.Fatalf("no mse in %q", line)
+	}
+	r.mse, _ = strconv.ParseFloat(mm[1], 64)
+	return r
+}
+
+// TestLloydRecoversBlobs: well separated blobs, 1 and 4 workers.
+func TestLloydRecoversBlobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two in-process clusters")
+	}
+	b := blobs{N: 24000, K: 6, Dims: 8, Sigma: 1, Spread: 10, MinSep: 6, Seed: 11}
+	data := filepath.Join(t.TempDir(), "blobs.libsvm")
+	truth, err := b.writeFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{1, 4} {
+		r := train(t, data, b.K, b.Dims, workers, 5)
+		t.Logf("%d workers: objective per iteration %.6g, evaluator mse %.4f", workers, r.objectives, r.mse)
+		checkRun(t, r, b.N, workers)
+		worst, err := matchCenters(truth, r.centers)
+		if err != nil {
+			t.Errorf("%d workers: %v", workers, err)
+		} else if worst > 0.15 {
+			t.Errorf("%d workers: a true center is %.3f from the nearest found one, want <= 0.15", workers, worst)
+		}
+		t.Logf("%d workers: farthest true center is %.4f from its found center", workers, worst)
+		// Points are N(center, I): the expected squared distance to the
+		// true center is dims.
+		if r.mse < 0.95*float64(b.Dims) || r.mse > 1.05*float64(b.Dims) {
+			t.Errorf("%d workers: evaluator mse %.4f, want about %d", workers, r.mse, b.Dims)
+		}
+	}
+}
+
+// TestLloydWorkerCountInvariant: overlapping blobs clustered with more
+// centers than blobs, so Lloyd moves the centers for many iterations; the
+// objective never rises and 4 workers on 2 slaves follow the 1-worker
+// trajectory within 1e-6 (only the order of floating-point sums differs).
+func TestLloydWorkerCountInvariant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two in-process clusters")
+	}
+	b := blobs{N: 20000, K: 8, Dims: 5, Sigma: 2.5, Spread: 8, MinSep: 3, Seed: 5}
+	data := filepath.Join(t.TempDir(), "blobs.libsvm")
+	if _, err := b.writeFile(data); err != nil {
+		t.Fatal(err)
+	}
+	const k, iterations = 12, 25
+	one := train(t, data, k, b.Dims, 1, iterations)
+	four := train(t, data, k, b.Dims, 4, iterations)
+	t.Logf("objective per iteration, 1 worker:  %.8g", one.objectives)
+	t.Logf("objective per iteration, 4 workers: %.8g", four.objectives)
+	checkRun(t, one, b.N, 1)
+	checkRun(t, four, b.N, 4)
+	if len(four.placement) != 2 {
+		t.Errorf("4-worker Lloyd stage ran on %v, want both slaves", four.placement)
+	}
+	moved := 0
+	for i := 1; i < iterations; i++ {
+		if one.objectives[i] < one.objectives[i-1]*(1-1e-6) {
+			moved++
+		}
+	}
+	if moved < 5 {
+		t.Errorf("objective fell in only %d iterations: the data does not exercise Lloyd", moved)
+	}
+	worst := 0.0
+	for i := range one.objectives {
+		a, c := one.objectives[i], four.objectives[i]
+		rel := math.Abs(a-c) / math.Abs(a)
+		worst = max(worst, rel)
+		if rel > 1e-6 {
+			t.Errorf("iteration %d: objective %.12g with 1 worker, %.12g with 4: more than 1e-6 apart", i+1, a, c)
+		}
+	}
+	t.Logf("largest relative difference 1 vs 4 workers: %.3g", worst)
+}
+
+// checkRun checks what every run must satisfy: each iteration saw every
+// point once, and the objective never rose.
+func checkRun(t *testing.T, r run, n, workers int) {
+	t.Helper()
+	for i, s := range r.samples {
+		if int(s) != n {
+			t.Errorf("%d workers: iteration %d saw %v samples, want %d (every point once)", workers, i+1, s, n)
+		}
+	}
+	for i := 1; i < len(r.objectives); i++ {
+		if r.objectives[i] > r.objectives[i-1]*(1+1e-9) {
+			t.Errorf("%d workers: objective rose from %.9g to %.9g at iteration %d", workers, r.objectives[i-1], r.objectives[i], i+1)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package mf
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+func init() {
+	tasks.RegisterEvaluator("mf", tasks.Evaluator{Format: "ratings", Eval: EvalModel})
+}
+
+// EvalModel scores a saved MF model (tables "users" and "items", and
+// "bias", "user_bias", "item_bias" when present) on ratings: rmse and mae.
+// A user or item beyond the model's tables gets zero factors and bias.
+func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
+	ut, ok := model.Table("users")
+	if !ok {
+		return nil, errors.New("mf model has no table \"users\"")
+	}
+	it, ok := model.Table("items")
+	if !ok {
+		return nil, errors.New("mf model has no table \"items\"")
+	}
+	rank := ut.Spec.Width
+	if it.Spec.Width != rank {
+		return nil, fmt.Errorf("mf model: users width %d, items width %d: want equal ranks", rank, it.Spec.Width)
+	}
+	if data.Len() == 0 {
+		return nil, errors.New("no records")
+	}
+	u, v := ut.DenseValues(), it.DenseValues()
+	vec := func(name string) []float64 {
+		if t, ok := model.Table(name); ok && t.Spec.Width == 1 {
+			return t.DenseValues()
+		}
+		return nil
+	}
+	mu, bu, bi := vec("bias"), vec("user_bias"), vec("item_bias")
+	at := func(x []float64, k uint64) float64 {
+		if k < uint64(len(x)) {
+			return x[k]
+		}
+		return 0
+	}
+	var sq, abs float64
+	for i := 0; i < data.Len(); i++ {
+		label, keys, _ := data.Row(i)
+		if len(keys) != 2 {
+			return nil, fmt.Errorf("record %d has %d ids, want user and item (format ratings)", i, len(keys))
+		}
+		a, b := keys[0], keys[1]
+		p := at(mu, 0) + at(bu, a) + at(bi, b)
+		if a < ut.Spec.Size && b < it.Spec.Size {
+			fu, fv := u[int(a)*rank:int(a+1)*rank], v[int(b)*rank:int(b+1)*rank]
+			for k := range fu {
+				p += fu[k] * fv[k]
+			}
+		}
+		e := label - p
+		sq += e * e
+		abs += math.Abs(e)
+	}
+	n := float64(data.Len())
+	return map[string]float64{"rmse": math.Sqrt(sq / n), "mae": abs / n}, nil
+}
