@@ -10,6 +10,7 @@ package tasks
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/flexps/flexps/kvstore"
@@ -83,6 +84,31 @@ func NewTask(name string) *MultiStageTask {
 // SetStages replaces the task's stages.
 func (t *MultiStageTask) SetStages(stages ...Stage) *MultiStageTask {
 	t.Stages = append([]Stage(nil), stages...)
+	return t
+}
+
+// RepeatStages repeats the current list of stages n times in order (n <=
+// 1 leaves it as is); repeated stages are named "<name>.<round>" and get
+// the parameter "round" (0-based) so a stage function knows its round.
+func (t *MultiStageTask) RepeatStages(n int) *MultiStageTask {
+	if n <= 1 {
+		return t
+	}
+	base := t.Stages
+	t.Stages = nil
+	for r := 0; r < n; r++ {
+		for _, s := range base {
+			s.Params = maps.Clone(s.Params)
+			if s.Params == nil {
+				s.Params = Params{}
+			}
+			s.Params["round"] = float64(r)
+			if s.Name != "" {
+				s.Name = fmt.Sprintf("%s.%d", s.Name, r)
+			}
+			t.Stages = append(t.Stages, s)
+		}
+	}
 	return t
 }
 

@@ -23,6 +23,7 @@ type JobFile struct {
 	Priority      int                  `toml:"priority"`
 	Output        string               `toml:"output"`
 	ModelTransfer string               `toml:"model_transfer"`
+	Repeat        int                  `toml:"repeat"` // run the list of stages this many times (default 1), e.g. SVRG rounds
 	Local         LocalSection         `toml:"local"`
 	Tables        []kvstore.TableSpec  `toml:"table"`
 	Inputs        map[string]InputFile `toml:"input"`
@@ -214,6 +215,10 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		}
 		t.Stages = append(t.Stages, s)
 	}
+	if jf.Repeat < 0 || jf.Repeat > 10000 {
+		return nil, fmt.Errorf("repeat: must be in [1, 10000], got %d", jf.Repeat)
+	}
+	t.RepeatStages(jf.Repeat)
 	t.Normalize()
 	if err := t.Validate(); err != nil {
 		return nil, err

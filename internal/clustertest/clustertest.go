@@ -37,6 +37,10 @@ type Options struct {
 	ExtraConfig string
 	DeadAfter   string // default "2s"
 	Heartbeat   string // default "200ms"
+	// SlaveHosts, optional, gives slave i the locality host name
+	// SlaveHosts[i] (flexps slave --host), e.g. a MiniHDFS datanode's
+	// hostname so blocks on that datanode count as local to it.
+	SlaveHosts []string
 }
 
 // Cluster is a running multi-process cluster.
@@ -113,7 +117,11 @@ format = "json"
 	t.Cleanup(c.Stop)
 	c.Master = c.spawn("master", "master", "--config", c.Config)
 	for i := 0; i < opt.Slaves; i++ {
-		c.Slaves = append(c.Slaves, c.spawn(fmt.Sprintf("slave-%d", i), "slave", "--config", c.Config, "--nats", c.URL, "--id", fmt.Sprintf("slave-%d", i)))
+		args := []string{"slave", "--config", c.Config, "--nats", c.URL, "--id", fmt.Sprintf("slave-%d", i)}
+		if i < len(opt.SlaveHosts) && opt.SlaveHosts[i] != "" {
+			args = append(args, "--host", opt.SlaveHosts[i])
+		}
+		c.Slaves = append(c.Slaves, c.spawn(fmt.Sprintf("slave-%d", i), args...))
 	}
 	c.WaitSlaves(opt.Slaves, 30*time.Second)
 	return c
