@@ -314,3 +314,45 @@ func TestEveryRecordReadExactlyOncePerEpoch(t *testing.T) {
 		}
 	}
 }
+
+func TestDirectTransferGivesTheSameModel(t *testing.T) {
+	l := startLocal(t, 2, 2)
+	run := func(transfer string, pin1, pin2 []string) ([]float64, proto.TaskStatus) {
+		out := filepath.Join(t.TempDir(), "m")
+		task := tasks.NewTask("xfer").AddTable(kvstore.TableSpec{Name: "t", Size: 3000, Width: 3, Init: "uniform:1"}).
+			AddTable(kvstore.TableSpec{Name: "untouched", Size: 10, Init: "uniform:1"}).SetStages(
+			tasks.Stage{Name: "fill", Func: "test.fill", Workers: 4, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"iters": 2}},
+			tasks.Stage{Name: "scale", Func: "test.scale", Workers: 1, WorkerKind: tasks.KindSingle, Slaves: pin1, Params: tasks.Params{"factor": 2.0}},
+			tasks.Stage{Name: "scale2", Func: "test.scale", Workers: 2, WorkerKind: tasks.KindLocal, Slaves: pin2, Params: tasks.Params{"factor": 1.5}},
+		)
+		task.Output, task.Kind, task.ModelTransfer = out, "test", transfer
+		st, err := l.SubmitAndWait(context.Background(), task, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := readModel(t, out)
+		tab, _ := m.Table("t")
+		u, _ := m.Table("untouched")
+		return append(tab.DenseValues(), u.DenseValues()...), st
+	}
+	ref, _ := run(tasks.TransferKVStore, nil, nil)
+	for _, tc := range []struct {
+		name       string
+		pin1, pin2 []string
+	}{
+		{"same slave", nil, nil},
+		{"across slaves", []string{"slave-0"}, []string{"slave-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, st := run(tasks.TransferDirect, tc.pin1, tc.pin2)
+			for i := range ref {
+				if math.Float64bits(got[i]) != math.Float64bits(ref[i]) {
+					t.Fatalf("value %d: direct %v, kvstore %v", i, got[i], ref[i])
+				}
+			}
+			if note := st.Results[2].Note; !strings.Contains(note, "directly from slave") {
+				t.Fatalf("stage 2 did not take the model directly: %+v", st.Results[2])
+			}
+		})
+	}
+}

@@ -428,6 +428,16 @@ func (m *Master) scheduleLocked() {
 	}
 }
 
+// slotsOf is a live slave's total worker slots (0 if dead or unknown).
+func (m *Master) slotsOf(id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slaves[id]; s != nil && s.alive {
+		return s.Slots
+	}
+	return 0
+}
+
 // aliveSlaves lists live slave ids, sorted.
 func (m *Master) aliveSlaves() []string {
 	m.mu.Lock()

@@ -33,6 +33,7 @@ type taskRun struct {
 	mu      sync.Mutex
 	status  proto.TaskStatus
 	hosts   []string        // shard hosts
+	modelAt string          // slave retaining the last stage's model (direct transfer)
 	used    map[string]bool // every slave the task touched
 	holding map[string]int  // slots held now
 }
@@ -166,9 +167,15 @@ func (t *taskRun) execute() error {
 		if st.Auto {
 			workers = t.autoWorkers(st)
 		}
+		pinned := st.Slaves
+		if t.modelAt != "" && len(pinned) == 0 && t.m.slotsOf(t.modelAt) >= workers {
+			// The model waits in that slave's memory: run there and the
+			// hand-over is free.
+			pinned = []string{t.modelAt}
+		}
 		grant, err := t.m.request(scheduler.Request{
 			Task: t.spec.ID, Stage: k, Workers: workers, MaxSlaves: st.MaxSlaves, OneSlave: st.OneSlave(),
-			Pinned: st.Slaves, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: time.Now(),
+			Pinned: pinned, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: time.Now(),
 		})
 		if err != nil {
 			return fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
@@ -279,6 +286,12 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		m.setAssigner(assignKey{t.spec.ID, k, in}, assign.New(t.blocks[in], ws))
 		defer m.setAssigner(assignKey{t.spec.ID, k, in}, nil)
 	}
+	// Direct model transfer between consecutive one-slave stages.
+	retain := t.spec.ModelTransfer == tasks.TransferDirect && st.OneSlave() && k+1 < len(t.spec.Stages) && t.spec.Stages[k+1].OneSlave()
+	from := ""
+	if st.OneSlave() {
+		from = t.modelAt
+	}
 	started := time.Now()
 	var errs []error
 	var mu sync.Mutex
@@ -288,7 +301,8 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		go func() {
 			defer wg.Done()
 			err := m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
-				Workers: workers, Ranks: ranks[a.Slave], Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency})
+				Workers: workers, Ranks: ranks[a.Slave], Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
+				Retain: retain, TransferFrom: from})
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -394,6 +408,13 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	sort.Slice(res.WorkerStats, func(i, j int) bool { return res.WorkerStats[i].Rank < res.WorkerStats[j].Rank })
 	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
 		return stageErr(err)
+	}
+	t.modelAt = ""
+	if retain {
+		t.modelAt = placement[0].Slave
+	}
+	if from != "" {
+		res.Note = fmt.Sprintf("model taken directly from slave %s (%.3fs)", from, res.Metrics["model_load_seconds"])
 	}
 	t.mu.Lock()
 	t.status.Results = append(t.status.Results, res)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
@@ -26,6 +27,13 @@ type localModel struct {
 	chunk   int
 	workers int
 
+	retain bool   // keep the model in memory for the next stage
+	from   string // the slave holding the previous stage's model ("" = KV-store)
+	prep   sync.Once
+	perr   error
+
+	loadSeconds, writebackSeconds float64
+
 	mu     sync.Mutex
 	tables map[string]*localEntry
 	left   int           // workers still running
@@ -46,7 +54,8 @@ const DefaultChunkSize = 64
 
 func newLocalModel(s *Slave, req proto.SlaveCtl, st tasks.Stage, workers int) *localModel {
 	m := &localModel{s: s, req: req, stage: st, workers: workers, left: workers,
-		tables: map[string]*localEntry{}, done: make(chan struct{}), chunk: st.ChunkSize}
+		tables: map[string]*localEntry{}, done: make(chan struct{}), chunk: st.ChunkSize,
+		retain: req.Retain, from: req.TransferFrom}
 	if m.chunk <= 0 {
 		m.chunk = DefaultChunkSize
 	}
@@ -75,6 +84,16 @@ const bulkKeys = 1 << 16
 
 // table returns the shared copy of a table, loading it on first use.
 func (m *localModel) table(ctx context.Context, name string) (*localEntry, error) {
+	if m.from != "" {
+		m.prep.Do(func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.perr = m.prepareFrom(ctx, m.from)
+		})
+		if m.perr != nil {
+			return nil, m.perr
+		}
+	}
 	m.mu.Lock()
 	e := m.tables[name]
 	if e == nil {
@@ -87,6 +106,12 @@ func (m *localModel) table(ctx context.Context, name string) (*localEntry, error
 }
 
 func (m *localModel) load(ctx context.Context, name string, e *localEntry) error {
+	start := time.Now()
+	defer func() {
+		m.mu.Lock()
+		m.loadSeconds += time.Since(start).Seconds()
+		m.mu.Unlock()
+	}()
 	var place *kvstore.Placement
 	for i := range m.req.Tables {
 		if m.req.Tables[i].Spec.Name == name {
@@ -142,7 +167,13 @@ func (m *localModel) finish(ctx context.Context, rank int, failed bool) error {
 	m.mu.Unlock()
 	if last {
 		if !failed {
-			m.err = m.writeBack(ctx)
+			if m.retain {
+				m.s.retain(m.req.Task, m.tables)
+			} else {
+				start := time.Now()
+				m.err = m.writeBack(ctx)
+				m.writebackSeconds = time.Since(start).Seconds()
+			}
 		}
 		close(m.done)
 	}
@@ -174,6 +205,21 @@ func (m *localModel) writeBack(ctx context.Context) error {
 		vals := e.table.Values()
 		w := tc.Spec().Width
 		size := tc.Spec().Size
+		if e.loaded == nil {
+			// Transferred from another slave: the KV-store's copy is
+			// older; overwrite it.
+			keys := make([]uint64, min(bulkKeys, int(size)))
+			for first := uint64(0); first < size; first += bulkKeys {
+				n := int(min(bulkKeys, size-first))
+				for i := range n {
+					keys[i] = first + uint64(i)
+				}
+				if err := tc.Set(keys[:n], vals[int(first)*w:(int(first)+n)*w]); err != nil {
+					return fmt.Errorf("writing table %q back: %w", name, err)
+				}
+			}
+			continue
+		}
 		delta := make([]float64, min(bulkKeys, int(size))*w)
 		for first := uint64(0); first < size; first += bulkKeys {
 			n := int(min(bulkKeys, size-first))

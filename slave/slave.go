@@ -91,7 +91,11 @@ type Slave struct {
 	mu    sync.Mutex
 	tasks map[string]*slaveTask
 
+	xmu      sync.Mutex
+	retained map[string]*retainedModel // models kept for direct transfer, by task
+
 	ctlSub *nats.Subscription
+	subs   []*nats.Subscription
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // heartbeat and workers
@@ -105,7 +109,7 @@ type slaveTask struct {
 // New creates a slave on nc; Start joins the cluster.
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
-	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), tasks: map[string]*slaveTask{},
+	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
 		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: datastore.NewSources(cfg.HDFS),
 		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
 }
@@ -128,6 +132,14 @@ func (s *Slave) Start(ctx context.Context) error {
 		return fmt.Errorf("slave: subscribe: %w", err)
 	}
 	s.ctlSub.SetPendingLimits(-1, -1)
+	for subject, h := range map[string]nats.MsgHandler{s.subj.SlaveXfer(s.cfg.ID): s.serveXfer, s.subj.SlaveModelInfo(s.cfg.ID): s.serveModelInfo} {
+		sub, err := s.nc.Subscribe(subject, h)
+		if err != nil {
+			s.Close()
+			return fmt.Errorf("slave: subscribe: %w", err)
+		}
+		s.subs = append(s.subs, sub)
+	}
 	hb, err := s.join()
 	if err != nil {
 		s.Close()
@@ -195,6 +207,9 @@ func (s *Slave) heartbeat(every time.Duration) {
 func (s *Slave) Close() {
 	if s.ctlSub != nil {
 		s.ctlSub.Unsubscribe()
+	}
+	for _, sub := range s.subs {
+		sub.Unsubscribe()
 	}
 	if s.cancel != nil {
 		s.cancel()
@@ -271,6 +286,7 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 		}
 		s.kv.DropTask(req.Task, reason)
 		s.cache.Drop(req.Task)
+		s.dropRetained(req.Task)
 		return nil
 	}
 	return fmt.Errorf("unknown control op %q", req.Op)

@@ -73,6 +73,10 @@ func (w *worker) run() {
 	} else {
 		ev.Kind = "done"
 		ev.Metrics = w.readMetrics()
+		if w.local != nil && w.rank == 0 {
+			ev.Metrics["model_load_seconds"] = w.local.loadSeconds
+			ev.Metrics["model_writeback_seconds"] = w.local.writebackSeconds
+		}
 		for _, p := range w.reads {
 			for _, l := range p.FirstBad {
 				if len(ev.BadLines) < 5 {

@@ -36,3 +36,14 @@ func (s Subjects) SlaveKV(slave string) string { return fmt.Sprintf("%s.slave.%s
 func (s Subjects) TaskEvents(task string) string {
 	return fmt.Sprintf("%s.task.%s.events", s.Prefix, task)
 }
+
+// SlaveXfer is where a slave serves a retained model to the next stage's
+// slave (direct model transfer; binary codec).
+func (s Subjects) SlaveXfer(slave string) string {
+	return fmt.Sprintf("%s.slave.%s.xfer", s.Prefix, slave)
+}
+
+// SlaveModelInfo answers what a slave retains for a task (JSON).
+func (s Subjects) SlaveModelInfo(slave string) string {
+	return fmt.Sprintf("%s.slave.%s.modelinfo", s.Prefix, slave)
+}

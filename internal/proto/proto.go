@@ -208,6 +208,25 @@ type SlaveCtl struct {
 	Spec        *tasks.MultiStageTask `json:"spec,omitempty"`
 	Hosts       []string              `json:"hosts,omitempty"` // every shard host of the task
 	Reason      string                `json:"reason,omitempty"`
+	// Retain keeps a one-slave stage's model in the slave's memory for the
+	// next stage instead of writing it back (direct model transfer).
+	Retain bool `json:"retain,omitempty"`
+	// TransferFrom names the slave holding the previous stage's retained
+	// model; the stage takes it from there instead of the KV-store.
+	TransferFrom string `json:"transfer_from,omitempty"`
+}
+
+// ModelInfo describes a retained model for a direct transfer.
+type ModelInfo struct {
+	Tables []RetainedTable `json:"tables"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// RetainedTable is one table of a retained model.
+type RetainedTable struct {
+	Name     string `json:"name"`
+	Values   int    `json:"values"`
+	Checksum uint32 `json:"checksum"` // CRC-32C of the values' float64 bits, little-endian
 }
 
 // CtlReply answers a SlaveCtl.

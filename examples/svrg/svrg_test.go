@@ -1,0 +1,260 @@
+package svrg_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/examples/svrg"
+	"github.com/flexps/flexps/internal/jobrun"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+func init() {
+	// test.copy copies table "mu" into "mu_b" and "snap" into "snap_b"
+	// (one worker), so a task can keep a full stage's result before the
+	// next full stage overwrites it.
+	tasks.Register("test.copy", func(info *tasks.Info) error {
+		for _, pair := range [][2]string{{"mu", "mu_b"}, {"snap", "snap_b"}} {
+			src, err := info.Table(pair[0])
+			if err != nil {
+				return err
+			}
+			dst, err := info.Table(pair[1])
+			if err != nil {
+				return err
+			}
+			n := src.Spec().Size
+			keys := make([]uint64, n)
+			for i := range keys {
+				keys[i] = uint64(i)
+			}
+			a, b := make([]float64, n), make([]float64, n)
+			if err := src.Get(keys, a); err != nil {
+				return err
+			}
+			if err := dst.Get(keys, b); err != nil {
+				return err
+			}
+			for i := range a {
+				a[i] -= b[i]
+			}
+			if err := dst.Add(keys, a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+const (
+	rows = 8000
+	dim  = 1000
+)
+
+// data writes the test's training set once per test.
+func data(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "train.libsvm")
+	if err := jobrun.Generate(path, tasks.GenSpec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: 10, Zipf: 1.1, Noise: 0.05, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func run(t *testing.T, task *tasks.MultiStageTask) proto.TaskStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	st, err := local.SubmitAndWait(ctx, task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// objective returns the "objective" metric of stage i.
+func objective(t *testing.T, st proto.TaskStatus, i int) float64 {
+	t.Helper()
+	r := st.Results[i]
+	if len(r.Epochs) != 1 {
+		t.Fatalf("stage %d (%s): %d epochs reported, want 1", i, r.Name, len(r.Epochs))
+	}
+	v, ok := r.Epochs[0].Metrics["objective"]
+	if !ok {
+		t.Fatalf("stage %d (%s): no objective in %v", i, r.Name, r.Epochs[0].Metrics)
+	}
+	return v
+}
+
+func readModel(t *testing.T, path string) *tasks.Model {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := tasks.ReadModel(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func values(t *testing.T, m *tasks.Model, name string) []float64 {
+	t.Helper()
+	tab, ok := m.Table(name)
+	if !ok {
+		t.Fatalf("model has no table %q", name)
+	}
+	return tab.DenseValues()
+}
+
+// reference computes the objective and the full gradient at w directly.
+func reference(t *testing.T, path string, w []float64, l2 float64) (float64, []float64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	format, err := datastore.NewFormat("libsvm", datastore.FormatOptions{IndexBase: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r datastore.Records
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		if err := format.ParseLine(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grad := make([]float64, len(w))
+	loss := 0.0
+	for i := 0; i < r.Len(); i++ {
+		label, keys, vals := r.Row(i)
+		y := 0.0
+		if label > 0 {
+			y = 1
+		}
+		z := 0.0
+		for j, k := range keys {
+			z += w[k] * vals[j]
+		}
+		loss += lr.LogLoss(z, y)
+		g := lr.Sigmoid(z) - y
+		for j, k := range keys {
+			grad[k] += g * vals[j]
+		}
+	}
+	n := float64(r.Len())
+	sq := 0.0
+	for k := range grad {
+		grad[k] = grad[k]/n + l2*w[k]
+		sq += w[k] * w[k]
+	}
+	return loss/n + l2/2*sq, grad
+}
+
+// relDiff is ||a-b|| / ||b||.
+func relDiff(a, b []float64) float64 {
+	var d, n float64
+	for i := range a {
+		d += (a[i] - b[i]) * (a[i] - b[i])
+		n += b[i] * b[i]
+	}
+	return math.Sqrt(d / n)
+}
+
+func TestFullGradientSameOnFourWorkersAsOne(t *testing.T) {
+	train := data(t)
+	const l2 = 1e-3
+	out := filepath.Join(t.TempDir(), "m")
+	// One round moves w off zero; then the 4-worker full stage computes mu
+	// at the new snapshot, test.copy keeps it, and a 1-worker full stage
+	// computes it again at the same snapshot (no sgd stage in between).
+	task := svrg.Task(svrg.Config{Train: train, BlockSize: 32 << 10, Dim: dim, Rounds: 1, FullWorkers: 1, LR: 0.5, L2: l2, Output: out})
+	task.AddTable(kvstore.TableSpec{Name: "mu_b", Size: dim}).AddTable(kvstore.TableSpec{Name: "snap_b", Size: dim})
+	task.Stages = append(task.Stages,
+		svrg.FullStage("full4", 4, l2),
+		tasks.Stage{Name: "copy", Func: "test.copy", WorkerKind: tasks.KindSingle},
+		svrg.FullStage("full1", 1, l2))
+	st := run(t, task)
+	if w := st.Results[2].Workers; w != 4 || len(st.Results[2].Placement) != 2 {
+		t.Fatalf("full4 ran %d workers on %v, want 4 on 2 slaves", w, st.Results[2].Placement)
+	}
+	for _, w := range st.Results[2].WorkerStats {
+		if w.Blocks == 0 {
+			t.Errorf("full4 worker %d read no block: the test does not exercise the sum over workers", w.Rank)
+		}
+	}
+	m := readModel(t, out)
+	mu4, mu1 := values(t, m, "mu_b"), values(t, m, "mu")
+	snap4, snap1, w := values(t, m, "snap_b"), values(t, m, "snap"), values(t, m, "w")
+	if d := relDiff(snap4, snap1); d != 0 || relDiff(w, snap1) != 0 {
+		t.Fatalf("snapshots differ: snap4 vs snap1 %g, w vs snap1 %g", d, relDiff(w, snap1))
+	}
+	if d := relDiff(mu4, mu1); d > 1e-9 {
+		t.Fatalf("4-worker full gradient differs from 1-worker: relative %g", d)
+	}
+	refObj, refMu := reference(t, train, snap1, l2)
+	if d := relDiff(mu1, refMu); d > 1e-9 {
+		t.Fatalf("full gradient differs from a direct computation: relative %g", d)
+	}
+	o4, o1 := objective(t, st, 2), objective(t, st, 4)
+	if math.Abs(o4-o1) > 1e-9*o1 || math.Abs(o1-refObj) > 1e-9*refObj {
+		t.Fatalf("objectives: 4 workers %.12f, 1 worker %.12f, direct %.12f", o4, o1, refObj)
+	}
+	if n := st.Results[2].Epochs[0].Metrics["samples"]; n != rows {
+		t.Fatalf("full4 saw %v samples, want %d", n, rows)
+	}
+	t.Logf("objective at the snapshot %.6f (4 workers), %.6f (1 worker), %.6f (direct); |mu| relative diff %g", o4, o1, refObj, relDiff(mu4, mu1))
+}
+
+// TestScratch explores learning rates (not part of the suite).
+func TestScratch(t *testing.T) {
+	if os.Getenv("SVRG_SCRATCH") == "" {
+		t.Skip()
+	}
+	train := data(t)
+	l2 := 1e-3
+	for _, rate := range []float64{0.5, 1, 2, 4} {
+		task := svrg.Task(svrg.Config{Train: train, BlockSize: 32 << 10, Dim: dim, Rounds: 5, FullWorkers: 2, LR: rate, L2: l2, Batch: 10, FinalObjective: true})
+		st := run(t, task)
+		var objs []string
+		for i := 0; i < len(st.Results); i += 2 {
+			objs = append(objs, fmt.Sprintf("%.5f", objective(t, st, i)))
+		}
+		t.Logf("svrg lr %v: %v", rate, objs)
+	}
+	for _, rate := range []float64{0.5, 1, 2, 4} {
+		task := tasks.NewTask("sgd")
+		task.Kind = "lr"
+		svrg.Tables(task, dim, kvstore.Float64)
+		task.SetInput("train", tasks.InputSpec{Path: train, BlockSize: 32 << 10})
+		task.SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", WorkerKind: tasks.KindSingle, Params: tasks.Params{"epochs": 10, "lr": rate, "l2": l2, "batch": 10}},
+			svrg.FullStage("final", 2, l2))
+		st := run(t, task)
+		t.Logf("sgd lr %v: %.5f", rate, objective(t, st, 1))
+	}
+}
