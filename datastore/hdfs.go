@@ -256,6 +256,10 @@ func (s *HDFSSource) client(ctx context.Context, u hdfsURL) (*hdfs.Client, error
 	if err != nil {
 		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
 	}
+	// The client caches the namenode's server defaults on first use without
+	// a lock, and readers sharing it race on that; filling it here, under
+	// s.mu, makes every later use a read.
+	c.ServerDefaults()
 	s.connects.Add(1)
 	s.clients[key] = c
 	return c, nil

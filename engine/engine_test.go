@@ -356,3 +356,44 @@ func TestDirectTransferGivesTheSameModel(t *testing.T) {
 		})
 	}
 }
+
+func init() {
+	// test.spin does params.iters iterations of 2ms each, one sample per
+	// iteration: throughput grows with the number of workers.
+	tasks.Register("test.spin", func(info *tasks.Info) error {
+		for i := 0; i < info.Params.Int("iters", 100); i++ {
+			select {
+			case <-info.Ctx.Done():
+				return info.Ctx.Err()
+			case <-time.After(2 * time.Millisecond):
+			}
+			info.Report(1, 0)
+		}
+		return nil
+	})
+}
+
+func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
+	l := startLocal(t, 2, 2)
+	task := tasks.NewTask("auto").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Auto: true, AutoTrialSeconds: 0.6,
+		Params: tasks.Params{"iters": 1000}})
+	st, err := l.SubmitAndWait(context.Background(), task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := st.Results[0]
+	t.Logf("note: %s", res.Note)
+	if res.Workers != 4 || !strings.Contains(res.Note, "1 workers") || !strings.Contains(res.Note, "chose 4 workers") {
+		t.Fatalf("auto chose %d workers: %s", res.Workers, res.Note)
+	}
+	if res.Samples != 4*1000 {
+		t.Fatalf("the final run did %d samples, want %d", res.Samples, 4*1000)
+	}
+	// A stage short enough to finish inside the first trial is done there.
+	quick := tasks.NewTask("quick").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Auto: true, AutoTrialSeconds: 5,
+		Params: tasks.Params{"iters": 5}})
+	st, err = l.SubmitAndWait(context.Background(), quick, nil)
+	if err != nil || !strings.Contains(st.Results[0].Note, "finished the stage during the trial") {
+		t.Fatalf("%v %+v", err, st.Results)
+	}
+}

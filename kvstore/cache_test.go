@@ -594,6 +594,7 @@ func BenchmarkCachedGetZipf(b *testing.B) {
 				perOp := float64(b.Elapsed().Nanoseconds()) / float64(n)
 				noErr(b, cl.Finish())
 				b.ReportMetric(100*tc.Stats().HitRate(), "hit%")
+				b.ReportMetric(float64(cl.Stats().Requests)/float64(n), "msgs/op")
 				if kind == CacheNone {
 					base[name] = perOp
 				} else if base[name] > 0 {
@@ -601,5 +602,37 @@ func BenchmarkCachedGetZipf(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkCachedGetHit is the cache's own cost: a Get of 100 remote keys
+// all served from the cache.
+func BenchmarkCachedGetHit(b *testing.B) {
+	r := newRig(b, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 2}
+	spec := TableSpec{Name: "w", Size: 1 << 17, DType: Float32}.WithDefaults()
+	for _, kind := range []CacheKind{CacheLRU, CacheLFU} {
+		b.Run(string(kind), func(b *testing.B) {
+			task := "hit-" + string(kind)
+			ps := r.task(task, ssp, 1, spec)
+			defer r.drop(task)
+			cl := r.client(r.conn(), task, -1, 0, ssp)
+			defer cl.Close()
+			tc := r.cached(cl, ps[0], kind, 1024)
+			keys := make([]uint64, 100)
+			for i := range keys {
+				keys[i] = uint64(i * 1311)
+			}
+			vals := make([]float64, len(keys))
+			noErr(b, tc.Get(keys, vals))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := tc.Get(keys, vals); err != nil {
+					b.Fatal(err)
+				}
+			}
+			must(b, tc.Stats().Misses == int64(len(keys)), "misses after the first read")
+			noErr(b, cl.Finish())
+		})
 	}
 }

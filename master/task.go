@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,75 +164,158 @@ func (t *taskRun) execute() error {
 		t.mu.Lock()
 		t.status.Stage, t.status.StageName = k, st.Name
 		t.mu.Unlock()
-		workers := st.Workers
+		workers, note := st.Workers, ""
 		if st.Auto {
-			workers = t.autoWorkers(st)
-		}
-		pinned := st.Slaves
-		if t.modelAt != "" && len(pinned) == 0 && t.m.slotsOf(t.modelAt) >= workers {
-			// The model waits in that slave's memory: run there and the
-			// hand-over is free.
-			pinned = []string{t.modelAt}
-		}
-		grant, err := t.m.request(scheduler.Request{
-			Task: t.spec.ID, Stage: k, Workers: workers, MaxSlaves: st.MaxSlaves, OneSlave: st.OneSlave(),
-			Pinned: pinned, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: time.Now(),
-		})
-		if err != nil {
-			return fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
-		}
-		t.publish("status", nil)
-		var placement []scheduler.Assignment
-		select {
-		case placement = <-grant:
-		case <-t.ctx.Done():
-			t.m.withdraw(t.spec.ID, k)
-			select {
-			case a := <-grant:
-				t.m.release(a)
-			default:
+			best, why, res, err := t.autoTune(k, st)
+			if err != nil {
+				return err
 			}
-			return t.cause()
+			if res != nil { // a trial ran the whole stage
+				res.Note = why
+				t.record(*res)
+				continue
+			}
+			workers, note = best, why
 		}
-		t.mu.Lock()
-		t.holding = map[string]int{}
-		for _, a := range placement {
-			t.holding[a.Slave] += a.Workers
-			t.used[a.Slave] = true
-		}
-		if t.status.State == proto.Queued {
-			t.status.State, t.status.Started = proto.Running, time.Now()
-		}
-		t.mu.Unlock()
-		err = t.runStage(k, st, workers, placement)
-		t.mu.Lock()
-		t.holding = nil
-		t.mu.Unlock()
-		t.m.release(placement)
+		placement, err := t.acquire(k, st, workers)
 		if err != nil {
 			return err
 		}
+		res, _, err := t.runStage(k, st, workers, placement, 0)
+		t.releaseSlots(placement)
+		if err != nil {
+			return err
+		}
+		if note != "" && res.Note != "" {
+			res.Note = note + "; " + res.Note
+		} else if note != "" {
+			res.Note = note
+		}
+		t.record(res)
 	}
 	return t.writeOutput()
 }
 
-// autoWorkers is the parallelism tried for a stage with parallelism
-// "auto": every slot of the live cluster the stage may use.
-func (t *taskRun) autoWorkers(st *tasks.Stage) int {
+func (t *taskRun) record(res proto.StageResult) {
+	t.mu.Lock()
+	t.status.Results = append(t.status.Results, res)
+	t.status.Progress.Samples = res.Samples
+	t.mu.Unlock()
+}
+
+// acquire queues stage k for workers slots and waits for the scheduler.
+func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assignment, error) {
+	pinned := st.Slaves
+	if t.modelAt != "" && len(pinned) == 0 && t.m.slotsOf(t.modelAt) >= workers {
+		// The model waits in that slave's memory: run there and the
+		// hand-over is free.
+		pinned = []string{t.modelAt}
+	}
+	grant, err := t.m.request(scheduler.Request{
+		Task: t.spec.ID, Stage: k, Workers: workers, MaxSlaves: st.MaxSlaves, OneSlave: st.OneSlave(),
+		Pinned: pinned, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: time.Now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
+	}
+	t.publish("status", nil)
+	var placement []scheduler.Assignment
+	select {
+	case placement = <-grant:
+	case <-t.ctx.Done():
+		t.m.withdraw(t.spec.ID, k)
+		select {
+		case a := <-grant:
+			t.m.release(a)
+		default:
+		}
+		return nil, t.cause()
+	}
+	t.mu.Lock()
+	t.holding = map[string]int{}
+	for _, a := range placement {
+		t.holding[a.Slave] += a.Workers
+		t.used[a.Slave] = true
+	}
+	if t.status.State == proto.Queued {
+		t.status.State, t.status.Started = proto.Running, time.Now()
+	}
+	t.mu.Unlock()
+	return placement, nil
+}
+
+func (t *taskRun) releaseSlots(placement []scheduler.Assignment) {
+	t.mu.Lock()
+	t.holding = nil
+	t.mu.Unlock()
+	t.m.release(placement)
+}
+
+// autoCandidates are the parallelisms an "auto" stage tries: powers of
+// two up to what the live cluster (or one slave, for one-slave stages)
+// offers, and that maximum itself.
+func (t *taskRun) autoCandidates(st *tasks.Stage) []int {
 	t.m.mu.Lock()
-	defer t.m.mu.Unlock()
-	best := 0
-	total := 0
+	most, total := 0, 0
 	for _, s := range t.m.slaves {
 		if s.alive {
 			total += s.Slots
-			best = max(best, s.Slots)
+			most = max(most, s.Slots)
 		}
 	}
+	t.m.mu.Unlock()
+	limit := total
 	if st.OneSlave() {
-		return max(best, 1)
+		limit = most
 	}
-	return max(total, 1)
+	if st.Workers > 0 {
+		limit = min(limit, st.Workers) // workers with "auto" caps the search
+	}
+	if limit < 1 {
+		return []int{1}
+	}
+	var out []int
+	for w := 1; w < limit; w *= 2 {
+		out = append(out, w)
+	}
+	return append(out, limit)
+}
+
+// autoTune runs a short trial of the stage at each candidate parallelism,
+// measures the samples per second the workers report, and returns the
+// fastest with a note saying what was measured. Updates made during ps
+// trials stay in the KV-store (training progress is not thrown away);
+// one-slave trials discard their in-memory model. If a trial finishes the
+// stage, its result is returned instead.
+func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *proto.StageResult, error) {
+	trial := time.Duration(st.AutoTrialSeconds * float64(time.Second))
+	if trial <= 0 {
+		trial = 2 * time.Second
+	}
+	best, bestRate := 0, -1.0
+	var parts []string
+	for _, w := range t.autoCandidates(st) {
+		placement, err := t.acquire(k, st, w)
+		if err != nil {
+			return 0, "", nil, err
+		}
+		res, stopped, err := t.runStage(k, st, w, placement, trial)
+		t.releaseSlots(placement)
+		if err != nil {
+			return 0, "", nil, err
+		}
+		if !stopped {
+			parts = append(parts, fmt.Sprintf("%d workers finished the stage during the trial", w))
+			return w, "auto: " + strings.Join(parts, ", "), &res, nil
+		}
+		rate := float64(res.Samples) / max(res.Seconds, 1e-9)
+		parts = append(parts, fmt.Sprintf("%d workers %.0f samples/s", w, rate))
+		t.m.log.Info().Str("task", t.spec.ID).Int("stage", k).Int("workers", w).Float64("samples_per_sec", rate).Msg("auto parallelism trial")
+		if rate > bestRate {
+			best, bestRate = w, rate
+		}
+	}
+	return best, fmt.Sprintf("auto: measured %s over %v trials; chose %d workers (highest measured throughput)", strings.Join(parts, ", "), trial, best), nil, nil
 }
 
 func (t *taskRun) placements() []kvstore.Placement {
@@ -242,9 +326,13 @@ func (t *taskRun) placements() []kvstore.Placement {
 	return out
 }
 
-func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment) error {
+// runStage runs stage k on placement to its end, or, with trial > 0, for
+// at most that long: then its workers are stopped and stopped is true.
+func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment, trial time.Duration) (res proto.StageResult, stopped bool, err error) {
 	m := t.m
-	stageErr := func(err error) error { return fmt.Errorf("stage %d (%s): %w", k, st.Name, err) }
+	stageErr := func(err error) (proto.StageResult, bool, error) {
+		return res, false, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
+	}
 	if t.hosts == nil {
 		t.mu.Lock()
 		t.hosts = m.aliveSlaves()
@@ -317,7 +405,13 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
 	t.publish("status", nil)
 
-	res := proto.StageResult{Index: k, Name: st.Name, Func: st.Func, Workers: workers, Placement: map[string]int{}, Metrics: map[string]float64{}}
+	res = proto.StageResult{Index: k, Name: st.Name, Func: st.Func, Workers: workers, Placement: map[string]int{}, Metrics: map[string]float64{}}
+	var trialEnd <-chan time.Time
+	if trial > 0 {
+		timer := time.NewTimer(trial)
+		defer timer.Stop()
+		trialEnd = timer.C
+	}
 	for _, a := range placement {
 		res.Placement[a.Slave] += a.Workers
 	}
@@ -331,7 +425,17 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	for done := 0; done < workers; {
 		select {
 		case <-t.ctx.Done():
-			return t.cause()
+			return res, false, t.cause()
+		case <-trialEnd:
+			// Trial over: stop the workers, then count them out below.
+			stopped = true
+			res.Seconds = time.Since(started).Seconds()
+			res.Samples = samples
+			for _, a := range placement {
+				if err := m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStopStage, Task: t.spec.ID, Stage: k}); err != nil {
+					return stageErr(err)
+				}
+			}
 		case <-ticker.C:
 			if dirty {
 				el := time.Since(started).Seconds()
@@ -389,6 +493,10 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 					res.Metrics[key] += v
 				}
 			case "error":
+				if stopped {
+					done++ // stopped on purpose at the end of a trial
+					continue
+				}
 				return stageErr(fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Error))
 			}
 		}
@@ -403,11 +511,16 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		res.Epochs = append(res.Epochs, *epochs[e])
 	}
 	sort.Slice(res.Epochs, func(i, j int) bool { return res.Epochs[i].Epoch < res.Epochs[j].Epoch })
-	res.Seconds = time.Since(started).Seconds()
-	res.Samples = samples
+	if !stopped {
+		res.Seconds = time.Since(started).Seconds()
+		res.Samples = samples
+	}
 	sort.Slice(res.WorkerStats, func(i, j int) bool { return res.WorkerStats[i].Rank < res.WorkerStats[j].Rank })
 	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
 		return stageErr(err)
+	}
+	if stopped {
+		return res, true, nil
 	}
 	t.modelAt = ""
 	if retain {
@@ -416,10 +529,6 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	if from != "" {
 		res.Note = fmt.Sprintf("model taken directly from slave %s (%.3fs)", from, res.Metrics["model_load_seconds"])
 	}
-	t.mu.Lock()
-	t.status.Results = append(t.status.Results, res)
-	t.status.Progress.Samples = samples
-	t.mu.Unlock()
 	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Float64("seconds", res.Seconds).Int64("samples", samples).Msg("stage done")
-	return nil
+	return res, false, nil
 }

@@ -104,6 +104,7 @@ type Slave struct {
 type slaveTask struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	stages map[int]context.CancelCauseFunc // guarded by Slave.mu
 }
 
 // New creates a slave on nc; Start joins the cluster.
@@ -254,7 +255,7 @@ func (s *Slave) task(id string) *slaveTask {
 	t := s.tasks[id]
 	if t == nil {
 		ctx, cancel := context.WithCancelCause(s.ctx)
-		t = &slaveTask{ctx: ctx, cancel: cancel}
+		t = &slaveTask{ctx: ctx, cancel: cancel, stages: map[int]context.CancelCauseFunc{}}
 		s.tasks[id] = t
 	}
 	return t
@@ -271,6 +272,23 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 		return s.startWorkers(req)
 	case proto.OpEndStage:
 		s.kv.EndStage(req.Task, int32(req.Stage))
+		s.mu.Lock()
+		if t := s.tasks[req.Task]; t != nil {
+			if cancel := t.stages[req.Stage]; cancel != nil {
+				cancel(nil)
+				delete(t.stages, req.Stage)
+			}
+		}
+		s.mu.Unlock()
+		return nil
+	case proto.OpStopStage:
+		s.mu.Lock()
+		if t := s.tasks[req.Task]; t != nil {
+			if cancel := t.stages[req.Stage]; cancel != nil {
+				cancel(errors.New("stage stopped by the master"))
+			}
+		}
+		s.mu.Unlock()
 		return nil
 	case proto.OpAbort, proto.OpDropTask:
 		s.mu.Lock()
@@ -312,8 +330,15 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 		}
 		local = newLocalModel(s, req, st, req.Workers)
 	}
+	s.mu.Lock()
+	ctx, cancel := context.WithCancelCause(t.ctx)
+	if old := t.stages[req.Stage]; old != nil {
+		old(errors.New("stage restarted"))
+	}
+	t.stages[req.Stage] = cancel
+	s.mu.Unlock()
 	for i, rank := range req.Ranks {
-		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, localRank: i, localCount: len(req.Ranks), ctx: t.ctx, local: local}
+		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

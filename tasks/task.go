@@ -61,19 +61,20 @@ type InputSpec struct {
 
 // Stage is one stage of a task.
 type Stage struct {
-	Name        string              `json:"name"`
-	Func        string              `json:"func"`    // registered stage function
-	Workers     int                 `json:"workers"` // parallelism
-	Auto        bool                `json:"auto,omitempty"`
-	MaxSlaves   int                 `json:"max_slaves,omitempty"` // spread over at most this many slaves (0: any)
-	Slaves      []string            `json:"slaves,omitempty"`     // pin to these slaves
-	Consistency kvstore.Consistency `json:"consistency"`
-	WorkerKind  string              `json:"worker_kind,omitempty"`
-	Cache       string              `json:"cache,omitempty"` // none, lru, lfu (ps workers)
-	CacheSize   int                 `json:"cache_size,omitempty"`
-	ChunkSize   int                 `json:"chunk_size,omitempty"` // chunk locks in local stages
-	Inputs      []string            `json:"inputs,omitempty"`     // inputs this stage reads (default: all)
-	Params      Params              `json:"params,omitempty"`
+	Name             string              `json:"name"`
+	Func             string              `json:"func"`                         // registered stage function
+	Workers          int                 `json:"workers"`                      // parallelism
+	Auto             bool                `json:"auto,omitempty"`               // parallelism "auto": measured trials pick it
+	AutoTrialSeconds float64             `json:"auto_trial_seconds,omitempty"` // length of each auto trial (default 2)
+	MaxSlaves        int                 `json:"max_slaves,omitempty"`         // spread over at most this many slaves (0: any)
+	Slaves           []string            `json:"slaves,omitempty"`             // pin to these slaves
+	Consistency      kvstore.Consistency `json:"consistency"`
+	WorkerKind       string              `json:"worker_kind,omitempty"`
+	Cache            string              `json:"cache,omitempty"` // none, lru, lfu (ps workers)
+	CacheSize        int                 `json:"cache_size,omitempty"`
+	ChunkSize        int                 `json:"chunk_size,omitempty"` // chunk locks in local stages
+	Inputs           []string            `json:"inputs,omitempty"`     // inputs this stage reads (default: all)
+	Params           Params              `json:"params,omitempty"`
 }
 
 // NewTask returns an empty task called name.
@@ -236,6 +237,9 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	}
 	if _, ok := Lookup(s.Func); registry && !ok {
 		return fmt.Errorf("func: no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
+	}
+	if s.AutoTrialSeconds < 0 {
+		return fmt.Errorf("auto_trial_seconds: must be > 0, got %v", s.AutoTrialSeconds)
 	}
 	if s.Workers < 0 || (!s.Auto && s.Workers == 0) {
 		return fmt.Errorf("workers: must be >= 1, got %d", s.Workers)

@@ -70,7 +70,9 @@ type GenSpec struct {
 type StageFile struct {
 	Name        string         `toml:"name"`
 	Func        string         `toml:"func"`
-	Workers     any            `toml:"workers"` // an integer or "auto"
+	Workers     any            `toml:"workers"`            // an integer or "auto"
+	MaxWorkers  int            `toml:"max_workers"`        // with workers = "auto": the largest parallelism tried
+	AutoTrial   float64        `toml:"auto_trial_seconds"` // with workers = "auto": seconds per trial (default 2)
 	MaxSlaves   int            `toml:"max_slaves"`
 	Slaves      []string       `toml:"slaves"`
 	Consistency string         `toml:"consistency"`
@@ -210,6 +212,8 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 				return nil, fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %q", i, sf.Name, w)
 			}
 			s.Auto = true
+			s.Workers = sf.MaxWorkers
+			s.AutoTrialSeconds = sf.AutoTrial
 		default:
 			return nil, fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %v", i, sf.Name, w)
 		}

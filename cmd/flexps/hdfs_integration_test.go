@@ -342,7 +342,7 @@ workers = 4
 consistency = "asp"
 [stage.params]
 epochs = 2
-sleep_ms = 100
+sleep_ms = 200
 `, url)), 0o644)
 	submitOK(t, c, job)
 
@@ -366,10 +366,13 @@ sleep_ms = 100
 	for _, w := range res.WorkerStats {
 		t.Logf("rank %d on %s: %d blocks (%d from the cache), %d bytes read", w.Rank, w.Slave, w.Blocks, w.Cached, w.ReadBytes)
 	}
-	// Pulling balances: the straggler reads less than a fair quarter.
+	// Pulling balances: the straggler, 200 ms per batch of 1024 records, reads
+	// well under a fair quarter (it holds at most the block it trains on
+	// and one prefetched; with the default 64 MiB read buffer it took about
+	// 4 of 17 blocks in trials, 24% of the records).
 	for _, e := range res.Epochs {
-		if s := e.Metrics["straggler_records"]; s >= rows/4 {
-			t.Errorf("epoch %d: the straggler (rank 0) read %.0f of %d records, no less than a fair share: pulling did not balance", e.Epoch, s, rows)
+		if s := e.Metrics["straggler_records"]; s >= rows/5 {
+			t.Errorf("epoch %d: the straggler (rank 0) read %.0f of %d records, 20%% or more: pulling did not balance", e.Epoch, s, rows)
 		}
 	}
 }

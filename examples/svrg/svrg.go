@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/flexps/flexps/datastore"
@@ -298,7 +299,7 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
-	w, snap, mu, _, err := tables(info)
+	w, snap, mu, nt, err := tables(info)
 	if err != nil {
 		return err
 	}
@@ -315,37 +316,119 @@ func SGD(info *tasks.Info) error {
 	if err := mu.Get(keys, mv); err != nil {
 		return err
 	}
+	one := make([]float64, 1)
+	if err := nt.Get(keys[:1], one); err != nil {
+		return err
+	}
+	if one[0] < 1 {
+		return fmt.Errorf("svrg: table %q holds no sample count: run svrg.full before svrg.sgd", TableN)
+	}
+	// Every worker takes the same number of steps so that the workers
+	// stay in lockstep and the stage's steps total epochs_inner passes.
+	workers := int64(max(info.Workers, 1))
+	perEpoch := int64(math.Ceil(one[0] / float64(workers*int64(cfg.Batch))))
 	s := &step{w: w, snap: sv, mu: mv, lr: cfg.LR, l2: cfg.L2, stamp: make([]uint32, dim), pos: make([]int32, dim)}
-	workers, steps := int64(max(info.Workers, 1)), int64(0)
+	in := &stream{in: train}
+	defer in.close()
+	var batch datastore.Records
+	steps := int64(0)
 	for epoch := 1; epoch <= cfg.EpochsInner; epoch++ {
 		var st lr.Stats
-		err := eachRecords(info.Ctx, train, func(r *datastore.Records) error {
-			for lo := 0; lo < r.Len(); lo += cfg.Batch {
-				hi := min(lo+cfg.Batch, r.Len())
-				bs, err := s.run(r, lo, hi, float64(steps*workers+int64(info.Rank)))
-				if err != nil {
-					return err
-				}
-				steps++
-				st.Add(bs)
-				info.Report(bs.N, bs.LossSum)
-				if err := info.Clock(); err != nil {
-					return err
-				}
+		for range perEpoch {
+			if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return err
+			bs, err := s.run(&batch, 0, batch.Len(), float64(steps*workers+int64(info.Rank)))
+			if err != nil {
+				return err
+			}
+			steps++
+			st.Add(bs)
+			info.Report(bs.N, bs.LossSum)
+			if err := info.Clock(); err != nil {
+				return err
+			}
 		}
 		info.ReportEpoch(epoch, map[string]float64{"samples": float64(st.N), "loss_sum": st.LossSum, "correct": float64(st.Correct)})
 	}
-	// Undo the drift shift: w = u - lr * steps * mu.
+	// Barrier: at clock steps this Get waits until every worker has
+	// finished its steps (all at the same clock), so no step reads w after
+	// a worker undid its share of the drift below.
+	if err := w.Get(keys[:1], one); err != nil {
+		return err
+	}
+	// Undo the drift shift: w = u - lr * steps * mu, this worker's share.
 	for i := range mv {
 		mv[i] *= -cfg.LR * float64(steps)
 	}
 	return w.Add(keys, mv)
 }
+
+// stream cuts a worker's share of an input into batches of exactly n
+// records, starting another pass whenever one ends.
+type stream struct {
+	in    tasks.Input
+	pass  datastore.Pass
+	cur   *datastore.Records
+	i     int
+	empty int // passes in a row that yielded nothing
+}
+
+func (s *stream) close() {
+	if s.pass != nil {
+		s.pass.Close()
+		s.pass = nil
+	}
+}
+
+// next fills b with the next n records.
+func (s *stream) next(ctx context.Context, b *datastore.Records, n int) error {
+	b.Reset()
+	for b.Len() < n {
+		if s.cur == nil || s.i >= s.cur.Len() {
+			if err := s.advance(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		label, keys, vals := s.cur.Row(s.i)
+		b.Append(label, keys, vals)
+		s.i++
+	}
+	return nil
+}
+
+func (s *stream) advance(ctx context.Context) error {
+	if s.pass == nil {
+		p, err := s.in.Pass(ctx)
+		if err != nil {
+			return err
+		}
+		s.pass = p
+	}
+	r, err := s.pass.Next(ctx)
+	if errors.Is(err, io.EOF) {
+		s.close()
+		if s.empty++; s.empty > maxEmptyPasses {
+			return fmt.Errorf("svrg: %d passes in a row over the input gave this worker no record", s.empty)
+		}
+		s.cur = nil
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if r.Len() > 0 {
+		s.empty = 0
+	}
+	s.cur, s.i = r, 0
+	return nil
+}
+
+// maxEmptyPasses bounds how often a worker starts a pass that others have
+// already read to the end (each pass is a fresh epoch of the FileAssigner,
+// so this only trips on an empty input).
+const maxEmptyPasses = 100
 
 // step holds a worker's buffers for svrg.sgd's mini-batch steps.
 type step struct {

@@ -192,6 +192,7 @@ const (
 	OpPrepareStage = "prepare_stage"
 	OpStartWorkers = "start_workers"
 	OpEndStage     = "end_stage"
+	OpStopStage    = "stop_stage" // cancel a stage's workers (end of an auto trial)
 	OpAbort        = "abort"
 	OpDropTask     = "drop_task"
 )
