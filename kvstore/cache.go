@@ -68,7 +68,8 @@ func (s CacheStats) HitRate() float64 {
 type CachedTable struct {
 	t     *TableClient
 	c     *Client
-	bound int64 // -1: any cached value may be served (ASP)
+	bound int64 // staleness bound in clocks
+	asp   bool  // stamps are fetch clocks, not the stage's min clock
 	w     int
 	f32   bool
 	core  *cacheCore // nil: CacheNone, or every key is local
@@ -104,13 +105,20 @@ func NewCachedTable(t *TableClient, kind CacheKind, capacity int) (*CachedTable,
 	}
 	ct := &CachedTable{t: t, c: t.c, bound: int64(t.c.cfg.Consistency.Bound()), w: t.spec.Width, f32: t.spec.DType == Float32}
 	if t.c.cfg.Consistency.Kind == ASP {
-		ct.bound = -1
+		// ASP sets no bound, but a value cached forever would hide other
+		// workers' updates to hot keys for good: entries are stamped with
+		// the worker's clock when fetched and refreshed after
+		// ASPCacheClocks iterations.
+		ct.asp, ct.bound = true, ASPCacheClocks
 	}
 	if kind != CacheNone && !t.allHere {
 		ct.core = newCacheCore(kind, capacity, t.spec.Width)
 	}
 	return ct, nil
 }
+
+// ASPCacheClocks is how many iterations an ASP stage's cached value lives.
+const ASPCacheClocks = 4
 
 // Spec is the table's declaration.
 func (ct *CachedTable) Spec() TableSpec { return ct.t.spec }
@@ -185,6 +193,9 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	}
 	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
 	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
+	if ct.asp {
+		stamp = ct.c.clock
+	}
 	if err != nil {
 		return err
 	}

@@ -494,7 +494,7 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	keys := []uint64{3, 97, 55}
 	out, want := make([]float64, 6), make([]float64, 6)
 	noErr(t, tc.Get(keys, out))
-	for i := range 20 {
+	for i := range ASPCacheClocks - 1 { // still fresh afterwards: hits apply own adds
 		d := []float64{0.1, -0.3, 1e-3, 7, float64(i) / 3, 0.7}
 		noErr(t, tc.Add(keys, d))
 		noErr(t, cl.Clock())
@@ -508,6 +508,12 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	noErr(t, ref.Get(keys, want))
 	equal(t, want, out, "cache with own adds, rounded as float32, equals the shards")
 	equal(t, CacheStats{Hits: 3, Misses: 3}, tc.Stats())
+	// After ASPCacheClocks more iterations the entries are refetched.
+	for range ASPCacheClocks + 1 {
+		noErr(t, cl.Clock())
+	}
+	noErr(t, tc.Get(keys, out))
+	equal(t, CacheStats{Hits: 3, Misses: 6, Stale: 3}, tc.Stats())
 	noErr(t, tc.GetChunk([]uint64{5}, cd)) // passes through
 	equal(t, want[4:6], cd[10:12])
 }

@@ -28,6 +28,7 @@ type worker struct {
 	localClock int64
 
 	client     *kvstore.Client
+	caches     []*kvstore.CachedTable
 	tables     map[string]tasks.Table
 	progress   tasks.Progress
 	lastReport time.Time
@@ -135,6 +136,15 @@ func (w *worker) Table(name string) (tasks.Table, error) {
 			if err != nil {
 				return nil, err
 			}
+			if w.stage.Cache == "lru" || w.stage.Cache == "lfu" {
+				ct, err := kvstore.NewCachedTable(t, kvstore.CacheKind(w.stage.Cache), w.stage.CacheSize)
+				if err != nil {
+					return nil, err
+				}
+				w.caches = append(w.caches, ct)
+				w.tables[name] = ct
+				return ct, nil
+			}
 			w.tables[name] = t
 			return t, nil
 		}
@@ -193,6 +203,13 @@ func (w *worker) readMetrics() map[string]float64 {
 		m["read_cached_blocks"] += float64(p.CachedBlocks)
 		m["read_blocks"] += float64(p.Blocks)
 		m["bad_lines"] += float64(p.BadLines)
+	}
+	for _, c := range w.caches {
+		st := c.Stats()
+		m["cache_hits"] += float64(st.Hits)
+		m["cache_misses"] += float64(st.Misses)
+		m["cache_evictions"] += float64(st.Evictions)
+		m["cache_stale"] += float64(st.Stale)
 	}
 	if w.client != nil {
 		st := w.client.Stats()

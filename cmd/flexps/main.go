@@ -22,7 +22,10 @@ import (
 	"syscall"
 
 	"github.com/flexps/flexps/engine"
+	_ "github.com/flexps/flexps/examples/kmeans"
 	_ "github.com/flexps/flexps/examples/lr"
+	_ "github.com/flexps/flexps/examples/svrg"
+	_ "github.com/flexps/flexps/examples/mf"
 	"github.com/flexps/flexps/internal/logging"
 	"github.com/rs/zerolog"
 )

@@ -16,7 +16,9 @@
 //	            clock 2t+2 waits for worker 0's clock, so it sees the new
 //	            centers, and nobody adds to acc before worker 0 has reset it.
 //
-// Every worker reports its share's objective (sum of squared distances to
+// kmeans.init reports the rows it read and the seeds' objective on its
+// sample (the whole input's when sample >= rows). In kmeans.lloyd every
+// worker reports its share's objective (sum of squared distances to
 // the nearest center, measured with the iteration's centers before the
 // update) and samples; the master sums them, so the printed objective is
 // the whole data set's. A cluster that gets no point keeps its center.

@@ -24,7 +24,8 @@
 //
 // Each epoch reports samples and sq_err_sum (training error, measured on
 // each rating just before its update) and, with a test input,
-// test_samples and test_sq_err_sum: the job table prints their RMSE. The
+// test_samples and test_sq_err_sum: the job table prints their RMSE (and
+// their MSE as the loss, through loss_sum and test_loss_sum). The
 // model kind "mf" has an evaluator: RMSE and MAE on a ratings file.
 package mf
 
@@ -176,7 +177,8 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return fmt.Errorf("mf: input %q: %w", cfg.Train, err)
 		}
-		metrics := map[string]float64{"samples": float64(st.N), "sq_err_sum": st.SqErr}
+		// loss_sum is the squared error too, so the loss columns show MSE.
+		metrics := map[string]float64{"samples": float64(st.N), "sq_err_sum": st.SqErr, "loss_sum": st.SqErr}
 		if test != nil {
 			var ts Stats
 			err := eachBatch(info.Ctx, test, 4096, func(r *datastore.Records, lo, hi int) error {
@@ -187,7 +189,7 @@ func SGD(info *tasks.Info) error {
 			if err != nil {
 				return fmt.Errorf("mf: input %q: %w", cfg.Test, err)
 			}
-			metrics["test_samples"], metrics["test_sq_err_sum"] = float64(ts.N), ts.SqErr
+			metrics["test_samples"], metrics["test_sq_err_sum"], metrics["test_loss_sum"] = float64(ts.N), ts.SqErr, ts.SqErr
 		}
 		info.ReportEpoch(epoch, metrics)
 	}

@@ -127,7 +127,7 @@ func TestGeneratedLowRankBeatsItemMean(t *testing.T) {
 	}
 	base := itemMeanRMSE(t, trainPath, testPath)
 	r := train(t, trainPath, testPath, users, items, rank, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2},
-		tasks.Params{"epochs": 30, "batch": 500, "lr": 0.02, "l2": 0.02})
+		tasks.Params{"epochs": 12, "batch": 500, "lr": 0.04, "l2": 0.02})
 	t.Logf("test RMSE per epoch %.4f", r.testRMSE)
 	t.Logf("test RMSE: mf %.4f (evaluator), item-mean baseline %.4f", r.rmse, base)
 	if r.rmse > 0.5*base {
@@ -168,7 +168,7 @@ func TestInstEvalBeatsItemMean(t *testing.T) {
 	trainPath, testPath := insteval(t)
 	base := itemMeanRMSE(t, trainPath, testPath)
 	r := train(t, trainPath, testPath, 2972, 1128, 8, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2},
-		tasks.Params{"epochs": 20, "batch": 200, "lr": 0.01, "l2": 0.1})
+		tasks.Params{"epochs": 20, "batch": 200, "lr": 0.005, "l2": 0.5, "l2_bias": 0.1})
 	t.Logf("test RMSE per epoch %.4f", r.testRMSE)
 	t.Logf("InstEval test RMSE: mf %.4f (evaluator), item-mean baseline %.4f", r.rmse, base)
 	if r.rmse >= base {

@@ -26,20 +26,29 @@
 // gradient. n is recounted every round (the pass reads every record
 // anyway), which keeps each round self-contained.
 //
-// svrg.sgd (local or single, few workers; any kind works) reads snap and
-// mu once (they do not change during the stage) and runs epochs_inner
-// passes of mini-batch steps w -= lr (grad_B(w) - grad_B(w~) + mu), one
-// Get and one Add of the batch's keys per step. The mu term touches every
-// coordinate at every step; rather than a dense Add per step the stage
-// keeps w in the table shifted by that deterministic drift: the table
-// holds u = w + lr t mu after t steps, a batch reads w = u - lr t mu for
-// its keys, adds only its sparse part to u, and when the worker ends it
-// adds -lr (its steps) mu to every key, which leaves w. With one worker
-// this is exactly SVRG; with W workers the global step t a read assumes
-// is estimated as steps*W + rank (exact in BSP lockstep while every worker
-// still has data). The l2 part of grad_B(w) - grad_B(w~) is l2 (w - w~);
-// like lr.sgd it is applied to the batch's keys only. It vanishes at
-// w = w~, so SVRG's fixed point (mu = grad F(w~) = 0) is unchanged.
+// svrg.sgd (local or single, few workers; any kind works) reads snap, mu
+// and n once (they do not change during the stage) and runs mini-batch
+// steps w -= lr (grad_B(w) - grad_B(w~) + mu), one Get and one Add of the
+// batch's keys per step and a Clock after each. Every worker takes the
+// same number of steps, ceil(n / (workers * batch)) per inner epoch, from
+// its share of the input (starting another pass when its share runs out,
+// stopping mid-pass when its quota is reached), so W workers stay in BSP
+// lockstep and the stage trains on epochs_inner x n samples; with uneven
+// shares a record may be seen twice or not at all in an inner epoch, as
+// in SVRG's sampling. The mu term touches every coordinate at every step;
+// rather than a dense Add per step the stage keeps w in the table shifted
+// by that deterministic drift: after t steps (of all workers) the table
+// holds u = w + lr t mu, a batch reads w = u - lr t mu for its keys and
+// adds only its sparse part to u. A worker's s-th step assumes t = s W +
+// rank, the order of a lockstep round, exact for one worker. After its
+// last step a worker reads one key: at its final clock that Get waits for
+// every worker's last step (BSP), so nobody reads w after the next line
+// changes it; then it adds -lr (its steps) mu to every key, and the sum
+// of the workers' shares leaves w. Several sgd workers therefore need BSP
+// (under SSP/ASP the final Get is no barrier). The l2 part of
+// grad_B(w) - grad_B(w~) is l2 (w - w~); like lr.sgd it is applied to the
+// batch's keys only. It vanishes at w = w~, so SVRG's fixed point
+// (mu = grad F(w~) = 0) is unchanged.
 //
 // Stage functions registered here:
 //

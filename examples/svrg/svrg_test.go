@@ -291,7 +291,7 @@ func TestObjectiveDecreasesRoundOverRound(t *testing.T) {
 	}{{"single", 1, tasks.KindSingle}, {"local2", 2, tasks.KindLocal}, {"ps2", 2, tasks.KindPS}} {
 		t.Run(c.name, func(t *testing.T) {
 			st := run(t, svrg.Task(svrg.Config{Train: train, BlockSize: 32 << 10, Dim: dim, Rounds: 4, FullWorkers: 3,
-				SGDWorkers: c.workers, SGDKind: c.kind, EpochsInner: 2, Batch: 10, LR: 1, L2: 1e-3, FinalObjective: true}))
+				SGDWorkers: c.workers, SGDKind: c.kind, EpochsInner: 2, Batch: 10, LR: 0.25, L2: 1e-3, FinalObjective: true}))
 			objs := fullObjectives(t, st)
 			t.Logf("objective per round: %.8f", objs)
 			if len(objs) != 5 {

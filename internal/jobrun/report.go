@@ -157,6 +157,10 @@ func (p *Printer) Summary(s proto.TaskStatus) {
 					w.Rank, w.Slave, bytesHuman(float64(w.ReadBytes)), bytesHuman(float64(w.LocalBytes)), w.Blocks, w.Cached, w.WaitSecs)
 			}
 		}
+		if h, ms := r.Metrics["cache_hits"], r.Metrics["cache_misses"]; h+ms > 0 {
+			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions)\n",
+				100*h/(h+ms), h, ms, r.Metrics["cache_stale"], r.Metrics["cache_evictions"])
+		}
 		if r.Note != "" {
 			fmt.Fprintf(p.Out, "      %s\n", r.Note)
 		}
