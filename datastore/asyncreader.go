@@ -19,6 +19,12 @@ type AsyncConfig struct {
 	BufferBytes int64
 	// Producers is the number of goroutines fetching and parsing blocks (default 1).
 	Producers int
+	// MaxAheadBlocks bounds the blocks taken from Next whose records the
+	// consumer has not finished (default Producers+1). Without it a
+	// producer would pull blocks as fast as it parses (instantly from the
+	// BlockCache), not as fast as its worker trains, and a slow worker
+	// would hoard blocks that faster ones should get.
+	MaxAheadBlocks int
 	// Next asks for the next block (the master's FileAssigner); ok=false
 	// means there are no more. It must be safe for concurrent use when
 	// Producers > 1.
@@ -62,6 +68,7 @@ type AsyncReader struct {
 	closed    bool
 	stats     PassStats
 	maxBad    int
+	ahead     int // blocks taken from Next whose end the consumer has not reached
 }
 
 // NewAsyncReader starts cfg.Producers producers that run until the blocks
@@ -72,6 +79,9 @@ func NewAsyncReader(ctx context.Context, cfg AsyncConfig) *AsyncReader {
 	}
 	if cfg.Producers <= 0 {
 		cfg.Producers = 1
+	}
+	if cfg.MaxAheadBlocks <= 0 {
+		cfg.MaxAheadBlocks = cfg.Producers + 1
 	}
 	ropt, optErr := cfg.Read.withDefaults()
 	r := &AsyncReader{cfg: cfg, changed: make(chan struct{}), maxBad: ropt.MaxBadKept}
@@ -106,12 +116,16 @@ func (r *AsyncReader) produce() {
 		r.mu.Unlock()
 	}()
 	for {
+		if !r.reserveBlock() {
+			return
+		}
 		blk, ok, err := r.cfg.Next(r.ctx)
 		if err != nil {
 			r.fail(err)
 			return
 		}
 		if !ok {
+			r.releaseBlock()
 			return
 		}
 		if recs, hit := r.cfg.Cache.Get(r.cfg.CacheScope, blk); hit {
@@ -127,6 +141,7 @@ func (r *AsyncReader) produce() {
 			for _, rec := range recs {
 				r.stats.Records += int64(rec.Len())
 			}
+			r.endBlock()
 			r.mu.Unlock()
 			continue
 		}
@@ -144,6 +159,9 @@ func (r *AsyncReader) produce() {
 		}
 		local := r.cfg.IsLocal != nil && r.cfg.IsLocal(blk)
 		r.mu.Lock()
+		if err == nil {
+			r.endBlock()
+		}
 		r.stats.Blocks++
 		r.stats.Bytes += st.Bytes
 		if local {
@@ -163,6 +181,46 @@ func (r *AsyncReader) produce() {
 			return
 		}
 	}
+}
+
+// reserveBlock waits until fewer than MaxAheadBlocks blocks are ahead of
+// the consumer and counts one more; false when the reader is stopping.
+func (r *AsyncReader) reserveBlock() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.ahead >= r.cfg.MaxAheadBlocks {
+		if r.ctx.Err() != nil {
+			return false
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.ctx.Done():
+		}
+		r.mu.Lock()
+	}
+	if r.ctx.Err() != nil {
+		return false
+	}
+	r.ahead++
+	return true
+}
+
+// releaseBlock returns a reservation that got no block.
+func (r *AsyncReader) releaseBlock() {
+	r.mu.Lock()
+	r.ahead--
+	r.broadcast()
+	r.mu.Unlock()
+}
+
+// endBlock queues the marker that ends a block's records: when the
+// consumer reaches it the block no longer counts as ahead. r.mu held.
+func (r *AsyncReader) endBlock() {
+	r.queue = append(r.queue, nil)
+	r.qbytes = append(r.qbytes, 0)
+	r.broadcast()
 }
 
 // fail records the first error and stops the other producers.
@@ -231,6 +289,10 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 				r.qbytes = r.qbytes[:0:0]
 			}
 			r.broadcast()
+			if rec == nil { // a block's end: one fewer block ahead
+				r.ahead--
+				continue
+			}
 			return rec, nil
 		case r.producers == 0:
 			return nil, io.EOF

@@ -249,6 +249,22 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 		if err != nil {
 			return "", fmt.Errorf("task %q: input %q: %w", spec.Name, name, err)
 		}
+		if in.BlockSize <= 0 {
+			// Pulling balances load only if every worker gets several
+			// blocks: split small inputs finer (not below 256 KiB).
+			var total int64
+			for _, blk := range b {
+				total += blk.Length
+			}
+			want := int64(8 * maxWorkers(spec))
+			if int64(len(b)) < want {
+				if finer := max(total/want, 256<<10); finer < bs {
+					if b2, err := m.sources.Blocks(ctx, in.Path, finer); err == nil {
+						b = b2
+					}
+				}
+			}
+		}
 		blocks[name] = b
 	}
 	m.mu.Lock()
@@ -269,6 +285,19 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	go tr.run()
 	m.log.Info().Str("task", spec.ID).Str("name", spec.Name).Int("stages", len(spec.Stages)).Msg("task submitted")
 	return spec.ID, nil
+}
+
+// maxWorkers is the largest parallelism of a task's stages (auto: 8).
+func maxWorkers(t *tasks.MultiStageTask) int {
+	n := 1
+	for _, s := range t.Stages {
+		w := s.Workers
+		if s.Auto && w == 0 {
+			w = 8
+		}
+		n = max(n, w)
+	}
+	return n
 }
 
 func (m *Master) onStatus(msg *nats.Msg) {

@@ -45,6 +45,7 @@ func (w *worker) run() {
 			Ctx: w.ctx, Task: w.req.Task, TaskName: w.req.Spec.Name, Stage: w.req.Stage, StageName: w.stage.Name,
 			Rank: w.rank, Workers: w.req.Workers, LocalRank: w.localRank, LocalCount: w.localCount,
 			Slave: w.s.cfg.ID, Params: w.stage.Params, Log: log, Runtime: w,
+			Consistency: w.req.Consistency, WorkerKind: w.stage.WorkerKind,
 		}
 		w.epochStart, w.lastReport = time.Now(), time.Now()
 		err = call(w.fn, info)

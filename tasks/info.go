@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -61,9 +62,22 @@ type Info struct {
 	LocalRank  int // rank among this stage's workers on this slave
 	LocalCount int
 	Slave      string
-	Params     Params
-	Log        zerolog.Logger
-	Runtime    Runtime
+	// Consistency and WorkerKind are the stage's, so a stage function
+	// whose correctness depends on them (BSP barriers) can refuse others.
+	Consistency kvstore.Consistency
+	WorkerKind  string
+	Params      Params
+	Log         zerolog.Logger
+	Runtime     Runtime
+}
+
+// RequireBSP returns an error unless the stage runs under BSP or has a
+// single worker: for algorithms that use clocks as barriers.
+func (i *Info) RequireBSP(what string) error {
+	if i.Workers > 1 && i.Consistency.Kind != kvstore.BSP {
+		return fmt.Errorf("%s relies on BSP barriers between its %d workers; set consistency = \"bsp\" (got %q)", what, i.Workers, i.Consistency.Kind)
+	}
+	return nil
 }
 
 // Table returns the named table.

@@ -1,16 +1,16 @@
 // Command read measures the input path of a flexps worker against
 // baselines in the same run:
 //
-//  1. local: ReadBlock (read + LIBSVM parse) over every block of a
-//     generated file on local disk, against a raw read of the same blocks
-//     (open at the block's offset, copy its bytes to io.Discard);
-//  2. hdfs: the same over a MiniHDFS started with scripts/hdfs/minihdfs.sh
-//     (skipped with -hdfs=false, or when java is missing);
-//  3. overlap: one epoch of LR (examples/lr MiniBatch.Step on an in-memory
-//     table) fed by the AsyncReader, reading and training at once, against
-//     reading everything first and training after.
-//
 //	go run ./bench/read [-rows 600000 -dim 100000 -nnz 20]
+//
+// It measures, on a generated LIBSVM file: (1) local: ReadBlock (read +
+// LIBSVM parse) over every block on local disk, against a raw read of the
+// same blocks (open at the block's offset, copy its bytes to io.Discard);
+// (2) hdfs: the same over a MiniHDFS started with scripts/hdfs/minihdfs.sh
+// (skipped with -hdfs=false, or when java is missing); (3) overlap: one
+// epoch of LR (examples/lr MiniBatch.Step on an in-memory table) fed by the
+// AsyncReader, reading and training at once, against reading everything
+// first and training after.
 //
 // Nothing here asserts a timing; read the ratios.
 package main

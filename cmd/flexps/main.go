@@ -24,8 +24,8 @@ import (
 	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/kmeans"
 	_ "github.com/flexps/flexps/examples/lr"
-	_ "github.com/flexps/flexps/examples/svrg"
 	_ "github.com/flexps/flexps/examples/mf"
+	_ "github.com/flexps/flexps/examples/svrg"
 	"github.com/flexps/flexps/internal/logging"
 	"github.com/rs/zerolog"
 )

@@ -11,6 +11,9 @@ import (
 // Lloyd is the kmeans.lloyd stage function (see the package doc for the
 // clock protocol).
 func Lloyd(info *tasks.Info) error {
+	if err := info.RequireBSP("kmeans.lloyd"); err != nil {
+		return err
+	}
 	cfg, err := ConfigFrom(info.Params)
 	if err != nil {
 		return err

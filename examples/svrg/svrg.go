@@ -24,7 +24,9 @@
 // metrics, so "objective" sums to F(w~). Rank 0 also reads all of mu (the
 // gradient sum) and adds sum*(1/n - 1) + l2 w~, so mu ends as the full
 // gradient. n is recounted every round (the pass reads every record
-// anyway), which keeps each round self-contained.
+// anyway), which keeps each round self-contained. All of this needs BSP
+// (the stage function cannot check it: Info does not carry the stage's
+// consistency): under SSP or ASP those Gets are no barriers.
 //
 // svrg.sgd (local or single, few workers; any kind works) reads snap, mu
 // and n once (they do not change during the stage) and runs mini-batch
@@ -136,6 +138,9 @@ func label(y float64) float64 {
 
 // Full is the svrg.full stage function (see the package doc).
 func Full(info *tasks.Info) error {
+	if err := info.RequireBSP("svrg.full"); err != nil {
+		return err
+	}
 	p := info.Params
 	if err := p.Check("l2"); err != nil {
 		return err
@@ -304,6 +309,9 @@ func SGDConfigFrom(p tasks.Params) (SGDConfig, error) {
 
 // SGD is the svrg.sgd stage function (see the package doc).
 func SGD(info *tasks.Info) error {
+	if err := info.RequireBSP("svrg.sgd"); err != nil {
+		return err
+	}
 	cfg, err := SGDConfigFrom(info.Params)
 	if err != nil {
 		return err

@@ -14,9 +14,10 @@ type Config struct {
 	Dim       uint64 // feature dimensions: the size of w, snap and mu (required)
 	DType     kvstore.DType
 
-	Rounds      int // rounds of [full, sgd] (10)
-	FullWorkers int // svrg.full workers, ps kind, BSP (4)
-	SGDWorkers  int // svrg.sgd workers (1)
+	Rounds      int    // rounds of [full, sgd] (10)
+	FullWorkers int    // svrg.full workers, BSP (4)
+	FullKind    string // svrg.full worker kind (ps)
+	SGDWorkers  int    // svrg.sgd workers (1)
 	SGDKind     string
 	// SGDConsistency of the sgd stage (BSP).
 	SGDConsistency kvstore.Consistency
@@ -47,6 +48,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FullWorkers == 0 {
 		c.FullWorkers = 4
+	}
+	if c.FullKind == "" {
+		c.FullKind = tasks.KindPS
 	}
 	if c.SGDWorkers == 0 {
 		c.SGDWorkers = 1
@@ -97,14 +101,17 @@ func Task(cfg Config) *tasks.MultiStageTask {
 	sgd := tasks.Stage{Name: "sgd", Func: "svrg.sgd", Workers: c.SGDWorkers, WorkerKind: c.SGDKind, MaxSlaves: c.SGDMaxSlaves,
 		Consistency: c.SGDConsistency,
 		Params:      tasks.Params{"epochs_inner": float64(c.EpochsInner), "batch": float64(c.Batch), "lr": c.LR, "l2": c.L2}}
-	t.SetStages(FullStage("full", c.FullWorkers, c.L2), sgd)
+	full := FullStage("full", c.FullWorkers, c.L2)
+	full.WorkerKind = c.FullKind
+	t.SetStages(full, sgd)
 	if c.Rounds > 1 {
 		t.RepeatStages(c.Rounds)
 	} else {
 		t.Stages[0].Name, t.Stages[1].Name = "full.0", "sgd.0"
 	}
 	if c.FinalObjective {
-		t.Stages = append(t.Stages, FullStage("final", c.FullWorkers, c.L2))
+		full.Name = "final"
+		t.Stages = append(t.Stages, full)
 	}
 	return t
 }
