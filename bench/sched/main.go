@@ -104,6 +104,7 @@ type taskResult struct {
 
 type policyResult struct {
 	Policy      string       `json:"policy"`
+	Label       string       `json:"label"`  // policy and aging
 	Source      string       `json:"source"` // engine or simulate
 	Makespan    float64      `json:"makespan_seconds"`
 	Utilization float64      `json:"utilization"`
@@ -125,7 +126,7 @@ func main() {
 	flag.Float64Var(&scale, "scale", 1, "multiply every stage's length")
 	flag.IntVar(&ms, "ms", 20, "milliseconds per iteration of bench.work")
 	flag.Float64Var(&aging, "aging", 0, "prioritized: priority points per second waited (0: the master's default, 1)")
-	flag.StringVar(&policies, "policies", "sequential,greedy,prioritized", "policies to run")
+	flag.StringVar(&policies, "policies", "sequential,greedy,prioritized,prioritized:50", "policies to run; policy:A sets the aging (priority points per second waited) of that run")
 	flag.BoolVar(&spin, "spin", false, "burn CPU in bench.work instead of sleeping (4 slots on a 2-core machine then stretch stages)")
 	flag.BoolVar(&jsonOut, "json", false, "also write one JSON line per policy result to stdout")
 	flag.Parse()
@@ -140,24 +141,42 @@ func main() {
 		}
 		fmt.Printf("#   %-15s priority %3d: %s\n", s.name, s.priority, strings.Join(parts, " -> "))
 	}
-	var all []policyResult
-	for _, p := range strings.Split(policies, ",") {
-		p = strings.TrimSpace(p)
-		fmt.Fprintf(os.Stderr, "  running %s...\n", p)
-		r, err := runPolicy(ctx, p, aging, shapes, ms, spin)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench/sched:", err)
-			os.Exit(1)
-		}
-		all = append(all, r)
+	type run struct {
+		label, policy string
+		aging         float64
 	}
+	var runs []run
 	for _, p := range strings.Split(policies, ",") {
-		r, err := simulate(strings.TrimSpace(p), aging, shapes)
+		r := run{label: strings.TrimSpace(p), aging: aging}
+		r.policy = r.label
+		if name, a, ok := strings.Cut(r.label, ":"); ok {
+			if _, err := fmt.Sscan(a, &r.aging); err != nil || r.aging <= 0 {
+				fmt.Fprintf(os.Stderr, "bench/sched: bad aging in %q\n", r.label)
+				os.Exit(2)
+			}
+			r.policy, r.label = name, fmt.Sprintf("%s,aging %g", name, r.aging)
+		}
+		runs = append(runs, r)
+	}
+	var all []policyResult
+	for _, r := range runs {
+		fmt.Fprintf(os.Stderr, "  running %s...\n", r.label)
+		res, err := runPolicy(ctx, r.policy, r.aging, shapes, ms, spin)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench/sched:", err)
 			os.Exit(1)
 		}
-		all = append(all, r)
+		res.Label = r.label
+		all = append(all, res)
+	}
+	for _, r := range runs {
+		res, err := simulate(r.policy, r.aging, shapes)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/sched:", err)
+			os.Exit(1)
+		}
+		res.Label = r.label
+		all = append(all, res)
 	}
 	report(all, shapes)
 	if jsonOut {
@@ -309,7 +328,7 @@ func report(all []policyResult, shapes []shape) {
 	}
 	lower := slotSeconds / (slaves * slots)
 	fmt.Println()
-	fmt.Printf("%-12s %-9s %10s %9s %12s %12s  %-16s %s\n", "policy", "source", "makespan s", "vs seq", "utilization", "longest wait", "(task)", "low-priority task: wait / finish s")
+	fmt.Printf("%-20s %-9s %10s %9s %12s %12s  %-16s %s\n", "policy", "source", "makespan s", "vs seq", "utilization", "longest wait", "(task)", "low-priority task: wait / finish s")
 	seq := map[string]float64{}
 	for _, r := range all {
 		if r.Policy == scheduler.Sequential {
@@ -322,7 +341,7 @@ func report(all []policyResult, shapes []shape) {
 			vs = fmt.Sprintf("%.2fx", b/r.Makespan)
 		}
 		low := r.Tasks[len(r.Tasks)-1]
-		fmt.Printf("%-12s %-9s %10.2f %9s %12.3f %12.2f  %-16s %.2f / %.2f\n", r.Policy, r.Source, r.Makespan, vs, r.Utilization, r.LongestWait, r.LongestTask, low.Wait, low.Finish)
+		fmt.Printf("%-20s %-9s %10.2f %9s %12.3f %12.2f  %-16s %.2f / %.2f\n", r.Label, r.Source, r.Makespan, vs, r.Utilization, r.LongestWait, r.LongestTask, low.Wait, low.Finish)
 	}
 	fmt.Printf("\nlower bound on the makespan: %.1f slot-seconds / %d slots = %.2fs. 'vs seq' = sequential makespan / this one (same source).\n",
 		slotSeconds, slaves*slots, lower)
@@ -331,7 +350,8 @@ func report(all []policyResult, shapes []shape) {
 	fmt.Println("\nper-task wait (Started - Submitted) / finish time, seconds:")
 	fmt.Printf("%-16s", "task")
 	for _, r := range all {
-		fmt.Printf(" %17s", r.Policy[:min(len(r.Policy), 5)]+"/"+r.Source[:3])
+		label := strings.ReplaceAll(strings.ReplaceAll(r.Label, "prioritized", "prio"), ",aging ", "+a")
+		fmt.Printf(" %17s", label[:min(len(label), 12)]+"/"+r.Source[:3])
 	}
 	fmt.Println()
 	for i, s := range shapes {
@@ -360,6 +380,6 @@ func report(all []policyResult, shapes []shape) {
 				b.WriteByte(byte('0' + busy))
 			}
 		}
-		fmt.Printf("  %-12s %s\n", r.Policy, b.String())
+		fmt.Printf("  %-20s %s\n", r.Label, b.String())
 	}
 }
