@@ -64,6 +64,8 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "unreachable nats", args: []string{"submit", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", closed), "x.toml"},
 			wants: []string{fmt.Sprintf("127.0.0.1:%d", closed), "unreachable"}},
 		{name: "unknown command", args: []string{"trian"}, wants: []string{`unknown command "trian"`}},
+		{name: "eval a file that is no model", args: []string{"eval", "--model", train, "--data", train}, wants: []string{"train.libsvm", "not a flexps model file"}},
+		{name: "gen without output", args: []string{"gen", "libsvm"}, wants: []string{"--out is required"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

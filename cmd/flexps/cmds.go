@@ -299,13 +299,14 @@ func cmdEval(ctx context.Context, args []string) error {
 	model := fs.String("model", "", "model file written by a task (required)")
 	data := fs.String("data", "", "data file, directory or glob (required)")
 	format := fs.String("format", "", "data format (default: the model kind's)")
+	kind := fs.String("kind", "", "refuse a model of another kind (lr, kmeans, mf)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *model == "" || *data == "" {
 		return usageError{"--model and --data are required"}
 	}
-	res, err := jobrun.Evaluate(ctx, *model, *data, *format)
+	res, err := jobrun.Evaluate(ctx, *model, *data, *format, *kind)
 	if err != nil {
 		return err
 	}

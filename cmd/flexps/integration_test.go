@@ -64,7 +64,7 @@ lr = 0.5
 
 func accuracy(t *testing.T, model, data string) float64 {
 	t.Helper()
-	line, err := jobrun.Evaluate(context.Background(), model, data, "")
+	line, err := jobrun.Evaluate(context.Background(), model, data, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

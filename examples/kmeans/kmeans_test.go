@@ -110,7 +110,7 @@ func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 	for j := range k {
 		r.centers = append(r.centers, vals[j*dims:(j+1)*dims])
 	}
-	line, err := jobrun.Evaluate(ctx, out, data, "")
+	line, err := jobrun.Evaluate(ctx, out, data, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func train(t *testing.T, trainPath, testPath string, dim uint64, params tasks.Pa
 	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
 		t.Fatal(err)
 	}
-	line, err := jobrun.Evaluate(ctx, out, testPath, "")
+	line, err := jobrun.Evaluate(ctx, out, testPath, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func train(t *testing.T, trainPath, testPath string, users, items, rank, workers
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, err := jobrun.Evaluate(ctx, out, testPath, "")
+	line, err := jobrun.Evaluate(ctx, out, testPath, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,8 @@ func ReadAll(ctx context.Context, path, format string) (*datastore.Records, erro
 }
 
 // Evaluate scores the model file on data and returns a printable line.
-func Evaluate(ctx context.Context, modelPath, data, format string) (string, error) {
+// A non-empty kind must match the model's.
+func Evaluate(ctx context.Context, modelPath, data, format, kind string) (string, error) {
 	f, err := os.Open(modelPath)
 	if err != nil {
 		return "", fmt.Errorf("model: %w", err)
@@ -49,6 +50,9 @@ func Evaluate(ctx context.Context, modelPath, data, format string) (string, erro
 	m, err := tasks.ReadModel(f)
 	if err != nil {
 		return "", fmt.Errorf("model %s: %w", modelPath, err)
+	}
+	if kind != "" && m.Kind != kind {
+		return "", fmt.Errorf("model %s is a %q model, not %q", modelPath, m.Kind, kind)
 	}
 	ev, ok := tasks.LookupEvaluator(m.Kind)
 	if !ok {
