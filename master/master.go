@@ -194,7 +194,30 @@ func (m *Master) onHeartbeat(msg *nats.Msg) {
 		return
 	}
 	m.mu.Lock()
-	m.det.Beat(hb.ID, m.cfg.Now())
+	known := m.det.Beat(hb.ID, m.cfg.Now())
+	if !known && hb.Join.ID == hb.ID && hb.Join.Slots > 0 {
+		// A slave we do not know (we restarted) or declared dead: take it
+		// back. Tasks that used it have failed already; its slots are
+		// all free again.
+		m.det.Join(hb.ID, m.cfg.Now())
+		m.slaves[hb.ID] = &slaveInfo{JoinRequest: hb.Join, free: hb.Join.Slots, alive: true}
+		m.scheduleLocked()
+		m.log.Info().Str("slave", hb.ID).Msg("slave (re)joined by heartbeat")
+		// Whatever it still runs for tasks that ended without it must stop.
+		var stale []string
+		for id, tr := range m.tasks {
+			if tr.touched(hb.ID) && tr.isEnded() {
+				stale = append(stale, id)
+			}
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			for _, id := range stale {
+				m.ctl(m.ctx, hb.ID, proto.SlaveCtl{Op: proto.OpDropTask, Task: id, Reason: "task ended while the slave was unreachable"})
+			}
+		}()
+	}
 	m.mu.Unlock()
 }
 

@@ -59,6 +59,23 @@ func (t *taskRun) uses(slave string) bool {
 	return t.used[slave] && t.status.State != proto.Done && t.status.State != proto.Failed && t.status.State != proto.Cancelled
 }
 
+// touched reports whether the task ever used slave.
+func (t *taskRun) touched(slave string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.used[slave]
+}
+
+// isEnded reports whether the task's goroutine finished.
+func (t *taskRun) isEnded() bool {
+	select {
+	case <-t.ended:
+		return true
+	default:
+		return false
+	}
+}
+
 func (t *taskRun) holdsSlots() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

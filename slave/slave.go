@@ -191,7 +191,8 @@ func (s *Slave) heartbeat(every time.Duration) {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
-	data, _ := json.Marshal(proto.Heartbeat{ID: s.cfg.ID})
+	data, _ := json.Marshal(proto.Heartbeat{ID: s.cfg.ID,
+		Join: proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()}})
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

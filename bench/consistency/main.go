@@ -54,6 +54,7 @@ const (
 type options struct {
 	rows, testRows, dim, nnz, epochs, batch int
 	blockSize                               int64
+	rounds                                  int
 	lr, zipf, noise                         float64
 	seed                                    int64
 	kinds, models                           []string
@@ -79,19 +80,20 @@ type options struct {
 func main() {
 	var o options
 	var kinds, models, workers, parts, sparsities, fracs, cpuprofile string
-	var full bool
-	flag.IntVar(&o.rows, "rows", 100000, "training rows (-full: 200000)")
+	var quick bool
+	flag.IntVar(&o.rows, "rows", 200000, "training rows (-quick: 100000)")
 	flag.IntVar(&o.testRows, "test-rows", 0, "held-out rows (default rows/10)")
 	flag.IntVar(&o.dim, "dim", 1000000, "feature dimensions (table size)")
 	flag.IntVar(&o.nnz, "nnz", 20, "non-zeros per row")
-	flag.IntVar(&o.epochs, "epochs", 2, "training epochs (-full: 5)")
+	flag.IntVar(&o.epochs, "epochs", 5, "training epochs (-quick: 2)")
 	flag.IntVar(&o.batch, "batch", 100, "mini-batch size")
 	flag.Int64Var(&o.blockSize, "block-size", 1<<20, "input block size in bytes: small blocks balance 2 workers (the cluster default is 8 MiB)")
 	flag.Float64Var(&o.lr, "lr", 0.5, "learning rate")
 	flag.Float64Var(&o.zipf, "zipf", 1.1, "Zipf skew of feature ids (0: uniform)")
 	flag.Float64Var(&o.noise, "noise", 0.02, "label noise")
 	flag.Int64Var(&o.seed, "seed", 1, "data seed")
-	flag.BoolVar(&full, "full", false, "the issue's sizes: -rows 200000 -epochs 5 (about 10 minutes on 2 busy cores)")
+	flag.BoolVar(&quick, "quick", false, "smaller run: -rows 100000 -epochs 2 (about a minute)")
+	flag.IntVar(&o.rounds, "rounds", 1, "train and cache: runs of each configuration; the fastest (epoch2+ /s) is reported")
 	flag.StringVar(&kinds, "kinds", "ps,local,hogwild,single", "worker kinds to train with")
 	flag.StringVar(&models, "models", "bsp,ssp,asp,sparse_ssp", "consistency models (ssp = ssp(2), sparse_ssp = sparse_ssp(2,2); hogwild skips sparse_ssp)")
 	flag.StringVar(&workers, "workers", "1,2", "worker counts")
@@ -109,8 +111,8 @@ func main() {
 	flag.IntVar(&o.chunkBatch, "chunk-batch", 2000, "chunks: Zipf draws per batch (distinct keys are fewer)")
 	flag.StringVar(&fracs, "cache-sizes", "0.01,0.1", "cache: process-cache sizes as fractions of dim")
 	flag.Parse()
-	if full {
-		o.rows, o.epochs = 200000, 5
+	if quick {
+		o.rows, o.epochs = 100000, 2
 	}
 	if o.testRows <= 0 {
 		o.testRows = max(o.rows/10, 1)

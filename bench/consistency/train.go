@@ -124,10 +124,25 @@ func cacheAll(ctx context.Context, o options, d data) ([]trainResult, error) {
 	return out, nil
 }
 
-// engineLR trains lr.sgd on a fresh in-process cluster of 2 slaves with 2
+// engineLR runs engineOnce o.rounds times and keeps the fastest run.
+func engineLR(ctx context.Context, o options, d data, section, kind string, c kvstore.Consistency, workers int, cache string, cacheSize int) (trainResult, error) {
+	var best trainResult
+	for r := 0; r < max(o.rounds, 1); r++ {
+		res, err := engineOnce(ctx, o, d, section, kind, c, workers, cache, cacheSize)
+		if err != nil {
+			return res, err
+		}
+		if r == 0 || res.rate() > best.rate() {
+			best = res
+		}
+	}
+	return best, nil
+}
+
+// engineOnce trains lr.sgd on a fresh in-process cluster of 2 slaves with 2
 // slots each: ps stages spread over both slaves (the table is sharded over
 // both), one-slave kinds run on one of them.
-func engineLR(ctx context.Context, o options, d data, section, kind string, c kvstore.Consistency, workers int, cache string, cacheSize int) (trainResult, error) {
+func engineOnce(ctx context.Context, o options, d data, section, kind string, c kvstore.Consistency, workers int, cache string, cacheSize int) (trainResult, error) {
 	res := trainResult{Section: section, Kind: kind, Consistency: consName(c), Workers: workers, Cache: cache, CacheSize: cacheSize}
 	if kind == tasks.KindSingle {
 		res.Consistency = "-"

@@ -26,9 +26,12 @@ type JoinReply struct {
 	Heartbeat time.Duration `json:"heartbeat"`
 }
 
-// Heartbeat is a slave's periodic sign of life.
+// Heartbeat is a slave's periodic sign of life. It repeats the join
+// request so a master that restarted, or that declared the slave dead
+// during a network blip, can take it back without a new join.
 type Heartbeat struct {
-	ID string `json:"id"`
+	ID   string      `json:"id"`
+	Join JoinRequest `json:"join"`
 }
 
 // SubmitRequest sends a task to the master.
