@@ -206,6 +206,9 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		case nil:
 			s.Workers = 1
 		case int64:
+			if w < 1 {
+				return nil, fmt.Errorf("stage %d (%s): workers: must be >= 1 or \"auto\", got %d", i, sf.Name, w)
+			}
 			s.Workers = int(w)
 		case string:
 			if w != "auto" {

@@ -28,7 +28,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"strings"
 
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/kvstore"
@@ -107,11 +109,14 @@ func main() {
 	var (
 		keys, width, rounds int
 		jsonOut             bool
+		only, cpuprofile    string
 	)
 	flag.IntVar(&keys, "keys", 10_000_000, "table size (keys)")
 	flag.IntVar(&width, "width", 1, "values per key (10M values: -keys 1000000 -width 10)")
 	flag.IntVar(&rounds, "rounds", 3, "runs per configuration (the median is reported)")
 	flag.BoolVar(&jsonOut, "json", false, "also write one JSON line per configuration to stdout")
+	flag.StringVar(&only, "only", "", "run only the configurations whose \"mode placement\" contains this (e.g. \"direct across\")")
+	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	flag.Parse()
 	ctx := context.Background()
 	fmt.Printf("# flexps transfer bench: table of %d keys x width %d = %d values (float32 in the KV-store, float64 in a one-slave stage's memory),\n", keys, width, keys*width)
@@ -125,6 +130,20 @@ func main() {
 		{tasks.TransferDirect, "same slave", []string{"slave-0"}, nil},
 		{tasks.TransferKVStore, "across slaves", []string{"slave-0"}, []string{"slave-1"}},
 		{tasks.TransferDirect, "across slaves", []string{"slave-0"}, []string{"slave-1"}},
+	}
+	if only != "" {
+		configs = slices.DeleteFunc(configs, func(c config) bool { return !strings.Contains(c.mode+" "+c.placement, only) })
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/transfer:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	l, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
 	if err != nil {

@@ -70,7 +70,7 @@ func Init(info *tasks.Info) error {
 	}
 	var h sampleHeap
 	n := int64(0)
-	err = eachRecords(info.Ctx, train, func(r *datastore.Records) error {
+	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 		for i := 0; i < r.Len(); i++ {
 			_, keys, vals := r.Row(i)
 			for _, k := range keys {

@@ -35,12 +35,9 @@
 package kmeans
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 
-	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
@@ -95,27 +92,6 @@ func (c *Config) centersTable(info *tasks.Info) (tasks.Table, int, error) {
 		return nil, 0, fmt.Errorf("kmeans: k = %d but table %q has only %d keys (size must be >= k)", c.K, c.Centers, spec.Size)
 	}
 	return t, spec.Width, nil
-}
-
-// eachRecords runs fn over one pass of in.
-func eachRecords(ctx context.Context, in tasks.Input, fn func(r *datastore.Records) error) error {
-	pass, err := in.Pass(ctx)
-	if err != nil {
-		return err
-	}
-	defer pass.Close()
-	for {
-		r, err := pass.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
 }
 
 // Centers are k dense centers of dims coordinates with their squared norms,

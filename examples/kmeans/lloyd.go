@@ -50,7 +50,7 @@ func Lloyd(info *tasks.Info) error {
 		cs.Update()
 		clear(sums)
 		n, obj := int64(0), 0.0
-		err := eachRecords(info.Ctx, train, func(r *datastore.Records) error {
+		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 			for i := 0; i < r.Len(); i++ {
 				_, fk, fv := r.Row(i)
 				j, d, err := cs.Nearest(fk, fv, true)

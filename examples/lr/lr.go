@@ -11,10 +11,8 @@
 package lr
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 
@@ -77,7 +75,7 @@ func SGD(info *tasks.Info) error {
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
-		err := eachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
 			bs, err := m.Step(r, lo, hi, lr, cfg.L2)
 			if err != nil {
 				return err
@@ -92,7 +90,7 @@ func SGD(info *tasks.Info) error {
 		metrics := map[string]float64{"samples": float64(st.N), "loss_sum": st.LossSum, "correct": float64(st.Correct)}
 		if test != nil {
 			var ts Stats
-			err := eachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
+			err := tasks.EachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
 				bs, err := m.Eval(r, lo, hi)
 				ts.Add(bs)
 				return err
@@ -105,29 +103,6 @@ func SGD(info *tasks.Info) error {
 		info.ReportEpoch(epoch, metrics)
 	}
 	return nil
-}
-
-// eachBatch runs fn over one pass of in, batch records at a time.
-func eachBatch(ctx context.Context, in tasks.Input, batch int, fn func(r *datastore.Records, lo, hi int) error) error {
-	pass, err := in.Pass(ctx)
-	if err != nil {
-		return err
-	}
-	defer pass.Close()
-	for {
-		r, err := pass.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for lo := 0; lo < r.Len(); lo += batch {
-			if err := fn(r, lo, min(lo+batch, r.Len())); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // Stats are a batch's or an epoch's counts.
@@ -154,7 +129,7 @@ type MiniBatch struct {
 	keys  []uint64
 	w     []float64
 	grad  []float64
-	index keyIndex
+	index *tasks.KeyIndex
 }
 
 // NewMiniBatch prepares buffers for table t.
@@ -163,17 +138,17 @@ func NewMiniBatch(t Table) *MiniBatch {
 	if sp, ok := t.(tasks.Table); ok {
 		size = sp.Spec().Size
 	}
-	return &MiniBatch{t: t, index: newKeyIndex(size)}
+	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size)}
 }
 
 // gather collects the distinct keys of records lo..hi and reads their
 // weights.
 func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
-	m.index.reset()
+	m.index.Reset()
 	m.keys = m.keys[:0]
 	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
-		if _, ok := m.index.get(k); !ok {
-			m.index.put(k, 0)
+		if _, ok := m.index.Get(k); !ok {
+			m.index.Put(k, 0)
 			m.keys = append(m.keys, k)
 		}
 	}
@@ -181,7 +156,7 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 	// sorting again, and walk the store in memory order.
 	slices.Sort(m.keys)
 	for i, k := range m.keys {
-		m.index.put(k, int32(i))
+		m.index.Put(k, int32(i))
 	}
 	m.w = grow(m.w, len(m.keys))
 	return m.t.Get(m.keys, m.w)
@@ -218,7 +193,7 @@ func LogLoss(z float64, y float64) float64 {
 func (m *MiniBatch) margin(keys []uint64, vals []float64) float64 {
 	z := 0.0
 	for j, k := range keys {
-		p, _ := m.index.get(k)
+		p, _ := m.index.Get(k)
 		z += m.w[p] * vals[j]
 	}
 	return z
@@ -248,7 +223,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 		}
 		g := Sigmoid(z) - y
 		for j, k := range keys {
-			p, _ := m.index.get(k)
+			p, _ := m.index.Get(k)
 			m.grad[p] += g * vals[j]
 		}
 	}

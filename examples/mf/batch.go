@@ -22,7 +22,7 @@ type side struct {
 	bias   tasks.Table // nil: no per-id bias
 	size   uint64
 	rank   int
-	index  keyIndex
+	index  *tasks.KeyIndex
 	keys   []uint64
 	f, f0  []float64 // rank values per key
 	b, b0  []float64 // one per key, when bias != nil
@@ -31,12 +31,12 @@ type side struct {
 
 func newSide(name string, col int, t, bias tasks.Table, rank int) *side {
 	size := t.Spec().Size
-	return &side{name: name, col: col, t: t, bias: bias, size: size, rank: rank, index: newKeyIndex(size)}
+	return &side{name: name, col: col, t: t, bias: bias, size: size, rank: rank, index: tasks.NewKeyIndex(size)}
 }
 
 // gather collects the distinct ids of records lo..hi and reads their rows.
 func (s *side) gather(r *datastore.Records, lo, hi int) error {
-	s.index.reset()
+	s.index.Reset()
 	s.keys = s.keys[:0]
 	for i := lo; i < hi; i++ {
 		a := r.Offsets[i]
@@ -47,8 +47,8 @@ func (s *side) gather(r *datastore.Records, lo, hi int) error {
 		if k >= s.size {
 			return fmt.Errorf("%s id %d is beyond table %q's size %d", s.name, k, s.t.Spec().Name, s.size)
 		}
-		if _, ok := s.index.get(k); !ok {
-			s.index.put(k, int32(len(s.keys)))
+		if _, ok := s.index.Get(k); !ok {
+			s.index.Put(k, int32(len(s.keys)))
 			s.keys = append(s.keys, k)
 		}
 	}
@@ -130,8 +130,8 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 // user and item in the batch.
 func (m *MiniBatch) predict(r *datastore.Records, i int) (float64, int, int) {
 	a := r.Offsets[i]
-	pu, _ := m.users.index.get(r.Keys[a])
-	pi, _ := m.items.index.get(r.Keys[a+1])
+	pu, _ := m.users.index.Get(r.Keys[a])
+	pi, _ := m.items.index.Get(r.Keys[a+1])
 	u, v := int(pu), int(pi)
 	p := m.mu
 	if m.users.bias != nil {

@@ -30,10 +30,7 @@
 package mf
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
@@ -165,7 +162,7 @@ func SGD(info *tasks.Info) error {
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2, L2Bias: cfg.L2Bias}
 		var st Stats
-		err := eachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
 			bs, err := m.Step(r, lo, hi, h)
 			if err != nil {
 				return err
@@ -181,7 +178,7 @@ func SGD(info *tasks.Info) error {
 		metrics := map[string]float64{"samples": float64(st.N), "sq_err_sum": st.SqErr, "loss_sum": st.SqErr}
 		if test != nil {
 			var ts Stats
-			err := eachBatch(info.Ctx, test, 4096, func(r *datastore.Records, lo, hi int) error {
+			err := tasks.EachBatch(info.Ctx, test, 4096, func(r *datastore.Records, lo, hi int) error {
 				bs, err := m.Eval(r, lo, hi)
 				ts.Add(bs)
 				return err
@@ -194,29 +191,6 @@ func SGD(info *tasks.Info) error {
 		info.ReportEpoch(epoch, metrics)
 	}
 	return nil
-}
-
-// eachBatch runs fn over one pass of in, batch records at a time.
-func eachBatch(ctx context.Context, in tasks.Input, batch int, fn func(r *datastore.Records, lo, hi int) error) error {
-	pass, err := in.Pass(ctx)
-	if err != nil {
-		return err
-	}
-	defer pass.Close()
-	for {
-		r, err := pass.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for lo := 0; lo < r.Len(); lo += batch {
-			if err := fn(r, lo, min(lo+batch, r.Len())); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // Stats are a batch's or an epoch's counts.

@@ -196,7 +196,7 @@ func Full(info *tasks.Info) error {
 	grad := buf
 	clear(grad)
 	var st lr.Stats
-	err = eachRecords(info.Ctx, train, func(r *datastore.Records) error {
+	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 		var bs lr.Stats
 		for i := 0; i < r.Len(); i++ {
 			a, b := r.Offsets[i], r.Offsets[i+1]
@@ -524,25 +524,4 @@ func grow(s []float64, n int) []float64 {
 		return make([]float64, n)
 	}
 	return s[:n]
-}
-
-// eachRecords runs fn over one pass of in.
-func eachRecords(ctx context.Context, in tasks.Input, fn func(r *datastore.Records) error) error {
-	pass, err := in.Pass(ctx)
-	if err != nil {
-		return err
-	}
-	defer pass.Close()
-	for {
-		r, err := pass.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
 }

@@ -15,15 +15,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sort"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/lr" // registers lr.sgd
 	"github.com/flexps/flexps/internal/jobrun"
@@ -47,20 +46,8 @@ func countFeatures(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
-	pass, err := in.Pass(info.Ctx)
-	if err != nil {
-		return err
-	}
-	defer pass.Close()
 	var ones []float64
-	for {
-		recs, err := pass.Next(info.Ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	return tasks.EachRecords(info.Ctx, in, func(recs *datastore.Records) error {
 		for len(ones) < len(recs.Keys) {
 			ones = append(ones, 1)
 		}
@@ -68,11 +55,8 @@ func countFeatures(info *tasks.Info) error {
 			return err
 		}
 		info.Report(int64(recs.Len()), 0)
-		if err := info.Clock(); err != nil {
-			return err
-		}
-	}
-	return nil
+		return info.Clock()
+	})
 }
 
 const dim = 5000

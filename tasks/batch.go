@@ -1,0 +1,103 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/flexps/flexps/datastore"
+)
+
+// EachRecords runs fn on every batch of records of one pass (epoch) over
+// in, closing the pass at the end. Records are read-only (they may be
+// replayed from the slave's cache in later epochs).
+func EachRecords(ctx context.Context, in Input, fn func(r *datastore.Records) error) error {
+	pass, err := in.Pass(ctx)
+	if err != nil {
+		return err
+	}
+	defer pass.Close()
+	for {
+		r, err := pass.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+}
+
+// EachBatch runs fn over one pass of in, batch records at a time: fn gets
+// the records r and the half-open range [lo, hi) of the mini-batch.
+func EachBatch(ctx context.Context, in Input, batch int, fn func(r *datastore.Records, lo, hi int) error) error {
+	return EachRecords(ctx, in, func(r *datastore.Records) error {
+		for lo := 0; lo < r.Len(); lo += batch {
+			if err := fn(r, lo, min(lo+batch, r.Len())); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// KeyIndex maps the distinct keys of a mini-batch to their positions, to
+// gather one Get per batch and scatter gradients back. For tables of up to
+// 16M keys it is an array stamped with the batch number, so Reset costs
+// nothing; beyond, a map.
+type KeyIndex struct {
+	stamp []uint32
+	pos   []int32
+	cur   uint32
+	m     map[uint64]int32
+}
+
+const denseIndexMax = 1 << 24
+
+// NewKeyIndex returns an index for keys in [0, size).
+func NewKeyIndex(size uint64) *KeyIndex {
+	if size > 0 && size <= denseIndexMax {
+		return &KeyIndex{stamp: make([]uint32, size), pos: make([]int32, size), cur: 1}
+	}
+	return &KeyIndex{m: map[uint64]int32{}}
+}
+
+// Reset forgets every key (start of a batch).
+func (x *KeyIndex) Reset() {
+	if x.m != nil {
+		clear(x.m)
+		return
+	}
+	x.cur++
+	if x.cur == 0 { // wrapped: old stamps could collide
+		clear(x.stamp)
+		x.cur = 1
+	}
+}
+
+// Get returns k's position.
+func (x *KeyIndex) Get(k uint64) (int32, bool) {
+	if x.m != nil {
+		p, ok := x.m[k]
+		return p, ok
+	}
+	if k < uint64(len(x.stamp)) && x.stamp[k] == x.cur {
+		return x.pos[k], true
+	}
+	return 0, false
+}
+
+// Put records k at position p. A key beyond the index's size is not
+// recorded (the table Get that follows reports it as out of range).
+func (x *KeyIndex) Put(k uint64, p int32) {
+	if x.m != nil {
+		x.m[k] = p
+		return
+	}
+	if k < uint64(len(x.stamp)) {
+		x.stamp[k], x.pos[k] = x.cur, p
+	}
+}

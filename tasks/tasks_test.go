@@ -1,0 +1,228 @@
+package tasks_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"pgregory.net/rapid"
+)
+
+func init() {
+	tasks.Register("t.noop", func(*tasks.Info) error { return nil })
+}
+
+const base = `name = "job"
+[[table]]
+name = "w"
+size = 10
+[input.train]
+path = "x.libsvm"
+[[stage]]
+name = "s"
+func = "t.noop"
+workers = 2
+`
+
+func TestParseJobValidation(t *testing.T) {
+	cases := []struct {
+		name, edit string // appended to base, or replacing it when it starts with "!"
+		want       string // substring of the error; "" = valid
+	}{
+		{"valid", "", ""},
+		{"auto workers", "!" + strings.Replace(base, "workers = 2", `workers = "auto"`+"\nmax_workers = 4", 1), ""},
+		{"bad workers string", "!" + strings.Replace(base, "workers = 2", `workers = "lots"`, 1), `"lots"`},
+		{"zero workers", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers"},
+		{"unknown top key", "!colour = 1\n" + base, `line 1: unknown key "colour"`},
+		{"unknown stage key", "staleness2 = 1\n", `line 11: unknown key "stage.staleness2"`},
+		{"wrong type", "!" + strings.Replace(base, "size = 10", `size = "ten"`, 1), "line 4"},
+		{"syntax", "[[stage\n", "line"},
+		{"no name", "!" + strings.Replace(base, `name = "job"`, "", 1), "needs a name"},
+		{"no stages", "!" + base[:strings.Index(base, "[[stage]]")], "no stages"},
+		{"unregistered func", "!" + strings.Replace(base, "t.noop", "t.nope", 1), `no stage function registered as "t.nope"`},
+		{"bad consistency", `consistency = "eventual"` + "\n", "consistency"},
+		{"negative staleness", "consistency = \"ssp\"\nstaleness = -1\n", "staleness"},
+		{"staleness with bsp", "consistency = \"bsp\"\nstaleness = 2\n", "staleness"},
+		{"speculation without sparse", "consistency = \"ssp\"\nspeculation = 2\n", "speculation"},
+		{"sparse ssp ok", "consistency = \"sparse_ssp\"\nstaleness = 1\nspeculation = 2\n", ""},
+		{"local on two slaves", "worker_kind = \"local\"\nmax_slaves = 2\n", "max_slaves"},
+		{"single with two workers", "worker_kind = \"single\"\n", "single stage"},
+		{"cache without size", "cache = \"lru\"\n", "cache_size"},
+		{"cache on local", "worker_kind = \"local\"\ncache = \"lru\"\ncache_size = 5\n", "ps workers"},
+		{"bad worker kind", "worker_kind = \"gpu\"\n", "worker_kind"},
+		{"unknown input", "inputs = [\"nope\"]\n", `no input named "nope"`},
+		{"priority range", "!" + "priority = 101\n" + base, "priority"},
+		{"bad transfer", "!" + "model_transfer = \"fax\"\n" + base, "model_transfer"},
+		{"bad table dtype", "!" + strings.Replace(base, "size = 10", "size = 10\ndtype = \"int8\"", 1), "dtype"},
+		{"duplicate table", "!" + strings.Replace(base, "[input.train]", "[[table]]\nname = \"w\"\nsize = 3\n[input.train]", 1), "declared twice"},
+		{"bad format", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"xml\"", 1), "format"},
+		{"bad index base", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nindex_base = 2", 1), "index_base"},
+		{"repeat", "!" + "repeat = 3\n" + base, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := base + tc.edit
+			if strings.HasPrefix(tc.edit, "!") {
+				src = tc.edit[1:]
+			}
+			_, task, err := tasks.ParseJob("job.toml", []byte(src))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("no error, want one containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q lacks %q", err, tc.want)
+			case err != nil && !strings.HasPrefix(err.Error(), "job.toml"):
+				t.Fatalf("error %q does not name the file", err)
+			}
+			if err == nil && task.Name != "job" {
+				t.Fatalf("task %+v", task)
+			}
+		})
+	}
+}
+
+func TestRepeatStages(t *testing.T) {
+	_, task, err := tasks.ParseJob("j.toml", []byte("repeat = 3\n"+base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(task.Stages) != 3 || task.Stages[2].Name != "s.2" || task.Stages[2].Params.Int("round", -1) != 2 {
+		t.Fatalf("stages %+v", task.Stages)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	_, task, err := tasks.ParseJob("j.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := task.Stages[0]
+	in := task.Inputs["train"]
+	if s.WorkerKind != tasks.KindPS || s.Consistency.Kind != kvstore.ASP || in.Format != "libsvm" || *in.IndexBase != 1 ||
+		task.Tables[0].Width != 1 || task.ModelTransfer != tasks.TransferKVStore {
+		t.Fatalf("defaults: %+v %+v %+v", s, in, task.Tables[0])
+	}
+}
+
+func TestParams(t *testing.T) {
+	p := tasks.Params{"i": int64(3), "f": 0.5, "s": "x", "b": true, "n": "2.5", "bad": []int{1}}
+	if p.Int("i", 0) != 3 || p.Float("f", 0) != 0.5 || p.String("s", "") != "x" || !p.Bool("b", false) || p.Float("n", 0) != 2.5 {
+		t.Fatal("getters")
+	}
+	if p.Int("f", 7) != 7 || p.Int("missing", 9) != 9 {
+		t.Fatal("defaults")
+	}
+	if err := p.Check("i", "f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check("bad"); err == nil {
+		t.Fatal("a list passed as a number")
+	}
+}
+
+func TestModelRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		width := rapid.IntRange(1, 4).Draw(t, "width")
+		size := rapid.IntRange(1, 50).Draw(t, "size")
+		dense := rapid.Float64().Draw(t, "x")
+		vals := make([]float64, size*width)
+		for i := range vals {
+			vals[i] = rapid.Float64().Draw(t, "v")
+		}
+		m := &tasks.Model{Kind: "k", Task: "t1", Name: "n", Tables: []tasks.ModelTable{{Spec: kvstore.TableSpec{Name: "a", Size: uint64(size), Width: width}, Vals: vals}}}
+		if math.IsNaN(dense) || dense > 0 {
+			// a sparse table: every other key
+			var keys []uint64
+			var sv []float64
+			for k := 0; k < size; k += 2 {
+				keys = append(keys, uint64(k))
+				sv = append(sv, vals[k*width:(k+1)*width]...)
+			}
+			m.Tables = append(m.Tables, tasks.ModelTable{Spec: kvstore.TableSpec{Name: "b", Size: uint64(size), Width: width}, Keys: keys, Vals: sv})
+		}
+		var buf bytes.Buffer
+		if _, err := m.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		got, err := tasks.ReadModel(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Kind != "k" || len(got.Tables) != len(m.Tables) {
+			t.Fatalf("header %+v", got)
+		}
+		for i, tab := range m.Tables {
+			a, b := tab.DenseValues(), got.Tables[i].DenseValues()
+			for j := range a {
+				if math.Float64bits(a[j]) != math.Float64bits(b[j]) {
+					t.Fatalf("table %d value %d: %v vs %v", i, j, a[j], b[j])
+				}
+			}
+		}
+	})
+}
+
+func TestReadModelRejectsOtherFiles(t *testing.T) {
+	for _, in := range []string{"", "hello\n", `{"magic":"flexps-model/1","tables":[{"spec":{"name":"a","size":4,"width":1},"count":4,"dense":true}]}` + "\n\x00\x00"} {
+		if _, err := tasks.ReadModel(strings.NewReader(in)); !errors.Is(err, tasks.ErrModelFormat) {
+			t.Fatalf("%q: %v", in, err)
+		}
+	}
+}
+
+type sliceInput []*datastore.Records
+
+func (s sliceInput) Pass(context.Context) (datastore.Pass, error) { return &slicePass{recs: s}, nil }
+
+type slicePass struct{ recs []*datastore.Records }
+
+func (p *slicePass) Next(context.Context) (*datastore.Records, error) {
+	if len(p.recs) == 0 {
+		return nil, io.EOF
+	}
+	r := p.recs[0]
+	p.recs = p.recs[1:]
+	return r, nil
+}
+func (p *slicePass) Close() error               { return nil }
+func (p *slicePass) Stats() datastore.PassStats { return datastore.PassStats{} }
+
+func TestEachBatchAndKeyIndex(t *testing.T) {
+	var a, b datastore.Records
+	for i := 0; i < 7; i++ {
+		a.Append(float64(i), []uint64{uint64(i % 3), 5}, nil)
+	}
+	b.Append(7, []uint64{9}, nil)
+	var sizes []int
+	total := 0.0
+	err := tasks.EachBatch(context.Background(), sliceInput{&a, &b}, 3, func(r *datastore.Records, lo, hi int) error {
+		sizes = append(sizes, hi-lo)
+		for i := lo; i < hi; i++ {
+			total += r.Labels[i]
+		}
+		return nil
+	})
+	if err != nil || len(sizes) != 4 || sizes[2] != 1 || total != 28 {
+		t.Fatalf("batches %v total %v err %v", sizes, total, err)
+	}
+	for _, x := range []*tasks.KeyIndex{tasks.NewKeyIndex(10), tasks.NewKeyIndex(1 << 30)} {
+		x.Put(3, 0)
+		x.Put(7, 1)
+		if p, ok := x.Get(7); !ok || p != 1 {
+			t.Fatal("get")
+		}
+		x.Reset()
+		if _, ok := x.Get(7); ok {
+			t.Fatal("reset kept a key")
+		}
+	}
+}
