@@ -397,3 +397,52 @@ func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
 		t.Fatalf("%v %+v", err, st.Results)
 	}
 }
+
+func TestPoliciesSequentialVersusGreedy(t *testing.T) {
+	for _, policy := range []string{"sequential", "greedy"} {
+		t.Run(policy, func(t *testing.T) {
+			l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop(),
+				Config: engine.ClusterConfig{Master: engine.MasterSect{Policy: policy}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			slowStarted.Store(0)
+			a := tasks.NewTask("a").SetStages(tasks.Stage{Func: "test.slow", Workers: 1})
+			b := tasks.NewTask("b").SetStages(tasks.Stage{Func: "test.slow", Workers: 1})
+			ida, err := l.Submit(context.Background(), a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idb, err := l.Submit(context.Background(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			rep, err := l.Status(context.Background(), idb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"sequential": proto.Queued, "greedy": proto.Running}[policy]
+			if got := rep.Tasks[0].State; got != want {
+				t.Fatalf("%s: second task is %s while the first runs, want %s", policy, got, want)
+			}
+			l.Cancel(context.Background(), ida)
+			if policy == "sequential" { // b starts once a has ended
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					rep, _ := l.Status(context.Background(), idb)
+					if rep.Tasks[0].State == proto.Running {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("second task never started after the first ended")
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			l.Cancel(context.Background(), idb)
+			l.Follow(context.Background(), idb, nil)
+		})
+	}
+}

@@ -295,13 +295,14 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	if m.ctx.Err() != nil {
 		return "", errors.New("master is shutting down")
 	}
+	m.seq++
 	if spec.ID == "" {
-		m.seq++
 		spec.ID = fmt.Sprintf("t%d-%d", time.Now().Unix()%100000, m.seq)
 	} else if _, dup := m.tasks[spec.ID]; dup {
 		return "", fmt.Errorf("a task with id %q exists", spec.ID)
 	}
 	tr := newTaskRun(m, spec, blocks)
+	tr.seq = m.seq
 	m.tasks[spec.ID] = tr
 	m.order = append(m.order, spec.ID)
 	m.wg.Add(1)
@@ -456,12 +457,23 @@ func (m *Master) scheduleLocked() {
 	if len(m.queue) == 0 {
 		return
 	}
+	// Policies see the queue in submission order (then stage order), not
+	// in the order the tasks' goroutines happened to ask.
+	sort.SliceStable(m.queue, func(i, j int) bool {
+		a, b := m.queue[i].req, m.queue[j].req
+		if sa, sb := m.tasks[a.Task].seq, m.tasks[b.Task].seq; sa != sb {
+			return sa < sb
+		}
+		return a.Stage < b.Stage
+	})
 	st := scheduler.State{Now: m.cfg.Now(), Slaves: m.schedSlavesLocked()}
 	for _, w := range m.queue {
 		st.Queue = append(st.Queue, w.req)
 	}
+	// A task is running from its first grant to its end, including the
+	// moments between its stages and while its model is written.
 	for _, id := range m.order {
-		if tr := m.tasks[id]; tr.holdsSlots() {
+		if tr := m.tasks[id]; tr.active.Load() && !tr.isEnded() {
 			st.Running = append(st.Running, id)
 		}
 	}
@@ -474,6 +486,7 @@ func (m *Master) scheduleLocked() {
 				m.slaves[a.Slave].free -= a.Workers
 			}
 			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			m.tasks[d.Task].active.Store(true)
 			w.grant <- d.Assign
 			break
 		}

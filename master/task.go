@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
@@ -30,6 +31,9 @@ type taskRun struct {
 	cancel context.CancelCauseFunc
 	events chan proto.WorkerEvent
 	ended  chan struct{}
+
+	seq    int         // submission order
+	active atomic.Bool // granted slots at least once (read under Master.mu)
 
 	mu      sync.Mutex
 	status  proto.TaskStatus
@@ -76,11 +80,6 @@ func (t *taskRun) isEnded() bool {
 	}
 }
 
-func (t *taskRun) holdsSlots() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.holding) > 0
-}
 
 func (t *taskRun) snapshot() proto.TaskStatus {
 	t.mu.Lock()
@@ -151,6 +150,10 @@ func (t *taskRun) run() {
 	t.mu.Unlock()
 	close(t.ended)
 	t.cancel(nil)
+	// The task no longer counts as running: let waiting tasks start.
+	t.m.mu.Lock()
+	t.m.scheduleLocked()
+	t.m.mu.Unlock()
 	if err != nil {
 		t.m.log.Error().Str("task", t.spec.ID).Err(err).Msg("task " + state)
 		t.publish("failed", nil)

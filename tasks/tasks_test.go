@@ -226,3 +226,23 @@ func TestEachBatchAndKeyIndex(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseJob: any bytes give a task or an error naming the file, never a
+// panic.
+func FuzzParseJob(f *testing.F) {
+	f.Add([]byte(base))
+	f.Add([]byte("repeat = 2\n" + base))
+	f.Add([]byte("[[stage]]\nworkers = \"auto\"\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, task, err := tasks.ParseJob("f.toml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.toml") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		if task.Name == "" || len(task.Stages) == 0 {
+			t.Fatalf("invalid task accepted: %+v", task)
+		}
+	})
+}
