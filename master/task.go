@@ -80,7 +80,6 @@ func (t *taskRun) isEnded() bool {
 	}
 }
 
-
 func (t *taskRun) snapshot() proto.TaskStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
