@@ -20,9 +20,10 @@ const (
 	OpReply
 	OpError
 	OpSet
+	OpSetRange // overwrite keys First..First+N-1
 )
 
-var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set"}
+var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -205,7 +206,7 @@ func DecodeMessage(b []byte, m *Message) error {
 		return fmt.Errorf("%w: unknown version %d", ErrCodec, b[0])
 	}
 	op, flags, dt := Op(b[1]), b[2], b[3]
-	if op < OpGet || op > OpSet {
+	if op < OpGet || op > OpSetRange {
 		return fmt.Errorf("%w: bad op %d", ErrCodec, b[1])
 	}
 	if flags&^flagAll != 0 {

@@ -240,6 +240,13 @@ func (s *Server) handle(msg *nats.Msg) {
 		}
 		ht.store.Set(m.Keys, m.Vals)
 		s.ack(msg.Reply)
+	case OpSetRange:
+		if len(m.Vals) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
+			s.fail(msg.Reply, fmt.Errorf("kvstore: set_range on %q: bad range or values", m.Table))
+			return
+		}
+		ht.store.SetRange(m.First, int(m.N), m.Vals)
+		s.ack(msg.Reply)
 	case OpGet, OpGetRange:
 		s.get(msg.Reply, t, ht, m)
 	case OpClock:

@@ -19,6 +19,7 @@ type Store interface {
 	Add(keys []uint64, deltas []float64)         // deltas len(keys)*Width
 	GetRange(first uint64, n int, out []float64) // keys first..first+n-1
 	AddRange(first uint64, n int, deltas []float64)
+	SetRange(first uint64, n int, vals []float64) // overwrite keys first..first+n-1
 	Set(keys []uint64, vals []float64)              // overwrite (for model load/transfer)
 	Range(fn func(key uint64, vals []float64) bool) // held keys in ascending order; vals valid only during the call
 	Len() int
@@ -299,6 +300,22 @@ func (d *dense[T]) GetRange(first uint64, n int, out []float64) {
 	d.st.runlock(m)
 }
 
+func (d *dense[T]) SetRange(first uint64, n int, vals []float64) {
+	if !d.inRange(first, n) {
+		d.rangeSlow(first, n, vals, d.Set)
+		return
+	}
+	w := uint64(d.width)
+	lo, hi, m := d.rangeMask(first, n)
+	dst := d.vals[lo*w : hi*w]
+	vals = vals[:len(dst)]
+	d.st.lock(m)
+	for i := range dst {
+		dst[i] = T(vals[i])
+	}
+	d.st.unlock(m)
+}
+
 func (d *dense[T]) AddRange(first uint64, n int, deltas []float64) {
 	if !d.inRange(first, n) {
 		d.rangeSlow(first, n, deltas, d.Add)
@@ -534,6 +551,10 @@ func (s *sparse[T]) GetRange(first uint64, n int, out []float64) {
 
 func (s *sparse[T]) AddRange(first uint64, n int, deltas []float64) {
 	rangeByKeys(first, n, s.width, deltas, s.Add)
+}
+
+func (s *sparse[T]) SetRange(first uint64, n int, vals []float64) {
+	rangeByKeys(first, n, s.width, vals, s.Set)
 }
 
 // Range snapshots the held keys, sorts them, then visits each under its

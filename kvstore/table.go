@@ -380,6 +380,34 @@ func (t *TableClient) addSpans(deltas []float64) error {
 	return nil
 }
 
+// SetRange overwrites keys first..first+n-1 (a model written back after
+// a direct transfer), asynchronously acknowledged like Add.
+func (t *TableClient) SetRange(first uint64, n int, vals []float64) error {
+	if err := t.rangeSpans(first, n, vals); err != nil {
+		return err
+	}
+	c := t.c
+	if c.err != nil {
+		return c.err
+	}
+	w := t.spec.Width
+	for _, sp := range t.spans {
+		if st := t.local[sp.shard]; st != nil {
+			st.SetRange(sp.first, sp.n, vals[sp.off*w:(sp.off+sp.n)*w])
+			continue
+		}
+		for i := 0; i < sp.n; i += t.maxKeys {
+			m := min(t.maxKeys, sp.n-i)
+			c.msg = Message{Op: OpSetRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker,
+				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: vals[(sp.off+i)*w : (sp.off+i+m)*w]}
+			if err := c.publishAcked(t.hosts[sp.shard]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Set overwrites keys (model load and direct transfer).
 func (t *TableClient) Set(keys []uint64, vals []float64) error {
 	c := t.c

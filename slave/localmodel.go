@@ -208,13 +208,9 @@ func (m *localModel) writeBack(ctx context.Context) error {
 		if e.loaded == nil {
 			// Transferred from another slave: the KV-store's copy is
 			// older; overwrite it.
-			keys := make([]uint64, min(bulkKeys, int(size)))
 			for first := uint64(0); first < size; first += bulkKeys {
 				n := int(min(bulkKeys, size-first))
-				for i := range n {
-					keys[i] = first + uint64(i)
-				}
-				if err := tc.Set(keys[:n], vals[int(first)*w:(int(first)+n)*w]); err != nil {
+				if err := tc.SetRange(first, n, vals[int(first)*w:(int(first)+n)*w]); err != nil {
 					return fmt.Errorf("writing table %q back: %w", name, err)
 				}
 			}

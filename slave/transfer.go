@@ -32,13 +32,19 @@ type retainedModel struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func checksum(vals []float64) uint32 {
+// checksum is the CRC-32C of the values as they travel: rounded to
+// float32 for float32 tables (what the KV-store would have kept too).
+func checksum(vals []float64, f32 bool) uint32 {
 	var buf [8 << 10]byte
 	var sum uint32
 	for i := 0; i < len(vals); {
 		n := 0
 		for ; n+8 <= len(buf) && i < len(vals); i++ {
-			binary.LittleEndian.PutUint64(buf[n:], math.Float64bits(vals[i]))
+			v := vals[i]
+			if f32 {
+				v = float64(float32(v))
+			}
+			binary.LittleEndian.PutUint64(buf[n:], math.Float64bits(v))
 			n += 8
 		}
 		sum = crc32.Update(sum, castagnoli, buf[:n])
@@ -50,8 +56,7 @@ func (s *Slave) retain(task string, tables map[string]*localEntry) {
 	r := &retainedModel{tables: map[string]*localEntry{}, sums: map[string]uint32{}}
 	for name, e := range tables {
 		if e.table != nil {
-			r.tables[name] = e
-			r.sums[name] = checksum(e.table.Values())
+			r.tables[name] = e // checksums are computed if another slave asks
 		}
 	}
 	s.xmu.Lock()
@@ -104,8 +109,8 @@ func (s *Slave) serveXfer(msg *nats.Msg) {
 		reply(&kvstore.Message{Op: kvstore.OpError, Err: "transfer range out of bounds"})
 		return
 	}
-	// Values travel as float64 so the checksum of what arrives matches.
-	reply(&kvstore.Message{Op: kvstore.OpReply, Width: uint16(w), DType: kvstore.Float64, Vals: vals[lo:hi]})
+	// Values travel in the table's type, as through the KV-store.
+	reply(&kvstore.Message{Op: kvstore.OpReply, Width: uint16(w), DType: e.table.Spec().DType, Vals: vals[lo:hi]})
 }
 
 // serveModelInfo lists what this slave retains for a task.
@@ -116,7 +121,12 @@ func (s *Slave) serveModelInfo(msg *nats.Msg) {
 	s.xmu.Lock()
 	if r := s.retained[req.Task]; r != nil {
 		for name, e := range r.tables {
-			info.Tables = append(info.Tables, proto.RetainedTable{Name: name, Values: len(e.table.Values()), Checksum: r.sums[name]})
+			sum, ok := r.sums[name]
+			if !ok {
+				sum = checksum(e.table.Values(), e.table.Spec().DType == kvstore.Float32)
+				r.sums[name] = sum
+			}
+			info.Tables = append(info.Tables, proto.RetainedTable{Name: name, Values: len(e.table.Values()), Checksum: sum})
 		}
 	} else {
 		info.Error = fmt.Sprintf("slave %s retains no model of task %s", s.cfg.ID, req.Task)
@@ -155,16 +165,14 @@ func (m *localModel) fetchRetained(ctx context.Context, from string) (map[string
 	return out, nil
 }
 
-// xferChunk is the values per transfer message: below the 1 MiB default
-// max payload with room for the header.
-const xferChunk = 120 << 10
-
 func (m *localModel) fetchTable(ctx context.Context, from string, t proto.RetainedTable) ([]float64, error) {
 	s := m.s
 	var width int
+	f32 := false
 	for _, p := range m.req.Tables {
 		if p.Spec.Name == t.Name {
-			width = p.Spec.WithDefaults().Width
+			spec := p.Spec.WithDefaults()
+			width, f32 = spec.Width, spec.DType == kvstore.Float32
 		}
 	}
 	if width == 0 || t.Values%width != 0 {
@@ -172,7 +180,11 @@ func (m *localModel) fetchTable(ctx context.Context, from string, t proto.Retain
 	}
 	vals := make([]float64, t.Values)
 	keys := t.Values / width
-	per := max(xferChunk/width, 1)
+	dtype := kvstore.Float64
+	if f32 {
+		dtype = kvstore.Float32
+	}
+	per := max(kvstore.MaxKeysPerMessage(int(s.nc.MaxPayload()), width, dtype), 1)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -215,7 +227,7 @@ func (m *localModel) fetchTable(ctx context.Context, from string, t proto.Retain
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	if sum := checksum(vals); sum != t.Checksum {
+	if sum := checksum(vals, f32); sum != t.Checksum {
 		return nil, fmt.Errorf("direct transfer of table %q from slave %s: checksum %08x, want %08x", t.Name, from, sum, t.Checksum)
 	}
 	return vals, nil
