@@ -19,7 +19,7 @@ type Store interface {
 	Add(keys []uint64, deltas []float64)         // deltas len(keys)*Width
 	GetRange(first uint64, n int, out []float64) // keys first..first+n-1
 	AddRange(first uint64, n int, deltas []float64)
-	SetRange(first uint64, n int, vals []float64) // overwrite keys first..first+n-1
+	SetRange(first uint64, n int, vals []float64)   // overwrite keys first..first+n-1
 	Set(keys []uint64, vals []float64)              // overwrite (for model load/transfer)
 	Range(fn func(key uint64, vals []float64) bool) // held keys in ascending order; vals valid only during the call
 	Len() int
