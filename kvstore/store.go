@@ -1,9 +1,12 @@
 package kvstore
 
 import (
+	"math"
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Store is one shard of a table: the values of the keys a Directory
@@ -30,12 +33,11 @@ type Store interface {
 // storing float32 or float64. Values cross the API as float64. spec is
 // completed with its defaults; it should have passed Validate.
 //
-// Locking: values are split into 16 stripes, each with its own RWMutex
-// (dense: stripes of 64 consecutive local indexes; sparse: stripes by a
-// hash of the key). A call first collects the stripes it touches into a
-// bitmask, then takes each of those locks once, in stripe order (so calls
-// never deadlock), does all its work, and releases them. Sorted batches
-// touch few stripes; any batch pays at most 16 lock acquisitions.
+// Concurrency: dense shards take no locks (per-value atomics, see load and
+// add). Sparse shards split keys into 16 stripes by a hash, each with its
+// own RWMutex: a call first collects the stripes it touches into a bitmask,
+// then takes each of those locks once, in stripe order (so calls never
+// deadlock), does all its work, and releases them.
 func NewStore(spec TableSpec, dir Directory, shard int) Store {
 	spec = spec.WithDefaults()
 	init, _ := ParseInit(spec.Init)
@@ -59,7 +61,6 @@ func NewStore(spec TableSpec, dir Directory, shard int) Store {
 const (
 	stripeBits  = 4
 	numStripes  = 1 << stripeBits
-	denseStripe = 6 // log2 of the local indexes per dense stripe
 )
 
 type float interface{ ~float32 | ~float64 }
@@ -145,8 +146,7 @@ func (b *storeBase) local(key uint64) (uint64, bool) {
 type dense[T float] struct {
 	storeBase
 	n    uint64 // keys held
-	vals []T    // n*width
-	st   stripes
+	vals []T    // n*width, read and written with atomics only
 }
 
 func newDense[T float](b storeBase) *dense[T] {
@@ -188,38 +188,9 @@ func (d *dense[T]) eachKey(fn func(local, key uint64)) {
 
 func (d *dense[T]) Len() int { return int(d.n) }
 
-func (d *dense[T]) mask(keys []uint64) uint64 {
-	var m uint64
-	for _, k := range keys {
-		if l, ok := d.local(k); ok {
-			m |= 1 << ((l >> denseStripe) % numStripes)
-		}
-	}
-	return m
-}
-
-func (d *dense[T]) rangeMask(first uint64, n int) (lo, hi uint64, m uint64) {
-	// Range ops address contiguous local indexes only on contiguous shards;
-	// elsewhere they fall back to per-key access.
-	lo = first - d.lo
-	hi = lo + uint64(n)
-	if lo >= hi {
-		return lo, lo, 0
-	}
-	if hi-lo >= numStripes<<denseStripe {
-		return lo, hi, allStripes
-	}
-	for s := lo >> denseStripe; s <= (hi-1)>>denseStripe; s++ {
-		m |= 1 << (s % numStripes)
-	}
-	return lo, hi, m
-}
-
 func (d *dense[T]) Get(keys []uint64, out []float64) {
 	w := d.width
 	out = out[:len(keys)*w]
-	m := d.mask(keys)
-	d.st.rlock(m)
 	for i, k := range keys {
 		l, ok := d.local(k)
 		if !ok {
@@ -227,45 +198,39 @@ func (d *dense[T]) Get(keys []uint64, out []float64) {
 		}
 		row := d.vals[l*uint64(w):][:w]
 		o := out[i*w:][:w]
-		for c, v := range row {
-			o[c] = float64(v)
+		for c := range row {
+			o[c] = load(&row[c])
 		}
 	}
-	d.st.runlock(m)
 }
 
 func (d *dense[T]) Add(keys []uint64, deltas []float64) {
 	w := d.width
 	deltas = deltas[:len(keys)*w]
-	m := d.mask(keys)
-	d.st.lock(m)
 	if w == 1 {
 		for i, k := range keys {
 			if l, ok := d.local(k); ok {
-				d.vals[l] = T(float64(d.vals[l]) + deltas[i])
+				add(&d.vals[l], deltas[i])
 			}
 		}
-	} else {
-		for i, k := range keys {
-			l, ok := d.local(k)
-			if !ok {
-				continue
-			}
-			row := d.vals[l*uint64(w):][:w]
-			dl := deltas[i*w:][:w]
-			for c := range row {
-				row[c] = T(float64(row[c]) + dl[c])
-			}
+		return
+	}
+	for i, k := range keys {
+		l, ok := d.local(k)
+		if !ok {
+			continue
+		}
+		row := d.vals[l*uint64(w):][:w]
+		dl := deltas[i*w:][:w]
+		for c := range row {
+			add(&row[c], dl[c])
 		}
 	}
-	d.st.unlock(m)
 }
 
 func (d *dense[T]) Set(keys []uint64, vals []float64) {
 	w := d.width
 	vals = vals[:len(keys)*w]
-	m := d.mask(keys)
-	d.st.lock(m)
 	for i, k := range keys {
 		l, ok := d.local(k)
 		if !ok {
@@ -273,10 +238,9 @@ func (d *dense[T]) Set(keys []uint64, vals []float64) {
 		}
 		row := d.vals[l*uint64(w):][:w]
 		for c, v := range vals[i*w:][:w] {
-			row[c] = T(v)
+			store(&row[c], v)
 		}
 	}
-	d.st.unlock(m)
 }
 
 // inRange reports whether [first, first+n) lies inside a contiguous shard.
@@ -290,14 +254,12 @@ func (d *dense[T]) GetRange(first uint64, n int, out []float64) {
 		return
 	}
 	w := uint64(d.width)
-	lo, hi, m := d.rangeMask(first, n)
-	src := d.vals[lo*w : hi*w]
+	lo := first - d.lo
+	src := d.vals[lo*w : (lo+uint64(n))*w]
 	out = out[:len(src)]
-	d.st.rlock(m)
-	for i, v := range src {
-		out[i] = float64(v)
+	for i := range src {
+		out[i] = load(&src[i])
 	}
-	d.st.runlock(m)
 }
 
 func (d *dense[T]) SetRange(first uint64, n int, vals []float64) {
@@ -306,14 +268,12 @@ func (d *dense[T]) SetRange(first uint64, n int, vals []float64) {
 		return
 	}
 	w := uint64(d.width)
-	lo, hi, m := d.rangeMask(first, n)
-	dst := d.vals[lo*w : hi*w]
+	lo := first - d.lo
+	dst := d.vals[lo*w : (lo+uint64(n))*w]
 	vals = vals[:len(dst)]
-	d.st.lock(m)
 	for i := range dst {
-		dst[i] = T(vals[i])
+		store(&dst[i], vals[i])
 	}
-	d.st.unlock(m)
 }
 
 func (d *dense[T]) AddRange(first uint64, n int, deltas []float64) {
@@ -322,14 +282,12 @@ func (d *dense[T]) AddRange(first uint64, n int, deltas []float64) {
 		return
 	}
 	w := uint64(d.width)
-	lo, hi, m := d.rangeMask(first, n)
-	dst := d.vals[lo*w : hi*w]
+	lo := first - d.lo
+	dst := d.vals[lo*w : (lo+uint64(n))*w]
 	deltas = deltas[:len(dst)]
-	d.st.lock(m)
 	for i := range dst {
-		dst[i] = T(float64(dst[i]) + deltas[i])
+		add(&dst[i], deltas[i])
 	}
-	d.st.unlock(m)
 }
 
 // rangeSlow serves a range op key by key in batches (hash shards, or a
@@ -360,12 +318,9 @@ func (d *dense[T]) Range(fn func(key uint64, vals []float64) bool) {
 		if stop {
 			return
 		}
-		s := &d.st[(l>>denseStripe)%numStripes]
-		s.mu.RLock()
-		for c, v := range d.vals[l*w : (l+1)*w] {
-			buf[c] = float64(v)
+		for c := range d.vals[l*w : (l+1)*w] {
+			buf[c] = load(&d.vals[l*w+uint64(c)])
 		}
-		s.mu.RUnlock()
 		stop = !fn(key, buf)
 	})
 }
@@ -583,6 +538,50 @@ func (s *sparse[T]) Range(fn func(key uint64, vals []float64) bool) {
 		}
 		s.st[i].mu.RUnlock()
 		if !fn(k, buf) {
+			return
+		}
+	}
+}
+
+// Dense shards take no locks: every value is read with an atomic load and
+// added with a compare-and-swap loop, so concurrent Adds to one key are
+// never lost, workers on different cores do not bounce lock words between
+// their caches, and the race detector has nothing to report. A vector of
+// width > 1 is updated value by value, not as a whole: a concurrent Get may
+// see some of its columns updated and others not yet (as in ps-lite).
+// unsafe.Sizeof is a constant per instantiation, so each load/add/store
+// compiles to one path.
+
+func load[T float](p *T) float64 {
+	if unsafe.Sizeof(*p) == 4 {
+		return float64(math.Float32frombits(atomic.LoadUint32((*uint32)(unsafe.Pointer(p)))))
+	}
+	return math.Float64frombits(atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
+}
+
+func store[T float](p *T, v float64) {
+	if unsafe.Sizeof(*p) == 4 {
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(p)), math.Float32bits(float32(v)))
+		return
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(p)), math.Float64bits(v))
+}
+
+func add[T float](p *T, d float64) {
+	if unsafe.Sizeof(*p) == 4 {
+		u := (*uint32)(unsafe.Pointer(p))
+		for {
+			old := atomic.LoadUint32(u)
+			nv := math.Float32bits(float32(float64(math.Float32frombits(old)) + d))
+			if atomic.CompareAndSwapUint32(u, old, nv) {
+				return
+			}
+		}
+	}
+	u := (*uint64)(unsafe.Pointer(p))
+	for {
+		old := atomic.LoadUint64(u)
+		if atomic.CompareAndSwapUint64(u, old, math.Float64bits(math.Float64frombits(old)+d)) {
 			return
 		}
 	}

@@ -49,10 +49,14 @@ func EachBatch(ctx context.Context, in Input, batch int, fn func(r *datastore.Re
 // 16M keys it is an array stamped with the batch number, so Reset costs
 // nothing; beyond, a map.
 type KeyIndex struct {
-	stamp []uint32
-	pos   []int32
+	slots []indexSlot // one array: a lookup costs one cache miss
 	cur   uint32
 	m     map[uint64]int32
+}
+
+type indexSlot struct {
+	stamp uint32
+	pos   int32
 }
 
 const denseIndexMax = 1 << 24
@@ -60,7 +64,7 @@ const denseIndexMax = 1 << 24
 // NewKeyIndex returns an index for keys in [0, size).
 func NewKeyIndex(size uint64) *KeyIndex {
 	if size > 0 && size <= denseIndexMax {
-		return &KeyIndex{stamp: make([]uint32, size), pos: make([]int32, size), cur: 1}
+		return &KeyIndex{slots: make([]indexSlot, size), cur: 1}
 	}
 	return &KeyIndex{m: map[uint64]int32{}}
 }
@@ -73,7 +77,7 @@ func (x *KeyIndex) Reset() {
 	}
 	x.cur++
 	if x.cur == 0 { // wrapped: old stamps could collide
-		clear(x.stamp)
+		clear(x.slots)
 		x.cur = 1
 	}
 }
@@ -84,8 +88,10 @@ func (x *KeyIndex) Get(k uint64) (int32, bool) {
 		p, ok := x.m[k]
 		return p, ok
 	}
-	if k < uint64(len(x.stamp)) && x.stamp[k] == x.cur {
-		return x.pos[k], true
+	if k < uint64(len(x.slots)) {
+		if s := x.slots[k]; s.stamp == x.cur {
+			return s.pos, true
+		}
 	}
 	return 0, false
 }
@@ -97,7 +103,7 @@ func (x *KeyIndex) Put(k uint64, p int32) {
 		x.m[k] = p
 		return
 	}
-	if k < uint64(len(x.stamp)) {
-		x.stamp[k], x.pos[k] = x.cur, p
+	if k < uint64(len(x.slots)) {
+		x.slots[k] = indexSlot{x.cur, p}
 	}
 }

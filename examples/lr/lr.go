@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
@@ -129,6 +128,8 @@ type MiniBatch struct {
 	keys  []uint64
 	w     []float64
 	grad  []float64
+	pos   []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
+	base  int     // r.Offsets[lo] of the current batch
 	index *tasks.KeyIndex
 }
 
@@ -146,17 +147,20 @@ func NewMiniBatch(t Table) *MiniBatch {
 func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 	m.index.Reset()
 	m.keys = m.keys[:0]
-	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
-		if _, ok := m.index.Get(k); !ok {
-			m.index.Put(k, 0)
+	m.base = r.Offsets[lo]
+	occ := r.Keys[m.base:r.Offsets[hi]]
+	if cap(m.pos) < len(occ) {
+		m.pos = make([]int32, len(occ))
+	}
+	m.pos = m.pos[:len(occ)]
+	for j, k := range occ {
+		p, ok := m.index.Get(k)
+		if !ok {
+			p = int32(len(m.keys))
+			m.index.Put(k, p)
 			m.keys = append(m.keys, k)
 		}
-	}
-	// Sorted keys encode in fewer bytes, group by owner and chunk without
-	// sorting again, and walk the store in memory order.
-	slices.Sort(m.keys)
-	for i, k := range m.keys {
-		m.index.Put(k, int32(i))
+		m.pos[j] = p
 	}
 	m.w = grow(m.w, len(m.keys))
 	return m.t.Get(m.keys, m.w)
@@ -190,11 +194,12 @@ func LogLoss(z float64, y float64) float64 {
 	return -z + math.Log1p(math.Exp(z))
 }
 
-func (m *MiniBatch) margin(keys []uint64, vals []float64) float64 {
+// margin is w.x of the record whose features are r's [a, b).
+func (m *MiniBatch) margin(a int, vals []float64) float64 {
 	z := 0.0
-	for j, k := range keys {
-		p, _ := m.index.Get(k)
-		z += m.w[p] * vals[j]
+	pos := m.pos[a-m.base:]
+	for j, v := range vals {
+		z += m.w[pos[j]] * v
 	}
 	return z
 }
@@ -210,21 +215,21 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	var st Stats
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
-		keys, vals := r.Keys[a:b], r.Vals[a:b]
+		vals := r.Vals[a:b]
 		y := 0.0
 		if r.Labels[i] > 0 {
 			y = 1
 		}
-		z := m.margin(keys, vals)
+		z := m.margin(a, vals)
 		st.N++
 		st.LossSum += LogLoss(z, y)
 		if (z > 0) == (y == 1) {
 			st.Correct++
 		}
 		g := Sigmoid(z) - y
-		for j, k := range keys {
-			p, _ := m.index.Get(k)
-			m.grad[p] += g * vals[j]
+		pos := m.pos[a-m.base:]
+		for j, v := range vals {
+			m.grad[pos[j]] += g * v
 		}
 	}
 	scale := -lr / float64(hi-lo)
@@ -246,7 +251,7 @@ func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
 		if r.Labels[i] > 0 {
 			y = 1
 		}
-		z := m.margin(r.Keys[a:b], r.Vals[a:b])
+		z := m.margin(a, r.Vals[a:b])
 		st.N++
 		st.LossSum += LogLoss(z, y)
 		if (z > 0) == (y == 1) {
