@@ -59,8 +59,8 @@ func NewStore(spec TableSpec, dir Directory, shard int) Store {
 }
 
 const (
-	stripeBits  = 4
-	numStripes  = 1 << stripeBits
+	stripeBits = 4
+	numStripes = 1 << stripeBits
 )
 
 type float interface{ ~float32 | ~float64 }
