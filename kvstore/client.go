@@ -246,7 +246,7 @@ func (c *Client) receive(p *pending) error {
 	if err1 != nil || err2 != nil || seq != p.seq || idx >= len(p.parts) {
 		return nil
 	}
-	if err := DecodeMessage(msg.Data, &c.reply); err != nil {
+	if err := DecodeRaw(msg.Data, &c.reply); err != nil {
 		return err
 	}
 	if c.reply.Op == OpError {
@@ -254,25 +254,32 @@ func (c *Client) receive(p *pending) error {
 	}
 	p.left--
 	p.note(c.reply.Clock)
-	return c.scatter(p.parts[idx], c.reply.Vals)
+	return c.scatter(p.parts[idx], c.reply.Raw, c.reply.DType)
 }
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
 
-func (c *Client) scatter(pt part, vals []float64) error {
+// scatter converts a reply's raw values straight into their place in the
+// read's destination: one pass over the bytes, no intermediate slice.
+func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
+	size := 8
+	if dtype == Float32 {
+		size = 4
+	}
+	n := len(raw) / size
 	if pt.pos == nil {
-		if len(vals) != pt.n {
+		if n != pt.n {
 			return errShortReply
 		}
-		copy(c.out[pt.off:pt.off+pt.n], vals)
+		RawInto(c.out[pt.off:pt.off+pt.n], raw, dtype)
 		return nil
 	}
 	w := c.width
-	if len(vals) != len(pt.pos)*w {
+	if n != len(pt.pos)*w {
 		return errShortReply
 	}
 	for i, p := range pt.pos {
-		copy(c.out[int(p)*w:int(p+1)*w], vals[i*w:(i+1)*w])
+		RawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
 	}
 	return nil
 }

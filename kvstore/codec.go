@@ -48,6 +48,10 @@ type Message struct {
 	DType  DType     // how Vals travel: Float32 -> 4 bytes LE each, otherwise 8 bytes LE
 	Vals   []float64 // values (Add/AddRange/Set/Reply)
 	Err    string    // OpError
+	// Raw, when set instead of Vals, holds the values already encoded in
+	// DType (little-endian): AppendMessage copies it as is. DecodeRaw
+	// leaves values there (a slice of the input) instead of converting.
+	Raw []byte
 }
 
 // ErrCodec is wrapped by every decoding error.
@@ -94,7 +98,7 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	if m.First != 0 || m.N != 0 {
 		flags |= flagRange
 	}
-	if len(m.Vals) > 0 {
+	if len(m.Vals) > 0 || len(m.Raw) > 0 {
 		flags |= flagVals
 	}
 	if m.Err != "" {
@@ -121,7 +125,14 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		dst = binary.AppendUvarint(dst, m.First)
 		dst = binary.AppendUvarint(dst, uint64(m.N))
 	}
-	if flags&flagVals != 0 {
+	if flags&flagVals != 0 && len(m.Raw) > 0 {
+		size := 8
+		if dt == 1 {
+			size = 4
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(m.Raw)/size))
+		dst = append(dst, m.Raw[:len(m.Raw)/size*size]...)
+	} else if flags&flagVals != 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Vals)))
 		if dt == 1 {
 			dst = growBytes(dst, 4*len(m.Vals))
@@ -197,7 +208,28 @@ func MaxKeysPerMessage(maxPayload int, width int, dtype DType) int {
 // m.Task/m.Table when unchanged). It never panics; errors wrap ErrCodec.
 // Counts are checked against the remaining bytes before anything is
 // allocated, so a garbage length cannot cause a huge allocation.
-func DecodeMessage(b []byte, m *Message) error {
+func DecodeMessage(b []byte, m *Message) error { return decodeMessage(b, m, false) }
+
+// DecodeRaw is DecodeMessage leaving the values encoded in m.Raw (a slice
+// of b, valid while b is) for the caller to convert where they belong.
+func DecodeRaw(b []byte, m *Message) error { return decodeMessage(b, m, true) }
+
+// RawInto converts raw values encoded in dtype into out (len(out) values).
+func RawInto(out []float64, raw []byte, dtype DType) {
+	if dtype == Float32 {
+		raw = raw[:4*len(out)]
+		for i := range out {
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+		}
+		return
+	}
+	raw = raw[:8*len(out)]
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+	}
+}
+
+func decodeMessage(b []byte, m *Message, raw bool) error {
 	d := decoder{b: b}
 	if len(b) < 4 {
 		return fmt.Errorf("%w: truncated header (%d bytes)", ErrCodec, len(b))
@@ -246,7 +278,7 @@ func DecodeMessage(b []byte, m *Message) error {
 			d.fail("range flag with empty range")
 		}
 	}
-	m.Vals = m.Vals[:0]
+	m.Vals, m.Raw = m.Vals[:0], nil
 	if flags&flagVals != 0 {
 		size := 8
 		if dt == 1 {
@@ -256,7 +288,10 @@ func DecodeMessage(b []byte, m *Message) error {
 		if d.err == nil && n == 0 {
 			d.fail("vals flag with zero values")
 		}
-		if d.err == nil {
+		if d.err == nil && raw {
+			m.Raw = d.b[d.i : d.i+n*size]
+			d.i += n * size
+		} else if d.err == nil {
 			m.Vals = grow(m.Vals, n)
 			src := d.b[d.i : d.i+n*size]
 			if size == 4 {
@@ -282,7 +317,7 @@ func DecodeMessage(b []byte, m *Message) error {
 		d.fail("%d trailing bytes", len(b)-d.i)
 	}
 	if d.err != nil {
-		m.Keys, m.Vals = m.Keys[:0], m.Vals[:0]
+		m.Keys, m.Vals, m.Raw = m.Keys[:0], m.Vals[:0], nil
 	}
 	return d.err
 }

@@ -28,6 +28,8 @@ type Server struct {
 	msg Message   // reused by the handler goroutine
 	out []byte    // reused by the handler goroutine
 	tmp []float64 // reused by the handler goroutine for reads answered at once
+	raw  []byte    // reused by answer for values encoded from storage
+	conv []float64 // reused for decoded request values
 }
 
 type hostedTask struct {
@@ -199,7 +201,9 @@ func (t *hostedTask) closeGates(err error) {
 
 func (s *Server) handle(msg *nats.Msg) {
 	m := &s.msg
-	if err := DecodeMessage(msg.Data, m); err != nil {
+	// Values stay encoded until an op needs them (range adds apply them
+	// straight from the bytes).
+	if err := DecodeRaw(msg.Data, m); err != nil {
 		s.fail(msg.Reply, err)
 		return
 	}
@@ -220,6 +224,7 @@ func (s *Server) handle(msg *nats.Msg) {
 	}
 	switch m.Op {
 	case OpAdd:
+		s.vals(m)
 		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
 			s.fail(msg.Reply, fmt.Errorf("kvstore: add to %q: %d values for %d keys of width %d", m.Table, len(m.Vals), len(m.Keys), ht.spec.Width))
 			return
@@ -227,13 +232,17 @@ func (s *Server) handle(msg *nats.Msg) {
 		ht.store.Add(m.Keys, m.Vals)
 		s.ack(msg.Reply)
 	case OpAddRange:
-		if len(m.Vals) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
+		if rawLen(m) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
 			s.fail(msg.Reply, fmt.Errorf("kvstore: add_range to %q: bad range or values", m.Table))
 			return
 		}
-		ht.store.AddRange(m.First, int(m.N), m.Vals)
+		if ra, ok := ht.store.(rawAdder); !ok || !ra.AddRangeRaw(m.First, int(m.N), m.Raw, m.DType) {
+			s.vals(m)
+			ht.store.AddRange(m.First, int(m.N), m.Vals)
+		}
 		s.ack(msg.Reply)
 	case OpSet:
+		s.vals(m)
 		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
 			s.fail(msg.Reply, fmt.Errorf("kvstore: set on %q: %d values for %d keys", m.Table, len(m.Vals), len(m.Keys)))
 			return
@@ -241,6 +250,7 @@ func (s *Server) handle(msg *nats.Msg) {
 		ht.store.Set(m.Keys, m.Vals)
 		s.ack(msg.Reply)
 	case OpSetRange:
+		s.vals(m)
 		if len(m.Vals) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
 			s.fail(msg.Reply, fmt.Errorf("kvstore: set_range on %q: bad range or values", m.Table))
 			return
@@ -264,6 +274,22 @@ func (s *Server) handle(msg *nats.Msg) {
 	}
 }
 
+// vals converts m's raw values into m.Vals (handler goroutine only).
+func (s *Server) vals(m *Message) {
+	n := rawLen(m)
+	s.conv = grow(s.conv, n)
+	RawInto(s.conv, m.Raw, m.DType)
+	m.Vals = s.conv
+}
+
+// rawLen is the number of values m.Raw holds.
+func rawLen(m *Message) int {
+	if m.DType == Float32 {
+		return len(m.Raw) / 4
+	}
+	return len(m.Raw) / 8
+}
+
 func (s *Server) gateOf(t *hostedTask, stage int32) *Gate {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -283,7 +309,7 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 		g = s.gateOf(t, m.Stage)
 	}
 	if g == nil {
-		s.out, s.tmp = s.answer(s.out[:0], s.tmp, ht, m.Op, m.Keys, m.First, int(m.N), -1)
+		s.out, s.tmp, s.raw = s.answer(s.out[:0], s.tmp, s.raw, ht, m.Op, m.Keys, m.First, int(m.N), -1)
 		s.nc.Publish(reply, s.out)
 		return
 	}
@@ -295,7 +321,8 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 			s.nc.Publish(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
 			return
 		}
-		out, _ := s.answer(nil, nil, ht, op, keys, first, n, g.MinClock())
+		// Another goroutine may run this: no shared scratch buffers.
+		out, _, _ := s.answer(nil, nil, nil, ht, op, keys, first, n, g.MinClock())
 		s.nc.Publish(reply, out)
 	})
 }
@@ -304,7 +331,20 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 // stage's minimum clock read before the values (-1 without a gate): the
 // values reflect every Add of the iterations below it, which is what a
 // worker-side cache needs to know how long it may serve them.
-func (s *Server) answer(dst []byte, vals []float64, ht *hostedTable, op Op, keys []uint64, first uint64, n int, minClock int64) ([]byte, []float64) {
+func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable, op Op, keys []uint64, first uint64, n int, minClock int64) ([]byte, []float64, []byte) {
+	if ra, ok := ht.store.(rawAppender); ok {
+		// Encode straight from the shard's storage.
+		raw = raw[:0]
+		done := true
+		if op == OpGetRange {
+			raw, done = ra.AppendRangeRaw(raw, first, n)
+		} else {
+			raw = ra.AppendRaw(raw, keys)
+		}
+		if done {
+			return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Raw: raw}), vals, raw
+		}
+	}
 	count := len(keys)
 	if op == OpGetRange {
 		count = n
@@ -319,7 +359,7 @@ func (s *Server) answer(dst []byte, vals []float64, ht *hostedTable, op Op, keys
 	} else {
 		ht.store.Get(keys, vals)
 	}
-	return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals
+	return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals, raw
 }
 
 func (s *Server) ack(reply string) {

@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"slices"
@@ -585,4 +586,76 @@ func add[T float](p *T, d float64) {
 			return
 		}
 	}
+}
+
+// rawAppender is implemented by stores that can encode values straight
+// from their storage in their own dtype, little-endian, as the codec sends
+// them (no float64 round trip).
+type rawAppender interface {
+	AppendRaw(dst []byte, keys []uint64) []byte
+	AppendRangeRaw(dst []byte, first uint64, n int) ([]byte, bool)
+}
+
+func appendValue[T float](dst []byte, p *T) []byte {
+	if unsafe.Sizeof(*p) == 4 {
+		return binary.LittleEndian.AppendUint32(dst, atomic.LoadUint32((*uint32)(unsafe.Pointer(p))))
+	}
+	return binary.LittleEndian.AppendUint64(dst, atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
+}
+
+func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
+	w := uint64(d.width)
+	var zero T
+	var missing [8]byte
+	for _, k := range keys {
+		l, ok := d.local(k)
+		for c := uint64(0); c < w; c++ {
+			if ok {
+				dst = appendValue(dst, &d.vals[l*w+c])
+			} else {
+				dst = append(dst, missing[:unsafe.Sizeof(zero)]...)
+			}
+		}
+	}
+	return dst
+}
+
+func (d *dense[T]) AppendRangeRaw(dst []byte, first uint64, n int) ([]byte, bool) {
+	if !d.inRange(first, n) {
+		return dst, false
+	}
+	w := uint64(d.width)
+	lo := first - d.lo
+	src := d.vals[lo*w : (lo+uint64(n))*w]
+	for i := range src {
+		dst = appendValue(dst, &src[i])
+	}
+	return dst, true
+}
+
+// rawAdder is implemented by stores that add values straight from their
+// wire encoding (no float64 buffer in between).
+type rawAdder interface {
+	AddRangeRaw(first uint64, n int, raw []byte, dtype DType) bool
+}
+
+func (d *dense[T]) AddRangeRaw(first uint64, n int, raw []byte, dtype DType) bool {
+	if !d.inRange(first, n) {
+		return false
+	}
+	w := uint64(d.width)
+	lo := first - d.lo
+	dst := d.vals[lo*w : (lo+uint64(n))*w]
+	if dtype == Float32 {
+		raw = raw[:4*len(dst)]
+		for i := range dst {
+			add(&dst[i], float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))))
+		}
+		return true
+	}
+	raw = raw[:8*len(dst)]
+	for i := range dst {
+		add(&dst[i], math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:])))
+	}
+	return true
 }
