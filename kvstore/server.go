@@ -24,10 +24,10 @@ type Server struct {
 	mu    sync.RWMutex
 	tasks map[string]*hostedTask
 
-	sub *nats.Subscription
-	msg Message   // reused by the handler goroutine
-	out []byte    // reused by the handler goroutine
-	tmp []float64 // reused by the handler goroutine for reads answered at once
+	sub  *nats.Subscription
+	msg  Message   // reused by the handler goroutine
+	out  []byte    // reused by the handler goroutine
+	tmp  []float64 // reused by the handler goroutine for reads answered at once
 	raw  []byte    // reused by answer for values encoded from storage
 	conv []float64 // reused for decoded request values
 }
