@@ -205,6 +205,22 @@ func (w *worker) readMetrics() map[string]float64 {
 		m["read_blocks"] += float64(p.Blocks)
 		m["bad_lines"] += float64(p.BadLines)
 	}
+	// Time this worker's reads were held back by the consistency model:
+	// by the in-process gate of a one-slave stage, or by this slave's
+	// shard gate (reads of remote shards wait on their hosts' gates,
+	// which show up as round-trip time instead).
+	var g *kvstore.Gate
+	if w.local != nil {
+		g = w.local.gate
+	} else if w.s.kv != nil {
+		g = w.s.kv.Gate(w.req.Task, int32(w.req.Stage))
+	}
+	if g != nil {
+		reads, waits, blocked := g.Stats(w.rank)
+		m["consistency_reads"] = float64(reads)
+		m["consistency_waits"] = float64(waits)
+		m["blocked_seconds"] = blocked.Seconds()
+	}
 	for _, c := range w.caches {
 		st := c.Stats()
 		m["cache_hits"] += float64(st.Hits)

@@ -157,6 +157,10 @@ func (p *Printer) Summary(s proto.TaskStatus) {
 					w.Rank, w.Slave, bytesHuman(float64(w.ReadBytes)), bytesHuman(float64(w.LocalBytes)), w.Blocks, w.Cached, w.WaitSecs)
 			}
 		}
+		if reads := r.Metrics["consistency_reads"]; reads > 0 {
+			fmt.Fprintf(p.Out, "      consistency: %.0f of %.0f gated reads waited, %.2fs blocked in total\n",
+				r.Metrics["consistency_waits"], reads, r.Metrics["blocked_seconds"])
+		}
 		if h, ms := r.Metrics["cache_hits"], r.Metrics["cache_misses"]; h+ms > 0 {
 			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions)\n",
 				100*h/(h+ms), h, ms, r.Metrics["cache_stale"], r.Metrics["cache_evictions"])

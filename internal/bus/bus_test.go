@@ -1,0 +1,90 @@
+package bus_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func closedPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}
+
+func TestEmbeddedInProcessAndTCP(t *testing.T) {
+	for _, listen := range []string{"", fmt.Sprintf("127.0.0.1:%d", closedPort(t))} {
+		srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nc *nats.Conn
+		if listen == "" {
+			if srv.URL() != "" {
+				t.Fatalf("in-process server has a URL %q", srv.URL())
+			}
+			nc, err = srv.Connect(bus.Options{Name: "t"})
+		} else {
+			nc, err = bus.Connect(bus.Options{URL: srv.URL()})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, _ := nc.Subscribe("x", func(m *nats.Msg) { m.Respond(append([]byte("re:"), m.Data...)) })
+		msg, err := nc.Request("x", []byte("hi"), time.Second)
+		if err != nil || string(msg.Data) != "re:hi" {
+			t.Fatalf("request: %v %v", err, msg)
+		}
+		sub.Unsubscribe()
+		nc.Close()
+		srv.Shutdown()
+	}
+}
+
+func TestConnectUnreachableNamesURL(t *testing.T) {
+	url := fmt.Sprintf("nats://127.0.0.1:%d", closedPort(t))
+	start := time.Now()
+	_, err := bus.Connect(bus.Options{URL: url})
+	if !errors.Is(err, bus.ErrUnreachable) || !strings.Contains(err.Error(), url) {
+		t.Fatalf("err = %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("took too long to fail")
+	}
+}
+
+func TestAuthRequired(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: fmt.Sprintf("127.0.0.1:%d", closedPort(t)), User: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	if _, err := bus.Connect(bus.Options{URL: srv.URL()}); err == nil {
+		t.Fatal("connected without credentials")
+	}
+	nc, err := bus.Connect(bus.Options{URL: srv.URL(), User: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+}
+
+func TestSubjects(t *testing.T) {
+	s := bus.For("c1")
+	if s.SlaveKV("s") != "flexps.c1.slave.s.kv" || s.Join() != "flexps.c1.master.join" || bus.For("").Prefix != "flexps.default" {
+		t.Fatal(s)
+	}
+}
