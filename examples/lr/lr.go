@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
@@ -71,6 +72,7 @@ func SGD(info *tasks.Info) error {
 	}
 	test, _ := info.Input(cfg.Test) // optional
 	m := NewMiniBatch(w)
+	m.SortKeys = info.WorkerKind == tasks.KindLocal
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
@@ -131,6 +133,10 @@ type MiniBatch struct {
 	pos   []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
 	base  int     // r.Offsets[lo] of the current batch
 	index *tasks.KeyIndex
+	// SortKeys sorts each batch's keys before the Get: chunk-locked local
+	// tables then take each chunk lock once without sorting twice per
+	// batch themselves.
+	SortKeys bool
 }
 
 // NewMiniBatch prepares buffers for table t.
@@ -161,6 +167,15 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 			m.keys = append(m.keys, k)
 		}
 		m.pos[j] = p
+	}
+	if m.SortKeys {
+		slices.Sort(m.keys)
+		for i, k := range m.keys {
+			m.index.Put(k, int32(i))
+		}
+		for j, k := range occ {
+			m.pos[j], _ = m.index.Get(k)
+		}
 	}
 	m.w = grow(m.w, len(m.keys))
 	return m.t.Get(m.keys, m.w)
