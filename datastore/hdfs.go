@@ -618,6 +618,14 @@ func (w *hdfsWriter) Write(b []byte) (int, error) {
 	return n, w.err
 }
 
+// Abort discards what was written: the final name is never created.
+func (w *hdfsWriter) Abort() {
+	if w.err == nil {
+		w.err = fmt.Errorf("write to %s aborted", w.url)
+	}
+	w.Close()
+}
+
 func (w *hdfsWriter) Close() error {
 	if w.closed {
 		return w.err

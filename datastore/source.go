@@ -80,9 +80,28 @@ func (s *Sources) Close() error {
 	return nil
 }
 
+// Aborter is implemented by writers from Create: Abort discards what was
+// written, leaving nothing under the final name.
+type Aborter interface{ Abort() }
+
+// Abort closes w without publishing it when it supports that.
+func Abort(w io.WriteCloser) {
+	if a, ok := w.(Aborter); ok {
+		a.Abort()
+		return
+	}
+	w.Close()
+}
+
 type atomicFile struct {
 	*os.File
 	final string
+}
+
+// Abort removes the temporary file.
+func (f *atomicFile) Abort() {
+	f.File.Close()
+	os.Remove(f.Name())
 }
 
 func (f *atomicFile) Close() error {

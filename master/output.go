@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
@@ -54,7 +55,7 @@ func (t *taskRun) writeOutput() error {
 		return fmt.Errorf("output: %w", err)
 	}
 	if _, err := model.WriteTo(w); err != nil {
-		w.Close()
+		datastore.Abort(w)
 		return fmt.Errorf("output %s: %w", t.spec.Output, err)
 	}
 	if err := w.Close(); err != nil {
