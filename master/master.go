@@ -245,7 +245,9 @@ func (m *Master) onSubmit(msg *nats.Msg) {
 		return
 	}
 	// Listing inputs may take a while (HDFS); do not hold up the handler.
+	m.wg.Add(1)
 	go func() {
+		defer m.wg.Done()
 		id, err := m.Submit(m.ctx, &req.Task)
 		if err != nil {
 			reply(msg, proto.SubmitReply{Error: err.Error()})
