@@ -36,7 +36,7 @@ type Config struct {
 	KVTimeout     time.Duration // data-plane round trip; default 60s
 	KVWindow      int           // unacknowledged Adds per worker; default 64
 	ReadBuffer    int64         // AsyncReader buffer per worker and input, bytes; default 64 MiB
-	ReadProducers int           // AsyncReader producers per worker and input; default 1
+	ReadProducers int           // AsyncReader producers per worker and input; default 2
 	ProgressEvery time.Duration // progress report interval; default 250ms
 	DataCache     int64         // bytes of parsed input blocks kept for later epochs; default 1 GiB, <0 disables
 	HDFS          datastore.HDFSConfig
@@ -66,7 +66,7 @@ func (c *Config) defaults() {
 		c.ReadBuffer = datastore.DefaultBufferBytes
 	}
 	if c.ReadProducers <= 0 {
-		c.ReadProducers = 1
+		c.ReadProducers = 2 // parse the next block while one is read
 	}
 	if c.DataCache == 0 {
 		c.DataCache = 1 << 30
