@@ -220,6 +220,9 @@ func (c *Client) receive(p *pending) error {
 			return fmt.Errorf("%w: no answer from %s within %v", ErrTimeout, who, c.cfg.Timeout)
 		}
 		if errors.Is(err, nats.ErrNoResponders) {
+			if gone := c.goneHosts(); len(gone) > 0 {
+				return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV subject any more", strings.Join(gone, ", slave "))
+			}
 			return fmt.Errorf("kvstore: a shard host is not serving its KV subject (slave gone?): %w", err)
 		}
 		return fmt.Errorf("kvstore: reply inbox: %w", err)
@@ -258,6 +261,24 @@ func (c *Client) receive(p *pending) error {
 }
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
+
+// goneHosts names the shard hosts nobody answers for any more. NATS drops
+// a no-responders status without saying for which subject, so each remote
+// host is asked once (a read of no keys, without side effects).
+func (c *Client) goneHosts() []string {
+	ping := AppendMessage(nil, &Message{Op: OpGetRange, Task: c.cfg.Task, Worker: -1})
+	var gone []string
+	for _, h := range c.cfg.Hosts {
+		if h == c.cfg.Self {
+			continue
+		}
+		_, err := c.cfg.Conn.Request(c.cfg.KVSubject(h), ping, time.Second)
+		if errors.Is(err, nats.ErrNoResponders) {
+			gone = append(gone, h)
+		}
+	}
+	return gone
+}
 
 // scatter converts a reply's raw values straight into their place in the
 // read's destination: one pass over the bytes, no intermediate slice.

@@ -3,6 +3,7 @@ package kvstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -335,5 +336,16 @@ func BenchmarkClientGetRemote(b *testing.B) {
 		if err := tc.Add(keys, out); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestClientNamesAGoneSlave(t *testing.T) {
+	spec := kvstore.TableSpec{Name: "w", Size: 10}.WithDefaults()
+	c := newCluster(t, 2, spec)
+	tc := c.table(c.client(0, 0, 0, asp), spec)
+	c.servers[1].Close() // slave s1 stops serving
+	err := tc.Get([]uint64{9}, make([]float64, 1))
+	if err == nil || !strings.Contains(err.Error(), "slave s1 died or left") {
+		t.Fatalf("err = %v", err)
 	}
 }

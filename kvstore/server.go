@@ -78,6 +78,7 @@ func NewServer(nc *nats.Conn, subject string, log zerolog.Logger) (*Server, erro
 // Close stops serving and fails every pending read.
 func (s *Server) Close() error {
 	err := s.sub.Unsubscribe()
+	s.nc.Flush() // from now on requests get "no responders", not silence
 	s.mu.Lock()
 	for id, t := range s.tasks {
 		t.closeGates(errors.New("kvstore: server closed"))
