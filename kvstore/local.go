@@ -113,15 +113,22 @@ func (t *LocalTable) apply(op localOp, k uint64, v []float64) {
 		return
 	}
 	w := t.width
+	if w == 1 { // the common case: no slicing, no memmove call
+		switch op {
+		case opGet:
+			v[0] = t.vals[k]
+		case opAdd:
+			t.vals[k] += v[0]
+		case opSet:
+			t.vals[k] = v[0]
+		}
+		return
+	}
 	row := t.vals[int(k)*w:][:w]
 	switch op {
 	case opGet:
 		copy(v, row)
 	case opAdd:
-		if w == 1 {
-			row[0] += v[0]
-			return
-		}
 		for c := range row {
 			row[c] += v[c]
 		}
