@@ -95,9 +95,7 @@ func init() {
 		return info.Ctx.Err()
 	})
 	tasks.Register("test.panic", func(info *tasks.Info) error {
-		var m map[string]int
-		m["x"]++
-		return nil
+		panic("a bug in user code")
 	})
 	tasks.Register("test.slow", func(info *tasks.Info) error {
 		slowStarted.Add(1)

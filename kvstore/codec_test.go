@@ -44,7 +44,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"finish", Message{Op: OpFinish, Worker: 3}},
 		{"reply", Message{Op: OpReply, DType: Float64, Vals: []float64{3}}},
 		{"error", Message{Op: OpError, Err: "shard moved"}},
-		{"set", Message{Op: OpSet, Table: "ü", Keys: []uint64{9}, Vals: []float64{-0.0}, DType: Float64, Width: 1}},
+		{"set", Message{Op: OpSet, Table: "ü", Keys: []uint64{9}, Vals: []float64{math.Copysign(0, -1)}, DType: Float64, Width: 1}},
 		{"no dtype", Message{Op: OpReply, Vals: []float64{1.25}}},
 	}
 	for _, tt := range tests {

@@ -20,7 +20,6 @@ type TableClient struct {
 	g       Grouper
 	buf     []float64
 	spans   []span
-	keys    []uint64
 }
 
 type span struct {

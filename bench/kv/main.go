@@ -126,12 +126,6 @@ type row struct {
 	Target    float64 `json:"target,omitempty"` // the ratio the project aims for
 }
 
-// table is a table declaration with its placement and key batches.
-type table struct {
-	spec    kvstore.TableSpec
-	storage string
-	keys    [][]uint64 // per batch size: nbatch batches of distinct sorted keys, concatenated views
-}
 
 // nbatch precomputed batches are cycled through so key generation stays
 // out of the timed loops.
