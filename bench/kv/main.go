@@ -126,7 +126,6 @@ type row struct {
 	Target    float64 `json:"target,omitempty"` // the ratio the project aims for
 }
 
-
 // nbatch precomputed batches are cycled through so key generation stays
 // out of the timed loops.
 const (
