@@ -42,13 +42,13 @@ func (p *Printer) Event(ev proto.TaskEvent) {
 		if s.State != proto.Running {
 			return
 		}
-		desc := fmt.Sprintf("%s stage %d/%d %-10s epoch %d  %s samples/s  loss %.4f", s.Name, s.Stage+1, s.Stages, s.StageName,
-			s.Progress.Epoch+1, human(s.Progress.SamplesPerSec), s.Progress.Loss)
+		desc := fmt.Sprintf("%s stage %d/%d %-10s epoch %d  %s samples  %s samples/s  loss %.4f", s.Name, s.Stage+1, s.Stages, s.StageName,
+			s.Progress.Epoch+1, human(float64(s.Progress.Samples)), human(s.Progress.SamplesPerSec), s.Progress.Loss)
 		if p.TTY {
 			if p.bar == nil || p.lastStage != s.Stage {
 				p.finishBar()
 				p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(p.Progress), progressbar.OptionSpinnerType(14),
-					progressbar.OptionShowCount(), progressbar.OptionSetItsString("samples"), progressbar.OptionShowIts(),
+					// the description carries the samples and the real samples/s
 					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 				p.lastStage = s.Stage
 			}
