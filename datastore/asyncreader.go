@@ -183,6 +183,18 @@ func (r *AsyncReader) produce() {
 	}
 }
 
+// waitLocked releases r.mu until the reader's state changes or it stops;
+// r.mu is held on entry and on return.
+func (r *AsyncReader) waitLocked() {
+	ch := r.changed
+	r.mu.Unlock()
+	select {
+	case <-ch:
+	case <-r.ctx.Done():
+	}
+	r.mu.Lock()
+}
+
 // reserveBlock waits until fewer than MaxAheadBlocks blocks are ahead of
 // the consumer and counts one more; false when the reader is stopping.
 func (r *AsyncReader) reserveBlock() bool {
@@ -192,13 +204,7 @@ func (r *AsyncReader) reserveBlock() bool {
 		if r.ctx.Err() != nil {
 			return false
 		}
-		ch := r.changed
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.ctx.Done():
-		}
-		r.mu.Lock()
+		r.waitLocked()
 	}
 	if r.ctx.Err() != nil {
 		return false
@@ -252,18 +258,12 @@ func (r *AsyncReader) put(rec *Records) error {
 			r.mu.Unlock()
 			return nil
 		}
-		ch := r.changed
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.ctx.Done():
-		}
-		r.mu.Lock()
+		r.waitLocked()
 	}
 }
 
 // Next returns the next batch, io.EOF after the last one, or the first
-// error. The batch belongs to the caller and is read-only if a Cache may
+// error. The batch belongs to the caller and is read-only if the BlockCache may
 // replay it.
 func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 	var waited time.Duration

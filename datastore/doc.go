@@ -9,6 +9,6 @@
 // to exactly one block: a block that does not start a file skips the partial
 // line it starts in, and a block reads through the line that straddles its
 // end. The AsyncReader prefetches blocks into a buffer bounded in bytes while
-// workers consume, and the DataStore keeps parsed records for later epochs
+// workers consume, and a slave's BlockCache keeps parsed blocks for later epochs
 // when they fit in a memory budget.
 package datastore

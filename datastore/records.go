@@ -2,7 +2,7 @@ package datastore
 
 import "fmt"
 
-// Records are read-only once handed out: the Cache replays the same batches
+// Records are read-only once handed out: the BlockCache replays the same batches
 // to every later epoch, so consumers must not modify them.
 
 // Len returns the number of records.

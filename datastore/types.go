@@ -163,8 +163,15 @@ type PassStats struct {
 	ParseTime time.Duration
 	// PeakBuffered is the largest number of parsed bytes the buffer held.
 	PeakBuffered int64
-	// FromCache is set for a pass replayed from the Cache.
-	FromCache bool
 	// CachedBlocks counts blocks replayed from the BlockCache (not read).
 	CachedBlocks int64
+}
+
+// Pass is one pass (epoch) over a worker's share of an input: batches of
+// records until io.EOF. *AsyncReader implements it. Records are read-only
+// (they may be replayed from the BlockCache in later epochs).
+type Pass interface {
+	Next(ctx context.Context) (*Records, error)
+	Close() error
+	Stats() PassStats
 }

@@ -125,9 +125,6 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	return l, nil
 }
 
-// Master returns the local master.
-func (l *Local) Master() *master.Master { return l.master }
-
 // Close stops everything in reverse order.
 func (l *Local) Close() {
 	for _, s := range l.slaves {

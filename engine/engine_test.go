@@ -150,12 +150,7 @@ func startLocal(t *testing.T, slaves, slots int) *engine.Local {
 
 func readModel(t *testing.T, path string) *tasks.Model {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := tasks.ReadModel(f)
+	m, err := tasks.LoadModel(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -255,7 +255,7 @@ func (t *TableClient) AddChunk(chunks []uint64, deltas []float64) error {
 	if err := t.chunkSpans(chunks, deltas); err != nil {
 		return err
 	}
-	return t.addSpans(deltas)
+	return t.writeSpans(OpAddRange, deltas)
 }
 
 // GetRange reads keys first..first+n-1.
@@ -271,7 +271,7 @@ func (t *TableClient) AddRange(first uint64, n int, deltas []float64) error {
 	if err := t.rangeSpans(first, n, deltas); err != nil {
 		return err
 	}
-	return t.addSpans(deltas)
+	return t.writeSpans(OpAddRange, deltas)
 }
 
 func (t *TableClient) chunkSpans(chunks []uint64, vals []float64) error {
@@ -354,7 +354,9 @@ func (t *TableClient) getSpans(out []float64) error {
 	return t.wait(p)
 }
 
-func (t *TableClient) addSpans(deltas []float64) error {
+// writeSpans applies vals to t.spans with op (OpAddRange or OpSetRange):
+// local shards directly, remote ones in acknowledged messages.
+func (t *TableClient) writeSpans(op Op, vals []float64) error {
 	c := t.c
 	if c.err != nil {
 		return c.err
@@ -362,14 +364,19 @@ func (t *TableClient) addSpans(deltas []float64) error {
 	w := t.spec.Width
 	for _, sp := range t.spans {
 		if st := t.local[sp.shard]; st != nil {
-			st.AddRange(sp.first, sp.n, deltas[sp.off*w:(sp.off+sp.n)*w])
+			v := vals[sp.off*w : (sp.off+sp.n)*w]
+			if op == OpSetRange {
+				st.SetRange(sp.first, sp.n, v)
+			} else {
+				st.AddRange(sp.first, sp.n, v)
+			}
 			c.stats.LocalKeys += int64(sp.n)
 			continue
 		}
 		for i := 0; i < sp.n; i += t.maxKeys {
 			m := min(t.maxKeys, sp.n-i)
-			c.msg = Message{Op: OpAddRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
-				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: deltas[(sp.off+i)*w : (sp.off+i+m)*w]}
+			c.msg = Message{Op: op, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: vals[(sp.off+i)*w : (sp.off+i+m)*w]}
 			if err := c.publishAcked(t.hosts[sp.shard]); err != nil {
 				return err
 			}
@@ -385,26 +392,7 @@ func (t *TableClient) SetRange(first uint64, n int, vals []float64) error {
 	if err := t.rangeSpans(first, n, vals); err != nil {
 		return err
 	}
-	c := t.c
-	if c.err != nil {
-		return c.err
-	}
-	w := t.spec.Width
-	for _, sp := range t.spans {
-		if st := t.local[sp.shard]; st != nil {
-			st.SetRange(sp.first, sp.n, vals[sp.off*w:(sp.off+sp.n)*w])
-			continue
-		}
-		for i := 0; i < sp.n; i += t.maxKeys {
-			m := min(t.maxKeys, sp.n-i)
-			c.msg = Message{Op: OpSetRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker,
-				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: vals[(sp.off+i)*w : (sp.off+i+m)*w]}
-			if err := c.publishAcked(t.hosts[sp.shard]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return t.writeSpans(OpSetRange, vals)
 }
 
 // Set overwrites keys (model load and direct transfer).

@@ -229,9 +229,6 @@ func (s *Slave) Close() {
 	s.sources.Close()
 }
 
-// Done is closed when the slave stops.
-func (s *Slave) Done() <-chan struct{} { return s.ctx.Done() }
-
 func (s *Slave) onCtl(msg *nats.Msg) {
 	var req proto.SlaveCtl
 	if err := json.Unmarshal(msg.Data, &req); err != nil {

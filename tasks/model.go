@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 
 	"github.com/flexps/flexps/kvstore"
 )
@@ -131,4 +132,18 @@ func ReadModel(r io.Reader) (*Model, error) {
 		}
 	}
 	return &m, nil
+}
+
+// LoadModel reads the model file at path.
+func LoadModel(path string) (*Model, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	defer f.Close()
+	m, err := ReadModel(f)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
+	return m, nil
 }

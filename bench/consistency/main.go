@@ -171,7 +171,7 @@ func run(o options) error {
 			Noise: o.noise, Seed: o.seed, TestPath: test, TestRows: o.testRows}); err != nil {
 			return err
 		}
-		testRecs, err := parseFile(ctx, test)
+		testRecs, err := jobrun.ReadAll(ctx, test, "libsvm")
 		if err != nil {
 			return err
 		}

@@ -190,12 +190,7 @@ func engineOnce(ctx context.Context, o options, d data, section, kind string, c 
 	if n := res.CacheHits + res.CacheMisses; n > 0 {
 		res.HitRate = res.CacheHits / n
 	}
-	f, err := os.Open(output)
-	if err != nil {
-		return res, fmt.Errorf("model: %w", err)
-	}
-	defer f.Close()
-	m, err := tasks.ReadModel(f)
+	m, err := tasks.LoadModel(output)
 	if err != nil {
 		return res, err
 	}
@@ -205,34 +200,6 @@ func engineOnce(ctx context.Context, o options, d data, section, kind string, c 
 	}
 	res.TestAccuracy, res.TestLogLoss = ev["accuracy"], ev["logloss"]
 	return res, nil
-}
-
-// parseFile reads a whole LIBSVM file (1-based ids, as the engine's input
-// defaults) into one Records.
-func parseFile(ctx context.Context, path string) (*datastore.Records, error) {
-	f, err := datastore.NewFormat("libsvm", datastore.DefaultFormatOptions())
-	if err != nil {
-		return nil, err
-	}
-	src := datastore.NewLocalSource()
-	blocks, err := src.Blocks(ctx, path, 8<<20)
-	if err != nil {
-		return nil, err
-	}
-	all := &datastore.Records{}
-	for _, b := range blocks {
-		_, err := datastore.ReadBlock(ctx, src, b, f, datastore.ReadOptions{}, func(r *datastore.Records) error {
-			for i := 0; i < r.Len(); i++ {
-				l, k, v := r.Row(i)
-				all.Append(l, k, v)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return all, nil
 }
 
 // reference is FlexPS's figure for a row, as the issue states it.

@@ -251,12 +251,7 @@ func engineSGD(ctx context.Context, o options, workers int, train, output string
 	if laterS > 0 {
 		res.LaterPerS = laterN / laterS
 	}
-	f, err := os.Open(output)
-	if err != nil {
-		return res, fmt.Errorf("model: %w", err)
-	}
-	defer f.Close()
-	m, err := tasks.ReadModel(f)
+	m, err := tasks.LoadModel(output)
 	if err != nil {
 		return res, err
 	}

@@ -93,12 +93,7 @@ func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 	if len(st.Results) == 2 {
 		r.placement = st.Results[1].Placement
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := tasks.ReadModel(f)
+	m, err := tasks.LoadModel(out)
 	if err != nil {
 		t.Fatal(err)
 	}

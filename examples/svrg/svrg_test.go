@@ -105,12 +105,7 @@ func objective(t *testing.T, st proto.TaskStatus, i int) float64 {
 
 func readModel(t *testing.T, path string) *tasks.Model {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := tasks.ReadModel(f)
+	m, err := tasks.LoadModel(path)
 	if err != nil {
 		t.Fatal(err)
 	}

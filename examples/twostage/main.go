@@ -136,12 +136,7 @@ func run(role, natsURL, dir string) error {
 	for _, r := range st.Results {
 		fmt.Printf("stage %d %-6s %d workers  %.2fs\n", r.Index, r.Name, r.Workers, r.Seconds)
 	}
-	f, err := os.Open(task.Output)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	model, err := tasks.ReadModel(f)
+	model, err := tasks.LoadModel(task.Output)
 	if err != nil {
 		return err
 	}

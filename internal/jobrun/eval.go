@@ -3,7 +3,6 @@ package jobrun
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -42,14 +41,9 @@ func ReadAll(ctx context.Context, path, format string) (*datastore.Records, erro
 // Evaluate scores the model file on data and returns a printable line.
 // A non-empty kind must match the model's.
 func Evaluate(ctx context.Context, modelPath, data, format, kind string) (string, error) {
-	f, err := os.Open(modelPath)
+	m, err := tasks.LoadModel(modelPath)
 	if err != nil {
-		return "", fmt.Errorf("model: %w", err)
-	}
-	defer f.Close()
-	m, err := tasks.ReadModel(f)
-	if err != nil {
-		return "", fmt.Errorf("model %s: %w", modelPath, err)
+		return "", err
 	}
 	if kind != "" && m.Kind != kind {
 		return "", fmt.Errorf("model %s is a %q model, not %q", modelPath, m.Kind, kind)
