@@ -9,13 +9,15 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 )
 
-// ErrTaskFailed is wrapped when a task ends failed or cancelled.
-var ErrTaskFailed = errors.New("task failed")
+// ErrTaskFailed is wrapped when a task ends failed or cancelled (the same
+// sentinel as status.ErrTaskFailed).
+var ErrTaskFailed = status.ErrTaskFailed
 
 // ErrNoMaster is wrapped when no master answers.
 var ErrNoMaster = errors.New("no master answered")
@@ -80,15 +82,15 @@ func (c *Client) Submit(ctx context.Context, t *tasks.MultiStageTask) (string, e
 }
 
 // Status asks the master for one task ("" for all) and the slaves.
-func (c *Client) Status(ctx context.Context, id string) (proto.StatusReply, error) {
+func (c *Client) Status(ctx context.Context, id string) (status.Cluster, error) {
 	var rep proto.StatusReply
 	if err := c.request(ctx, c.subj.Status(), proto.StatusRequest{ID: id}, &rep); err != nil {
-		return rep, err
+		return rep.Cluster, err
 	}
 	if rep.Error != "" {
-		return rep, errors.New(rep.Error)
+		return rep.Cluster, errors.New(rep.Error)
 	}
-	return rep, nil
+	return rep.Cluster, nil
 }
 
 // Cancel stops a task.
@@ -106,10 +108,10 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 // SubmitAndWait submits t and follows it to its end; fn (may be nil) sees
 // every event. A failed task returns its status and an error wrapping
 // ErrTaskFailed with the master's reason.
-func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn func(proto.TaskEvent)) (proto.TaskStatus, error) {
+func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn func(status.Event)) (status.Task, error) {
 	t.Normalize()
 	if err := t.Validate(); err != nil {
-		return proto.TaskStatus{}, err
+		return status.Task{}, err
 	}
 	if t.ID == "" {
 		t.ID = "t" + nuid.Next()[10:]
@@ -117,21 +119,21 @@ func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn 
 	// Subscribe before submitting so no event is missed.
 	f, err := c.follow(t.ID)
 	if err != nil {
-		return proto.TaskStatus{}, err
+		return status.Task{}, err
 	}
 	defer f.Unsubscribe()
 	id, err := c.Submit(ctx, t)
 	if err != nil {
-		return proto.TaskStatus{}, err
+		return status.Task{}, err
 	}
 	return c.wait(ctx, id, f, fn)
 }
 
 // Follow follows a submitted task to its end.
-func (c *Client) Follow(ctx context.Context, id string, fn func(proto.TaskEvent)) (proto.TaskStatus, error) {
+func (c *Client) Follow(ctx context.Context, id string, fn func(status.Event)) (status.Task, error) {
 	f, err := c.follow(id)
 	if err != nil {
-		return proto.TaskStatus{}, err
+		return status.Task{}, err
 	}
 	defer f.Unsubscribe()
 	return c.wait(ctx, id, f, fn)
@@ -146,17 +148,8 @@ func (c *Client) follow(id string) (*nats.Subscription, error) {
 	return sub, c.nc.Flush()
 }
 
-func finished(s proto.TaskStatus) bool {
-	return s.State == proto.Done || s.State == proto.Failed || s.State == proto.Cancelled
-}
-
-func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn func(proto.TaskEvent)) (proto.TaskStatus, error) {
-	end := func(s proto.TaskStatus) (proto.TaskStatus, error) {
-		if s.State == proto.Done {
-			return s, nil
-		}
-		return s, fmt.Errorf("%w: task %s (%s) %s: %s", ErrTaskFailed, s.ID, s.Name, s.State, s.Reason)
-	}
+func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn func(status.Event)) (status.Task, error) {
+	end := func(s status.Task) (status.Task, error) { return s, s.Err() }
 	// Events can be missed (a master restarted, a slow subscriber); poll
 	// the status now and then so the wait always ends.
 	lastPoll := time.Now()
@@ -165,15 +158,15 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 		msg, err := sub.NextMsgWithContext(wctx)
 		cancel()
 		if ctx.Err() != nil {
-			return proto.TaskStatus{}, ctx.Err()
+			return status.Task{}, ctx.Err()
 		}
 		if err == nil {
-			var ev proto.TaskEvent
+			var ev status.Event
 			if json.Unmarshal(msg.Data, &ev) == nil {
 				if fn != nil {
 					fn(ev)
 				}
-				if (ev.Kind == "done" || ev.Kind == "failed") && finished(ev.Status) {
+				if (ev.Kind == status.EventDone || ev.Kind == status.EventFailed) && ev.Status.Ended() {
 					return end(ev.Status)
 				}
 			}
@@ -183,13 +176,17 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 			rep, err := c.Status(ctx, id)
 			if err != nil {
 				if errors.Is(err, ErrNoMaster) {
-					return proto.TaskStatus{}, err
+					return status.Task{}, err
 				}
 				continue
 			}
-			if len(rep.Tasks) == 1 && finished(rep.Tasks[0]) {
+			if len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
 				if fn != nil {
-					fn(proto.TaskEvent{Kind: map[bool]string{true: "done", false: "failed"}[rep.Tasks[0].State == proto.Done], Status: rep.Tasks[0]})
+					kind := status.EventFailed
+					if rep.Tasks[0].State == status.Done {
+						kind = status.EventDone
+					}
+					fn(status.Event{Kind: kind, Status: rep.Tasks[0]})
 				}
 				return end(rep.Tasks[0])
 			}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/engine"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -201,7 +201,7 @@ func TestWorkerErrorFailsTaskWithReason(t *testing.T) {
 	l := startLocal(t, 2, 2)
 	task := tasks.NewTask("fails").SetStages(tasks.Stage{Name: "s", Func: "test.fail", Workers: 3})
 	st, err := l.SubmitAndWait(context.Background(), task, nil)
-	if !errors.Is(err, engine.ErrTaskFailed) || st.State != proto.Failed {
+	if !errors.Is(err, engine.ErrTaskFailed) || st.State != status.Failed {
 		t.Fatalf("err %v state %s", err, st.State)
 	}
 	if !strings.Contains(st.Reason, "boom from the stage function") || !strings.Contains(st.Reason, "worker 1") {
@@ -227,7 +227,7 @@ func TestCancelStopsTask(t *testing.T) {
 	slowStarted.Store(0)
 	task := tasks.NewTask("slow").SetStages(tasks.Stage{Func: "test.slow", Workers: 2})
 	done := make(chan error, 1)
-	var st proto.TaskStatus
+	var st status.Task
 	go func() {
 		var err error
 		st, err = l.SubmitAndWait(context.Background(), task, nil)
@@ -241,7 +241,7 @@ func TestCancelStopsTask(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if err == nil || st.State != proto.Cancelled {
+		if err == nil || st.State != status.Cancelled {
 			t.Fatalf("err %v state %s", err, st.State)
 		}
 	case <-time.After(10 * time.Second):
@@ -264,7 +264,7 @@ func TestQueuesWhenLargerThanFreeSlots(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	rep, err := l.Status(context.Background(), id)
-	if err != nil || rep.Tasks[0].State != proto.Queued {
+	if err != nil || rep.Tasks[0].State != status.Queued {
 		t.Fatalf("want the second task queued: %+v %v", rep.Tasks, err)
 	}
 	l.Cancel(context.Background(), hog.ID)
@@ -310,7 +310,7 @@ func TestEveryRecordReadExactlyOncePerEpoch(t *testing.T) {
 
 func TestDirectTransferGivesTheSameModel(t *testing.T) {
 	l := startLocal(t, 2, 2)
-	run := func(transfer string, pin1, pin2 []string) ([]float64, proto.TaskStatus) {
+	run := func(transfer string, pin1, pin2 []string) ([]float64, status.Task) {
 		out := filepath.Join(t.TempDir(), "m")
 		task := tasks.NewTask("xfer").AddTable(kvstore.TableSpec{Name: "t", Size: 3000, Width: 3, Init: "uniform:1"}).
 			AddTable(kvstore.TableSpec{Name: "untouched", Size: 10, Init: "uniform:1"}).SetStages(
@@ -416,7 +416,7 @@ func TestPoliciesSequentialVersusGreedy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]string{"sequential": proto.Queued, "greedy": proto.Running}[policy]
+			want := map[string]string{"sequential": status.Queued, "greedy": status.Running}[policy]
 			if got := rep.Tasks[0].State; got != want {
 				t.Fatalf("%s: second task is %s while the first runs, want %s", policy, got, want)
 			}
@@ -425,7 +425,7 @@ func TestPoliciesSequentialVersusGreedy(t *testing.T) {
 				deadline := time.Now().Add(5 * time.Second)
 				for {
 					rep, _ := l.Status(context.Background(), idb)
-					if rep.Tasks[0].State == proto.Running {
+					if rep.Tasks[0].State == status.Running {
 						break
 					}
 					if time.Now().After(deadline) {

@@ -15,6 +15,7 @@ import (
 	"github.com/flexps/flexps/master/assign"
 	"github.com/flexps/flexps/master/membership"
 	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -222,17 +223,17 @@ func (m *Master) onHeartbeat(msg *nats.Msg) {
 }
 
 // Slaves lists the slaves the master knows.
-func (m *Master) Slaves() []proto.SlaveStatus {
+func (m *Master) Slaves() []status.Slave {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.slavesLocked()
 }
 
-func (m *Master) slavesLocked() []proto.SlaveStatus {
-	out := make([]proto.SlaveStatus, 0, len(m.slaves))
+func (m *Master) slavesLocked() []status.Slave {
+	out := make([]status.Slave, 0, len(m.slaves))
 	for id, s := range m.slaves {
 		seen, _ := m.det.LastSeen(id)
-		out = append(out, proto.SlaveStatus{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.free, Alive: s.alive, LastSeen: seen})
+		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.free, Alive: s.alive, LastSeen: seen})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -329,11 +330,16 @@ func maxWorkers(t *tasks.MultiStageTask) int {
 func (m *Master) onStatus(msg *nats.Msg) {
 	var req proto.StatusRequest
 	json.Unmarshal(msg.Data, &req)
-	reply(msg, m.Status(req.ID))
+	cl, err := m.Status(req.ID)
+	rep := proto.StatusReply{Cluster: cl}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	reply(msg, rep)
 }
 
 // Status reports one task (id != "") or all, and the slaves.
-func (m *Master) Status(id string) proto.StatusReply {
+func (m *Master) Status(id string) (status.Cluster, error) {
 	m.mu.Lock()
 	runs := make([]*taskRun, 0, len(m.order))
 	for _, tid := range m.order {
@@ -341,15 +347,15 @@ func (m *Master) Status(id string) proto.StatusReply {
 			runs = append(runs, m.tasks[tid])
 		}
 	}
-	out := proto.StatusReply{Slaves: m.slavesLocked(), Policy: m.policy.Name()}
+	out := status.Cluster{Slaves: m.slavesLocked(), Policy: m.policy.Name()}
 	m.mu.Unlock()
 	for _, tr := range runs {
 		out.Tasks = append(out.Tasks, tr.snapshot())
 	}
 	if id != "" && len(runs) == 0 {
-		out.Error = fmt.Sprintf("no task %q", id)
+		return out, fmt.Errorf("no task %q", id)
 	}
-	return out
+	return out, nil
 }
 
 func (m *Master) onCancel(msg *nats.Msg) {
@@ -575,7 +581,7 @@ func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl
 	return errors.Join(errs...)
 }
 
-func (m *Master) publishTask(id string, ev proto.TaskEvent) {
+func (m *Master) publishTask(id string, ev status.Event) {
 	data, _ := json.Marshal(ev)
 	m.nc.Publish(m.subj.TaskEvents(id), data)
 }

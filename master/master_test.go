@@ -9,6 +9,7 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
@@ -58,7 +59,7 @@ func TestHeartbeatJoinsDeathAndRejoin(t *testing.T) {
 		nc.Publish(bus.For("t").Heartbeat(), data)
 		nc.Flush()
 	}
-	waitFor := func(what string, cond func([]proto.SlaveStatus) bool) {
+	waitFor := func(what string, cond func([]status.Slave) bool) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for !cond(m.Slaves()) {
@@ -68,8 +69,8 @@ func TestHeartbeatJoinsDeathAndRejoin(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	alive := func(want bool) func([]proto.SlaveStatus) bool {
-		return func(ss []proto.SlaveStatus) bool {
+	alive := func(want bool) func([]status.Slave) bool {
+		return func(ss []status.Slave) bool {
 			return len(ss) == 1 && ss[0].ID == "s9" && ss[0].Alive == want && ss[0].Slots == 3
 		}
 	}

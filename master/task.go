@@ -16,6 +16,7 @@ import (
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/master/assign"
 	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -36,7 +37,7 @@ type taskRun struct {
 	active atomic.Bool // granted slots at least once (read under Master.mu)
 
 	mu      sync.Mutex
-	status  proto.TaskStatus
+	status  status.Task
 	hosts   []string        // shard hosts
 	modelAt string          // slave retaining the last stage's model (direct transfer)
 	used    map[string]bool // every slave the task touched
@@ -49,7 +50,7 @@ func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datas
 		m: m, spec: spec, blocks: blocks, ctx: ctx, cancel: cancel,
 		events: make(chan proto.WorkerEvent, 4096), ended: make(chan struct{}),
 		used: map[string]bool{},
-		status: proto.TaskStatus{ID: spec.ID, Name: spec.Name, State: proto.Queued, Stages: len(spec.Stages),
+		status: status.Task{ID: spec.ID, Name: spec.Name, State: status.Queued, Stages: len(spec.Stages),
 			Priority: spec.Priority, Submitted: time.Now(), Output: spec.Output},
 	}
 }
@@ -60,7 +61,7 @@ func (t *taskRun) cancelRun(err error) { t.cancel(err) }
 func (t *taskRun) uses(slave string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.used[slave] && t.status.State != proto.Done && t.status.State != proto.Failed && t.status.State != proto.Cancelled
+	return t.used[slave] && t.status.State != status.Done && t.status.State != status.Failed && t.status.State != status.Cancelled
 }
 
 // touched reports whether the task ever used slave.
@@ -80,19 +81,19 @@ func (t *taskRun) isEnded() bool {
 	}
 }
 
-func (t *taskRun) snapshot() proto.TaskStatus {
+func (t *taskRun) snapshot() status.Task {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.status
 	s.Slots = maps.Clone(t.holding)
-	s.Results = append([]proto.StageResult(nil), t.status.Results...)
+	s.Results = append([]status.StageResult(nil), t.status.Results...)
 	return s
 }
 
 // event hands a worker's event to the task's goroutine. Progress may be
 // dropped under pressure; completion and errors are not.
 func (t *taskRun) event(ev proto.WorkerEvent) {
-	if ev.Kind == "progress" {
+	if ev.Kind == proto.WorkerProgress {
 		select {
 		case t.events <- ev:
 		default:
@@ -105,8 +106,8 @@ func (t *taskRun) event(ev proto.WorkerEvent) {
 	}
 }
 
-func (t *taskRun) publish(kind string, ep *proto.EpochResult) {
-	t.m.publishTask(t.spec.ID, proto.TaskEvent{Kind: kind, Status: t.snapshot(), Epoch: ep})
+func (t *taskRun) publish(kind string, ep *status.Epoch) {
+	t.m.publishTask(t.spec.ID, status.Event{Kind: kind, Status: t.snapshot(), Epoch: ep})
 }
 
 func (t *taskRun) run() {
@@ -139,11 +140,11 @@ func (t *taskRun) run() {
 	t.holding = nil
 	switch {
 	case err == nil:
-		t.status.State = proto.Done
+		t.status.State = status.Done
 	case errors.Is(err, errCancelled):
-		t.status.State, t.status.Reason = proto.Cancelled, err.Error()
+		t.status.State, t.status.Reason = status.Cancelled, err.Error()
 	default:
-		t.status.State, t.status.Reason = proto.Failed, err.Error()
+		t.status.State, t.status.Reason = status.Failed, err.Error()
 	}
 	state := t.status.State
 	t.mu.Unlock()
@@ -155,10 +156,10 @@ func (t *taskRun) run() {
 	t.m.mu.Unlock()
 	if err != nil {
 		t.m.log.Error().Str("task", t.spec.ID).Err(err).Msg("task " + state)
-		t.publish("failed", nil)
+		t.publish(status.EventFailed, nil)
 	} else {
 		t.m.log.Info().Str("task", t.spec.ID).Msg("task done")
-		t.publish("done", nil)
+		t.publish(status.EventDone, nil)
 	}
 }
 
@@ -215,7 +216,7 @@ func (t *taskRun) execute() error {
 	return t.writeOutput()
 }
 
-func (t *taskRun) record(res proto.StageResult) {
+func (t *taskRun) record(res status.StageResult) {
 	t.mu.Lock()
 	t.status.Results = append(t.status.Results, res)
 	t.status.Progress.Samples = res.Samples
@@ -237,7 +238,7 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 	if err != nil {
 		return nil, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
 	}
-	t.publish("status", nil)
+	t.publish(status.EventStatus, nil)
 	var placement []scheduler.Assignment
 	select {
 	case placement = <-grant:
@@ -256,8 +257,8 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 		t.holding[a.Slave] += a.Workers
 		t.used[a.Slave] = true
 	}
-	if t.status.State == proto.Queued {
-		t.status.State, t.status.Started = proto.Running, time.Now()
+	if t.status.State == status.Queued {
+		t.status.State, t.status.Started = status.Running, time.Now()
 	}
 	t.mu.Unlock()
 	return placement, nil
@@ -306,7 +307,7 @@ func (t *taskRun) autoCandidates(st *tasks.Stage) []int {
 // trials stay in the KV-store (training progress is not thrown away);
 // one-slave trials discard their in-memory model. If a trial finishes the
 // stage, its result is returned instead.
-func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *proto.StageResult, error) {
+func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageResult, error) {
 	trial := time.Duration(st.AutoTrialSeconds * float64(time.Second))
 	if trial <= 0 {
 		trial = 2 * time.Second
@@ -347,9 +348,9 @@ func (t *taskRun) placements() []kvstore.Placement {
 
 // runStage runs stage k on placement to its end, or, with trial > 0, for
 // at most that long: then its workers are stopped and stopped is true.
-func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment, trial time.Duration) (res proto.StageResult, stopped bool, err error) {
+func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment, trial time.Duration) (res status.StageResult, stopped bool, err error) {
 	m := t.m
-	stageErr := func(err error) (proto.StageResult, bool, error) {
+	stageErr := func(err error) (status.StageResult, bool, error) {
 		return res, false, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
 	}
 	if t.hosts == nil {
@@ -422,9 +423,9 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		return stageErr(err)
 	}
 	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
-	t.publish("status", nil)
+	t.publish(status.EventStatus, nil)
 
-	res = proto.StageResult{Index: k, Name: st.Name, Func: st.Func, Workers: workers, Placement: map[string]int{}, Metrics: map[string]float64{}}
+	res = status.StageResult{Index: k, Name: st.Name, Func: st.Func, Workers: workers, Placement: map[string]int{}, Metrics: map[string]float64{}}
 	var trialEnd <-chan time.Time
 	if trial > 0 {
 		timer := time.NewTimer(trial)
@@ -434,7 +435,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	for _, a := range placement {
 		res.Placement[a.Slave] += a.Workers
 	}
-	epochs := map[int]*proto.EpochResult{}
+	epochs := map[int]*status.Epoch{}
 	var samples int64
 	var winLoss float64
 	var winSamples int64
@@ -466,22 +467,22 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 				t.status.Progress.SamplesPerSec = float64(samples) / max(el, 1e-9)
 				t.mu.Unlock()
 				winLoss, winSamples, dirty = 0, 0, false
-				t.publish("progress", nil)
+				t.publish(status.EventProgress, nil)
 			}
 		case ev := <-t.events:
 			if ev.Stage != k {
 				continue
 			}
 			switch ev.Kind {
-			case "progress":
+			case proto.WorkerProgress:
 				samples += ev.Samples
 				winSamples += ev.Samples
 				winLoss += ev.LossSum
 				dirty = true
-			case "epoch":
+			case proto.WorkerEpoch:
 				e := epochs[ev.Epoch]
 				if e == nil {
-					e = &proto.EpochResult{Stage: k, Epoch: ev.Epoch, Metrics: map[string]float64{}}
+					e = &status.Epoch{Stage: k, Epoch: ev.Epoch, Metrics: map[string]float64{}}
 					epochs[ev.Epoch] = e
 				}
 				e.Workers++
@@ -495,12 +496,12 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 					t.mu.Lock()
 					t.status.Progress.Epoch = ev.Epoch
 					t.mu.Unlock()
-					t.publish("epoch", e)
+					t.publish(status.EventEpoch, e)
 				}
-			case "done":
+			case proto.WorkerDone:
 				done++
 				res.WorkerSeconds += ev.Seconds
-				res.WorkerStats = append(res.WorkerStats, proto.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
+				res.WorkerStats = append(res.WorkerStats, status.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
 					ReadBytes: int64(ev.Metrics["read_bytes"]), LocalBytes: int64(ev.Metrics["read_local_bytes"]),
 					WaitSecs: ev.Metrics["read_wait_seconds"], Blocks: int64(ev.Metrics["read_blocks"]), Cached: int64(ev.Metrics["read_cached_blocks"])})
 				for _, l := range ev.BadLines {
@@ -511,7 +512,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 				for key, v := range ev.Metrics {
 					res.Metrics[key] += v
 				}
-			case "error":
+			case proto.WorkerError:
 				if stopped {
 					done++ // stopped on purpose at the end of a trial
 					continue

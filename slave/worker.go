@@ -71,9 +71,9 @@ func (w *worker) run() {
 			err = fmt.Errorf("%w (task stopped: %v)", err, cause)
 		}
 		log.Error().Err(err).Msg("worker failed")
-		ev.Kind, ev.Error = "error", err.Error()
+		ev.Kind, ev.Error = proto.WorkerError, err.Error()
 	} else {
-		ev.Kind = "done"
+		ev.Kind = proto.WorkerDone
 		ev.Metrics = w.readMetrics()
 		if w.local != nil && w.rank == 0 {
 			ev.Metrics["model_load_seconds"] = w.local.loadSeconds
@@ -179,7 +179,7 @@ func (w *worker) flushProgress() {
 	if w.progress.Samples == 0 && w.progress.LossSum == 0 {
 		return
 	}
-	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: "progress",
+	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerProgress,
 		Samples: w.progress.Samples, LossSum: w.progress.LossSum})
 	w.progress = tasks.Progress{}
 }
@@ -188,7 +188,7 @@ func (w *worker) flushProgress() {
 func (w *worker) ReportEpoch(epoch int, metrics map[string]float64) {
 	w.flushProgress()
 	now := time.Now()
-	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: "epoch",
+	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerEpoch,
 		Epoch: epoch, Seconds: now.Sub(w.epochStart).Seconds(), Metrics: metrics})
 	w.epochStart = now
 }

@@ -1,7 +1,10 @@
 package tasks
 
 import (
+	"context"
+	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/flexps/flexps/datastore"
@@ -45,4 +48,55 @@ func EvaluatorKinds() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Evaluation is a saved model scored on a data set.
+type Evaluation struct {
+	Model   string             // the model file
+	Kind    string             // its kind
+	Records int                // records scored
+	Metrics map[string]float64 // e.g. accuracy, logloss, rmse
+}
+
+// String is one line: model, kind, records and the metrics by name.
+func (e *Evaluation) String() string {
+	keys := make([]string, 0, len(e.Metrics))
+	for k := range e.Metrics {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := []string{fmt.Sprintf("model=%s kind=%s records=%d", e.Model, e.Kind, e.Records)}
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%.4f", k, e.Metrics[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Evaluate scores the model file on data with the evaluator of the model's
+// kind. format "" means the evaluator's default; a non-empty kind must
+// match the model's.
+func Evaluate(ctx context.Context, modelPath, data, format, kind string) (*Evaluation, error) {
+	m, err := LoadModel(modelPath)
+	if err != nil {
+		return nil, err
+	}
+	if kind != "" && m.Kind != kind {
+		return nil, fmt.Errorf("model %s is a %q model, not %q", modelPath, m.Kind, kind)
+	}
+	ev, ok := LookupEvaluator(m.Kind)
+	if !ok {
+		return nil, fmt.Errorf("model %s is of kind %q, which no evaluator knows (known: %s)", modelPath, m.Kind, strings.Join(EvaluatorKinds(), ", "))
+	}
+	if format == "" {
+		format = ev.Format
+	}
+	recs, err := datastore.ReadAll(ctx, data, format)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := ev.Eval(m, recs)
+	if err != nil {
+		return nil, fmt.Errorf("model %s on %s: %w", modelPath, data, err)
+	}
+	return &Evaluation{Model: modelPath, Kind: m.Kind, Records: recs.Len(), Metrics: metrics}, nil
 }

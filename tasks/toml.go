@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/kvstore"
 )
 
@@ -38,32 +39,15 @@ type LocalSection struct {
 
 // InputFile is an [input.<name>] table.
 type InputFile struct {
-	Path      string   `toml:"path"`
-	Format    string   `toml:"format"`
-	IndexBase *int     `toml:"index_base"`
-	Label     *int     `toml:"label_column"`
-	Delimiter string   `toml:"delimiter"`
-	Header    bool     `toml:"header"`
-	OnError   string   `toml:"on_error"`
-	BlockSize int64    `toml:"block_size"`
-	Generate  *GenSpec `toml:"generate"`
-}
-
-// GenSpec asks `flexps run` to generate the input file when it is missing
-// (the project's seeded synthetic data, see `flexps gen`).
-type GenSpec struct {
-	Kind     string  `toml:"kind"` // libsvm or ratings
-	Rows     int     `toml:"rows"`
-	Dim      int     `toml:"dim"`
-	NNZ      int     `toml:"nnz"`
-	Zipf     float64 `toml:"zipf"`
-	Noise    float64 `toml:"noise"`
-	Seed     int64   `toml:"seed"`
-	TestPath string  `toml:"test_path"` // also write a held-out file here
-	TestRows int     `toml:"test_rows"` // rows in the held-out file
-	Users    int     `toml:"users"`     // ratings
-	Items    int     `toml:"items"`     // ratings
-	Rank     int     `toml:"rank"`      // ratings
+	Path      string      `toml:"path"`
+	Format    string      `toml:"format"`
+	IndexBase *int        `toml:"index_base"`
+	Label     *int        `toml:"label_column"`
+	Delimiter string      `toml:"delimiter"`
+	Header    bool        `toml:"header"`
+	OnError   string      `toml:"on_error"`
+	BlockSize int64       `toml:"block_size"`
+	Generate  *synth.Spec `toml:"generate"` // written by `flexps run` when the file is missing
 }
 
 // StageFile is a [[stage]] table.

@@ -35,8 +35,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/tasks"
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/synth"
 )
 
 // FlexPS's figures as the issue states them (same data shape, a 2-core
@@ -167,11 +167,11 @@ func run(o options) error {
 		}
 		train, test := filepath.Join(dir, "train.libsvm"), filepath.Join(dir, "test.libsvm")
 		t0 := time.Now()
-		if err := jobrun.Generate(train, tasks.GenSpec{Kind: "libsvm", Rows: o.rows, Dim: o.dim, NNZ: o.nnz, Zipf: o.zipf,
+		if err := synth.Generate(train, synth.Spec{Kind: "libsvm", Rows: o.rows, Dim: o.dim, NNZ: o.nnz, Zipf: o.zipf,
 			Noise: o.noise, Seed: o.seed, TestPath: test, TestRows: o.testRows}); err != nil {
 			return err
 		}
-		testRecs, err := jobrun.ReadAll(ctx, test, "libsvm")
+		testRecs, err := datastore.ReadAll(ctx, test, "libsvm")
 		if err != nil {
 			return err
 		}

@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/examples/lr"
-	"github.com/flexps/flexps/internal/jobrun"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
@@ -104,7 +104,7 @@ func run(o options, cpuprofile string) error {
 	}
 	train, test := filepath.Join(dir, "train.libsvm"), filepath.Join(dir, "test.libsvm")
 	t0 := time.Now()
-	if err := jobrun.Generate(train, tasks.GenSpec{Kind: "libsvm", Rows: o.rows, Dim: o.dim, NNZ: o.nnz, Zipf: o.zipf,
+	if err := synth.Generate(train, synth.Spec{Kind: "libsvm", Rows: o.rows, Dim: o.dim, NNZ: o.nnz, Zipf: o.zipf,
 		Noise: o.noise, Seed: o.seed, TestPath: test, TestRows: o.testRows}); err != nil {
 		return err
 	}

@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/engine"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
@@ -218,7 +218,7 @@ func runPolicy(ctx context.Context, policy string, aging float64, shapes []shape
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(30 * time.Minute)
-	var final map[string]proto.TaskStatus
+	var final map[string]status.Task
 	for {
 		<-tick.C
 		rep, err := l.Status(ctx, "")
@@ -226,7 +226,7 @@ func runPolicy(ctx context.Context, policy string, aging float64, shapes []shape
 			return res, err
 		}
 		held, total, ended := 0, 0, 0
-		mine := map[string]proto.TaskStatus{}
+		mine := map[string]status.Task{}
 		for _, t := range rep.Tasks {
 			mine[t.ID] = t
 		}
@@ -236,9 +236,9 @@ func runPolicy(ctx context.Context, policy string, aging float64, shapes []shape
 				held += n
 			}
 			switch t.State {
-			case proto.Done:
+			case status.Done:
 				ended++
-			case proto.Failed, proto.Cancelled:
+			case status.Failed, status.Cancelled:
 				return res, fmt.Errorf("%s: task %s %s: %s", policy, t.Name, t.State, t.Reason)
 			}
 		}

@@ -43,11 +43,11 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/examples/svrg"
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
@@ -107,7 +107,7 @@ func main() {
 	}
 	train := filepath.Join(dir, "train.libsvm")
 	if _, err := os.Stat(train); err != nil {
-		if err := jobrun.Generate(train, tasks.GenSpec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: nnz, Zipf: 1.1, Noise: 0.02, Seed: 1}); err != nil {
+		if err := synth.Generate(train, synth.Spec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: nnz, Zipf: 1.1, Noise: 0.02, Seed: 1}); err != nil {
 			fail(err)
 		}
 	}
@@ -259,7 +259,7 @@ func measure(s setup) (run, error) {
 	return r, nil
 }
 
-func objective(res proto.StageResult) (float64, error) {
+func objective(res status.StageResult) (float64, error) {
 	if len(res.Epochs) != 1 {
 		return 0, fmt.Errorf("stage %s reported %d epochs, want 1", res.Name, len(res.Epochs))
 	}

@@ -8,10 +8,10 @@ import (
 	"runtime/pprof"
 	"sync"
 
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
-	"github.com/flexps/flexps/internal/jobrun"
 	"github.com/flexps/flexps/internal/logging"
-	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -52,7 +52,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := jobrun.EnsureInputs(jf, log); err != nil {
+	if err := ensureInputs(jf, log); err != nil {
 		return err
 	}
 	opt := engine.LocalOptions{Slaves: jf.Local.Slaves, Slots: jf.Local.Slots, Config: *cfg, Log: log}
@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer local.Close()
-	p := jobrun.NewPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
+	p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
 	st, err := local.SubmitAndWait(ctx, task, p.Event)
 	if st.ID != "" {
 		p.Summary(st)
@@ -204,10 +204,10 @@ func cmdSubmit(ctx context.Context, args []string) error {
 		}
 		return nil
 	}
-	p := jobrun.NewPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr) && len(jobs) == 1)
+	p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr) && len(jobs) == 1)
 	var wg sync.WaitGroup
 	errs := make([]error, len(jobs))
-	results := make([]proto.TaskStatus, len(jobs))
+	results := make([]status.Task, len(jobs))
 	for i, t := range jobs {
 		wg.Add(1)
 		go func() {
@@ -245,7 +245,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	jobrun.PrintStatus(os.Stdout, rep)
+	printStatus(os.Stdout, rep)
 	return nil
 }
 
@@ -267,7 +267,7 @@ func cmdGen(ctx context.Context, args []string) error {
 		return usageError{"want a kind: flexps gen libsvm|ratings --out FILE [flags]"}
 	}
 	fs := flag.NewFlagSet("gen "+args[0], flag.ContinueOnError)
-	var g tasks.GenSpec
+	var g synth.Spec
 	g.Kind = args[0]
 	out := fs.String("out", "", "output file (required)")
 	fs.IntVar(&g.Rows, "rows", 100000, "rows (ratings: ratings)")
@@ -287,7 +287,7 @@ func cmdGen(ctx context.Context, args []string) error {
 	if *out == "" {
 		return usageError{"--out is required"}
 	}
-	if err := jobrun.Generate(*out, g); err != nil {
+	if err := synth.Generate(*out, g); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
@@ -306,7 +306,7 @@ func cmdEval(ctx context.Context, args []string) error {
 	if *model == "" || *data == "" {
 		return usageError{"--model and --data are required"}
 	}
-	res, err := jobrun.Evaluate(ctx, *model, *data, *format, *kind)
+	res, err := tasks.Evaluate(ctx, *model, *data, *format, *kind)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/internal/hdfstest"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/master/assign"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -126,7 +126,7 @@ func lastBytes(s string, n int) string {
 }
 
 // lastTask is the status of the most recently submitted task.
-func lastTask(t *testing.T, c *clustertest.Cluster) proto.TaskStatus {
+func lastTask(t *testing.T, c *clustertest.Cluster) status.Task {
 	t.Helper()
 	rep, err := c.Client().Status(context.Background(), "")
 	if err != nil {
@@ -176,7 +176,7 @@ func TestHDFSLRMatchesLocalFiles(t *testing.T) {
 		t.Fatalf("submit output lacks the summary:\n%s", r.Stdout)
 	}
 	st := lastTask(t, c)
-	if st.State != proto.Done || len(st.Results) != 1 {
+	if st.State != status.Done || len(st.Results) != 1 {
 		t.Fatalf("HDFS task: %+v", st)
 	}
 	// 3 epochs of train + test; later epochs may replay from the data cache.
@@ -242,7 +242,7 @@ batch = 50
 	submitOK(t, c, job)
 
 	st := lastTask(t, c)
-	if st.State != proto.Done || len(st.Results) != 1 {
+	if st.State != status.Done || len(st.Results) != 1 {
 		t.Fatalf("task: %+v", st)
 	}
 	res := st.Results[0]
@@ -347,7 +347,7 @@ sleep_ms = 200
 	submitOK(t, c, job)
 
 	st := lastTask(t, c)
-	if st.State != proto.Done || len(st.Results) != 1 {
+	if st.State != status.Done || len(st.Results) != 1 {
 		t.Fatalf("task: %+v", st)
 	}
 	res := st.Results[0]

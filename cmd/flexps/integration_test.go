@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/internal/clustertest"
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -20,7 +19,7 @@ import (
 func lrData(t *testing.T, dir string, rows, dim int) (train, test string) {
 	t.Helper()
 	train, test = filepath.Join(dir, "train.libsvm"), filepath.Join(dir, "test.libsvm")
-	err := jobrun.Generate(train, tasks.GenSpec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: 10, Zipf: 1.1, Noise: 0.01, Seed: 7,
+	err := synth.Generate(train, synth.Spec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: 10, Zipf: 1.1, Noise: 0.01, Seed: 7,
 		TestPath: test, TestRows: rows / 5})
 	if err != nil {
 		t.Fatal(err)
@@ -64,21 +63,15 @@ lr = 0.5
 
 func accuracy(t *testing.T, model, data string) float64 {
 	t.Helper()
-	line, err := jobrun.Evaluate(context.Background(), model, data, "", "")
+	ev, err := tasks.Evaluate(context.Background(), model, data, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, "accuracy="); ok {
-			a, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return a
-		}
+	a, ok := ev.Metrics["accuracy"]
+	if !ok {
+		t.Fatalf("no accuracy in %v", ev)
 	}
-	t.Fatalf("no accuracy in %q", line)
-	return 0
+	return a
 }
 
 func TestClusterLRMatchesLocalMode(t *testing.T) {
@@ -120,7 +113,7 @@ func TestClusterLRMatchesLocalMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Tasks) != 1 || rep.Tasks[0].State != proto.Done || len(rep.Tasks[0].Results[0].Placement) != 2 {
+	if len(rep.Tasks) != 1 || rep.Tasks[0].State != status.Done || len(rep.Tasks[0].Results[0].Placement) != 2 {
 		t.Fatalf("status after the run: %+v", rep.Tasks)
 	}
 }
@@ -144,7 +137,7 @@ func TestSlaveDeathFailsTaskWithinTimeout(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		rep, err := cl.Status(context.Background(), "")
-		if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == proto.Running && rep.Tasks[0].Progress.Samples > 0 {
+		if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Progress.Samples > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -180,7 +173,7 @@ func TestSlaveDeathFailsTaskWithinTimeout(t *testing.T) {
 		t.Fatal("a surviving process exited")
 	}
 	rep, err := cl.Status(context.Background(), "")
-	if err != nil || rep.Tasks[0].State != proto.Failed {
+	if err != nil || rep.Tasks[0].State != status.Failed {
 		t.Fatalf("status: %+v %v", rep.Tasks, err)
 	}
 }

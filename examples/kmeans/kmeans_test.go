@@ -6,17 +6,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/kmeans"
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
@@ -77,7 +74,7 @@ func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 	task.Kind, task.Output = "kmeans", out
 	var mu sync.Mutex
 	r := run{objectives: make([]float64, iterations), samples: make([]float64, iterations)}
-	st, err := local.SubmitAndWait(ctx, task, func(ev proto.TaskEvent) {
+	st, err := local.SubmitAndWait(ctx, task, func(ev status.Event) {
 		if ev.Kind != "epoch" || ev.Epoch == nil || ev.Epoch.Stage != 1 {
 			return
 		}
@@ -105,15 +102,15 @@ func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 	for j := range k {
 		r.centers = append(r.centers, vals[j*dims:(j+1)*dims])
 	}
-	line, err := jobrun.Evaluate(ctx, out, data, "", "")
+	ev, err := tasks.Evaluate(ctx, out, data, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mm := regexp.MustCompile(`mse=([0-9.eE+-]+)`).FindStringSubmatch(line)
-	if mm == nil {
-		t.Fatalf("no mse in %q", line)
+	v, ok := ev.Metrics["mse"]
+	if !ok {
+		t.Fatalf("no mse in %v", ev)
 	}
-	r.mse, _ = strconv.ParseFloat(mm[1], 64)
+	r.mse = v
 	return r
 }
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/lr"
-	"github.com/flexps/flexps/internal/jobrun"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
@@ -68,13 +68,11 @@ func train(t *testing.T, trainPath, testPath string, dim uint64, params tasks.Pa
 	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
 		t.Fatal(err)
 	}
-	line, err := jobrun.Evaluate(ctx, out, testPath, "", "")
+	ev, err := tasks.Evaluate(ctx, out, testPath, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`accuracy=([0-9.]+)`).FindStringSubmatch(line)
-	acc, _ := strconv.ParseFloat(m[1], 64)
-	return acc
+	return ev.Metrics["accuracy"]
 }
 
 func TestQualityGeneratedDataMatchesLiblinear(t *testing.T) {
@@ -83,7 +81,7 @@ func TestQualityGeneratedDataMatchesLiblinear(t *testing.T) {
 	}
 	dir := t.TempDir()
 	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
-	if err := jobrun.Generate(trainPath, tasks.GenSpec{Kind: "libsvm", Rows: 20000, Dim: 2000, NNZ: 10, Zipf: 1.1, Noise: 0.01, Seed: 7,
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "libsvm", Rows: 20000, Dim: 2000, NNZ: 10, Zipf: 1.1, Noise: 0.01, Seed: 7,
 		TestPath: testPath, TestRows: 5000}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,17 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/mf"
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
@@ -27,11 +26,11 @@ import (
 func itemMeanRMSE(t *testing.T, trainPath, testPath string) float64 {
 	t.Helper()
 	ctx := context.Background()
-	tr, err := jobrun.ReadAll(ctx, trainPath, "ratings")
+	tr, err := datastore.ReadAll(ctx, trainPath, "ratings")
 	if err != nil {
 		t.Fatal(err)
 	}
-	te, err := jobrun.ReadAll(ctx, testPath, "ratings")
+	te, err := datastore.ReadAll(ctx, testPath, "ratings")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +86,7 @@ func train(t *testing.T, trainPath, testPath string, users, items, rank, workers
 	epochs := params["epochs"].(int)
 	r := mfRun{testRMSE: make([]float64, epochs), trainRMSE: make([]float64, epochs)}
 	var mu sync.Mutex
-	_, err = local.SubmitAndWait(ctx, task, func(ev proto.TaskEvent) {
+	_, err = local.SubmitAndWait(ctx, task, func(ev status.Event) {
 		if ev.Kind != "epoch" || ev.Epoch == nil {
 			return
 		}
@@ -102,15 +101,15 @@ func train(t *testing.T, trainPath, testPath string, users, items, rank, workers
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, err := jobrun.Evaluate(ctx, out, testPath, "", "")
+	ev, err := tasks.Evaluate(ctx, out, testPath, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mm := regexp.MustCompile(`rmse=([0-9.]+)`).FindStringSubmatch(line)
-	if mm == nil {
-		t.Fatalf("no rmse in %q", line)
+	v, ok := ev.Metrics["rmse"]
+	if !ok {
+		t.Fatalf("no rmse in %v", ev)
 	}
-	r.rmse, _ = strconv.ParseFloat(mm[1], 64)
+	r.rmse = v
 	return r
 }
 
@@ -121,7 +120,7 @@ func TestGeneratedLowRankBeatsItemMean(t *testing.T) {
 	dir := t.TempDir()
 	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
 	const users, items, rank = 600, 400, 4
-	if err := jobrun.Generate(trainPath, tasks.GenSpec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 80000, Noise: 0.1, Seed: 3,
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 80000, Noise: 0.1, Seed: 3,
 		TestPath: testPath, TestRows: 10000}); err != nil {
 		t.Fatal(err)
 	}

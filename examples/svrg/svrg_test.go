@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/examples/lr"
 	"github.com/flexps/flexps/examples/svrg"
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
@@ -67,13 +67,13 @@ const (
 func data(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "train.libsvm")
-	if err := jobrun.Generate(path, tasks.GenSpec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: 10, Zipf: 1.1, Noise: 0.05, Seed: 3}); err != nil {
+	if err := synth.Generate(path, synth.Spec{Kind: "libsvm", Rows: rows, Dim: dim, NNZ: 10, Zipf: 1.1, Noise: 0.05, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-func run(t *testing.T, task *tasks.MultiStageTask) proto.TaskStatus {
+func run(t *testing.T, task *tasks.MultiStageTask) status.Task {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -90,7 +90,7 @@ func run(t *testing.T, task *tasks.MultiStageTask) proto.TaskStatus {
 }
 
 // objective returns the "objective" metric of stage i.
-func objective(t *testing.T, st proto.TaskStatus, i int) float64 {
+func objective(t *testing.T, st status.Task, i int) float64 {
 	t.Helper()
 	r := st.Results[i]
 	if len(r.Epochs) != 1 {
@@ -229,7 +229,7 @@ func TestFullGradientSameOnFourWorkersAsOne(t *testing.T) {
 
 // fullObjectives returns the objective of every full stage, in order:
 // the objective at the snapshot of each round, then the final model's.
-func fullObjectives(t *testing.T, st proto.TaskStatus) []float64 {
+func fullObjectives(t *testing.T, st status.Task) []float64 {
 	t.Helper()
 	var objs []float64
 	for i, r := range st.Results {

@@ -23,10 +23,9 @@ import (
 	"sort"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/lr" // registers lr.sgd
-	"github.com/flexps/flexps/internal/jobrun"
-	"github.com/flexps/flexps/internal/logging"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
@@ -91,7 +90,7 @@ func main() {
 func run(role, natsURL, dir string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	log, _ := logging.New(os.Stderr, "warn", "auto")
+	log, _ := engine.NewLogger(os.Stderr, "warn", "auto")
 	cfg := engine.ClusterConfig{NATS: engine.NATSConfig{URL: natsURL}}
 	if role == "slave" {
 		n, err := engine.StartSlave(ctx, cfg, log)
@@ -103,7 +102,7 @@ func run(role, natsURL, dir string) error {
 		return nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "train.libsvm")); err != nil {
-		err := jobrun.Generate(filepath.Join(dir, "train.libsvm"), tasks.GenSpec{Kind: "libsvm", Rows: 50000, Dim: dim, NNZ: 10,
+		err := synth.Generate(filepath.Join(dir, "train.libsvm"), synth.Spec{Kind: "libsvm", Rows: 50000, Dim: dim, NNZ: 10,
 			Zipf: 1.1, Noise: 0.01, Seed: 3, TestPath: filepath.Join(dir, "test.libsvm"), TestRows: 10000})
 		if err != nil {
 			return err

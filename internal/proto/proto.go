@@ -8,6 +8,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -50,12 +51,10 @@ type StatusRequest struct {
 	ID string `json:"id,omitempty"`
 }
 
-// StatusReply lists tasks and slaves.
+// StatusReply answers a StatusRequest.
 type StatusReply struct {
-	Tasks  []TaskStatus  `json:"tasks"`
-	Slaves []SlaveStatus `json:"slaves"`
-	Policy string        `json:"policy"`
-	Error  string        `json:"error,omitempty"`
+	status.Cluster
+	Error string `json:"error,omitempty"`
 }
 
 // CancelRequest stops a task.
@@ -63,97 +62,13 @@ type CancelRequest struct {
 	ID string `json:"id"`
 }
 
-// SlaveStatus is one slave as the master sees it.
-type SlaveStatus struct {
-	ID       string    `json:"id"`
-	Host     string    `json:"host"`
-	PID      int       `json:"pid"`
-	Slots    int       `json:"slots"`
-	Free     int       `json:"free"`
-	Alive    bool      `json:"alive"`
-	LastSeen time.Time `json:"last_seen"`
-}
-
-// Task states.
+// Kinds of WorkerEvent.
 const (
-	Queued    = "queued"
-	Running   = "running"
-	Done      = "done"
-	Failed    = "failed"
-	Cancelled = "cancelled"
+	WorkerProgress = "progress" // samples and loss since the last report
+	WorkerEpoch    = "epoch"    // an epoch's metrics
+	WorkerDone     = "done"     // the stage function returned nil
+	WorkerError    = "error"    // the stage function failed
 )
-
-// TaskStatus is a task's lifecycle as the master tracks it.
-type TaskStatus struct {
-	ID        string         `json:"id"`
-	Name      string         `json:"name"`
-	State     string         `json:"state"`
-	Reason    string         `json:"reason,omitempty"`
-	Stage     int            `json:"stage"`  // index of the current (or last) stage
-	Stages    int            `json:"stages"` // number of stages
-	StageName string         `json:"stage_name,omitempty"`
-	Priority  int            `json:"priority"`
-	Submitted time.Time      `json:"submitted"`
-	Started   time.Time      `json:"started,omitempty"`
-	Finished  time.Time      `json:"finished,omitempty"`
-	Slots     map[string]int `json:"slots,omitempty"` // worker slots held now, per slave
-	Progress  Progress       `json:"progress"`
-	Results   []StageResult  `json:"results,omitempty"`
-	Output    string         `json:"output,omitempty"`
-}
-
-// Progress of the current stage.
-type Progress struct {
-	Samples       int64   `json:"samples"`
-	Loss          float64 `json:"loss"` // mean loss over the last reports
-	SamplesPerSec float64 `json:"samples_per_sec"`
-	Epoch         int     `json:"epoch"`
-}
-
-// StageResult summarizes a finished stage.
-type StageResult struct {
-	Index         int                `json:"index"`
-	Name          string             `json:"name"`
-	Func          string             `json:"func"`
-	Workers       int                `json:"workers"`
-	Placement     map[string]int     `json:"placement"`
-	Seconds       float64            `json:"seconds"`
-	WorkerSeconds float64            `json:"worker_seconds"`
-	Samples       int64              `json:"samples"`
-	Epochs        []EpochResult      `json:"epochs,omitempty"`
-	Metrics       map[string]float64 `json:"metrics,omitempty"` // summed worker counters
-	Note          string             `json:"note,omitempty"`
-	WorkerStats   []WorkerStat       `json:"worker_stats,omitempty"`
-	BadLines      []string           `json:"bad_lines,omitempty"` // first malformed lines skipped
-}
-
-// WorkerStat is what one worker of a stage read and how long it waited.
-type WorkerStat struct {
-	Rank       int     `json:"rank"`
-	Slave      string  `json:"slave"`
-	Seconds    float64 `json:"seconds"`
-	ReadBytes  int64   `json:"read_bytes"`
-	LocalBytes int64   `json:"local_bytes"`
-	WaitSecs   float64 `json:"wait_seconds"`
-	Blocks     int64   `json:"blocks"`
-	Cached     int64   `json:"cached_blocks"`
-}
-
-// EpochResult is an epoch's metrics summed over a stage's workers.
-type EpochResult struct {
-	Stage   int                `json:"stage"`
-	Epoch   int                `json:"epoch"`
-	Workers int                `json:"workers"` // workers that reported
-	Seconds float64            `json:"seconds"` // slowest worker's epoch time
-	Metrics map[string]float64 `json:"metrics"`
-}
-
-// TaskEvent is published on a task's events subject.
-type TaskEvent struct {
-	Kind   string       `json:"kind"` // status, progress, epoch, done, failed
-	Status TaskStatus   `json:"status"`
-	Epoch  *EpochResult `json:"epoch,omitempty"`
-}
 
 // WorkerEvent is a worker telling the master what happened.
 type WorkerEvent struct {
@@ -161,7 +76,7 @@ type WorkerEvent struct {
 	Stage   int                `json:"stage"`
 	Rank    int                `json:"rank"`
 	Slave   string             `json:"slave"`
-	Kind    string             `json:"kind"` // progress, epoch, done, error
+	Kind    string             `json:"kind"` // one of the Worker* kinds
 	Samples int64              `json:"samples,omitempty"`
 	LossSum float64            `json:"loss_sum,omitempty"`
 	Epoch   int                `json:"epoch,omitempty"`

@@ -1,32 +1,35 @@
-// Package jobrun holds what the CLI does around a job beyond flag parsing:
-// generating a job's synthetic inputs when they are missing, and printing
-// progress, per-epoch tables and summaries of a task's events.
-package jobrun
+package synth
 
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-
-	"github.com/flexps/flexps/datastore/synth"
-	"github.com/flexps/flexps/tasks"
-	"github.com/rs/zerolog"
 )
 
-// GenOptions is what `flexps gen` and [input.x.generate] ask for.
-type GenOptions struct {
-	tasks.GenSpec
-	Out string
+// Spec is a data set to generate, as `flexps gen` and a job file's
+// [input.NAME.generate] table describe it.
+type Spec struct {
+	Kind     string  `toml:"kind"` // libsvm (default) or ratings
+	Rows     int     `toml:"rows"`
+	Dim      int     `toml:"dim"`
+	NNZ      int     `toml:"nnz"`
+	Zipf     float64 `toml:"zipf"`
+	Noise    float64 `toml:"noise"`
+	Seed     int64   `toml:"seed"`
+	TestPath string  `toml:"test_path"` // also write a held-out file here
+	TestRows int     `toml:"test_rows"` // rows in the held-out file
+	Users    int     `toml:"users"`     // ratings
+	Items    int     `toml:"items"`     // ratings
+	Rank     int     `toml:"rank"`      // ratings
 }
 
 // Generate writes the data gs describes to path (and gs.TestPath): train
 // and test rows come from one seeded stream, so they share the hidden
 // model. Files are written to a temporary name and renamed when complete.
-func Generate(path string, gs tasks.GenSpec) error {
+func Generate(path string, gs Spec) error {
 	kind := gs.Kind
 	if kind == "" {
 		kind = "libsvm"
@@ -72,9 +75,9 @@ func Generate(path string, gs tasks.GenSpec) error {
 	var err error
 	switch kind {
 	case "libsvm":
-		_, err = synth.WriteLIBSVM(w, synth.LIBSVMConfig{Rows: gs.Rows + testRows, Dim: gs.Dim, NNZ: gs.NNZ, Zipf: gs.Zipf, Seed: gs.Seed, Noise: gs.Noise})
+		_, err = WriteLIBSVM(w, LIBSVMConfig{Rows: gs.Rows + testRows, Dim: gs.Dim, NNZ: gs.NNZ, Zipf: gs.Zipf, Seed: gs.Seed, Noise: gs.Noise})
 	case "ratings":
-		err = synth.WriteRatings(w, synth.RatingsConfig{Users: gs.Users, Items: gs.Items, Rank: max(gs.Rank, 1), Ratings: gs.Rows + testRows, Seed: gs.Seed, Noise: gs.Noise})
+		err = WriteRatings(w, RatingsConfig{Users: gs.Users, Items: gs.Items, Rank: max(gs.Rank, 1), Ratings: gs.Rows + testRows, Seed: gs.Seed, Noise: gs.Noise})
 	default:
 		err = fmt.Errorf("unknown kind %q (libsvm or ratings)", kind)
 	}
@@ -127,27 +130,4 @@ func (s *lineSplitter) Write(p []byte) (int, error) {
 	}
 	m, err := s.second.Write(p)
 	return n + m, err
-}
-
-// EnsureInputs generates every input of a job file that has a generate
-// table and whose path does not exist yet. An input without one must exist:
-// the master reports it when the task is submitted.
-func EnsureInputs(jf *tasks.JobFile, log zerolog.Logger) error {
-	for name, in := range jf.Inputs {
-		if in.Generate == nil {
-			continue
-		}
-		_, err := os.Stat(in.Path)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("input %q: %w", name, err)
-		}
-		log.Info().Str("input", name).Str("path", in.Path).Int("rows", in.Generate.Rows).Msg("generating input data (seeded)")
-		if err := Generate(in.Path, *in.Generate); err != nil {
-			return fmt.Errorf("input %q: %w", name, err)
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package jobrun
+package main
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -27,19 +27,19 @@ type Printer struct {
 	lastStage int
 }
 
-// NewPrinter prints tables to out and progress to progress.
-func NewPrinter(out, progress io.Writer, tty bool) *Printer {
+// newPrinter prints tables to out and progress to progress.
+func newPrinter(out, progress io.Writer, tty bool) *Printer {
 	return &Printer{Out: out, Progress: progress, TTY: tty, header: map[int]bool{}, lastStage: -1}
 }
 
 // Event handles one task event.
-func (p *Printer) Event(ev proto.TaskEvent) {
+func (p *Printer) Event(ev status.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := ev.Status
 	switch ev.Kind {
-	case "progress", "status":
-		if s.State != proto.Running {
+	case status.EventProgress, status.EventStatus:
+		if s.State != status.Running {
 			return
 		}
 		desc := fmt.Sprintf("%s stage %d/%d %-10s epoch %d  %s samples  %s samples/s  loss %.4f", s.Name, s.Stage+1, s.Stages, s.StageName,
@@ -54,17 +54,17 @@ func (p *Printer) Event(ev proto.TaskEvent) {
 			}
 			p.bar.Describe(desc)
 			p.bar.Set64(s.Progress.Samples)
-		} else if ev.Kind == "progress" && time.Since(p.lastLine) >= 5*time.Second {
+		} else if ev.Kind == status.EventProgress && time.Since(p.lastLine) >= 5*time.Second {
 			p.lastLine = time.Now()
 			fmt.Fprintf(p.Progress, "progress: %s  samples %d\n", desc, s.Progress.Samples)
 		}
-	case "epoch":
+	case status.EventEpoch:
 		if ev.Epoch == nil {
 			return
 		}
 		p.finishBar()
 		p.epochRow(s, *ev.Epoch)
-	case "done", "failed":
+	case status.EventDone, status.EventFailed:
 		p.finishBar()
 	}
 }
@@ -77,7 +77,7 @@ func (p *Printer) finishBar() {
 	}
 }
 
-func (p *Printer) epochRow(s proto.TaskStatus, e proto.EpochResult) {
+func (p *Printer) epochRow(s status.Task, e status.Epoch) {
 	m := e.Metrics
 	if !p.header[e.Stage] {
 		p.header[e.Stage] = true
@@ -120,7 +120,7 @@ func rmse(sum, n float64) string {
 }
 
 // Summary prints a finished task's stages.
-func (p *Printer) Summary(s proto.TaskStatus) {
+func (p *Printer) Summary(s status.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.finishBar()
@@ -169,7 +169,7 @@ func (p *Printer) Summary(s proto.TaskStatus) {
 			fmt.Fprintf(p.Out, "      %s\n", r.Note)
 		}
 	}
-	if s.State == proto.Done && s.Output != "" {
+	if s.State == status.Done && s.Output != "" {
 		fmt.Fprintf(p.Out, "model written to %s\n", s.Output)
 	}
 }

@@ -1,15 +1,15 @@
-package jobrun
+package main
 
 import (
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
 )
 
-// PrintStatus prints `flexps status`.
-func PrintStatus(w io.Writer, rep proto.StatusReply) {
+// printStatus prints `flexps status`.
+func printStatus(w io.Writer, rep status.Cluster) {
 	fmt.Fprintf(w, "policy: %s\n\nslaves:\n", rep.Policy)
 	fmt.Fprintf(w, "  %-20s %-16s %7s %6s %6s %s\n", "id", "host", "pid", "slots", "free", "state")
 	for _, s := range rep.Slaves {

@@ -1,0 +1,33 @@
+package datastore
+
+import "context"
+
+// ReadAll parses every record of path (a file, directory, glob or any URL
+// a registered source serves) into memory: for evaluation and tests, not
+// for training, which streams blocks through an AsyncReader.
+func ReadAll(ctx context.Context, path, format string) (*Records, error) {
+	f, err := NewFormat(format, DefaultFormatOptions())
+	if err != nil {
+		return nil, err
+	}
+	src := NewSources(HDFSConfig{})
+	defer src.Close()
+	blocks, err := src.Blocks(ctx, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	all := &Records{}
+	for _, b := range blocks {
+		_, err := ReadBlock(ctx, src, b, f, ReadOptions{}, func(r *Records) error {
+			for i := 0; i < r.Len(); i++ {
+				l, k, v := r.Row(i)
+				all.Append(l, k, v)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return all, nil
+}

@@ -1,0 +1,156 @@
+// Package status holds what a flexps master tells its clients about tasks
+// and slaves: a task's lifecycle state, the progress of its current stage,
+// per-stage and per-epoch results, and the events a follower receives while
+// a task runs. These are plain data types, encoded as JSON on the bus; a
+// program outside this module names them when it follows a task through
+// engine.Client (SubmitAndWait, Follow, Status).
+//
+// A task moves Queued -> Running -> Done | Failed | Cancelled. While it
+// runs, its followers get an Event of kind EventStatus when a stage starts,
+// EventProgress about every half second, EventEpoch when every worker of a
+// stage reported an epoch, and finally EventDone or EventFailed.
+package status
+
+import (
+	"errors"
+	"time"
+)
+
+// States of a task.
+const (
+	Queued    = "queued"
+	Running   = "running"
+	Done      = "done"
+	Failed    = "failed"
+	Cancelled = "cancelled"
+)
+
+// Kinds of Event.
+const (
+	EventStatus   = "status"   // the task's state or stage changed
+	EventProgress = "progress" // samples and loss of the running stage
+	EventEpoch    = "epoch"    // every worker of a stage reported an epoch; Event.Epoch is set
+	EventDone     = "done"     // the task finished successfully
+	EventFailed   = "failed"   // the task failed or was cancelled
+)
+
+// Task is a task's lifecycle as the master tracks it.
+type Task struct {
+	ID        string         `json:"id"`
+	Name      string         `json:"name"`
+	State     string         `json:"state"`
+	Reason    string         `json:"reason,omitempty"`
+	Stage     int            `json:"stage"`  // index of the current (or last) stage
+	Stages    int            `json:"stages"` // number of stages
+	StageName string         `json:"stage_name,omitempty"`
+	Priority  int            `json:"priority"`
+	Submitted time.Time      `json:"submitted"`
+	Started   time.Time      `json:"started,omitempty"`
+	Finished  time.Time      `json:"finished,omitempty"`
+	Slots     map[string]int `json:"slots,omitempty"` // worker slots held now, per slave
+	Progress  Progress       `json:"progress"`
+	Results   []StageResult  `json:"results,omitempty"`
+	Output    string         `json:"output,omitempty"`
+}
+
+// Ended reports whether the task reached a final state.
+func (t Task) Ended() bool {
+	return t.State == Done || t.State == Failed || t.State == Cancelled
+}
+
+// ErrTaskFailed is wrapped by Task.Err for a task that failed or was
+// cancelled.
+var ErrTaskFailed = errors.New("task failed")
+
+// Err is nil for a task that is done or still going, and otherwise an
+// error wrapping ErrTaskFailed with the master's reason.
+func (t Task) Err() error {
+	if t.State != Failed && t.State != Cancelled {
+		return nil
+	}
+	return &TaskError{ID: t.ID, Name: t.Name, State: t.State, Reason: t.Reason}
+}
+
+// TaskError is a task that ended failed or cancelled.
+type TaskError struct {
+	ID, Name, State, Reason string
+}
+
+func (e *TaskError) Error() string {
+	return "task failed: task " + e.ID + " (" + e.Name + ") " + e.State + ": " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, ErrTaskFailed) hold.
+func (e *TaskError) Unwrap() error { return ErrTaskFailed }
+
+// Progress of the current stage.
+type Progress struct {
+	Samples       int64   `json:"samples"`
+	Loss          float64 `json:"loss"` // mean loss over the last reports
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	Epoch         int     `json:"epoch"`
+}
+
+// StageResult summarizes a finished stage.
+type StageResult struct {
+	Index         int                `json:"index"`
+	Name          string             `json:"name"`
+	Func          string             `json:"func"`
+	Workers       int                `json:"workers"`
+	Placement     map[string]int     `json:"placement"`
+	Seconds       float64            `json:"seconds"`
+	WorkerSeconds float64            `json:"worker_seconds"`
+	Samples       int64              `json:"samples"`
+	Epochs        []Epoch            `json:"epochs,omitempty"`
+	Metrics       map[string]float64 `json:"metrics,omitempty"` // summed worker counters (names in package tasks)
+	Note          string             `json:"note,omitempty"`
+	WorkerStats   []WorkerStat       `json:"worker_stats,omitempty"`
+	BadLines      []string           `json:"bad_lines,omitempty"` // first malformed lines skipped
+}
+
+// WorkerStat is what one worker of a stage read and how long it waited.
+type WorkerStat struct {
+	Rank       int     `json:"rank"`
+	Slave      string  `json:"slave"`
+	Seconds    float64 `json:"seconds"`
+	ReadBytes  int64   `json:"read_bytes"`
+	LocalBytes int64   `json:"local_bytes"`
+	WaitSecs   float64 `json:"wait_seconds"`
+	Blocks     int64   `json:"blocks"`
+	Cached     int64   `json:"cached_blocks"`
+}
+
+// Epoch is an epoch's metrics summed over a stage's workers.
+type Epoch struct {
+	Stage   int                `json:"stage"`
+	Epoch   int                `json:"epoch"`
+	Workers int                `json:"workers"` // workers that reported
+	Seconds float64            `json:"seconds"` // slowest worker's epoch time
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Event is what a follower of a task receives.
+type Event struct {
+	Kind   string `json:"kind"` // one of the Event* constants
+	Status Task   `json:"status"`
+	Epoch  *Epoch `json:"epoch,omitempty"` // set for EventEpoch
+}
+
+// Slave is one slave as the master sees it.
+type Slave struct {
+	ID       string    `json:"id"`
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Slots    int       `json:"slots"`
+	Free     int       `json:"free"`
+	Alive    bool      `json:"alive"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// Cluster is a master's answer to a status request: its tasks (one, or all
+// in submission order), its slaves and its scheduling policy.
+type Cluster struct {
+	Tasks  []Task  `json:"tasks"`
+	Slaves []Slave `json:"slaves"`
+	Policy string  `json:"policy"`
+}
