@@ -439,3 +439,69 @@ func TestPoliciesSequentialVersusGreedy(t *testing.T) {
 		})
 	}
 }
+
+func init() {
+	// test.barrier: each worker adds rank+1 to key rank+round*workers...
+	// then passes a barrier and checks it sees every worker's Add of that
+	// round; rank 0 of a straggling stage sleeps first.
+	tasks.Register("test.barrier", func(info *tasks.Info) error {
+		t, err := info.Table("t")
+		if err != nil {
+			return err
+		}
+		for round := 0; round < info.Params.Int("rounds", 3); round++ {
+			if info.Rank == 0 {
+				time.Sleep(50 * time.Millisecond) // the others reach the barrier first
+			}
+			if err := t.Add([]uint64{uint64(info.Rank)}, []float64{1}); err != nil {
+				return err
+			}
+			if err := info.Barrier(); err != nil {
+				return err
+			}
+			keys := make([]uint64, info.Workers)
+			for i := range keys {
+				keys[i] = uint64(i)
+			}
+			out := make([]float64, info.Workers)
+			if err := t.Get(keys, out); err != nil {
+				return err
+			}
+			for i, v := range out {
+				if v != float64(round+1) {
+					return fmt.Errorf("rank %d round %d: key %d is %v after the barrier, want %d", info.Rank, round, i, v, round+1)
+				}
+			}
+			// Nobody adds the next round before everyone read this one.
+			if err := info.Barrier(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func TestBarrierSeesEveryWorkersAdds(t *testing.T) {
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindHogwild} {
+		t.Run(kind, func(t *testing.T) {
+			task := tasks.NewTask("barrier-"+kind).AddTable(kvstore.TableSpec{Name: "t", Size: 16}).
+				SetStages(tasks.Stage{Func: "test.barrier", Workers: 2, WorkerKind: kind, Params: tasks.Params{"rounds": 3}})
+			if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// A failing worker releases the others' barrier with an error.
+	task := tasks.NewTask("barrier-fail").AddTable(kvstore.TableSpec{Name: "t", Size: 16}).
+		SetStages(tasks.Stage{Func: "test.barrier", Workers: 3})
+	task.Tables[0].Size = 2 // rank 2's Add is out of range: it fails before the barrier
+	_, err = l.SubmitAndWait(context.Background(), task, nil)
+	if err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("want the out-of-range worker's error, got %v", err)
+	}
+}

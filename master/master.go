@@ -91,6 +91,7 @@ func (m *Master) Start(ctx context.Context) error {
 		m.subj.Cancel():    m.onCancel,
 		m.subj.Event():     m.onEvent,
 		m.subj.Block():     m.onBlock,
+		m.subj.Barrier():   m.onBarrier,
 	}
 	for subject, h := range handlers {
 		sub, err := m.nc.Subscribe(subject, h)
@@ -161,24 +162,32 @@ func (m *Master) detect() {
 	}
 }
 
-func reply(msg *nats.Msg, v any) {
+// reply answers a request; an answer that cannot be encoded or sent is
+// logged, never dropped silently.
+func (m *Master) reply(msg *nats.Msg, v any) {
 	if msg.Reply == "" {
 		return
 	}
-	data, _ := json.Marshal(v)
-	msg.Respond(data)
+	data, err := json.Marshal(v)
+	if err != nil {
+		m.log.Error().Err(err).Str("subject", msg.Subject).Msg("cannot encode the answer")
+		data, _ = json.Marshal(proto.CtlReply{Error: "master: cannot encode the answer: " + err.Error()})
+	}
+	if err := msg.Respond(data); err != nil {
+		m.log.Warn().Err(err).Str("subject", msg.Subject).Msg("cannot send the answer")
+	}
 }
 
 func (m *Master) onJoin(msg *nats.Msg) {
 	var req proto.JoinRequest
 	if err := json.Unmarshal(msg.Data, &req); err != nil || req.ID == "" || req.Slots < 1 {
-		reply(msg, proto.JoinReply{Error: "malformed join request"})
+		m.reply(msg, proto.JoinReply{Error: "malformed join request"})
 		return
 	}
 	m.mu.Lock()
 	if old, ok := m.slaves[req.ID]; ok && old.alive && old.PID != req.PID {
 		m.mu.Unlock()
-		reply(msg, proto.JoinReply{Error: fmt.Sprintf("a live slave already uses id %q (host %s, pid %d)", req.ID, old.Host, old.PID)})
+		m.reply(msg, proto.JoinReply{Error: fmt.Sprintf("a live slave already uses id %q (host %s, pid %d)", req.ID, old.Host, old.PID)})
 		return
 	}
 	m.det.Join(req.ID, m.cfg.Now())
@@ -186,7 +195,7 @@ func (m *Master) onJoin(msg *nats.Msg) {
 	m.scheduleLocked()
 	m.mu.Unlock()
 	m.log.Info().Str("slave", req.ID).Str("host", req.Host).Int("slots", req.Slots).Msg("slave joined")
-	reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat})
+	m.reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat})
 }
 
 func (m *Master) onHeartbeat(msg *nats.Msg) {
@@ -242,7 +251,7 @@ func (m *Master) slavesLocked() []status.Slave {
 func (m *Master) onSubmit(msg *nats.Msg) {
 	var req proto.SubmitRequest
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		reply(msg, proto.SubmitReply{Error: "malformed submission: " + err.Error()})
+		m.reply(msg, proto.SubmitReply{Error: "malformed submission: " + err.Error()})
 		return
 	}
 	// Listing inputs may take a while (HDFS); do not hold up the handler.
@@ -251,10 +260,10 @@ func (m *Master) onSubmit(msg *nats.Msg) {
 		defer m.wg.Done()
 		id, err := m.Submit(m.ctx, &req.Task)
 		if err != nil {
-			reply(msg, proto.SubmitReply{Error: err.Error()})
+			m.reply(msg, proto.SubmitReply{Error: err.Error()})
 			return
 		}
-		reply(msg, proto.SubmitReply{ID: id})
+		m.reply(msg, proto.SubmitReply{ID: id})
 	}()
 }
 
@@ -335,7 +344,7 @@ func (m *Master) onStatus(msg *nats.Msg) {
 	if err != nil {
 		rep.Error = err.Error()
 	}
-	reply(msg, rep)
+	m.reply(msg, rep)
 }
 
 // Status reports one task (id != "") or all, and the slaves.
@@ -365,11 +374,11 @@ func (m *Master) onCancel(msg *nats.Msg) {
 	tr := m.tasks[req.ID]
 	m.mu.Unlock()
 	if tr == nil {
-		reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.ID)})
+		m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.ID)})
 		return
 	}
 	tr.cancelRun(errCancelled)
-	reply(msg, proto.CtlReply{OK: true})
+	m.reply(msg, proto.CtlReply{OK: true})
 }
 
 func (m *Master) onEvent(msg *nats.Msg) {
@@ -385,10 +394,26 @@ func (m *Master) onEvent(msg *nats.Msg) {
 	}
 }
 
+func (m *Master) onBarrier(msg *nats.Msg) {
+	var req proto.BarrierRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		m.reply(msg, proto.CtlReply{Error: "malformed barrier request"})
+		return
+	}
+	m.mu.Lock()
+	tr := m.tasks[req.Task]
+	m.mu.Unlock()
+	if tr == nil {
+		m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.Task)})
+		return
+	}
+	tr.barrier(msg, req)
+}
+
 func (m *Master) onBlock(msg *nats.Msg) {
 	var req proto.BlockRequest
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		reply(msg, proto.BlockReply{Error: "malformed block request"})
+		m.reply(msg, proto.BlockReply{Error: "malformed block request"})
 		return
 	}
 	m.mu.Lock()
@@ -401,7 +426,7 @@ func (m *Master) onBlock(msg *nats.Msg) {
 		out = proto.BlockReply{Block: b, Local: local, Done: !ok}
 	}
 	m.mu.Unlock()
-	reply(msg, out)
+	m.reply(msg, out)
 }
 
 // request grants slots: it queues a stage and returns the channel on which

@@ -18,6 +18,7 @@ import (
 	"github.com/flexps/flexps/scheduler"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
 )
 
 var errCancelled = errors.New("cancelled by the user")
@@ -42,6 +43,12 @@ type taskRun struct {
 	modelAt string          // slave retaining the last stage's model (direct transfer)
 	used    map[string]bool // every slave the task touched
 	holding map[string]int  // slots held now
+
+	// The running stage's barrier: workers waiting at barrier seq, answered
+	// once all barWorkers of stage barStage arrived.
+	barStage   int
+	barWorkers int // 0: no stage is running
+	barriers   map[int][]*nats.Msg
 }
 
 func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datastore.Block) *taskRun {
@@ -52,6 +59,48 @@ func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datas
 		used: map[string]bool{},
 		status: status.Task{ID: spec.ID, Name: spec.Name, State: status.Queued, Stages: len(spec.Stages),
 			Priority: spec.Priority, Submitted: time.Now(), Output: spec.Output},
+	}
+}
+
+// openBarriers starts accepting barrier arrivals for stage k's workers.
+func (t *taskRun) openBarriers(k, workers int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.barStage, t.barWorkers, t.barriers = k, workers, map[int][]*nats.Msg{}
+}
+
+// closeBarriers answers every worker still waiting with why the stage
+// ended.
+func (t *taskRun) closeBarriers(why string) {
+	t.mu.Lock()
+	waiting := t.barriers
+	t.barWorkers, t.barriers = 0, nil
+	t.mu.Unlock()
+	for _, msgs := range waiting {
+		for _, msg := range msgs {
+			t.m.reply(msg, proto.CtlReply{Error: why})
+		}
+	}
+}
+
+// barrier records a worker's arrival and releases the barrier when the
+// last worker of the stage arrives.
+func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
+	t.mu.Lock()
+	if t.barWorkers == 0 || req.Stage != t.barStage {
+		t.mu.Unlock()
+		t.m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", req.Task, req.Stage)})
+		return
+	}
+	t.barriers[req.Seq] = append(t.barriers[req.Seq], msg)
+	var release []*nats.Msg
+	if len(t.barriers[req.Seq]) == t.barWorkers {
+		release = t.barriers[req.Seq]
+		delete(t.barriers, req.Seq)
+	}
+	t.mu.Unlock()
+	for _, m := range release {
+		t.m.reply(m, proto.CtlReply{OK: true})
 	}
 }
 
@@ -400,6 +449,8 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	if st.OneSlave() {
 		from = t.modelAt
 	}
+	t.openBarriers(k, workers)
+	defer t.closeBarriers(fmt.Sprintf("stage %d (%s) ended before every worker reached the barrier", k, st.Name))
 	started := time.Now()
 	var errs []error
 	var mu sync.Mutex
@@ -502,8 +553,8 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 				done++
 				res.WorkerSeconds += ev.Seconds
 				res.WorkerStats = append(res.WorkerStats, status.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
-					ReadBytes: int64(ev.Metrics["read_bytes"]), LocalBytes: int64(ev.Metrics["read_local_bytes"]),
-					WaitSecs: ev.Metrics["read_wait_seconds"], Blocks: int64(ev.Metrics["read_blocks"]), Cached: int64(ev.Metrics["read_cached_blocks"])})
+					ReadBytes: int64(ev.Metrics[tasks.MetricReadBytes]), LocalBytes: int64(ev.Metrics[tasks.MetricReadLocalBytes]),
+					WaitSecs: ev.Metrics[tasks.MetricReadWaitSeconds], Blocks: int64(ev.Metrics[tasks.MetricReadBlocks]), Cached: int64(ev.Metrics[tasks.MetricReadCachedBlocks])})
 				for _, l := range ev.BadLines {
 					if len(res.BadLines) < 5 {
 						res.BadLines = append(res.BadLines, l)
@@ -547,7 +598,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		t.modelAt = placement[0].Slave
 	}
 	if from != "" {
-		res.Note = fmt.Sprintf("model taken directly from slave %s (%.3fs)", from, res.Metrics["model_load_seconds"])
+		res.Note = fmt.Sprintf("model taken directly from slave %s (%.3fs)", from, res.Metrics[tasks.MetricModelLoadSeconds])
 	}
 	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Float64("seconds", res.Seconds).Int64("samples", samples).Msg("stage done")
 	return res, false, nil

@@ -26,6 +26,7 @@ type worker struct {
 	ctx        context.Context
 	local      *localModel // set for local, hogwild and single stages
 	localClock int64
+	barriers   int // barriers passed
 
 	client     *kvstore.Client
 	caches     []*kvstore.CachedTable
@@ -76,8 +77,8 @@ func (w *worker) run() {
 		ev.Kind = proto.WorkerDone
 		ev.Metrics = w.readMetrics()
 		if w.local != nil && w.rank == 0 {
-			ev.Metrics["model_load_seconds"] = w.local.loadSeconds
-			ev.Metrics["model_writeback_seconds"] = w.local.writebackSeconds
+			ev.Metrics[tasks.MetricModelLoadSeconds] = w.local.loadSeconds
+			ev.Metrics[tasks.MetricModelWritebackSeconds] = w.local.writebackSeconds
 		}
 		for _, p := range w.reads {
 			for _, l := range p.FirstBad {
@@ -165,6 +166,37 @@ func (w *worker) Clock() error {
 	return w.client.Clock()
 }
 
+// Barrier implements tasks.Runtime: this worker's Adds are applied first
+// (one-slave stages write to shared memory directly), then the master
+// releases the barrier once every worker of the stage arrived.
+func (w *worker) Barrier() error {
+	if w.local == nil {
+		if err := w.client.Flush(); err != nil {
+			return err
+		}
+	}
+	w.barriers++
+	req, err := json.Marshal(proto.BarrierRequest{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seq: w.barriers})
+	if err != nil {
+		return err
+	}
+	msg, err := w.s.nc.RequestWithContext(w.ctx, w.s.subj.Barrier(), req)
+	if err != nil {
+		if cause := context.Cause(w.ctx); cause != nil {
+			return fmt.Errorf("barrier %d: %w", w.barriers, cause)
+		}
+		return fmt.Errorf("barrier %d: asking the master: %w", w.barriers, err)
+	}
+	var rep proto.CtlReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return fmt.Errorf("barrier %d: malformed answer from the master", w.barriers)
+	}
+	if !rep.OK {
+		return fmt.Errorf("barrier %d: %s", w.barriers, rep.Error)
+	}
+	return nil
+}
+
 // Report implements tasks.Runtime.
 func (w *worker) Report(p tasks.Progress) {
 	w.progress.Samples += p.Samples
@@ -197,13 +229,13 @@ func (w *worker) ReportEpoch(epoch int, metrics map[string]float64) {
 func (w *worker) readMetrics() map[string]float64 {
 	m := map[string]float64{}
 	for _, p := range w.reads {
-		m["read_bytes"] += float64(p.Bytes)
-		m["read_local_bytes"] += float64(p.LocalBytes)
-		m["read_wait_seconds"] += p.WaitTime.Seconds()
-		m["read_records"] += float64(p.Records)
-		m["read_cached_blocks"] += float64(p.CachedBlocks)
-		m["read_blocks"] += float64(p.Blocks)
-		m["bad_lines"] += float64(p.BadLines)
+		m[tasks.MetricReadBytes] += float64(p.Bytes)
+		m[tasks.MetricReadLocalBytes] += float64(p.LocalBytes)
+		m[tasks.MetricReadWaitSeconds] += p.WaitTime.Seconds()
+		m[tasks.MetricReadRecords] += float64(p.Records)
+		m[tasks.MetricReadCachedBlocks] += float64(p.CachedBlocks)
+		m[tasks.MetricReadBlocks] += float64(p.Blocks)
+		m[tasks.MetricBadLines] += float64(p.BadLines)
 	}
 	// Time this worker's reads were held back by the consistency model:
 	// by the in-process gate of a one-slave stage, or by this slave's
@@ -217,22 +249,22 @@ func (w *worker) readMetrics() map[string]float64 {
 	}
 	if g != nil {
 		reads, waits, blocked := g.Stats(w.rank)
-		m["consistency_reads"] = float64(reads)
-		m["consistency_waits"] = float64(waits)
-		m["blocked_seconds"] = blocked.Seconds()
+		m[tasks.MetricConsistencyReads] = float64(reads)
+		m[tasks.MetricConsistencyWaits] = float64(waits)
+		m[tasks.MetricBlockedSeconds] = blocked.Seconds()
 	}
 	for _, c := range w.caches {
 		st := c.Stats()
-		m["cache_hits"] += float64(st.Hits)
-		m["cache_misses"] += float64(st.Misses)
-		m["cache_evictions"] += float64(st.Evictions)
-		m["cache_stale"] += float64(st.Stale)
+		m[tasks.MetricCacheHits] += float64(st.Hits)
+		m[tasks.MetricCacheMisses] += float64(st.Misses)
+		m[tasks.MetricCacheEvictions] += float64(st.Evictions)
+		m[tasks.MetricCacheStale] += float64(st.Stale)
 	}
 	if w.client != nil {
 		st := w.client.Stats()
-		m["kv_local_keys"] = float64(st.LocalKeys)
-		m["kv_remote_keys"] = float64(st.RemoteKeys)
-		m["kv_requests"] = float64(st.Requests)
+		m[tasks.MetricKVLocalKeys] = float64(st.LocalKeys)
+		m[tasks.MetricKVRemoteKeys] = float64(st.RemoteKeys)
+		m[tasks.MetricKVRequests] = float64(st.Requests)
 	}
 	return m
 }

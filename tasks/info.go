@@ -31,6 +31,10 @@ type Runtime interface {
 	Input(name string) (Input, error)
 	// Clock finishes the worker's current iteration.
 	Clock() error
+	// Barrier waits until every worker of the stage called Barrier as many
+	// times as this one, with every Add each of them made before its call
+	// applied to the tables.
+	Barrier() error
 	// Report sends progress (samples and loss since the last report).
 	Report(p Progress)
 	// ReportEpoch sends an epoch's metrics; the master sums them over the
@@ -89,6 +93,16 @@ func (i *Info) Input(name string) (Input, error) { return i.Runtime.Input(name) 
 // Clock ends the worker's current iteration: consistency models count
 // iterations by it.
 func (i *Info) Clock() error { return i.Runtime.Clock() }
+
+// Barrier waits until every worker of the stage has reached the same
+// barrier (the n-th call of each worker meets the n-th call of the others)
+// and every Add made before it, by any worker, is applied. After it, every
+// worker reads the same model until one writes again: use it before
+// measuring the model a stage leaves behind (a final test evaluation),
+// or between the phases of an algorithm. A worker that fails or a stage
+// that ends makes the others' Barrier return an error. Costs one round
+// trip to the master.
+func (i *Info) Barrier() error { return i.Runtime.Barrier() }
 
 // Report sends progress to the master (cheap; call it every batch).
 func (i *Info) Report(samples int64, lossSum float64) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -95,19 +96,19 @@ func (p *Printer) epochRow(s status.Task, e status.Epoch) {
 		return "-"
 	}
 	loss := cell("loss_sum", "samples")
-	if _, ok := m["objective"]; ok {
-		loss = fmt.Sprintf("%.4f", m["objective"])
+	if _, ok := m[tasks.MetricObjective]; ok {
+		loss = fmt.Sprintf("%.4f", m[tasks.MetricObjective])
 	}
 	trainAcc, testLoss, testAcc := cell("correct", "samples"), cell("test_loss_sum", "test_samples"), cell("test_correct", "test_samples")
-	if _, ok := m["sq_err_sum"]; ok {
-		trainAcc = rmse(m["sq_err_sum"], m["samples"]) + "r"
+	if _, ok := m[tasks.MetricSqErrSum]; ok {
+		trainAcc = rmse(m[tasks.MetricSqErrSum], m[tasks.MetricSamples]) + "r"
 	}
-	if _, ok := m["test_sq_err_sum"]; ok {
-		testAcc = rmse(m["test_sq_err_sum"], m["test_samples"]) + "r"
+	if _, ok := m[tasks.MetricTestSqErrSum]; ok {
+		testAcc = rmse(m[tasks.MetricTestSqErrSum], m[tasks.MetricTestSamples]) + "r"
 	}
 	rate := "-"
 	if e.Seconds > 0 {
-		rate = human(m["samples"] / e.Seconds)
+		rate = human(m[tasks.MetricSamples] / e.Seconds)
 	}
 	fmt.Fprintf(p.Out, "%6d %10s %10s %10s %10s %12s %8.2f\n", e.Epoch, loss, trainAcc, testLoss, testAcc, rate, e.Seconds)
 }
@@ -139,31 +140,31 @@ func (p *Printer) Summary(s status.Task) {
 		}
 		fmt.Fprintf(p.Out, "%5d %-12s %-10s %7d %-24s %9.2f %11.2f %12d %12s\n", r.Index, r.Name, r.Func, r.Workers, placement(r.Placement),
 			r.Seconds, r.WorkerSeconds, r.Samples, human(rate))
-		if rb := r.Metrics["read_bytes"]; rb > 0 {
-			fmt.Fprintf(p.Out, "      read %s (%.0f%% local), workers waited %.2fs for data\n", bytesHuman(rb), 100*r.Metrics["read_local_bytes"]/rb, r.Metrics["read_wait_seconds"])
+		if rb := r.Metrics[tasks.MetricReadBytes]; rb > 0 {
+			fmt.Fprintf(p.Out, "      read %s (%.0f%% local), workers waited %.2fs for data\n", bytesHuman(rb), 100*r.Metrics[tasks.MetricReadLocalBytes]/rb, r.Metrics[tasks.MetricReadWaitSeconds])
 		}
-		if cb := r.Metrics["read_cached_blocks"]; cb > 0 {
-			fmt.Fprintf(p.Out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics["read_blocks"])
+		if cb := r.Metrics[tasks.MetricReadCachedBlocks]; cb > 0 {
+			fmt.Fprintf(p.Out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics[tasks.MetricReadBlocks])
 		}
-		if n := r.Metrics["bad_lines"]; n > 0 {
+		if n := r.Metrics[tasks.MetricBadLines]; n > 0 {
 			fmt.Fprintf(p.Out, "      skipped %.0f malformed lines, first:\n", n)
 			for _, l := range r.BadLines {
 				fmt.Fprintf(p.Out, "        %s\n", l)
 			}
 		}
-		if len(r.WorkerStats) > 1 && r.Metrics["read_bytes"] > 0 {
+		if len(r.WorkerStats) > 1 && r.Metrics[tasks.MetricReadBytes] > 0 {
 			for _, w := range r.WorkerStats {
 				fmt.Fprintf(p.Out, "      worker %d on %s: read %s (%s local) in %d blocks (%d cached), waited %.2fs for data\n",
 					w.Rank, w.Slave, bytesHuman(float64(w.ReadBytes)), bytesHuman(float64(w.LocalBytes)), w.Blocks, w.Cached, w.WaitSecs)
 			}
 		}
-		if reads := r.Metrics["consistency_reads"]; reads > 0 {
+		if reads := r.Metrics[tasks.MetricConsistencyReads]; reads > 0 {
 			fmt.Fprintf(p.Out, "      consistency: %.0f of %.0f gated reads waited, %.2fs blocked in total\n",
-				r.Metrics["consistency_waits"], reads, r.Metrics["blocked_seconds"])
+				r.Metrics[tasks.MetricConsistencyWaits], reads, r.Metrics[tasks.MetricBlockedSeconds])
 		}
-		if h, ms := r.Metrics["cache_hits"], r.Metrics["cache_misses"]; h+ms > 0 {
+		if h, ms := r.Metrics[tasks.MetricCacheHits], r.Metrics[tasks.MetricCacheMisses]; h+ms > 0 {
 			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions)\n",
-				100*h/(h+ms), h, ms, r.Metrics["cache_stale"], r.Metrics["cache_evictions"])
+				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions])
 		}
 		if r.Note != "" {
 			fmt.Fprintf(p.Out, "      %s\n", r.Note)

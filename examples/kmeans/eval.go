@@ -30,5 +30,5 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		_, d, _ := cs.Nearest(keys, vals, false)
 		obj += d
 	}
-	return map[string]float64{"mse": obj / float64(data.Len()), "objective": obj}, nil
+	return map[string]float64{"mse": obj / float64(data.Len()), tasks.MetricObjective: obj}, nil
 }

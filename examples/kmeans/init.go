@@ -122,7 +122,7 @@ func Init(info *tasks.Info) error {
 		return err
 	}
 	info.Log.Info().Int64("rows", n).Int("sample", len(pts)).Int("k", cfg.K).Float64("sample_objective", pot).Msg("kmeans++ seeded")
-	info.ReportEpoch(1, map[string]float64{"samples": float64(n), "objective": pot})
+	info.ReportEpoch(1, map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricObjective: pot})
 	return nil
 }
 

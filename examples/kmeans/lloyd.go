@@ -88,7 +88,7 @@ func Lloyd(info *tasks.Info) error {
 		if err := info.Clock(); err != nil {
 			return err
 		}
-		info.ReportEpoch(it, map[string]float64{"objective": obj, "samples": float64(n)})
+		info.ReportEpoch(it, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(n)})
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return err
 		}
-		metrics := map[string]float64{"samples": float64(st.N), "loss_sum": st.LossSum, "correct": float64(st.Correct)}
+		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)}
 		if test != nil {
 			var ts Stats
 			err := tasks.EachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
@@ -99,7 +99,7 @@ func SGD(info *tasks.Info) error {
 			if err != nil {
 				return fmt.Errorf("lr: test input: %w", err)
 			}
-			metrics["test_samples"], metrics["test_loss_sum"], metrics["test_correct"] = float64(ts.N), ts.LossSum, float64(ts.Correct)
+			metrics[tasks.MetricTestSamples], metrics[tasks.MetricTestLossSum], metrics[tasks.MetricTestCorrect] = float64(ts.N), ts.LossSum, float64(ts.Correct)
 		}
 		info.ReportEpoch(epoch, metrics)
 	}

@@ -175,7 +175,7 @@ func SGD(info *tasks.Info) error {
 			return fmt.Errorf("mf: input %q: %w", cfg.Train, err)
 		}
 		// loss_sum is the squared error too, so the loss columns show MSE.
-		metrics := map[string]float64{"samples": float64(st.N), "sq_err_sum": st.SqErr, "loss_sum": st.SqErr}
+		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricSqErrSum: st.SqErr, tasks.MetricLossSum: st.SqErr}
 		if test != nil {
 			var ts Stats
 			err := tasks.EachBatch(info.Ctx, test, 4096, func(r *datastore.Records, lo, hi int) error {
@@ -186,7 +186,7 @@ func SGD(info *tasks.Info) error {
 			if err != nil {
 				return fmt.Errorf("mf: input %q: %w", cfg.Test, err)
 			}
-			metrics["test_samples"], metrics["test_sq_err_sum"], metrics["test_loss_sum"] = float64(ts.N), ts.SqErr, ts.SqErr
+			metrics[tasks.MetricTestSamples], metrics[tasks.MetricTestSqErrSum], metrics[tasks.MetricTestLossSum] = float64(ts.N), ts.SqErr, ts.SqErr
 		}
 		info.ReportEpoch(epoch, metrics)
 	}

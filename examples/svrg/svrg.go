@@ -263,7 +263,7 @@ func Full(info *tasks.Info) error {
 			return err
 		}
 	}
-	info.ReportEpoch(1, map[string]float64{"objective": obj, "samples": float64(st.N), "loss_sum": st.LossSum, "correct": float64(st.Correct)})
+	info.ReportEpoch(1, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
 	return nil
 }
 
@@ -366,7 +366,7 @@ func SGD(info *tasks.Info) error {
 				return err
 			}
 		}
-		info.ReportEpoch(epoch, map[string]float64{"samples": float64(st.N), "loss_sum": st.LossSum, "correct": float64(st.Correct)})
+		info.ReportEpoch(epoch, map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
 	}
 	// Barrier: at clock steps this Get waits until every worker has
 	// finished its steps (all at the same clock), so no step reads w after

@@ -154,7 +154,7 @@ func run(role, natsURL, dir string) error {
 	last := st.Results[len(st.Results)-1].Epochs
 	if len(last) > 0 {
 		m := last[len(last)-1].Metrics
-		fmt.Printf("test accuracy after %d epochs: %.4f\n", len(last), m["test_correct"]/m["test_samples"])
+		fmt.Printf("test accuracy after %d epochs: %.4f\n", len(last), m[tasks.MetricTestCorrect]/m[tasks.MetricTestSamples])
 	}
 	return nil
 }

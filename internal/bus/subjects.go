@@ -23,6 +23,7 @@ func (s Subjects) Status() string    { return s.Prefix + ".master.status" }
 func (s Subjects) Cancel() string    { return s.Prefix + ".master.cancel" }
 func (s Subjects) Event() string     { return s.Prefix + ".master.event" } // publish, from workers
 func (s Subjects) Block() string     { return s.Prefix + ".master.block" }
+func (s Subjects) Barrier() string   { return s.Prefix + ".master.barrier" }
 
 // SlaveCtl is a slave's control subject (JSON request-reply).
 func (s Subjects) SlaveCtl(slave string) string {

@@ -87,6 +87,15 @@ type WorkerEvent struct {
 	BadLines []string `json:"bad_lines,omitempty"`
 }
 
+// BarrierRequest is a worker arriving at its Seq-th barrier of a stage;
+// the master answers (CtlReply) once every worker of the stage arrived.
+type BarrierRequest struct {
+	Task  string `json:"task"`
+	Stage int    `json:"stage"`
+	Rank  int    `json:"rank"`
+	Seq   int    `json:"seq"`
+}
+
 // BlockRequest asks the master's FileAssigner for a worker's next block.
 type BlockRequest struct {
 	Task  string `json:"task"`

@@ -1,0 +1,56 @@
+package tasks
+
+// Metric names. A stage function reports an epoch's metrics with
+// Info.ReportEpoch under these names; the master sums each over the stage's
+// workers, and printers, the metrics file and `flexps plot` derive what
+// they show from the sums (loss = MetricLossSum / MetricSamples, accuracy =
+// MetricCorrect / MetricSamples, rmse = sqrt(MetricSqErrSum /
+// MetricSamples), ...). Report only what the algorithm measures: a
+// regression reports squared errors, not a "correct" count.
+const (
+	MetricSamples   = "samples"     // training records processed in the epoch
+	MetricLossSum   = "loss_sum"    // summed training loss (log-loss for classifiers)
+	MetricCorrect   = "correct"     // correctly classified training records
+	MetricSqErrSum  = "sq_err_sum"  // summed squared training error (regression)
+	MetricAbsErrSum = "abs_err_sum" // summed absolute training error (regression)
+
+	MetricTestSamples   = "test_samples"
+	MetricTestLossSum   = "test_loss_sum"
+	MetricTestCorrect   = "test_correct"
+	MetricTestSqErrSum  = "test_sq_err_sum"
+	MetricTestAbsErrSum = "test_abs_err_sum"
+
+	// MetricObjective is an objective value the stage computed over the
+	// whole data (k-means: mean squared distance to the nearest center;
+	// SVRG: regularized training loss). Summed over workers like every
+	// metric, so each worker reports its share.
+	MetricObjective = "objective"
+)
+
+// Metrics the engine measures for every worker and reports in the stage
+// summary (status.StageResult.Metrics), summed over the stage's workers.
+const (
+	MetricReadBytes        = "read_bytes"         // input bytes read
+	MetricReadLocalBytes   = "read_local_bytes"   // of which from a replica on the worker's host
+	MetricReadWaitSeconds  = "read_wait_seconds"  // time a worker waited for parsed input
+	MetricReadRecords      = "read_records"       // records parsed
+	MetricReadBlocks       = "read_blocks"        // blocks read
+	MetricReadCachedBlocks = "read_cached_blocks" // of which replayed from the slave's parsed-data cache
+	MetricBadLines         = "bad_lines"          // malformed lines skipped (on_error = "skip")
+
+	MetricConsistencyReads = "consistency_reads" // reads the consistency gate checked
+	MetricConsistencyWaits = "consistency_waits" // of which had to wait
+	MetricBlockedSeconds   = "blocked_seconds"   // time reads waited for slower workers
+
+	MetricCacheHits      = "cache_hits" // process cache
+	MetricCacheMisses    = "cache_misses"
+	MetricCacheEvictions = "cache_evictions"
+	MetricCacheStale     = "cache_stale"
+
+	MetricKVLocalKeys  = "kv_local_keys"  // keys read or written in this slave's memory
+	MetricKVRemoteKeys = "kv_remote_keys" // keys read or written on other slaves
+	MetricKVRequests   = "kv_requests"    // data-plane messages sent
+
+	MetricModelLoadSeconds      = "model_load_seconds"      // one-slave stages: loading the model
+	MetricModelWritebackSeconds = "model_writeback_seconds" // one-slave stages: writing it back
+)
