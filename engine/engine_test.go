@@ -489,7 +489,7 @@ func TestBarrierSeesEveryWorkersAdds(t *testing.T) {
 	defer l.Close()
 	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindHogwild} {
 		t.Run(kind, func(t *testing.T) {
-			task := tasks.NewTask("barrier-"+kind).AddTable(kvstore.TableSpec{Name: "t", Size: 16}).
+			task := tasks.NewTask("barrier-" + kind).AddTable(kvstore.TableSpec{Name: "t", Size: 16}).
 				SetStages(tasks.Stage{Func: "test.barrier", Workers: 2, WorkerKind: kind, Params: tasks.Params{"rounds": 3}})
 			if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
 				t.Fatal(err)
