@@ -88,7 +88,12 @@ type Progress struct {
 	Samples       int64   `json:"samples"`
 	Loss          float64 `json:"loss"` // mean loss over the last reports
 	SamplesPerSec float64 `json:"samples_per_sec"`
-	Epoch         int     `json:"epoch"`
+	Epoch         int     `json:"epoch"`  // last epoch every worker finished
+	Epochs        int     `json:"epochs"` // epochs the stage plans (its "epochs" param; 0: unknown)
+	// Fraction estimates how much of the stage is done, in [0, 1]: finished
+	// epochs plus the share of the current epoch's input blocks handed
+	// out, over Epochs (0 when unknown).
+	Fraction float64 `json:"fraction"`
 }
 
 // StageResult summarizes a finished stage.
