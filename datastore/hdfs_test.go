@@ -410,13 +410,9 @@ func TestHDFSUnreachableNamenode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	t0 := time.Now()
 	_, err = s.Blocks(context.Background(), "hdfs://"+addr+"/data", 0)
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("got %v, want an error naming %s", err, addr)
-	}
-	if d := time.Since(t0); d > 3*time.Second {
-		t.Errorf("took %v, timeout 2s", d)
 	}
 	if _, err := s.Open(context.Background(), "hdfs://"+addr+"/data", 0); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("Open: got %v, want an error naming %s", err, addr)

@@ -56,13 +56,9 @@ func TestEmbeddedInProcessAndTCP(t *testing.T) {
 
 func TestConnectUnreachableNamesURL(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", closedPort(t))
-	start := time.Now()
 	_, err := bus.Connect(bus.Options{URL: url})
 	if !errors.Is(err, bus.ErrUnreachable) || !strings.Contains(err.Error(), url) {
 		t.Fatalf("err = %v", err)
-	}
-	if time.Since(start) > 5*time.Second {
-		t.Fatal("took too long to fail")
 	}
 }
 
