@@ -170,7 +170,8 @@ func (t *MultiStageTask) Normalize() {
 }
 
 // Validate reports the first problem, naming the stage and the field,
-// including stage functions not registered in this process.
+// including stage functions not registered in this process. It checks the
+// task as it stands: call Normalize first to fill defaults (Submit does).
 func (t *MultiStageTask) Validate() error { return t.validate(true) }
 
 // ValidateShape is Validate without the registry check: the master runs no

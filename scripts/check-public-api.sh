@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds examples/twostage (the documented Go-API example) as a program of a
+# separate module that requires github.com/flexps/flexps through a replace
+# directive. A user's own module can only import exported packages, so this
+# fails if the example, or anything it needs to name, reaches into internal/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp "$root"/examples/twostage/*.go "$tmp"/
+rm -f "$tmp"/*_test.go
+cd "$tmp"
+go mod init example.com/usermodule >/dev/null 2>&1
+go mod edit -require=github.com/flexps/flexps@v0.0.0 -replace=github.com/flexps/flexps="$root"
+# The user module resolves the same dependency versions as ours.
+cp "$root/go.sum" go.sum
+if ! GOFLAGS=-mod=mod go mod tidy >"$tmp/tidy.log" 2>&1; then
+	cat "$tmp/tidy.log" >&2
+	echo "check-public-api: go mod tidy failed in the separate module" >&2
+	exit 1
+fi
+go build -o /dev/null . || { echo "check-public-api: examples/twostage does not build from a separate module" >&2; exit 1; }
+echo "check-public-api: examples/twostage builds from a separate module"
