@@ -1,6 +1,7 @@
 // Package datastore turns training data into parsed records for workers.
 //
-// Data lives behind a Source (local disk or HDFS) that lists an input's
+// Data lives behind a Source (local disk here; HDFS in package
+// datastore/hdfs, routed by URL scheme through Sources) that lists an input's
 // blocks (contiguous byte ranges, with the hosts that hold a replica) and
 // opens a byte range of a file. A Format is a line parser (LIBSVM, CSV,
 // ratings, text) that appends into Records, a batch of records held in flat

@@ -10,7 +10,7 @@ func ReadAll(ctx context.Context, path, format string) (*Records, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := NewSources(HDFSConfig{})
+	src := NewSources()
 	defer src.Close()
 	blocks, err := src.Blocks(ctx, path, 0)
 	if err != nil {

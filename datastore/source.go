@@ -2,33 +2,128 @@ package datastore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 )
 
-// Sources routes each path to its Source: hdfs:// URLs to one shared
-// HDFSSource, everything else to the local disk. It is itself a Source.
-type Sources struct {
-	HDFS HDFSConfig
+// Opener makes the Source for one URL scheme; a Sources router calls it
+// on the first path of that scheme, so a cluster that is never used is
+// never dialed.
+type Opener func() (Source, error)
 
-	once  sync.Once
-	hdfs  *HDFSSource
-	herr  error
-	local LocalSource
+// Creator is implemented by sources that can write files (the model
+// output): the file appears under its name only when Close succeeds.
+type Creator interface {
+	Create(ctx context.Context, path string) (io.WriteCloser, error)
 }
 
-// NewSources returns a router using cfg for hdfs:// paths.
-func NewSources(cfg HDFSConfig) *Sources { return &Sources{HDFS: cfg} }
+var schemes = struct {
+	sync.Mutex
+	m map[string]Opener
+}{m: map[string]Opener{}}
 
+// RegisterScheme makes every later NewSources serve scheme:// URLs with
+// open, unless a router overrides it with Handle. Source packages register
+// themselves in init (package datastore/hdfs does for "hdfs", with its
+// configuration from the environment), so a program reads hdfs:// URLs
+// when it imports that package, and the core of datastore, which stage
+// code and the master's assigner use, does not pull in the HDFS client.
+func RegisterScheme(scheme string, open Opener) {
+	schemes.Lock()
+	defer schemes.Unlock()
+	schemes.m[strings.ToLower(scheme)] = open
+}
+
+// Scheme returns the lower-cased URL scheme of path ("hdfs" for
+// hdfs://nn/x), or "" for a plain path. "file" URLs are local paths.
+func Scheme(path string) string {
+	i := strings.Index(path, "://")
+	if i <= 0 {
+		return ""
+	}
+	for j, c := range path[:i] {
+		alpha := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !alpha && (j == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return ""
+		}
+	}
+	return strings.ToLower(path[:i])
+}
+
+// Sources routes each path to its Source by URL scheme: plain paths and
+// file:// URLs to the local disk, other schemes to the source registered
+// for them (RegisterScheme, or Handle on this router). It is itself a
+// Source and a Creator. Sources are opened on first use and shared by
+// every path of their scheme.
+type Sources struct {
+	mu      sync.Mutex
+	openers map[string]Opener
+	opened  map[string]*opened
+	local   LocalSource
+}
+
+type opened struct {
+	once sync.Once
+	src  Source
+	err  error
+}
+
+// NewSources returns a router serving the schemes registered so far.
+func NewSources() *Sources {
+	schemes.Lock()
+	defer schemes.Unlock()
+	s := &Sources{openers: make(map[string]Opener, len(schemes.m)), opened: map[string]*opened{}}
+	for k, v := range schemes.m {
+		s.openers[k] = v
+	}
+	return s
+}
+
+// Handle serves scheme:// URLs of this router with open (for example an
+// HDFS source configured from the cluster's configuration file rather than
+// the environment). Call it before the router's first use of the scheme.
+func (s *Sources) Handle(scheme string, open Opener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.openers[strings.ToLower(scheme)] = open
+}
+
+// For returns the source serving path. An unknown scheme is an error
+// naming the path and the schemes this router serves.
 func (s *Sources) For(path string) (Source, error) {
-	if !IsHDFS(path) {
+	scheme := Scheme(path)
+	if scheme == "" || scheme == "file" {
 		return &s.local, nil
 	}
-	s.once.Do(func() { s.hdfs, s.herr = NewHDFSSource(s.HDFS) })
-	return s.hdfs, s.herr
+	s.mu.Lock()
+	open, ok := s.openers[scheme]
+	o := s.opened[scheme]
+	if ok && o == nil {
+		o = &opened{}
+		s.opened[scheme] = o
+	}
+	known := make([]string, 0, len(s.openers))
+	for k := range s.openers {
+		known = append(known, k+"://")
+	}
+	s.mu.Unlock()
+	if !ok {
+		sort.Strings(known)
+		hint := ""
+		if scheme == "hdfs" {
+			hint = " (a Go program enables hdfs:// by importing github.com/flexps/flexps/datastore/hdfs)"
+		}
+		return nil, fmt.Errorf("datastore: %s: no source for scheme %q; this program reads local paths, file://%s%s",
+			path, scheme, strings.Join(append([]string{""}, known...), ", "), hint)
+	}
+	o.once.Do(func() { o.src, o.err = open() })
+	return o.src, o.err
 }
 
 // Blocks lists pattern's blocks on its source.
@@ -49,16 +144,37 @@ func (s *Sources) Open(ctx context.Context, path string, offset int64) (io.ReadC
 	return src.Open(ctx, path, offset)
 }
 
-// Create opens path for writing; the file appears under its name only when
-// Close succeeds, so nothing half-written is left behind.
+// Create opens path for writing on its source; the file appears under its
+// name only when Close succeeds, so nothing half-written is left behind.
 func (s *Sources) Create(ctx context.Context, path string) (io.WriteCloser, error) {
-	if IsHDFS(path) {
-		src, err := s.For(path)
-		if err != nil {
-			return nil, err
-		}
-		return src.(*HDFSSource).Create(ctx, path)
+	src, err := s.For(path)
+	if err != nil {
+		return nil, err
 	}
+	c, ok := src.(Creator)
+	if !ok {
+		return nil, fmt.Errorf("datastore: create %s: the %s source cannot write files", path, Scheme(path))
+	}
+	return c.Create(ctx, path)
+}
+
+// Close closes every source this router opened.
+func (s *Sources) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, o := range s.opened {
+		if c, ok := o.src.(io.Closer); ok && o.err == nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	s.opened = map[string]*opened{}
+	return errors.Join(errs...)
+}
+
+// Create writes path on the local disk through a temporary file renamed
+// into place by Close.
+func (s *LocalSource) Create(ctx context.Context, path string) (io.WriteCloser, error) {
 	path = trimFileScheme(path)
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -70,14 +186,6 @@ func (s *Sources) Create(ctx context.Context, path string) (io.WriteCloser, erro
 		return nil, fmt.Errorf("datastore: create %s: %w", path, err)
 	}
 	return &atomicFile{File: f, final: path}, nil
-}
-
-// Close releases the HDFS connection, if any.
-func (s *Sources) Close() error {
-	if s.hdfs != nil {
-		return s.hdfs.Close()
-	}
-	return nil
 }
 
 // Aborter is implemented by writers from Create: Abort discards what was

@@ -2,14 +2,17 @@ package datastore
 
 import (
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 func TestCreateIsAtomic(t *testing.T) {
 	dir := t.TempDir()
-	s := NewSources(HDFSConfig{})
+	s := NewSources()
 	defer s.Close()
 	final := filepath.Join(dir, "sub", "model")
 	w, err := s.Create(context.Background(), final)
@@ -37,5 +40,123 @@ func TestCreateIsAtomic(t *testing.T) {
 	}
 	if b, err := os.ReadFile(final); err != nil || string(b) != "whole" {
 		t.Fatalf("%q %v", b, err)
+	}
+}
+
+func TestScheme(t *testing.T) {
+	for _, tc := range []struct{ path, want string }{
+		{"hdfs://nn:8020/x", "hdfs"},
+		{"HDFS:///x", "hdfs"},
+		{"file:///tmp/x", "file"},
+		{"s3+v2.x-y://b/k", "s3+v2.x-y"},
+		{"/data/train.libsvm", ""},
+		{"data/a://b", ""},
+		{"://x", ""},
+		{"1hdfs://x", ""},
+		{"c:\\data", ""},
+	} {
+		if got := Scheme(tc.path); got != tc.want {
+			t.Errorf("Scheme(%q) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
+
+func FuzzScheme(f *testing.F) {
+	for _, s := range []string{"hdfs://x", "file:///y", "/z", "a+b://", "://"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		s := Scheme(path)
+		if s != "" && !strings.HasPrefix(strings.ToLower(path), s+"://") {
+			t.Fatalf("Scheme(%q) = %q is not the path's prefix", path, s)
+		}
+	})
+}
+
+// memSource serves one in-memory file, to test routing without a cluster.
+type memSource struct {
+	data   string
+	closed bool
+}
+
+func (m *memSource) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
+	return []Block{{Path: pattern, Length: int64(len(m.data)), FileSize: int64(len(m.data)), Whole: true}}, nil
+}
+
+func (m *memSource) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(m.data[offset:])), nil
+}
+
+func (m *memSource) Close() error { m.closed = true; return nil }
+
+func TestSourcesRouteByScheme(t *testing.T) {
+	mem := &memSource{data: "1 1:2\n0 2:1\n"}
+	opens := 0
+	RegisterScheme("memtest", func() (Source, error) { opens++; return mem, nil })
+	s := NewSources()
+	recs := &Records{}
+	f, err := NewFormat("libsvm", DefaultFormatOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		blocks, err := s.Blocks(context.Background(), "memtest://x/train", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadBlock(context.Background(), s, blocks[0], f, ReadOptions{}, func(r *Records) error {
+			for i := 0; i < r.Len(); i++ {
+				recs.Append(r.Row(i))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if recs.Len() != 4 || opens != 1 {
+		t.Fatalf("read %d records with %d opens, want 4 records and one open", recs.Len(), opens)
+	}
+	if _, err := s.Create(context.Background(), "memtest://x/model"); err == nil || !strings.Contains(err.Error(), "cannot write") {
+		t.Fatalf("Create on a read-only source: %v", err)
+	}
+	if err := s.Close(); err != nil || !mem.closed {
+		t.Fatalf("Close: %v, source closed %v", err, mem.closed)
+	}
+
+	// A router's own handler overrides the registered one.
+	other := &memSource{data: "0 3:1\n"}
+	s2 := NewSources()
+	s2.Handle("MEMTEST", func() (Source, error) { return other, nil })
+	if src, err := s2.For("memtest://y"); err != nil || src != other {
+		t.Fatalf("Handle did not override: %v %v", src, err)
+	}
+
+	_, err = NewSources().Blocks(context.Background(), "nosuch://nn/data", 0)
+	if err == nil || !strings.Contains(err.Error(), "nosuch://nn/data") || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Fatalf("unknown scheme: %v", err)
+	}
+	_, err = NewSources().Blocks(context.Background(), "hdfs://nn/data", 0)
+	if err == nil || !strings.Contains(err.Error(), "datastore/hdfs") {
+		t.Fatalf("hdfs without the hdfs package should say how to enable it: %v", err)
+	}
+}
+
+// The datastore core, stage code and the master's assigner must not link
+// the HDFS client (and its protobuf and Kerberos dependencies).
+func TestCoreHasNoHDFSDependency(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go command not found")
+	}
+	for _, pkg := range []string{"github.com/flexps/flexps/datastore", "github.com/flexps/flexps/tasks", "github.com/flexps/flexps/master/assign"} {
+		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.Contains(dep, "colinmarc/hdfs") || strings.Contains(dep, "jcmturner") || strings.Contains(dep, "protobuf") {
+				t.Errorf("%s depends on %s", pkg, dep)
+			}
+		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -120,10 +120,10 @@ func (c *ClusterConfig) Validate() error {
 }
 
 // HDFSConfig merges the [hdfs] table over HADOOP_CONF_DIR.
-func (c *ClusterConfig) HDFSConfig() datastore.HDFSConfig {
-	h, err := datastore.HDFSConfigFromEnv()
+func (c *ClusterConfig) HDFSConfig() hdfs.Config {
+	h, err := hdfs.ConfigFromEnv()
 	if err != nil {
-		h = datastore.HDFSConfig{}
+		h = hdfs.Config{}
 	}
 	if len(c.HDFS.Namenodes) > 0 {
 		h.Namenodes = c.HDFS.Namenodes

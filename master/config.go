@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/rs/zerolog"
 )
 
@@ -28,7 +28,7 @@ type Config struct {
 	RequestTimeout time.Duration // control requests to slaves; default 10s
 	KVTimeout      time.Duration // data-plane round trips (model dump); default 60s
 	BlockSize      int64         // bytes per block of local files; default 8 MiB
-	HDFS           datastore.HDFSConfig
+	HDFS           hdfs.Config
 	Log            zerolog.Logger
 	Now            func() time.Time // injected clock for the failure detector; default time.Now
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/master/assign"
@@ -73,7 +74,7 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 	}
 	return &Master{
 		cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), log: cfg.Log.With().Str("node", "master").Logger(),
-		policy: pol, sources: datastore.NewSources(cfg.HDFS),
+		policy: pol, sources: hdfs.NewSources(cfg.HDFS),
 		det: membership.NewDetector(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
 		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{},
 	}, nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
@@ -39,7 +40,7 @@ type Config struct {
 	ReadProducers int           // AsyncReader producers per worker and input; default 2
 	ProgressEvery time.Duration // progress report interval; default 250ms
 	DataCache     int64         // bytes of parsed input blocks kept for later epochs; default 1 GiB, <0 disables
-	HDFS          datastore.HDFSConfig
+	HDFS          hdfs.Config
 	Log           zerolog.Logger
 }
 
@@ -111,7 +112,7 @@ type slaveTask struct {
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
 	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
-		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: datastore.NewSources(cfg.HDFS),
+		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS),
 		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
 }
 

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/examples/lr"
 	"github.com/flexps/flexps/internal/hdfstest"
@@ -242,7 +243,7 @@ func hdfsRows(ctx context.Context, o options, dir, path string, f datastore.Form
 		return fmt.Errorf("MiniHDFS state %q: %w", out, err)
 	}
 	fmt.Printf("# hdfs: MiniHDFS (1 datanode, %s blocks) up in %.1fs at %s\n", size(o.hdfsBlockSize), time.Since(t0).Seconds(), st.Namenode)
-	src, err := datastore.NewHDFSSource(datastore.HDFSConfig{Namenodes: []string{st.Namenode}, HTTPAddr: st.HTTP, User: st.Superuser, Timeout: time.Minute})
+	src, err := hdfs.New(hdfs.Config{Namenodes: []string{st.Namenode}, HTTPAddr: st.HTTP, User: st.Superuser, Timeout: time.Minute})
 	if err != nil {
 		return err
 	}
@@ -266,7 +267,7 @@ func hdfsRows(ctx context.Context, o options, dir, path string, f datastore.Form
 	return nil
 }
 
-func upload(ctx context.Context, src *datastore.HDFSSource, path, url string) (measured, error) {
+func upload(ctx context.Context, src *hdfs.Source, path, url string) (measured, error) {
 	in, err := os.Open(path)
 	if err != nil {
 		return measured{}, err

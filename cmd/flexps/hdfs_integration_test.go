@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/internal/hdfstest"
 	"github.com/flexps/flexps/master/assign"
@@ -97,7 +98,7 @@ func hdfsConfig(c *hdfstest.Cluster) string {
 // hdfsBlocks lists url's blocks as the master does.
 func hdfsBlocks(t *testing.T, c *hdfstest.Cluster, url string, blockSize int64) []datastore.Block {
 	t.Helper()
-	src, err := datastore.NewHDFSSource(datastore.HDFSConfig{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: c.Superuser})
+	src, err := hdfs.New(hdfs.Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: c.Superuser})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package datastore
+package hdfs
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/datastore"
+
 	"github.com/flexps/flexps/internal/hdfstest"
 )
 
@@ -31,9 +33,9 @@ func miniHDFS(t *testing.T) *hdfstest.Cluster {
 	return hdfstest.Shared(t)
 }
 
-func hdfsSource(t *testing.T, c *hdfstest.Cluster, user string) *HDFSSource {
+func hdfsSource(t *testing.T, c *hdfstest.Cluster, user string) *Source {
 	t.Helper()
-	s, err := NewHDFSSource(HDFSConfig{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: user, Timeout: 10 * time.Second})
+	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: user, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func TestHDFSReadBlockExactlyOnce(t *testing.T) {
 	c := miniHDFS(t)
 	url, data := uploadBig(t, c)
 	s := hdfsSource(t, c, "")
-	f, err := NewFormat("text", DefaultFormatOptions())
+	f, err := datastore.NewFormat("text", datastore.DefaultFormatOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestHDFSReadBlockExactlyOnce(t *testing.T) {
 		}
 		var got []string
 		for _, b := range blocks {
-			_, err := ReadBlock(context.Background(), s, b, f, ReadOptions{}, func(r *Records) error {
+			_, err := datastore.ReadBlock(context.Background(), s, b, f, datastore.ReadOptions{}, func(r *datastore.Records) error {
 				got = append(got, r.Lines...)
 				return nil
 			})
@@ -233,7 +235,7 @@ func TestHDFSDirectoriesAndGlobs(t *testing.T) {
 
 	for _, pattern := range []string{"/glob/*/nothing*", "/glob/empty", "/nope/*/x"} {
 		_, err := s.Blocks(context.Background(), c.URL(pattern), 0)
-		if !errors.Is(err, ErrNoInput) {
+		if !errors.Is(err, datastore.ErrNoInput) {
 			t.Errorf("%s: got %v, want ErrNoInput", pattern, err)
 		}
 	}
@@ -329,7 +331,7 @@ func TestHDFSCreateRenamesOnClose(t *testing.T) {
 func TestHDFSWithoutWebHDFSFallsBack(t *testing.T) {
 	c := miniHDFS(t)
 	url, data := uploadBig(t, c)
-	s, err := NewHDFSSource(HDFSConfig{Namenodes: []string{c.Namenode}, HTTPAddr: closedAddr(t), Timeout: 5 * time.Second})
+	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: closedAddr(t), Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,14 +361,14 @@ func TestHDFSConfigFromEnv(t *testing.T) {
 	writeConf(t, filepath.Join(dir, "core-site.xml"), "fs.defaultFS", "hdfs://"+c.Namenode)
 	writeConf(t, filepath.Join(dir, "hdfs-site.xml"), "dfs.namenode.http-address", "0.0.0.0:"+httpPort)
 	t.Setenv("HADOOP_CONF_DIR", dir)
-	cfg, err := HDFSConfigFromEnv()
+	cfg, err := ConfigFromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(cfg.Namenodes, []string{c.Namenode}) || cfg.HTTPAddr != c.HTTP {
 		t.Fatalf("config %+v, want namenode %s http %s", cfg, c.Namenode, c.HTTP)
 	}
-	s, err := NewHDFSSource(cfg)
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +407,7 @@ func closedAddr(t *testing.T) string {
 // within the timeout and the error names it.
 func TestHDFSUnreachableNamenode(t *testing.T) {
 	addr := closedAddr(t)
-	s, err := NewHDFSSource(HDFSConfig{User: "test", Timeout: 2 * time.Second})
+	s, err := New(Config{User: "test", Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +450,7 @@ func TestHDFSStalledNamenode(t *testing.T) {
 		}
 	}()
 	addr := l.Addr().String()
-	s, err := NewHDFSSource(HDFSConfig{User: "test", Timeout: time.Second})
+	s, err := New(Config{User: "test", Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,8 +476,8 @@ func TestHDFSStalledNamenode(t *testing.T) {
 
 func TestIsHDFS(t *testing.T) {
 	for p, want := range map[string]bool{"hdfs://nn:8020/x": true, "HDFS:///x": true, "/hdfs/x": false, "file:///x": false, "hdfs:/x": false} {
-		if IsHDFS(p) != want {
-			t.Errorf("IsHDFS(%q) = %v", p, !want)
+		if IsURL(p) != want {
+			t.Errorf("IsURL(%q) = %v", p, !want)
 		}
 	}
 }

@@ -1,11 +1,18 @@
-package datastore
-
-// HDFS support. Metadata and bytes go through the namenode RPC protocol
+// Package hdfs serves hdfs:// URLs to the datastore: importing it registers
+// the "hdfs" scheme with datastore.RegisterScheme (configured from
+// $HADOOP_CONF_DIR), and a router serves a cluster configured otherwise
+// with Sources.Handle("hdfs", hdfs.Opener(cfg)). It lives apart from the
+// datastore core so that programs and packages that never read HDFS (stage
+// code, the master's assigner) do not link its client, protobuf and
+// Kerberos dependencies.
+//
+// Metadata and bytes go through the namenode RPC protocol
 // (github.com/colinmarc/hdfs); block locations come from the namenode's
 // WebHDFS endpoint (op=GETFILEBLOCKLOCATIONS, or GET_BLOCK_LOCATIONS on
 // older namenodes), because the RPC client does not expose them. Without
 // WebHDFS, Blocks still returns the file's HDFS block layout (from its block
 // size) but without hosts, and counts a fallback in Stats.
+package hdfs
 
 import (
 	"context"
@@ -28,21 +35,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/colinmarc/hdfs/v2"
+	gohdfs "github.com/colinmarc/hdfs/v2"
 	"github.com/colinmarc/hdfs/v2/hadoopconf"
+	"github.com/flexps/flexps/datastore"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 )
 
-// DefaultHDFSPort is the namenode RPC port assumed for hdfs://host/ URLs.
-const DefaultHDFSPort = "8020"
+// DefaultPort is the namenode RPC port assumed for hdfs://host/ URLs.
+const DefaultPort = "8020"
 
-// DefaultWebHDFSPort is the namenode HTTP port tried when HDFSConfig.HTTPAddr is empty.
-const DefaultWebHDFSPort = "9870"
+// DefaultWebPort is the namenode HTTP port tried when Config.HTTPAddr is empty.
+const DefaultWebPort = "9870"
 
-// HDFSConfig says how to reach an HDFS cluster. The zero value works for
+// Config says how to reach an HDFS cluster. The zero value works for
 // hdfs://host:port/ URLs, acting as $HADOOP_USER_NAME or the OS user.
-type HDFSConfig struct {
+type Config struct {
 	// Namenodes (host:port) serve hdfs:///path URLs (no host) and
 	// hdfs://name/path URLs whose name has no port (an HA nameservice).
 	// A URL naming host:port is served by that namenode.
@@ -65,18 +73,18 @@ type HDFSConfig struct {
 	Logger *zerolog.Logger
 }
 
-// HDFSConfigFromEnv reads the Hadoop configuration in $HADOOP_CONF_DIR (or
+// ConfigFromEnv reads the Hadoop configuration in $HADOOP_CONF_DIR (or
 // $HADOOP_HOME/conf): namenodes from fs.defaultFS or
 // dfs.namenode.rpc-address*, the HTTP address from
 // dfs.namenode.http-address*, and dfs.client.use.datanode.hostname. With no
 // configuration it returns a config that only serves URLs naming their
 // namenode.
-func HDFSConfigFromEnv() (HDFSConfig, error) {
+func ConfigFromEnv() (Config, error) {
 	conf, err := hadoopconf.LoadFromEnvironment()
 	if err != nil {
-		return HDFSConfig{}, fmt.Errorf("datastore: hadoop configuration: %w", err)
+		return Config{}, fmt.Errorf("datastore: hadoop configuration: %w", err)
 	}
-	cfg := HDFSConfig{Namenodes: conf.Namenodes()}
+	cfg := Config{Namenodes: conf.Namenodes()}
 	var httpKeys []string
 	for k := range conf {
 		if k == "dfs.namenode.http-address" || strings.HasPrefix(k, "dfs.namenode.http-address.") {
@@ -97,39 +105,63 @@ func HDFSConfigFromEnv() (HDFSConfig, error) {
 	return cfg, nil
 }
 
-// IsHDFS reports whether path is an hdfs:// URL.
-func IsHDFS(path string) bool {
+// IsURL reports whether path is an hdfs:// URL.
+func IsURL(path string) bool {
 	return len(path) >= 7 && strings.EqualFold(path[:7], "hdfs://")
 }
 
-// HDFSStats counts what an HDFSSource did.
-type HDFSStats struct {
+func init() {
+	datastore.RegisterScheme("hdfs", func() (datastore.Source, error) {
+		cfg, err := ConfigFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		return New(cfg)
+	})
+}
+
+// Opener returns a datastore.Opener making a Source with cfg, for
+// datastore.Sources.Handle.
+func Opener(cfg Config) datastore.Opener {
+	return func() (datastore.Source, error) { return New(cfg) }
+}
+
+// NewSources returns a datastore router that serves hdfs:// URLs with cfg
+// (and local paths, and any other registered scheme).
+func NewSources(cfg Config) *datastore.Sources {
+	s := datastore.NewSources()
+	s.Handle("hdfs", Opener(cfg))
+	return s
+}
+
+// Stats counts what a Source did.
+type Stats struct {
 	Connects          int64 // namenode clients created
 	LocationLookups   int64 // WebHDFS block-location requests that succeeded
 	LocationFallbacks int64 // files whose blocks were computed without hosts
 }
 
-// HDFSSource reads hdfs:// URLs. It connects lazily, one client per
+// Source reads hdfs:// URLs. It connects lazily, one client per
 // namenode set, and is safe for concurrent use.
 //
 // Block.Hosts holds the hostnames the namenode reports for the datanodes
 // holding a replica (their dfs.datanode.hostname, as Hadoop's
 // BlockLocation.getHosts does); a MiniHDFS from internal/hdfstest names
 // its datanodes dn0.localhost, dn1.localhost, ...
-type HDFSSource struct {
-	cfg  HDFSConfig
+type Source struct {
+	cfg  Config
 	http *http.Client
 	log  zerolog.Logger
 
 	mu      sync.Mutex
-	clients map[string]*hdfs.Client
+	clients map[string]*gohdfs.Client
 	closed  bool
 
 	connects, lookups, fallbacks atomic.Int64
 }
 
-// NewHDFSSource validates cfg and returns a source; it does not connect.
-func NewHDFSSource(cfg HDFSConfig) (*HDFSSource, error) {
+// New validates cfg and returns a source; it does not connect.
+func New(cfg Config) (*Source, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -148,11 +180,11 @@ func NewHDFSSource(cfg HDFSConfig) (*HDFSSource, error) {
 			return nil, fmt.Errorf("datastore: hdfs namenode %q: want host:port: %w", nn, err)
 		}
 	}
-	s := &HDFSSource{
+	s := &Source{
 		cfg: cfg,
 		// Its own transport, so Close can drop its idle connections.
 		http:    &http.Client{Timeout: cfg.Timeout, Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: cfg.Timeout}).DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}},
-		clients: make(map[string]*hdfs.Client),
+		clients: make(map[string]*gohdfs.Client),
 	}
 	if cfg.Logger != nil {
 		s.log = *cfg.Logger
@@ -163,12 +195,12 @@ func NewHDFSSource(cfg HDFSConfig) (*HDFSSource, error) {
 }
 
 // Stats returns counters of what s has done.
-func (s *HDFSSource) Stats() HDFSStats {
-	return HDFSStats{Connects: s.connects.Load(), LocationLookups: s.lookups.Load(), LocationFallbacks: s.fallbacks.Load()}
+func (s *Source) Stats() Stats {
+	return Stats{Connects: s.connects.Load(), LocationLookups: s.lookups.Load(), LocationFallbacks: s.fallbacks.Load()}
 }
 
 // Close closes every namenode connection.
-func (s *HDFSSource) Close() error {
+func (s *Source) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -191,8 +223,8 @@ type hdfsURL struct {
 
 func (u hdfsURL) url(p string) string { return u.prefix + p }
 
-func (s *HDFSSource) parse(raw string) (hdfsURL, error) {
-	if !IsHDFS(raw) {
+func (s *Source) parse(raw string) (hdfsURL, error) {
+	if !IsURL(raw) {
 		return hdfsURL{}, fmt.Errorf("datastore: %q is not an hdfs:// URL", raw)
 	}
 	// Split by hand: url.Parse would take glob brackets and '?' for syntax.
@@ -212,7 +244,7 @@ func (s *HDFSSource) parse(raw string) (hdfsURL, error) {
 		// hdfs://nameservice/path: the configured (HA) namenodes.
 		u.namenodes, u.configured = s.cfg.Namenodes, true
 	case !strings.Contains(host, ":"):
-		u.namenodes = []string{net.JoinHostPort(host, DefaultHDFSPort)}
+		u.namenodes = []string{net.JoinHostPort(host, DefaultPort)}
 	default:
 		u.namenodes = []string{host}
 		for _, nn := range s.cfg.Namenodes {
@@ -225,7 +257,7 @@ func (s *HDFSSource) parse(raw string) (hdfsURL, error) {
 }
 
 // client returns the (cached) client for u's namenodes, connecting if needed.
-func (s *HDFSSource) client(ctx context.Context, u hdfsURL) (*hdfs.Client, error) {
+func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -240,7 +272,7 @@ func (s *HDFSSource) client(ctx context.Context, u hdfsURL) (*hdfs.Client, error
 	}
 	timeout := s.cfg.Timeout
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	c, err := hdfs.NewClient(hdfs.ClientOptions{
+	c, err := gohdfs.NewClient(gohdfs.ClientOptions{
 		Addresses:           u.namenodes,
 		User:                s.cfg.User,
 		UseDatanodeHostname: s.cfg.UseDatanodeHostname,
@@ -284,7 +316,7 @@ func (c *idleTimeoutConn) Write(b []byte) (int, error) {
 }
 
 // fsErr gives an HDFS error the URL, and the user when it is a permission error.
-func (s *HDFSSource) fsErr(op, url string, err error) error {
+func (s *Source) fsErr(op, url string, err error) error {
 	if errors.Is(err, fs.ErrPermission) {
 		return fmt.Errorf("datastore: hdfs %s %s: permission denied for user %q: %w", op, url, s.cfg.User, err)
 	}
@@ -309,7 +341,7 @@ type hdfsFile struct {
 // its replicas; a blockSize > 0 smaller than an HDFS block splits it
 // further, and each piece keeps the block's hosts. A .gz file is one Whole
 // block. Files are taken in name order and empty files are skipped.
-func (s *HDFSSource) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
+func (s *Source) Blocks(ctx context.Context, pattern string, blockSize int64) ([]datastore.Block, error) {
 	u, err := s.parse(pattern)
 	if err != nil {
 		return nil, err
@@ -323,7 +355,7 @@ func (s *HDFSSource) Blocks(ctx context.Context, pattern string, blockSize int64
 		return nil, err
 	}
 	webOK := true // after one failure, skip WebHDFS for the rest of the files
-	var blocks []Block
+	var blocks []datastore.Block
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -350,19 +382,19 @@ func (s *HDFSSource) Blocks(ctx context.Context, pattern string, blockSize int64
 		blocks = appendBlocks(blocks, u.url(f.path), f.size, locs, blockSize)
 	}
 	if len(blocks) == 0 {
-		return nil, fmt.Errorf("datastore: input %q: every matched file is empty: %w", pattern, ErrNoInput)
+		return nil, fmt.Errorf("datastore: input %q: every matched file is empty: %w", pattern, datastore.ErrNoInput)
 	}
 	return blocks, nil
 }
 
 // appendBlocks turns one file's HDFS blocks into Blocks.
-func appendBlocks(blocks []Block, url string, size int64, locs []blockLoc, blockSize int64) []Block {
+func appendBlocks(blocks []datastore.Block, url string, size int64, locs []blockLoc, blockSize int64) []datastore.Block {
 	if strings.HasSuffix(url, ".gz") {
 		var hosts []string
 		if len(locs) > 0 {
 			hosts = locs[0].hosts
 		}
-		return append(blocks, Block{Path: url, Offset: 0, Length: size, Hosts: hosts, Whole: true, FileSize: size})
+		return append(blocks, datastore.Block{Path: url, Offset: 0, Length: size, Hosts: hosts, Whole: true, FileSize: size})
 	}
 	for _, l := range locs {
 		step := l.length
@@ -371,7 +403,7 @@ func appendBlocks(blocks []Block, url string, size int64, locs []blockLoc, block
 		}
 		for off := l.offset; off < l.offset+l.length; off += step {
 			n := min(step, l.offset+l.length-off)
-			blocks = append(blocks, Block{Path: url, Offset: off, Length: n, Hosts: l.hosts, FileSize: size})
+			blocks = append(blocks, datastore.Block{Path: url, Offset: off, Length: n, Hosts: l.hosts, FileSize: size})
 		}
 	}
 	return blocks
@@ -392,7 +424,7 @@ func splitLocs(size, blockSize int64) []blockLoc {
 func hasMeta(s string) bool { return strings.ContainsAny(s, "*?[") }
 
 // expand lists the files pattern names.
-func (s *HDFSSource) expand(ctx context.Context, c *hdfs.Client, u hdfsURL, pattern string) ([]hdfsFile, error) {
+func (s *Source) expand(ctx context.Context, c *gohdfs.Client, u hdfsURL, pattern string) ([]hdfsFile, error) {
 	if !hasMeta(u.path) {
 		fi, err := c.Stat(u.path)
 		if err != nil {
@@ -406,7 +438,7 @@ func (s *HDFSSource) expand(ctx context.Context, c *hdfs.Client, u hdfsURL, patt
 			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("datastore: input directory %q holds no data files: %w", pattern, ErrNoInput)
+			return nil, fmt.Errorf("datastore: input directory %q holds no data files: %w", pattern, datastore.ErrNoInput)
 		}
 		return files, nil
 	}
@@ -427,21 +459,21 @@ func (s *HDFSSource) expand(ctx context.Context, c *hdfs.Client, u hdfsURL, patt
 		}
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("datastore: input pattern %q matches no file: %w", pattern, ErrNoInput)
+		return nil, fmt.Errorf("datastore: input pattern %q matches no file: %w", pattern, datastore.ErrNoInput)
 	}
 	return files, nil
 }
 
 func fileOf(p string, fi os.FileInfo) hdfsFile {
 	f := hdfsFile{path: p, size: fi.Size()}
-	if st, ok := fi.Sys().(*hdfs.FileStatus); ok {
+	if st, ok := fi.Sys().(*gohdfs.FileStatus); ok {
 		f.blockSize = int64(st.GetBlocksize())
 	}
 	return f
 }
 
 // listFiles returns the data files directly in dir, in name order.
-func (s *HDFSSource) listFiles(ctx context.Context, c *hdfs.Client, u hdfsURL, dir string) ([]hdfsFile, error) {
+func (s *Source) listFiles(ctx context.Context, c *gohdfs.Client, u hdfsURL, dir string) ([]hdfsFile, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -467,7 +499,7 @@ type globMatch struct {
 
 // glob matches an absolute path pattern segment by segment, listing only
 // the directories the pattern reaches into.
-func (s *HDFSSource) glob(ctx context.Context, c *hdfs.Client, u hdfsURL, pattern string) ([]globMatch, error) {
+func (s *Source) glob(ctx context.Context, c *gohdfs.Client, u hdfsURL, pattern string) ([]globMatch, error) {
 	segs := strings.Split(strings.TrimPrefix(pattern, "/"), "/")
 	for _, seg := range segs {
 		if _, err := path.Match(seg, ""); err != nil {
@@ -525,7 +557,7 @@ func (s *HDFSSource) glob(ctx context.Context, c *hdfs.Client, u hdfsURL, patter
 
 // Open opens the file at an hdfs:// URL for reading from byte offset. Each
 // read from a datanode is bounded by the configured Timeout.
-func (s *HDFSSource) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+func (s *Source) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
 	u, err := s.parse(path)
 	if err != nil {
 		return nil, err
@@ -552,7 +584,7 @@ func (s *HDFSSource) Open(ctx context.Context, path string, offset int64) (io.Re
 }
 
 type hdfsReader struct {
-	f       *hdfs.FileReader
+	f       *gohdfs.FileReader
 	timeout time.Duration
 }
 
@@ -567,7 +599,7 @@ func (r *hdfsReader) Close() error { return r.f.Close() }
 // directories. Bytes go to a hidden temporary file beside path that Close
 // renames over path, so readers never see a half-written file; a failed
 // write or Close removes the temporary file.
-func (s *HDFSSource) Create(ctx context.Context, path string) (io.WriteCloser, error) {
+func (s *Source) Create(ctx context.Context, path string) (io.WriteCloser, error) {
 	u, err := s.parse(path)
 	if err != nil {
 		return nil, err
@@ -597,9 +629,9 @@ func (s *HDFSSource) Create(ctx context.Context, path string) (io.WriteCloser, e
 }
 
 type hdfsWriter struct {
-	s          *HDFSSource
-	c          *hdfs.Client
-	w          *hdfs.FileWriter
+	s          *Source
+	c          *gohdfs.Client
+	w          *gohdfs.FileWriter
 	tmp, final string
 	url        string
 	err        error
@@ -654,12 +686,12 @@ func (w *hdfsWriter) Close() error {
 // block is not yet reported by enough datanodes (as the Java client does):
 // the data is written, the namenode is only waiting for the datanodes'
 // block reports.
-func closeHDFSFile(f *hdfs.FileWriter, timeout time.Duration) error {
+func closeHDFSFile(f *gohdfs.FileWriter, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	wait := 50 * time.Millisecond
 	for {
 		err := f.Close()
-		if !hdfs.IsErrReplicating(err) || time.Now().After(deadline) {
+		if !gohdfs.IsErrReplicating(err) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(wait)
@@ -683,7 +715,7 @@ type blockLoc struct {
 }
 
 // httpAddr is where u's namenode serves WebHDFS.
-func (s *HDFSSource) httpAddr(u hdfsURL) string {
+func (s *Source) httpAddr(u hdfsURL) string {
 	if u.configured && s.cfg.HTTPAddr != "" {
 		return s.cfg.HTTPAddr
 	}
@@ -691,7 +723,7 @@ func (s *HDFSSource) httpAddr(u hdfsURL) string {
 	if err != nil {
 		host = u.namenodes[0]
 	}
-	return net.JoinHostPort(host, DefaultWebHDFSPort)
+	return net.JoinHostPort(host, DefaultWebPort)
 }
 
 // errWebHDFSOp means the namenode does not know the operation asked for.
@@ -701,7 +733,7 @@ var errWebHDFSOp = errors.New("unsupported WebHDFS operation")
 // (Hadoop 3.3+), else GET_BLOCK_LOCATIONS. Any answer from the namenode that
 // is not about the file itself (not found, permission) is an error the
 // caller may fall back from.
-func (s *HDFSSource) locations(ctx context.Context, u hdfsURL, f hdfsFile) ([]blockLoc, error) {
+func (s *Source) locations(ctx context.Context, u hdfsURL, f hdfsFile) ([]blockLoc, error) {
 	addr := s.httpAddr(u)
 	var v struct {
 		BlockLocations struct {
@@ -777,7 +809,7 @@ func checkLocs(locs []blockLoc, f hdfsFile) ([]blockLoc, error) {
 	return locs, nil
 }
 
-func (s *HDFSSource) webhdfs(ctx context.Context, addr, p, op string, length int64, out any) error {
+func (s *Source) webhdfs(ctx context.Context, addr, p, op string, length int64, out any) error {
 	q := url.Values{"op": {op}, "offset": {"0"}, "length": {fmt.Sprint(length)}, "user.name": {s.cfg.User}}
 	endpoint := (&url.URL{Scheme: "http", Host: addr, Path: "/webhdfs/v1" + p, RawQuery: q.Encode()}).String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
