@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flexps/flexps/internal/testkit"
 
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/kvstore"
@@ -101,40 +102,6 @@ func init() {
 		slowStarted.Add(1)
 		<-info.Ctx.Done()
 		return info.Ctx.Err()
-	})
-	// test.count reads its share of "train" and reports the records seen.
-	tasks.Register("test.count", func(info *tasks.Info) error {
-		in, err := info.Input("train")
-		if err != nil {
-			return err
-		}
-		for epoch := 1; epoch <= info.Params.Int("epochs", 1); epoch++ {
-			pass, err := in.Pass(info.Ctx)
-			if err != nil {
-				return err
-			}
-			var n, sum float64
-			for {
-				r, err := pass.Next(info.Ctx)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					pass.Close()
-					return err
-				}
-				for i := 0; i < r.Len(); i++ {
-					n++
-					sum += r.Labels[i]
-				}
-				if d := info.Params.Int("sleep_ms", 0); d > 0 && info.Rank == 0 {
-					time.Sleep(time.Duration(d) * time.Millisecond)
-				}
-			}
-			pass.Close()
-			info.ReportEpoch(epoch, map[string]float64{"samples": n, "label_sum": sum})
-		}
-		return nil
 	})
 }
 
@@ -292,7 +259,7 @@ func TestEveryRecordReadExactlyOncePerEpoch(t *testing.T) {
 	os.WriteFile(path, []byte(b.String()), 0o644)
 	l := startLocal(t, 2, 2)
 	task := tasks.NewTask("count").SetInput("train", tasks.InputSpec{Path: path, BlockSize: 1000}).
-		SetStages(tasks.Stage{Func: "test.count", Workers: 4, Params: tasks.Params{"epochs": 3, "sleep_ms": 2}})
+		SetStages(tasks.Stage{Func: testkit.Count, Workers: 4, Params: tasks.Params{"epochs": 3, "sleep_ms": 2}})
 	st, err := l.SubmitAndWait(context.Background(), task, nil)
 	if err != nil {
 		t.Fatal(err)

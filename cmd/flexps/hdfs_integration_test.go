@@ -8,14 +8,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	_ "github.com/flexps/flexps/internal/testkit" // testkit.count, known to the re-executed slaves too
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/hdfs"
@@ -23,60 +23,12 @@ import (
 	"github.com/flexps/flexps/internal/hdfstest"
 	"github.com/flexps/flexps/master/assign"
 	"github.com/flexps/flexps/status"
-	"github.com/flexps/flexps/tasks"
 )
 
 // The HDFS tests of this package share one MiniHDFS: 2 datanodes
 // (dn0.localhost, dn1.localhost), replication 1 so every block has exactly
 // one host, and 256 KiB blocks so small files span several blocks.
 const hdfsBlockSize = 256 << 10
-
-func init() {
-	// hdfs.count reads its share of "train" for `epochs` passes and reports,
-	// per epoch, the records it saw and the sum of their labels. Rank 0
-	// sleeps sleep_ms after every batch, so it is the straggler. Registered
-	// in the test binary, which the cluster re-executes as master and
-	// slaves, so the slave processes know it too.
-	tasks.Register("hdfs.count", func(info *tasks.Info) error {
-		in, err := info.Input("train")
-		if err != nil {
-			return err
-		}
-		sleep := time.Duration(info.Params.Int("sleep_ms", 0)) * time.Millisecond
-		for epoch := 1; epoch <= info.Params.Int("epochs", 1); epoch++ {
-			pass, err := in.Pass(info.Ctx)
-			if err != nil {
-				return err
-			}
-			var n, sum float64
-			for {
-				r, err := pass.Next(info.Ctx)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					pass.Close()
-					return err
-				}
-				for i := 0; i < r.Len(); i++ {
-					n++
-					sum += r.Labels[i]
-				}
-				info.Report(int64(r.Len()), 0)
-				if sleep > 0 && info.Rank == 0 {
-					time.Sleep(sleep)
-				}
-			}
-			pass.Close()
-			m := map[string]float64{"records": n, "label_sum": sum}
-			if info.Rank == 0 {
-				m["straggler_records"] = n
-			}
-			info.ReportEpoch(epoch, m)
-		}
-		return nil
-	})
-}
 
 func miniHDFS(t *testing.T) *hdfstest.Cluster {
 	t.Helper()
@@ -338,7 +290,7 @@ size = 10
 path = %q
 [[stage]]
 name = "count"
-func = "hdfs.count"
+func = "testkit.count"
 workers = 4
 consistency = "asp"
 [stage.params]
