@@ -100,8 +100,8 @@ func (c *ClusterConfig) Validate() error {
 	default:
 		return fmt.Errorf("master.policy: must be sequential, greedy or prioritized, got %q", c.Master.Policy)
 	}
-	if c.Slave.Slots < 0 {
-		return fmt.Errorf("slave.slots: must be >= 1, got %d", c.Slave.Slots)
+	if c.Slave.Slots < 0 || c.Slave.Slots > MaxSlots {
+		return fmt.Errorf("slave.slots: must be in [1, %d], got %d", MaxSlots, c.Slave.Slots)
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error", "trace":

@@ -45,6 +45,14 @@ func (c *ClusterConfig) busOptions(name string) bus.Options {
 		CredsFile: n.CredsFile, CAFile: n.CAFile, CertFile: n.CertFile, KeyFile: n.KeyFile, ConnectTimeout: time.Duration(n.Timeout)}
 }
 
+// Bounds on what one process starts: each slave of a local cluster is a
+// full slave (its own connection, shards and readers), and each slot a
+// worker goroutine with its own buffers.
+const (
+	MaxLocalSlaves = 256
+	MaxSlots       = 1024
+)
+
 // Local is an in-process cluster: embedded NATS without a port, a master
 // and N slaves, each with its own connection as if they were processes.
 type Local struct {
@@ -72,6 +80,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	if o.Slots <= 0 {
 		o.Slots = 2
 	}
+	if o.Slaves > MaxLocalSlaves {
+		return nil, fmt.Errorf("local cluster: %d slaves, at most %d in one process (a larger cluster runs `flexps master` and `flexps slave` processes)", o.Slaves, MaxLocalSlaves)
+	}
+	if o.Slots > MaxSlots {
+		return nil, fmt.Errorf("local cluster: %d slots per slave, at most %d", o.Slots, MaxSlots)
+	}
 	cfg := o.Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,10 +94,13 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l = &Local{srv: srv}
+	// Not the named result: "return nil, err" sets that to nil before the
+	// deferred cleanup runs.
+	started := &Local{srv: srv}
+	l = started
 	defer func() {
 		if err != nil {
-			l.Close()
+			started.Close()
 		}
 	}()
 	conn := func(name string) (*nats.Conn, error) {
@@ -127,6 +144,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 
 // Close stops everything in reverse order.
 func (l *Local) Close() {
+	if l == nil {
+		return
+	}
 	for _, s := range l.slaves {
 		s.Close()
 	}

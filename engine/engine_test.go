@@ -472,3 +472,30 @@ func TestBarrierSeesEveryWorkersAdds(t *testing.T) {
 		t.Fatalf("want the out-of-range worker's error, got %v", err)
 	}
 }
+
+func TestStartLocalBadStartNoPanic(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		o    engine.LocalOptions
+		want string
+	}{
+		{"too many slaves", context.Background(), engine.LocalOptions{Slaves: 50000}, "at most"},
+		{"too many slots", context.Background(), engine.LocalOptions{Slots: 1 << 20}, "at most"},
+		{"canceled during start-up", canceled, engine.LocalOptions{Slaves: 8}, "context canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Log = zerolog.Nop()
+			l, err := engine.StartLocal(tc.ctx, tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if l != nil {
+				t.Fatal("a failed start returned a cluster")
+			}
+			l.Close() // nil-safe, like the deferred cleanup of a caller
+		})
+	}
+}
