@@ -29,7 +29,13 @@ type Options struct {
 	// NATS credentials file. TLS is used when the URL says tls:// or CAFile
 	// is set.
 	User, Password, Token, CredsFile string
-	CAFile, CertFile, KeyFile        string
+	// NkeyFile names an nkey seed file (the credentials a master
+	// generates for each role, see EnsureKeys).
+	NkeyFile string
+	// InboxPrefix replaces "_INBOX" for reply subjects: each role may only
+	// subscribe to its own (see InboxPrefix).
+	InboxPrefix               string
+	CAFile, CertFile, KeyFile string
 	// ConnectTimeout bounds each connection attempt (default 5s).
 	ConnectTimeout time.Duration
 	// RetryFor keeps retrying the first connection for this long (a slave
@@ -53,8 +59,20 @@ type EmbeddedOptions struct {
 	Listen string
 	// User/Password or Token, if set, are required from every client.
 	User, Password, Token string
+	// Nkeys, if set, are the only identities the server accepts, each with
+	// its role's permissions (see NkeyUsers). Exclusive with User/Token.
+	Nkeys []*server.NkeyUser
+	// TLS: the server's certificate and key; with ClientCAFile, clients
+	// must present a certificate signed by that CA. In-process connections
+	// never use TLS.
+	CertFile, KeyFile, ClientCAFile string
 	// MaxPayload overrides the server's max_payload (default 1 MiB).
 	MaxPayload int32
+}
+
+// Secured reports whether the server requires some authentication.
+func (o EmbeddedOptions) Secured() bool {
+	return o.User != "" || o.Token != "" || len(o.Nkeys) > 0
 }
 
 // StartEmbedded starts a NATS server in this process and waits until it
@@ -72,6 +90,23 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		Username:      o.User,
 		Password:      o.Password,
 		Authorization: o.Token,
+		Nkeys:         o.Nkeys,
+	}
+	if len(o.Nkeys) > 0 && (o.User != "" || o.Token != "") {
+		return nil, errors.New("bus: embedded server: nkeys and user/token authentication are exclusive")
+	}
+	if o.CertFile != "" || o.KeyFile != "" {
+		if o.CertFile == "" || o.KeyFile == "" {
+			return nil, errors.New("bus: embedded server TLS needs both a certificate and a key file")
+		}
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.CertFile, KeyFile: o.KeyFile, CaFile: o.ClientCAFile, Verify: o.ClientCAFile != ""})
+		if err != nil {
+			return nil, fmt.Errorf("bus: embedded server TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, o.ClientCAFile != ""
+		opts.TLSTimeout = 5
+	} else if o.ClientCAFile != "" {
+		return nil, errors.New("bus: client certificates need the server's own certificate and key")
 	}
 	if o.Listen == "" {
 		opts.DontListen = true
@@ -106,9 +141,14 @@ func (e *Embedded) URL() string {
 	return e.srv.ClientURL()
 }
 
-// Connect opens an in-process connection to the embedded server.
+// Connect opens an in-process connection to the embedded server. TLS
+// settings in o are ignored: in-process connections need none.
 func (e *Embedded) Connect(o Options) (*nats.Conn, error) {
-	opts := natsOptions(o)
+	o.CAFile, o.CertFile, o.KeyFile = "", "", ""
+	opts, err := natsOptions(o)
+	if err != nil {
+		return nil, err
+	}
 	opts = append(opts, nats.InProcessServer(e.srv))
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
@@ -133,27 +173,38 @@ func Connect(o Options) (*nats.Conn, error) {
 			return nil, fmt.Errorf("bus: bad NATS URL %q: %w", u, err)
 		}
 	}
+	opts, err := natsOptions(o)
+	if err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(o.RetryFor)
-	nc, err := nats.Connect(o.URL, natsOptions(o)...)
+	nc, err := nats.Connect(o.URL, opts...)
 	for err != nil && time.Now().Before(deadline) && (errors.Is(err, nats.ErrNoServers) || isDialError(err)) {
 		time.Sleep(250 * time.Millisecond)
-		nc, err = nats.Connect(o.URL, natsOptions(o)...)
+		nc, err = nats.Connect(o.URL, opts...)
 	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoServers) || isDialError(err) {
 			return nil, fmt.Errorf("bus: %w at %s: %v", ErrUnreachable, o.URL, err)
+		}
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			return nil, fmt.Errorf("bus: %w: %s refused the connection: %v", ErrUnauthorized, o.URL, err)
 		}
 		return nil, fmt.Errorf("bus: connecting to %s: %w", o.URL, err)
 	}
 	return nc, nil
 }
 
+// ErrUnauthorized is wrapped when the server refuses the credentials (or
+// their absence).
+var ErrUnauthorized = errors.New("NATS server refused the credentials")
+
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op)
 }
 
-func natsOptions(o Options) []nats.Option {
+func natsOptions(o Options) ([]nats.Option, error) {
 	timeout := o.ConnectTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -182,5 +233,18 @@ func natsOptions(o Options) []nats.Option {
 	if o.CertFile != "" {
 		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
 	}
-	return opts
+	if o.NkeyFile != "" {
+		if _, err := loadSeed(o.NkeyFile); err != nil {
+			return nil, err
+		}
+		opt, err := nats.NkeyOptionFromSeed(o.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("bus: key file %s: %w", o.NkeyFile, err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
+	return opts, nil
 }
