@@ -34,6 +34,23 @@ type NATSConfig struct {
 	CertFile  string   `toml:"cert_file"`
 	KeyFile   string   `toml:"key_file"`
 	Timeout   Duration `toml:"connect_timeout"` // default 5s
+	// Auth of the master's embedded server: "auto" (default) uses
+	// user/password or token when set, else role nkeys the master
+	// generates in StateDir; "none" accepts anonymous clients, refused
+	// off loopback unless AllowInsecure.
+	Auth          string `toml:"auth"`
+	AllowInsecure bool   `toml:"allow_insecure"`
+	// NkeyFile is this process's nkey seed (a role key copied from the
+	// master's host); default: the role's key in StateDir when present.
+	NkeyFile string `toml:"nkey_file"`
+	// StateDir holds the cluster's generated role keys; default
+	// $FLEXPS_STATE_DIR/<cluster>, else ~/.local/state/flexps/<cluster>.
+	StateDir string `toml:"state_dir"`
+	// TLS of the embedded server: its certificate and key, and optionally
+	// the CA that client certificates must be signed by.
+	ServerCertFile string `toml:"server_cert_file"`
+	ServerKeyFile  string `toml:"server_key_file"`
+	ClientCAFile   string `toml:"client_ca_file"`
 }
 
 // MasterSect configures the master.
@@ -112,6 +129,11 @@ func (c *ClusterConfig) Validate() error {
 	case "", "auto", "console", "json":
 	default:
 		return fmt.Errorf("log.format: must be auto, console or json, got %q", c.Log.Format)
+	}
+	switch c.NATS.Auth {
+	case "", "auto", "none":
+	default:
+		return fmt.Errorf("nats.auth: must be auto or none, got %q", c.NATS.Auth)
 	}
 	if strings.ContainsAny(c.Cluster, ".*> ") {
 		return fmt.Errorf("cluster: name %q may not contain '.', '*', '>' or spaces", c.Cluster)

@@ -11,6 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/flexps/flexps/internal/bus"
@@ -39,10 +42,54 @@ func (c *ClusterConfig) slaveConfig(log zerolog.Logger) slave.Config {
 	}
 }
 
-func (c *ClusterConfig) busOptions(name string) bus.Options {
+// busOptions are the connection options of a process in role: the
+// configured credentials, else the role's key from the cluster's state
+// directory when this host has it.
+func (c *ClusterConfig) busOptions(name string, role bus.Role) (bus.Options, error) {
 	n := c.NATS
-	return bus.Options{URL: n.URL, Name: name, User: n.User, Password: n.Password, Token: n.Token,
-		CredsFile: n.CredsFile, CAFile: n.CAFile, CertFile: n.CertFile, KeyFile: n.KeyFile, ConnectTimeout: time.Duration(n.Timeout)}
+	o := bus.Options{URL: n.URL, Name: name, User: n.User, Password: n.Password, Token: n.Token,
+		CredsFile: n.CredsFile, NkeyFile: n.NkeyFile, CAFile: n.CAFile, CertFile: n.CertFile, KeyFile: n.KeyFile,
+		ConnectTimeout: time.Duration(n.Timeout), InboxPrefix: bus.InboxPrefix(role)}
+	if o.User != "" || o.Token != "" || o.CredsFile != "" || o.NkeyFile != "" || n.Auth == "none" {
+		return o, nil
+	}
+	dir, err := c.stateDir()
+	if err != nil {
+		return o, err
+	}
+	roles := []bus.Role{role}
+	if role == bus.RoleSubmitter { // a host given only the read-only key can still watch
+		roles = append(roles, bus.RoleReader)
+	}
+	for _, r := range roles {
+		if f := bus.KeyFile(dir, r); fileExists(f) {
+			o.NkeyFile, o.InboxPrefix = f, bus.InboxPrefix(r)
+			return o, nil
+		}
+	}
+	return o, nil
+}
+
+func (c *ClusterConfig) stateDir() (string, error) {
+	if c.NATS.StateDir != "" {
+		return c.NATS.StateDir, nil
+	}
+	return bus.StateDir(c.Cluster)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// connectHint explains an authorization failure of a client in role.
+func (c *ClusterConfig) connectHint(err error, role bus.Role) error {
+	if !errors.Is(err, bus.ErrUnauthorized) {
+		return err
+	}
+	dir, _ := c.stateDir()
+	return fmt.Errorf("%w\n  the master generates credentials in its state directory (%s on its host); on another host copy %s.nk from there and set [nats] nkey_file (or state_dir)",
+		err, dir, role)
 }
 
 // Bounds on what one process starts: each slave of a local cluster is a
@@ -179,19 +226,39 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 	var nc *nats.Conn
 	var err error
 	if cfg.NATS.URL == "" {
-		listen := cfg.NATS.Listen
-		if listen == "" {
-			listen = DefaultListen
+		var eo bus.EmbeddedOptions
+		eo, err = cfg.embeddedOptions(log)
+		if err != nil {
+			return nil, err
 		}
-		n.Server, err = bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token})
+		n.Server, err = bus.StartEmbedded(eo)
 		if err != nil {
 			return nil, err
 		}
 		n.URL = n.Server.URL()
-		nc, err = n.Server.Connect(cfg.busOptions("flexps-master"))
+		if cfg.NATS.ServerCertFile != "" {
+			n.URL = strings.Replace(n.URL, "nats://", "tls://", 1)
+		}
+		var o bus.Options
+		o, err = cfg.busOptions("flexps-master", bus.RoleMaster)
+		if err == nil && len(eo.Nkeys) > 0 {
+			// The master's own connection always uses the master key, even
+			// when the shared TOML names another role's nkey_file.
+			dir, _ := cfg.stateDir()
+			o.User, o.Password, o.Token, o.CredsFile = "", "", "", ""
+			o.NkeyFile, o.InboxPrefix = bus.KeyFile(dir, bus.RoleMaster), bus.InboxPrefix(bus.RoleMaster)
+		}
+		if err == nil {
+			nc, err = n.Server.Connect(o)
+		}
 	} else {
 		n.URL = cfg.NATS.URL
-		nc, err = bus.Connect(cfg.busOptions("flexps-master"))
+		var o bus.Options
+		o, err = cfg.busOptions("flexps-master", bus.RoleMaster)
+		if err == nil {
+			nc, err = bus.Connect(o)
+		}
+		err = cfg.connectHint(err, bus.RoleMaster)
 	}
 	if err != nil {
 		n.Close()
@@ -207,6 +274,53 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 		return nil, err
 	}
 	return n, nil
+}
+
+// embeddedOptions secure the master's embedded server: the configured
+// user/password or token, else generated role nkeys; anonymous access
+// ("none") only on loopback unless explicitly allowed.
+func (cfg ClusterConfig) embeddedOptions(log zerolog.Logger) (bus.EmbeddedOptions, error) {
+	n := cfg.NATS
+	listen := n.Listen
+	if listen == "" {
+		listen = DefaultListen
+	}
+	eo := bus.EmbeddedOptions{Listen: listen, User: n.User, Password: n.Password, Token: n.Token,
+		CertFile: n.ServerCertFile, KeyFile: n.ServerKeyFile, ClientCAFile: n.ClientCAFile}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return eo, fmt.Errorf("nats.listen: %q: %w", listen, err)
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	if n.Auth == "none" {
+		if !loopback && !n.AllowInsecure {
+			return eo, fmt.Errorf("nats: refusing to listen on %s without authentication (auth = \"none\"): anyone who reaches that address could submit tasks and read or overwrite models; use auth = \"auto\", or set allow_insecure = true", listen)
+		}
+		if !loopback {
+			log.Warn().Str("listen", listen).Msg("nats: listening off loopback WITHOUT authentication (allow_insecure = true)")
+		}
+		return eo, nil
+	}
+	if eo.Secured() {
+		return eo, nil
+	}
+	dir, err := cfg.stateDir()
+	if err != nil {
+		return eo, err
+	}
+	keys, created, err := bus.EnsureKeys(dir)
+	if err != nil {
+		return eo, err
+	}
+	eo.Nkeys = bus.NkeyUsers(keys, bus.For(cfg.Cluster))
+	if len(created) > 0 {
+		log.Info().Str("dir", dir).Msg("nats: generated credentials for this cluster (slave.nk, submitter.nk, reader.nk); " +
+			"flexps commands on this host use them without configuration; on another host copy the role's file and set [nats] nkey_file")
+	}
+	return eo, nil
 }
 
 // Close stops the master and its embedded server.
@@ -236,16 +350,33 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 	if cfg.NATS.URL == "" {
 		return nil, errors.New("slave: no NATS URL: give --nats nats://host:port or [nats] url in the cluster config")
 	}
-	opts := cfg.busOptions("flexps-slave")
-	// A slave may start before its master: wait for the bus as long as
-	// for the master.
-	opts.RetryFor = time.Duration(cfg.Slave.JoinTimeout)
-	if opts.RetryFor <= 0 {
-		opts.RetryFor = 30 * time.Second
+	retryFor := time.Duration(cfg.Slave.JoinTimeout)
+	if retryFor <= 0 {
+		retryFor = 30 * time.Second
 	}
-	nc, err := bus.Connect(opts)
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(retryFor)
+	var nc *nats.Conn
+	for {
+		opts, err := cfg.busOptions("flexps-slave", bus.RoleSlave)
+		if err != nil {
+			return nil, err
+		}
+		// A slave may start before its master: wait for the bus as long
+		// as for the master, and on the master's host for the keys it is
+		// about to generate.
+		opts.RetryFor = time.Until(deadline)
+		nc, err = bus.Connect(opts)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bus.ErrUnauthorized) || opts.NkeyFile != "" || time.Now().After(deadline) {
+			return nil, cfg.connectHint(err, bus.RoleSlave)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	s := slave.New(nc, cfg.slaveConfig(log))
 	if err := s.Start(ctx); err != nil {
@@ -266,9 +397,13 @@ func Dial(cfg ClusterConfig) (*Client, error) {
 	if cfg.NATS.URL == "" {
 		cfg.NATS.URL = "nats://" + DefaultListen
 	}
-	nc, err := bus.Connect(cfg.busOptions("flexps-client"))
+	o, err := cfg.busOptions("flexps-client", bus.RoleSubmitter)
 	if err != nil {
 		return nil, err
+	}
+	nc, err := bus.Connect(o)
+	if err != nil {
+		return nil, cfg.connectHint(err, bus.RoleSubmitter)
 	}
 	c := NewClient(nc, cfg.Cluster)
 	c.owned = true

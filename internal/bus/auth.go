@@ -161,8 +161,14 @@ func checkPrivate(path string, dir bool) error {
 
 // InboxPrefix is the reply-inbox prefix of role's connections: each role
 // may subscribe only to its own inboxes, so no role reads the replies to
-// another's requests.
-func InboxPrefix(r Role) string { return "_INBOX." + string(r) }
+// another's requests. Submitters and readers share one ("client"), so a
+// client configured with either key works without saying which it holds.
+func InboxPrefix(r Role) string {
+	if r == RoleReader || r == RoleSubmitter {
+		return "_INBOX.client"
+	}
+	return "_INBOX." + string(r)
+}
 
 // Permissions are role's rights on cluster's subjects. Every role
 // subscribes only to its own inboxes; a role may publish into the inboxes
@@ -173,8 +179,12 @@ func Permissions(r Role, s Subjects) *server.Permissions {
 	p := s.Prefix
 	inbox := func(roles ...Role) []string {
 		var out []string
+		seen := map[string]bool{}
 		for _, r := range roles {
-			out = append(out, InboxPrefix(r)+".>")
+			if p := InboxPrefix(r) + ".>"; !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
 		}
 		return out
 	}

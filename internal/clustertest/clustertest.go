@@ -95,9 +95,11 @@ func Start(t testing.TB, opt Options) *Cluster {
 	c.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	cluster := fmt.Sprintf("it%d", port)
 	c.Config = filepath.Join(c.Dir, "cluster.toml")
+	// The cluster's generated credentials stay in the test's directory.
 	cfg := fmt.Sprintf(`cluster = %q
 [nats]
 listen = "127.0.0.1:%d"
+state_dir = %q
 [master]
 heartbeat = %q
 dead_after = %q
@@ -110,7 +112,7 @@ kv_timeout = "20s"
 level = "info"
 format = "json"
 %s
-`, cluster, port, opt.Heartbeat, opt.DeadAfter, opt.Slots, opt.ExtraConfig)
+`, cluster, port, filepath.Join(c.Dir, "state"), opt.Heartbeat, opt.DeadAfter, opt.Slots, opt.ExtraConfig)
 	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

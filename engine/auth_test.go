@@ -1,0 +1,157 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/internal/testkit"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// A master started with no credentials configured generates role keys;
+// a slave and a client on the same host use them with no configuration,
+// and an anonymous client is refused.
+func TestMasterSecuredByDefault(t *testing.T) {
+	addr := freeAddr(t)
+	cfg := engine.ClusterConfig{Cluster: "sec", NATS: engine.NATSConfig{Listen: addr, StateDir: filepath.Join(t.TempDir(), "state")}}
+	m, err := engine.StartMaster(context.Background(), cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, r := range bus.Roles {
+		if !strings.HasPrefix(bus.KeyFile(cfg.NATS.StateDir, r), cfg.NATS.StateDir) {
+			t.Fatal(r)
+		}
+	}
+	cfg.NATS.URL = m.URL
+	s, err := engine.StartSlave(context.Background(), cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := engine.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.SubmitAndWait(context.Background(), tasks.NewTask("ok").SetStages(tasks.Stage{Func: "test.fill", Workers: 1}).
+		AddTable(tableSpec()), nil)
+	if err != nil {
+		t.Fatalf("task on a secured cluster: %v %+v", err, st)
+	}
+
+	if _, err := bus.Connect(bus.Options{URL: m.URL}); !errors.Is(err, bus.ErrUnauthorized) {
+		t.Fatalf("anonymous client: %v", err)
+	}
+	other := cfg
+	other.NATS.StateDir = filepath.Join(t.TempDir(), "elsewhere") // another host: no keys
+	_, err = engine.Dial(other)
+	if !errors.Is(err, bus.ErrUnauthorized) || !strings.Contains(err.Error(), "nkey_file") {
+		t.Fatalf("client without keys: %v", err)
+	}
+	// With the copied key it works.
+	other.NATS.NkeyFile = bus.KeyFile(cfg.NATS.StateDir, bus.RoleReader)
+	rc, err := engine.Dial(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := rc.Status(context.Background(), ""); err != nil {
+		t.Fatalf("reader status: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := rc.Submit(ctx, tasks.NewTask("nope").SetStages(tasks.Stage{Func: "test.fill"}).AddTable(tableSpec())); err == nil {
+		t.Fatal("a read-only client submitted a task")
+	}
+}
+
+func TestEmbeddedAuthChoices(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		nats engine.NATSConfig
+		want string // "" means it starts
+	}{
+		{"no auth off loopback refused", engine.NATSConfig{Listen: "0.0.0.0:0", Auth: "none"}, "refusing to listen"},
+		{"no auth off loopback forced", engine.NATSConfig{Listen: "0.0.0.0:0", Auth: "none", AllowInsecure: true}, ""},
+		{"no auth on loopback", engine.NATSConfig{Listen: "127.0.0.1:0", Auth: "none"}, ""},
+		{"user and password", engine.NATSConfig{Listen: "127.0.0.1:0", User: "u", Password: "p"}, ""},
+		{"bad auth value", engine.NATSConfig{Listen: "127.0.0.1:0", Auth: "maybe"}, "nats.auth"},
+		// A CA file for clients no longer stops the master (its own
+		// connection is in-process and needs no TLS).
+		{"ca_file set", engine.NATSConfig{Listen: "127.0.0.1:0", CAFile: "/nonexistent/ca.pem"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.nats.StateDir = filepath.Join(t.TempDir(), "state")
+			m, err := engine.StartMaster(context.Background(), engine.ClusterConfig{NATS: tc.nats}, zerolog.Nop())
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Close()
+				return
+			}
+			if err == nil {
+				m.Close()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// With a server certificate the master serves TLS; clients trust it with
+// ca_file, and must present a certificate when client_ca_file is set.
+func TestMasterTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, sc, sk, cc, ck := testkit.Certs(t, dir)
+	cfg := engine.ClusterConfig{Cluster: "tls", NATS: engine.NATSConfig{Listen: freeAddr(t), StateDir: filepath.Join(dir, "state"),
+		ServerCertFile: sc, ServerKeyFile: sk, ClientCAFile: ca, CAFile: ca, CertFile: cc, KeyFile: ck}}
+	m, err := engine.StartMaster(context.Background(), cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !strings.HasPrefix(m.URL, "tls://") {
+		t.Fatalf("URL %s", m.URL)
+	}
+	cfg.NATS.URL = m.URL
+	c, err := engine.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Status(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	noCert := cfg
+	noCert.NATS.CertFile, noCert.NATS.KeyFile = "", ""
+	if c, err := engine.Dial(noCert); err == nil {
+		c.Close()
+		t.Fatal("a client without a certificate connected")
+	}
+}
+
+func tableSpec() kvstore.TableSpec { return kvstore.TableSpec{Name: "t", Size: 4} }
