@@ -27,11 +27,17 @@ func (p Params) num(key string) (float64, bool, error) {
 	case int64:
 		return float64(x), true, nil
 	case json.Number:
-		f, err := x.Float64()
-		return f, true, err
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil {
+			return 0, true, fmt.Errorf("param %q: want a number, got %q", key, x)
+		}
+		return f, true, nil
 	case string:
 		f, err := strconv.ParseFloat(x, 64)
-		return f, true, err
+		if err != nil {
+			return 0, true, fmt.Errorf("param %q: want a number, got %q", key, x)
+		}
+		return f, true, nil
 	}
 	return 0, true, fmt.Errorf("param %q: want a number, got %T", key, v)
 }

@@ -127,6 +127,10 @@ func TestParams(t *testing.T) {
 	if err := p.Check("bad"); err == nil {
 		t.Fatal("a list passed as a number")
 	}
+	p["lr"] = "fast"
+	if err := p.Check("lr"); err == nil || !strings.Contains(err.Error(), `param "lr"`) || !strings.Contains(err.Error(), `"fast"`) {
+		t.Fatalf("a word passed as a number: %v", err)
+	}
 }
 
 func TestModelRoundTrip(t *testing.T) {
