@@ -68,7 +68,8 @@ type AsyncReader struct {
 	closed    bool
 	stats     PassStats
 	maxBad    int
-	ahead     int // blocks taken from Next whose end the consumer has not reached
+	badFrac   float64 // ReadOptions.MaxBadFraction, checked at the pass's end (skip mode)
+	ahead     int     // blocks taken from Next whose end the consumer has not reached
 }
 
 // NewAsyncReader starts cfg.Producers producers that run until the blocks
@@ -84,7 +85,7 @@ func NewAsyncReader(ctx context.Context, cfg AsyncConfig) *AsyncReader {
 		cfg.MaxAheadBlocks = cfg.Producers + 1
 	}
 	ropt, optErr := cfg.Read.withDefaults()
-	r := &AsyncReader{cfg: cfg, changed: make(chan struct{}), maxBad: ropt.MaxBadKept}
+	r := &AsyncReader{cfg: cfg, changed: make(chan struct{}), maxBad: ropt.MaxBadKept, badFrac: ropt.MaxBadFraction}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	switch {
 	case optErr != nil:
@@ -295,6 +296,11 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 			}
 			return rec, nil
 		case r.producers == 0:
+			if bad, n := r.stats.BadLines, r.stats.Records; bad > 0 && float64(bad) > r.badFrac*float64(bad+n) {
+				r.err = &TooManyBadLinesError{BadLines: bad, Records: n, MaxFraction: r.badFrac,
+					FirstBad: append([]string(nil), r.stats.FirstBad...)}
+				return nil, r.err
+			}
 			return nil, io.EOF
 		}
 		if err := ctx.Err(); err != nil {

@@ -223,3 +223,67 @@ func TestAsyncReaderCancel(t *testing.T) {
 	r.Close()
 	close(block)
 }
+
+func TestAsyncReaderMaxBadFraction(t *testing.T) {
+	// 1000 lines, of which bad are garbage.
+	lines := func(bad int) string {
+		var sb strings.Builder
+		for i := range 1000 {
+			if i < bad {
+				sb.WriteString("this is not libsvm\n")
+			} else {
+				fmt.Fprintf(&sb, "1 %d:1\n", i+1)
+			}
+		}
+		return sb.String()
+	}
+	for _, tc := range []struct {
+		name     string
+		bad      int
+		fraction float64
+		wantErr  bool
+	}{
+		{"all garbage", 1000, 0, true},
+		{"half garbage", 500, 0, true},
+		{"under the default 1%", 9, 0, false},
+		{"over the default 1%", 11, 0, true},
+		{"any allowed", 1000, 1, false},
+		{"custom bound", 200, 0.25, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "data", lines(tc.bad))
+			cfg := asyncConfig(t, dir, 3000)
+			cfg.Read.OnError, cfg.Read.MaxBadFraction = OnErrorSkip, tc.fraction
+			r := NewAsyncReader(context.Background(), cfg)
+			defer r.Close()
+			var err error
+			n := 0
+			for {
+				var rec *Records
+				rec, err = r.Next(context.Background())
+				if err != nil {
+					break
+				}
+				n += rec.Len()
+			}
+			var tooMany *TooManyBadLinesError
+			if tc.wantErr {
+				if !errors.As(err, &tooMany) || tooMany.BadLines != int64(tc.bad) || !strings.Contains(err.Error(), "line 1") {
+					t.Fatalf("err = %v, want %d bad lines reported with the first one", err, tc.bad)
+				}
+				return
+			}
+			if err != io.EOF || n != 1000-tc.bad {
+				t.Fatalf("err = %v after %d records, want EOF after %d", err, n, 1000-tc.bad)
+			}
+		})
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "data", "1 1:1\n")
+	cfg := asyncConfig(t, dir, 0)
+	cfg.Read.MaxBadFraction = 2
+	if _, err := NewAsyncReader(context.Background(), cfg).Next(context.Background()); err == nil || !strings.Contains(err.Error(), "max_bad_fraction") {
+		t.Fatalf("fraction 2: %v", err)
+	}
+}

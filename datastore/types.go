@@ -110,6 +110,30 @@ type ReadOptions struct {
 	// MaxBadKept is how many malformed lines ReadStats.FirstBad keeps
 	// (default 5; negative keeps none).
 	MaxBadKept int `toml:"max_bad_kept" json:"max_bad_kept"`
+	// MaxBadFraction bounds, with OnError "skip", the share of malformed
+	// lines in one pass of an AsyncReader (default 0.01; 1 allows any): a
+	// file of the wrong format fails instead of training on nothing.
+	MaxBadFraction float64 `toml:"max_bad_fraction" json:"max_bad_fraction"`
+}
+
+// DefaultMaxBadFraction is ReadOptions.MaxBadFraction's default.
+const DefaultMaxBadFraction = 0.01
+
+// TooManyBadLinesError ends a pass whose malformed lines exceed
+// ReadOptions.MaxBadFraction.
+type TooManyBadLinesError struct {
+	BadLines, Records int64
+	MaxFraction       float64
+	FirstBad          []string
+}
+
+func (e *TooManyBadLinesError) Error() string {
+	msg := fmt.Sprintf("datastore: %d of %d lines malformed (%.1f%%, more than max_bad_fraction %g)",
+		e.BadLines, e.BadLines+e.Records, 100*float64(e.BadLines)/float64(e.BadLines+e.Records), e.MaxFraction)
+	if len(e.FirstBad) > 0 {
+		msg += "; first: " + e.FirstBad[0]
+	}
+	return msg
 }
 
 // OnError values.
@@ -134,6 +158,12 @@ func (o ReadOptions) withDefaults() (ReadOptions, error) {
 	}
 	if o.MaxBadKept < 0 {
 		o.MaxBadKept = 0
+	}
+	switch {
+	case o.MaxBadFraction == 0:
+		o.MaxBadFraction = DefaultMaxBadFraction
+	case o.MaxBadFraction < 0 || o.MaxBadFraction > 1 || o.MaxBadFraction != o.MaxBadFraction:
+		return o, fmt.Errorf("datastore: max_bad_fraction %v: want a fraction in (0, 1]", o.MaxBadFraction)
 	}
 	return o, nil
 }

@@ -297,7 +297,7 @@ func (w *worker) Input(name string) (tasks.Input, error) {
 	if err != nil {
 		return nil, fmt.Errorf("input %q: %w", name, err)
 	}
-	return &input{w: w, name: name, format: f, read: datastore.ReadOptions{OnError: spec.OnError}}, nil
+	return &input{w: w, name: name, format: f, read: datastore.ReadOptions{OnError: spec.OnError, MaxBadFraction: spec.MaxBadFraction}}, nil
 }
 
 // input is a worker's share of one input: every Pass is an epoch whose

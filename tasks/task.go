@@ -56,7 +56,10 @@ type InputSpec struct {
 	Delimiter string `json:"delimiter"`            // csv
 	Header    bool   `json:"header"`               // csv/ratings: first line of each file is a header
 	OnError   string `json:"on_error"`             // fail (default) or skip
-	BlockSize int64  `json:"block_size"`           // bytes per block for local files (0: the cluster default)
+	// MaxBadFraction: with on_error "skip", a worker's pass fails when more
+	// than this share of its lines is malformed (0: 1%; 1: any).
+	MaxBadFraction float64 `json:"max_bad_fraction,omitempty"`
+	BlockSize      int64   `json:"block_size"` // bytes per block for local files (0: the cluster default)
 }
 
 // Stage is one stage of a task.
@@ -219,6 +222,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 		case "", "fail", "skip":
 		default:
 			return bad("input %q: on_error must be fail or skip, got %q", name, in.OnError)
+		}
+		if f := in.MaxBadFraction; f < 0 || f > 1 || f != f {
+			return bad("input %q: max_bad_fraction must be in [0, 1], got %v", name, f)
 		}
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
 			return bad("input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
