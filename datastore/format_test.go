@@ -91,7 +91,9 @@ func TestLIBSVM(t *testing.T) {
 		{"minus one label", "-1 2:1", []row{{-1, []uint64{1}, []float64{1}}}, ""},
 		{"plus label", "+1 2:1e-3", []row{{1, []uint64{1}, []float64{0.001}}}, ""},
 		{"float label", "0.25 5:-3", []row{{0.25, []uint64{4}, []float64{-3}}}, ""},
-		{"unsorted ids", "0 9:1 2:1", []row{{0, []uint64{8, 1}, []float64{1, 1}}}, ""},
+		{"unsorted ids are sorted", "0 9:1 2:3 5:4", []row{{0, []uint64{1, 4, 8}, []float64{3, 4, 1}}}, ""},
+		{"duplicate id", "1 2:1 2:5", nil, "feature id 2 appears twice"},
+		{"duplicate id unsorted", "1 7:1 2:1 7:5", nil, "feature id 7 appears twice"},
 		{"no features", "1", []row{{1, []uint64{}, []float64{}}}, ""},
 		{"tabs and spaces", "\t1  1:1\t\t2:2  ", []row{{1, []uint64{0, 1}, []float64{1, 2}}}, ""},
 		{"crlf", "1 1:1\r", []row{{1, []uint64{0}, []float64{1}}}, ""},
@@ -224,11 +226,16 @@ func fuzzFormat(f *testing.F, name string, opt FormatOptions, seeds []string) {
 		if r.Len() > 2 {
 			t.Fatalf("one line produced %d records", r.Len()-1)
 		}
+		if name == "libsvm" && r.Len() == 2 {
+			if _, k, _ := r.Row(1); !slices.IsSorted(k) || len(slices.Compact(slices.Clone(k))) != len(k) {
+				t.Fatalf("features %v not strictly ascending", k)
+			}
+		}
 	})
 }
 
 func FuzzLIBSVM(f *testing.F) {
-	fuzzFormat(f, "libsvm", DefaultFormatOptions(), []string{"1 1:0.5 3:2", "-1 2:1e-3 # c", "", "#", "1 0:1", "1:1", "+1 18446744073709551616:1", "0 3:1e400"})
+	fuzzFormat(f, "libsvm", DefaultFormatOptions(), []string{"1 1:0.5 3:2", "-1 2:1e-3 # c", "", "#", "1 0:1", "1:1", "+1 18446744073709551616:1", "0 3:1e400", "1 9:1 2:1 9:2", "0 5:1 3:2 1:3"})
 }
 
 // FuzzLIBSVMRoundTrip checks that a parsed record, written back, parses the same.

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"sort"
 )
 
-// libsvmFormat parses "label id:val id:val ... # comment". Ids need not be
-// sorted; key = id - base.
+// libsvmFormat parses "label id:val id:val ... # comment"; key = id - base.
+// Ids need not be ascending (a record's features are sorted by id, as
+// training expects), but an id may appear only once per line: a duplicate
+// is an error, since summing or keeping either value would be a guess.
 type libsvmFormat struct{ base uint64 }
 
 func (f *libsvmFormat) Name() string { return "libsvm" }
@@ -31,6 +34,7 @@ func (f *libsvmFormat) ParseLine(line []byte, out *Records) error {
 		return fmt.Errorf("label %s is not a number", quote(line[i:j]))
 	}
 	start := len(out.Keys)
+	sorted := true
 	for i = skipSpace(line, j); i < len(line); i = skipSpace(line, j) {
 		j = nextSpace(line, i)
 		tok := line[i:j]
@@ -53,9 +57,41 @@ func (f *libsvmFormat) ParseLine(line []byte, out *Records) error {
 			out.rollback(start)
 			return fmt.Errorf("feature value %s is not a number", quote(tok[c+1:]))
 		}
-		out.Keys = append(out.Keys, id-f.base)
+		k := id - f.base
+		if n := len(out.Keys); n > start {
+			if prev := out.Keys[n-1]; k == prev {
+				out.rollback(start)
+				return fmt.Errorf("feature id %d appears twice", id)
+			} else if k < prev {
+				sorted = false
+			}
+		}
+		out.Keys = append(out.Keys, k)
 		out.Vals = append(out.Vals, v)
+	}
+	if !sorted {
+		feats := featureSorter{out.Keys[start:], out.Vals[start:]}
+		sort.Sort(feats)
+		for x := 1; x < len(feats.k); x++ {
+			if feats.k[x] == feats.k[x-1] {
+				out.rollback(start)
+				return fmt.Errorf("feature id %d appears twice", feats.k[x]+f.base)
+			}
+		}
 	}
 	out.commit(label)
 	return nil
+}
+
+// featureSorter sorts one record's features by key, values alongside.
+type featureSorter struct {
+	k []uint64
+	v []float64
+}
+
+func (s featureSorter) Len() int           { return len(s.k) }
+func (s featureSorter) Less(i, j int) bool { return s.k[i] < s.k[j] }
+func (s featureSorter) Swap(i, j int) {
+	s.k[i], s.k[j] = s.k[j], s.k[i]
+	s.v[i], s.v[j] = s.v[j], s.v[i]
 }
