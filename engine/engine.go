@@ -45,11 +45,11 @@ func (c *ClusterConfig) slaveConfig(log zerolog.Logger) slave.Config {
 // busOptions are the connection options of a process in role: the
 // configured credentials, else the role's key from the cluster's state
 // directory when this host has it.
-func (c *ClusterConfig) busOptions(name string, role bus.Role) (bus.Options, error) {
+func (c *ClusterConfig) busOptions(name string, role bus.Role, log *zerolog.Logger) (bus.Options, error) {
 	n := c.NATS
 	o := bus.Options{URL: n.URL, Name: name, User: n.User, Password: n.Password, Token: n.Token,
 		CredsFile: n.CredsFile, NkeyFile: n.NkeyFile, CAFile: n.CAFile, CertFile: n.CertFile, KeyFile: n.KeyFile,
-		ConnectTimeout: time.Duration(n.Timeout), InboxPrefix: bus.InboxPrefix(role)}
+		ConnectTimeout: time.Duration(n.Timeout), InboxPrefix: bus.InboxPrefix(role), Log: log}
 	if o.User != "" || o.Token != "" || o.CredsFile != "" || o.NkeyFile != "" || n.Auth == "none" {
 		return o, nil
 	}
@@ -240,7 +240,7 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 			n.URL = strings.Replace(n.URL, "nats://", "tls://", 1)
 		}
 		var o bus.Options
-		o, err = cfg.busOptions("flexps-master", bus.RoleMaster)
+		o, err = cfg.busOptions("flexps-master", bus.RoleMaster, &log)
 		if err == nil && len(eo.Nkeys) > 0 {
 			// The master's own connection always uses the master key, even
 			// when the shared TOML names another role's nkey_file.
@@ -254,7 +254,7 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 	} else {
 		n.URL = cfg.NATS.URL
 		var o bus.Options
-		o, err = cfg.busOptions("flexps-master", bus.RoleMaster)
+		o, err = cfg.busOptions("flexps-master", bus.RoleMaster, &log)
 		if err == nil {
 			nc, err = bus.Connect(o)
 		}
@@ -357,7 +357,7 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 	deadline := time.Now().Add(retryFor)
 	var nc *nats.Conn
 	for {
-		opts, err := cfg.busOptions("flexps-slave", bus.RoleSlave)
+		opts, err := cfg.busOptions("flexps-slave", bus.RoleSlave, &log)
 		if err != nil {
 			return nil, err
 		}
@@ -397,7 +397,7 @@ func Dial(cfg ClusterConfig) (*Client, error) {
 	if cfg.NATS.URL == "" {
 		cfg.NATS.URL = "nats://" + DefaultListen
 	}
-	o, err := cfg.busOptions("flexps-client", bus.RoleSubmitter)
+	o, err := cfg.busOptions("flexps-client", bus.RoleSubmitter, nil)
 	if err != nil {
 		return nil, err
 	}

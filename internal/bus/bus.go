@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 )
 
 // Options describe how to reach the bus.
@@ -41,6 +42,10 @@ type Options struct {
 	// RetryFor keeps retrying the first connection for this long (a slave
 	// started before its master); 0 tries once.
 	RetryFor time.Duration
+	// Log, when set, receives the connection's life after it is up: the
+	// bus lost (with the cause), reconnected (with the server), closed,
+	// and asynchronous errors such as permission violations.
+	Log *zerolog.Logger
 }
 
 // ErrUnreachable is wrapped when no NATS server answers.
@@ -245,6 +250,26 @@ func natsOptions(o Options) ([]nats.Option, error) {
 	}
 	if o.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
+	if l := o.Log; l != nil {
+		opts = append(opts,
+			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+				ev := l.Warn().Str("conn", o.Name)
+				if err != nil {
+					ev = ev.Err(err)
+				}
+				ev.Msg("bus: connection to NATS lost; reconnecting (work that needs the bus waits or fails)")
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) {
+				l.Info().Str("conn", o.Name).Str("server", nc.ConnectedUrlRedacted()).Msg("bus: reconnected to NATS")
+			}),
+			nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+				ev := l.Error().Str("conn", o.Name).Err(err)
+				if sub != nil {
+					ev = ev.Str("subject", sub.Subject)
+				}
+				ev.Msg("bus: asynchronous NATS error")
+			}))
 	}
 	return opts, nil
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
 
@@ -82,5 +84,60 @@ func TestSubjects(t *testing.T) {
 	s := bus.For("c1")
 	if s.SlaveKV("s") != "flexps.c1.slave.s.kv" || s.Join() != "flexps.c1.master.join" || bus.For("").Prefix != "flexps.default" {
 		t.Fatal(s)
+	}
+}
+
+// A process logs at once when it loses the bus, and when it is back.
+func TestConnectionLossIsLogged(t *testing.T) {
+	listen := fmt.Sprintf("127.0.0.1:%d", closedPort(t))
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	log := zerolog.New(&buf)
+	nc, err := bus.Connect(bus.Options{URL: srv.URL(), Name: "slave-x", Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	srv.Shutdown()
+	waitFor(t, &buf, "connection to NATS lost")
+	srv, err = bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	waitFor(t, &buf, "reconnected to NATS")
+	if !strings.Contains(buf.String(), "slave-x") {
+		t.Errorf("the log does not name the connection: %s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, buf *syncBuffer, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(buf.String(), what) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log: %s", what, buf.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
