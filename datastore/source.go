@@ -213,6 +213,13 @@ func (f *atomicFile) Abort() {
 }
 
 func (f *atomicFile) Close() error {
+	// Flushed to disk before it takes the final name: after a crash the
+	// name holds either the previous file or this one whole.
+	if err := f.File.Sync(); err != nil {
+		f.File.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("datastore: write %s: %w", f.final, err)
+	}
 	if err := f.File.Close(); err != nil {
 		os.Remove(f.Name())
 		return fmt.Errorf("datastore: write %s: %w", f.final, err)
