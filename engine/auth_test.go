@@ -81,8 +81,8 @@ func TestMasterSecuredByDefault(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := rc.Submit(ctx, tasks.NewTask("nope").SetStages(tasks.Stage{Func: "test.fill"}).AddTable(tableSpec())); err == nil {
-		t.Fatal("a read-only client submitted a task")
+	if _, err := rc.Submit(ctx, tasks.NewTask("nope").SetStages(tasks.Stage{Func: "test.fill"}).AddTable(tableSpec())); !errors.Is(err, engine.ErrDenied) {
+		t.Fatalf("a read-only client submitting: %v, want ErrDenied", err)
 	}
 }
 

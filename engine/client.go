@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flexps/flexps/internal/bus"
@@ -45,6 +46,10 @@ func (c *Client) Close() {
 	}
 }
 
+// ErrDenied is wrapped when the bus refuses a request for lack of
+// permission (a read-only key submitting, for example).
+var ErrDenied = errors.New("permission denied")
+
 func (c *Client) request(ctx context.Context, subject string, req, rep any) error {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -54,6 +59,12 @@ func (c *Client) request(ctx context.Context, subject string, req, rep any) erro
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
+		// A request the bus refused (a reader's key submitting) only
+		// times out; the server's reason arrives as the connection's
+		// last asynchronous error.
+		if last := c.nc.LastError(); last != nil && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), subject) {
+			return fmt.Errorf("%w: this client's credentials may not use %s: %v", ErrDenied, subject, last)
+		}
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("%w for cluster %q on %s: %v", ErrNoMaster, c.cluster, c.nc.ConnectedUrlRedacted(), err)
 		}
