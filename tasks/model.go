@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -14,8 +15,11 @@ import (
 )
 
 // Model is a trained model as written to a task's output: a JSON header
-// line, then for each table its keys and values in little-endian binary.
-// Dense tables store every key; sparse tables store the keys held.
+// line, then for each table its keys and values in little-endian binary,
+// then (format 2) a trailer with the CRC-32C of everything before it, so a
+// corrupt or truncated file is refused rather than loaded. Dense tables
+// store every key; sparse tables store the keys held. Files of format 1
+// (no trailer) are still read.
 type Model struct {
 	Kind   string            `json:"kind"`
 	Task   string            `json:"task"`
@@ -34,7 +38,14 @@ type ModelTable struct {
 	Vals  []float64         `json:"-"`
 }
 
-const modelMagic = "flexps-model/1"
+const (
+	modelMagic   = "flexps-model/2"
+	modelMagicV1 = "flexps-model/1"
+	// modelTrailer ends a format-2 file, after the 4-byte CRC.
+	modelTrailer = "\nflexps-end\n"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrModelFormat is wrapped when a file is not a flexps model.
 var ErrModelFormat = errors.New("not a flexps model file")
@@ -64,7 +75,9 @@ func (t *ModelTable) DenseValues() []float64 {
 
 // WriteTo writes the model.
 func (m *Model) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriterSize(w, 1<<20)
+	crc := crc32.New(castagnoli)
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(io.MultiWriter(cw, crc), 1<<20)
 	for i := range m.Tables {
 		t := &m.Tables[i]
 		t.Count = len(t.Vals) / max(t.Spec.Width, 1)
@@ -90,7 +103,55 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 			bw.Write(buf[:])
 		}
 	}
-	return 0, bw.Flush()
+	if err := bw.Flush(); err != nil {
+		return cw.n, err
+	}
+	var tail [4 + len(modelTrailer)]byte
+	binary.LittleEndian.PutUint32(tail[:4], crc.Sum32())
+	copy(tail[4:], modelTrailer)
+	_, err = cw.Write(tail[:])
+	return cw.n, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// readU64s reads n little-endian uint64s, growing the result as data
+// arrives, so a header claiming more than the file holds fails with
+// io.ErrUnexpectedEOF instead of allocating what it claims.
+func readU64s(r io.Reader, n int) ([]uint64, error) {
+	out := make([]uint64, 0, min(n, 1<<16))
+	var buf [1 << 13]byte
+	for len(out) < n {
+		k := min(n-len(out), len(buf)/8)
+		if _, err := io.ReadFull(r, buf[:k*8]); err != nil {
+			return nil, io.ErrUnexpectedEOF
+		}
+		for j := range k {
+			out = append(out, binary.LittleEndian.Uint64(buf[j*8:]))
+		}
+	}
+	return out, nil
+}
+
+// crcReader sums what is read through it.
+type crcReader struct {
+	r   io.Reader
+	crc uint32
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	return n, err
 }
 
 // ReadModel reads a model written by WriteTo.
@@ -104,32 +165,46 @@ func ReadModel(r io.Reader) (*Model, error) {
 		Magic string `json:"magic"`
 		Model
 	}
-	if err := json.Unmarshal(line, &hdr); err != nil || hdr.Magic != modelMagic {
+	if err := json.Unmarshal(line, &hdr); err != nil || (hdr.Magic != modelMagic && hdr.Magic != modelMagicV1) {
 		return nil, fmt.Errorf("%w: bad header", ErrModelFormat)
 	}
 	m := hdr.Model
-	var buf [8]byte
+	// The body is read through body, which sums what it consumes; the
+	// trailer is read from br directly.
+	body := &crcReader{r: br, crc: crc32.Update(0, castagnoli, line)}
 	for i := range m.Tables {
 		t := &m.Tables[i]
-		if t.Count < 0 || t.Spec.Width <= 0 || uint64(t.Count) > t.Spec.Size {
+		if t.Count < 0 || t.Spec.Width <= 0 || uint64(t.Count) > t.Spec.Size || t.Count > math.MaxInt/t.Spec.Width {
 			return nil, fmt.Errorf("%w: table %q: bad counts", ErrModelFormat, t.Spec.Name)
 		}
 		if !t.Dense {
-			t.Keys = make([]uint64, t.Count)
-			for j := range t.Keys {
-				if _, err := io.ReadFull(br, buf[:]); err != nil {
-					return nil, fmt.Errorf("%w: table %q truncated", ErrModelFormat, t.Spec.Name)
-				}
-				t.Keys[j] = binary.LittleEndian.Uint64(buf[:])
-			}
-		}
-		t.Vals = make([]float64, t.Count*t.Spec.Width)
-		for j := range t.Vals {
-			if _, err := io.ReadFull(br, buf[:]); err != nil {
+			keys, err := readU64s(body, t.Count)
+			if err != nil {
 				return nil, fmt.Errorf("%w: table %q truncated", ErrModelFormat, t.Spec.Name)
 			}
-			t.Vals[j] = math.Float64frombits(binary.LittleEndian.Uint64(buf[:]))
+			t.Keys = keys
 		}
+		vals, err := readU64s(body, t.Count*t.Spec.Width)
+		if err != nil {
+			return nil, fmt.Errorf("%w: table %q truncated", ErrModelFormat, t.Spec.Name)
+		}
+		t.Vals = make([]float64, len(vals))
+		for j, v := range vals {
+			t.Vals[j] = math.Float64frombits(v)
+		}
+	}
+	if hdr.Magic == modelMagicV1 {
+		return &m, nil
+	}
+	rest, err := io.ReadAll(io.LimitReader(br, 4+int64(len(modelTrailer))+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModelFormat, err)
+	}
+	if len(rest) != 4+len(modelTrailer) || string(rest[4:]) != modelTrailer {
+		return nil, fmt.Errorf("%w: checksum trailer missing, or data after it (truncated or corrupt file)", ErrModelFormat)
+	}
+	if got := binary.LittleEndian.Uint32(rest[:4]); got != body.crc {
+		return nil, fmt.Errorf("%w: checksum mismatch (file %08x, content %08x): the file is corrupt", ErrModelFormat, got, body.crc)
 	}
 	return &m, nil
 }

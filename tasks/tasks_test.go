@@ -250,3 +250,62 @@ func FuzzParseJob(f *testing.F) {
 		}
 	})
 }
+
+func TestModelChecksum(t *testing.T) {
+	m := &tasks.Model{Kind: "lr", Task: "t1", Tables: []tasks.ModelTable{
+		{Spec: kvstore.TableSpec{Name: "w", Size: 4, Width: 1}, Vals: []float64{1, 2, 3, 4}},
+		{Spec: kvstore.TableSpec{Name: "s", Size: 1 << 40, Width: 2}, Keys: []uint64{7, 1 << 39}, Vals: []float64{1, 2, 3, 4}},
+	}}
+	var b bytes.Buffer
+	if _, err := m.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	good := b.Bytes()
+	if got, err := tasks.ReadModel(bytes.NewReader(good)); err != nil || got.Tables[1].Keys[1] != 1<<39 || got.Tables[0].Vals[3] != 4 {
+		t.Fatalf("round trip: %v %+v", err, got)
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"truncated in the values", good[:len(good)-40], "truncated"},
+		{"trailer cut", good[:len(good)-3], "trailer"},
+		{"extra data", append(append([]byte(nil), good...), 'x'), "trailer"},
+		{"flipped bit", flip(good, len(good)-30), "checksum mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tasks.ReadModel(bytes.NewReader(tc.data))
+			if !errors.Is(err, tasks.ErrModelFormat) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// A format-1 file (no trailer) still loads.
+	v1 := bytes.Replace(good[:len(good)-4-len("\nflexps-end\n")], []byte("flexps-model/2"), []byte("flexps-model/1"), 1)
+	if _, err := tasks.ReadModel(bytes.NewReader(v1)); err != nil {
+		t.Fatalf("format 1: %v", err)
+	}
+}
+
+func flip(b []byte, i int) []byte {
+	c := append([]byte(nil), b...)
+	c[i] ^= 0x10
+	return c
+}
+
+// FuzzReadModel: any input is a model or an ErrModelFormat error, never a
+// panic or a huge allocation.
+func FuzzReadModel(f *testing.F) {
+	m := &tasks.Model{Kind: "lr", Tables: []tasks.ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 3, Width: 1}, Vals: []float64{1, 2, 3}}}}
+	var b bytes.Buffer
+	m.WriteTo(&b)
+	f.Add(b.Bytes())
+	f.Add([]byte(`{"magic":"flexps-model/2","tables":[{"spec":{"name":"w","size":1099511627776,"width":1},"count":1099511627776,"dense":true}]}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := tasks.ReadModel(bytes.NewReader(data))
+		if err != nil && !errors.Is(err, tasks.ErrModelFormat) {
+			t.Fatalf("error without ErrModelFormat: %v", err)
+		}
+	})
+}
