@@ -66,6 +66,25 @@ type Sources struct {
 	openers map[string]Opener
 	opened  map[string]*opened
 	local   LocalSource
+	policy  *PathPolicy
+}
+
+// Restrict makes the router refuse every path p does not allow, before it
+// is opened or listed (each file a pattern expands to is checked too). A
+// nil p allows every path. It returns s.
+func (s *Sources) Restrict(p *PathPolicy) *Sources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.policy = p
+	return s
+}
+
+// Check reports whether the router's policy allows path (see Restrict).
+func (s *Sources) Check(path string) error {
+	s.mu.Lock()
+	p := s.policy
+	s.mu.Unlock()
+	return p.Check(path)
 }
 
 type opened struct {
@@ -128,15 +147,34 @@ func (s *Sources) For(path string) (Source, error) {
 
 // Blocks lists pattern's blocks on its source.
 func (s *Sources) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
+	if err := s.Check(pattern); err != nil {
+		return nil, err
+	}
 	src, err := s.For(pattern)
 	if err != nil {
 		return nil, err
 	}
-	return src.Blocks(ctx, pattern, blockSize)
+	blocks, err := src.Blocks(ctx, pattern, blockSize)
+	if err != nil {
+		return nil, err
+	}
+	last := ""
+	for _, b := range blocks {
+		if b.Path != last {
+			if err := s.Check(b.Path); err != nil {
+				return nil, err
+			}
+			last = b.Path
+		}
+	}
+	return blocks, nil
 }
 
 // Open opens path on its source.
 func (s *Sources) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+	if err := s.Check(path); err != nil {
+		return nil, err
+	}
 	src, err := s.For(path)
 	if err != nil {
 		return nil, err
@@ -147,6 +185,9 @@ func (s *Sources) Open(ctx context.Context, path string, offset int64) (io.ReadC
 // Create opens path for writing on its source; the file appears under its
 // name only when Close succeeds, so nothing half-written is left behind.
 func (s *Sources) Create(ctx context.Context, path string) (io.WriteCloser, error) {
+	if err := s.Check(path); err != nil {
+		return nil, err
+	}
 	src, err := s.For(path)
 	if err != nil {
 		return nil, err

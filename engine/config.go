@@ -78,6 +78,10 @@ type DataSect struct {
 	ReadBuffer    Size `toml:"read_buffer"`    // AsyncReader buffer per worker and input; default 64MiB
 	ReadProducers int  `toml:"read_producers"` // parsing goroutines per worker and input; default 2
 	Cache         Size `toml:"cache"`          // parsed blocks kept per slave for later epochs; default 1GiB
+	// AllowedPaths are the directories (and hdfs:// prefixes) tasks may
+	// read inputs from and write outputs to; empty allows any path the
+	// process can reach.
+	AllowedPaths []string `toml:"allowed_paths"`
 }
 
 // HDFSSect says how to reach HDFS (else HADOOP_CONF_DIR is read).

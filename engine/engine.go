@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/master"
 	"github.com/flexps/flexps/slave"
@@ -26,16 +27,16 @@ import (
 // DefaultListen is where a cluster master's embedded NATS server listens.
 const DefaultListen = "127.0.0.1:4222"
 
-func (c *ClusterConfig) masterConfig(log zerolog.Logger) master.Config {
-	return master.Config{
+func (c *ClusterConfig) masterConfig(log zerolog.Logger, paths *datastore.PathPolicy) master.Config {
+	return master.Config{Paths: paths,
 		Cluster: c.Cluster, Heartbeat: time.Duration(c.Master.Heartbeat), DeadAfter: time.Duration(c.Master.DeadAfter),
 		Policy: c.Master.Policy, Aging: c.Master.Aging, RequestTimeout: time.Duration(c.Master.RequestTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), BlockSize: int64(c.Data.BlockSize), HDFS: c.HDFSConfig(), Log: log,
 	}
 }
 
-func (c *ClusterConfig) slaveConfig(log zerolog.Logger) slave.Config {
-	return slave.Config{
+func (c *ClusterConfig) slaveConfig(log zerolog.Logger, paths *datastore.PathPolicy) slave.Config {
+	return slave.Config{Paths: paths,
 		Cluster: c.Cluster, ID: c.Slave.ID, Host: c.Slave.Host, Slots: c.Slave.Slots, JoinTimeout: time.Duration(c.Slave.JoinTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), KVWindow: c.Slave.KVWindow, ReadBuffer: int64(c.Data.ReadBuffer),
 		ReadProducers: c.Data.ReadProducers, DataCache: int64(c.Data.Cache), HDFS: c.HDFSConfig(), Log: log,
@@ -45,6 +46,18 @@ func (c *ClusterConfig) slaveConfig(log zerolog.Logger) slave.Config {
 // busOptions are the connection options of a process in role: the
 // configured credentials, else the role's key from the cluster's state
 // directory when this host has it.
+// pathPolicy is [data] allowed_paths, checked on this host.
+func (c *ClusterConfig) pathPolicy() (*datastore.PathPolicy, error) {
+	if len(c.Data.AllowedPaths) == 0 {
+		return nil, nil
+	}
+	p, err := datastore.NewPathPolicy(c.Data.AllowedPaths)
+	if err != nil {
+		return nil, fmt.Errorf("data.allowed_paths: %w", err)
+	}
+	return p, nil
+}
+
 func (c *ClusterConfig) busOptions(name string, role bus.Role, log *zerolog.Logger) (bus.Options, error) {
 	n := c.NATS
 	o := bus.Options{URL: n.URL, Name: name, User: n.User, Password: n.Password, Token: n.Token,
@@ -161,7 +174,11 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l.master, err = master.New(mc, cfg.masterConfig(o.Log))
+	paths, err := cfg.pathPolicy()
+	if err != nil {
+		return nil, err
+	}
+	l.master, err = master.New(mc, cfg.masterConfig(o.Log, paths))
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +190,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 		if err != nil {
 			return nil, err
 		}
-		scfg := cfg.slaveConfig(o.Log)
+		scfg := cfg.slaveConfig(o.Log, paths)
 		scfg.ID, scfg.Slots = fmt.Sprintf("slave-%d", i), o.Slots
 		s := slave.New(sc, scfg)
 		if err := s.Start(ctx); err != nil {
@@ -265,7 +282,10 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 		return nil, err
 	}
 	n.nc = nc
-	n.Master, err = master.New(nc, cfg.masterConfig(log))
+	var paths *datastore.PathPolicy
+	if paths, err = cfg.pathPolicy(); err == nil {
+		n.Master, err = master.New(nc, cfg.masterConfig(log, paths))
+	}
 	if err == nil {
 		err = n.Master.Start(ctx)
 	}
@@ -378,7 +398,12 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	s := slave.New(nc, cfg.slaveConfig(log))
+	paths, err := cfg.pathPolicy()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s := slave.New(nc, cfg.slaveConfig(log, paths))
 	if err := s.Start(ctx); err != nil {
 		nc.Close()
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/rs/zerolog"
 )
@@ -29,6 +30,7 @@ type Config struct {
 	KVTimeout      time.Duration // data-plane round trips (model dump); default 60s
 	BlockSize      int64         // bytes per block of local files; default 8 MiB
 	HDFS           hdfs.Config
+	Paths          *datastore.PathPolicy // where tasks may read and write (nil: anywhere)
 	Log            zerolog.Logger
 	Now            func() time.Time // injected clock for the failure detector; default time.Now
 }

@@ -74,7 +74,7 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 	}
 	return &Master{
 		cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), log: cfg.Log.With().Str("node", "master").Logger(),
-		policy: pol, sources: hdfs.NewSources(cfg.HDFS),
+		policy: pol, sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		det: membership.NewDetector(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
 		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{},
 	}, nil

@@ -41,6 +41,7 @@ type Config struct {
 	ProgressEvery time.Duration // progress report interval; default 250ms
 	DataCache     int64         // bytes of parsed input blocks kept for later epochs; default 1 GiB, <0 disables
 	HDFS          hdfs.Config
+	Paths         *datastore.PathPolicy // where tasks may read (nil: anywhere)
 	Log           zerolog.Logger
 }
 
@@ -112,7 +113,7 @@ type slaveTask struct {
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
 	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
-		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS),
+		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
 }
 
