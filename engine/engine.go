@@ -211,11 +211,14 @@ func (l *Local) Close() {
 	if l == nil {
 		return
 	}
-	for _, s := range l.slaves {
-		s.Close()
-	}
+	// The master first: it ends its tasks and tells the slaves to drop
+	// them while they still answer (closed first, they would leave it
+	// waiting request_timeout on each).
 	if l.master != nil {
 		l.master.Close()
+	}
+	for _, s := range l.slaves {
+		s.Close()
 	}
 	for _, nc := range l.conns {
 		nc.Close()
