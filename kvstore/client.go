@@ -8,13 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/flexps/flexps/kvstore/transport"
 )
 
 // ClientConfig configures a worker's KV client.
 type ClientConfig struct {
-	Conn      *nats.Conn
-	KVSubject func(slave string) string // a slave's data-plane subject
+	// Transport carries requests to the shard hosts (slave ids are its
+	// node names).
+	Transport transport.Transport
 	Task      string
 	Stage     int32
 	Worker    int32  // rank within the stage; -1 reads without consistency (model dumps)
@@ -25,7 +26,7 @@ type ClientConfig struct {
 	Hosts       []string
 	Consistency Consistency
 	Timeout     time.Duration // per request round trip, default 60s
-	MaxPayload  int           // default: the server's max_payload
+	MaxPayload  int           // default: the transport's MaxPayload
 	Window      int           // unacknowledged Adds/Clocks in flight, default 64
 	Ctx         context.Context
 }
@@ -37,9 +38,9 @@ var ErrTimeout = errors.New("kvstore: request timed out")
 // concurrent use: a worker is one goroutine.
 type Client struct {
 	cfg      ClientConfig
-	inbox    string
-	ackSubj  string
-	sub      *nats.Subscription
+	inbox    string          // the reply inbox's address
+	in       transport.Inbox // where replies and acknowledgements arrive
+	hostIdx  map[string]int  // host -> index in cfg.Hosts, for ack addresses
 	inflight int
 	clock    int64
 	seq      uint64
@@ -66,8 +67,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
 	}
+	if cfg.Transport == nil {
+		return nil, errors.New("kvstore: client needs a transport")
+	}
 	if cfg.MaxPayload <= 0 {
-		cfg.MaxPayload = int(cfg.Conn.MaxPayload())
+		cfg.MaxPayload = cfg.Transport.MaxPayload()
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 64
@@ -75,23 +79,20 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Ctx == nil {
 		cfg.Ctx = context.Background()
 	}
-	c := &Client{cfg: cfg, inbox: cfg.Conn.NewRespInbox()}
-	c.ackSubj = c.inbox + ".a"
-	sub, err := cfg.Conn.SubscribeSync(c.inbox + ".>")
+	in, err := cfg.Transport.Listen()
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		sub.Unsubscribe()
-		return nil, err
+	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), hostIdx: make(map[string]int, len(cfg.Hosts))}
+	for i, h := range cfg.Hosts {
+		c.hostIdx[h] = i
 	}
-	c.sub = sub
 	return c, nil
 }
 
 // Close releases the reply inbox. Unflushed Adds may still be applied.
 func (c *Client) Close() {
-	c.sub.Unsubscribe()
+	c.in.Close()
 }
 
 // Stats returns the client's counters.
@@ -165,8 +166,11 @@ func (c *Client) publishAcked(host string) error {
 		}
 	}
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.cfg.Conn.PublishRequest(c.cfg.KVSubject(host), c.ackSubj, c.enc); err != nil {
-		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	// One acknowledgement address per host: a no-responders status names
+	// the host that is gone.
+	ack := c.inbox + ".a" + strconv.Itoa(c.hostIdx[host])
+	if err := c.send(host, ack, c.enc); err != nil {
+		return err
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))
@@ -206,7 +210,7 @@ type part struct {
 // to the read p (nil when only acknowledgements are expected).
 func (c *Client) receive(p *pending) error {
 	ctx, cancel := context.WithTimeout(c.cfg.Ctx, c.cfg.Timeout)
-	msg, err := c.sub.NextMsgWithContext(ctx)
+	msg, err := c.in.Next(ctx)
 	cancel()
 	if err != nil {
 		if cerr := c.cfg.Ctx.Err(); cerr != nil {
@@ -219,16 +223,13 @@ func (c *Client) receive(p *pending) error {
 			}
 			return fmt.Errorf("%w: no answer from %s within %v", ErrTimeout, who, c.cfg.Timeout)
 		}
-		if errors.Is(err, nats.ErrNoResponders) {
-			if gone := c.goneHosts(); len(gone) > 0 {
-				return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV subject any more", strings.Join(gone, ", slave "))
-			}
-			return fmt.Errorf("kvstore: a shard host is not serving its KV subject (slave gone?): %w", err)
-		}
 		return fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
-	tail := msg.Subject[len(c.inbox)+1:]
-	if tail == "a" {
+	tail := msg.Tail
+	if msg.NoResponder {
+		return c.gone(c.hostOf(tail, p))
+	}
+	if strings.HasPrefix(tail, "a") {
 		c.inflight--
 		if len(msg.Data) > 1 && Op(msg.Data[1]) == OpError {
 			if err := DecodeMessage(msg.Data, &c.reply); err == nil && c.err == nil {
@@ -262,22 +263,41 @@ func (c *Client) receive(p *pending) error {
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
 
-// goneHosts names the shard hosts nobody answers for any more. NATS drops
-// a no-responders status without saying for which subject, so each remote
-// host is asked once (a read of no keys, without side effects).
-func (c *Client) goneHosts() []string {
-	ping := AppendMessage(nil, &Message{Op: OpGetRange, Task: c.cfg.Task, Worker: -1})
-	var gone []string
-	for _, h := range c.cfg.Hosts {
-		if h == c.cfg.Self {
-			continue
+// hostOf names the host a reply address was given to ("" if unknown).
+func (c *Client) hostOf(tail string, p *pending) string {
+	if strings.HasPrefix(tail, "a") {
+		if i, err := strconv.Atoi(tail[1:]); err == nil && i >= 0 && i < len(c.cfg.Hosts) {
+			return c.cfg.Hosts[i]
 		}
-		_, err := c.cfg.Conn.Request(c.cfg.KVSubject(h), ping, time.Second)
-		if errors.Is(err, nats.ErrNoResponders) {
-			gone = append(gone, h)
+		return ""
+	}
+	if p != nil && strings.HasPrefix(tail, "g") {
+		if _, idx, ok := strings.Cut(tail, "."); ok {
+			if i, err := strconv.Atoi(idx); err == nil && i >= 0 && i < len(p.host) {
+				return p.host[i]
+			}
 		}
 	}
-	return gone
+	return ""
+}
+
+// gone is the error for a request no server received.
+func (c *Client) gone(host string) error {
+	if host == "" {
+		return errors.New("kvstore: a shard host is not serving its KV requests (slave gone?)")
+	}
+	return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV requests any more", host)
+}
+
+// send hands an encoded request for host to the transport.
+func (c *Client) send(host, reply string, data []byte) error {
+	if err := c.cfg.Transport.Send(host, reply, data); err != nil {
+		if errors.Is(err, transport.ErrUnreachable) {
+			return c.gone(host)
+		}
+		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	}
+	return nil
 }
 
 // scatter converts a reply's raw values straight into their place in the

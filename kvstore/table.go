@@ -445,8 +445,8 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 	host := t.hosts[shard]
 	reply := c.inbox + ".g" + strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(len(p.parts))
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.cfg.Conn.PublishRequest(c.cfg.KVSubject(host), reply, c.enc); err != nil {
-		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	if err := c.send(host, reply, c.enc); err != nil {
+		return err
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))

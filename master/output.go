@@ -5,6 +5,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -22,7 +23,7 @@ func (t *taskRun) writeOutput() error {
 	}
 	m := t.m
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
-		Conn: m.nc, KVSubject: m.subj.SlaveKV, Task: t.spec.ID, Stage: -1, Worker: -1,
+		Transport: transport.NewNATS(m.nc, m.subj.SlaveKV), Task: t.spec.ID, Stage: -1, Worker: -1,
 		Hosts: t.hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: m.cfg.KVTimeout, Ctx: t.ctx,
 	})
 	if err != nil {
