@@ -53,6 +53,7 @@ type Client struct {
 	out   []float64 // the current read's destination
 	width int       // the current read's table width
 	p     pending   // the current read's outstanding replies
+	scan  *scan     // the scan under way, if any
 }
 
 // ClientStats count what a client did.
@@ -238,6 +239,12 @@ func (c *Client) receive(p *pending) error {
 		}
 		return nil
 	}
+	if strings.HasPrefix(tail, "s") {
+		if c.scan != nil {
+			return c.scan.deliver(tail, msg.Data)
+		}
+		return nil // a late page of an abandoned scan
+	}
 	if p == nil || !strings.HasPrefix(tail, "g") {
 		return nil // a late reply to an abandoned read
 	}
@@ -270,6 +277,11 @@ func (c *Client) hostOf(tail string, p *pending) string {
 			return c.cfg.Hosts[i]
 		}
 		return ""
+	}
+	if c.scan != nil && strings.HasPrefix(tail, "s") {
+		if sh, ok := c.scan.shardOf(tail); ok {
+			return c.scan.t.hosts[sh]
+		}
 	}
 	if p != nil && strings.HasPrefix(tail, "g") {
 		if _, idx, ok := strings.Cut(tail, "."); ok {

@@ -21,9 +21,13 @@ const (
 	OpError
 	OpSet
 	OpSetRange // overwrite keys First..First+N-1
+	// OpScan reads a page of a shard: First is the cursor (0 to start),
+	// N the most keys wanted. The reply holds the page's Keys and Vals,
+	// First the next page's cursor and N 1 when there is a next page.
+	OpScan
 )
 
-var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range"}
+var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range", "scan"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -238,7 +242,7 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		return fmt.Errorf("%w: unknown version %d", ErrCodec, b[0])
 	}
 	op, flags, dt := Op(b[1]), b[2], b[3]
-	if op < OpGet || op > OpSetRange {
+	if op < OpGet || op > OpScan {
 		return fmt.Errorf("%w: bad op %d", ErrCodec, b[1])
 	}
 	if flags&^flagAll != 0 {

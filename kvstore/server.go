@@ -31,6 +31,7 @@ type Server struct {
 	tmp  []float64 // reused by the handler goroutine for reads answered at once
 	raw  []byte    // reused by answer for values encoded from storage
 	conv []float64 // reused for decoded request values
+	keys []uint64  // reused by scan
 }
 
 type hostedTask struct {
@@ -248,6 +249,8 @@ func (s *Server) handle(data []byte, reply string) {
 		s.ack(reply)
 	case OpGet, OpGetRange:
 		s.get(reply, t, ht, m)
+	case OpScan:
+		s.scan(reply, ht, m)
 	case OpClock:
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Advance(int(m.Worker), m.Clock)
@@ -372,4 +375,33 @@ func (s *Server) send(reply string, data []byte) {
 	if err := s.tr.Reply(reply, data); err != nil {
 		s.log.Warn().Err(err).Str("node", s.node).Msg("kv answer not sent")
 	}
+}
+
+// scan answers a page of a shard (no consistency gate: a bulk read of the
+// whole shard, as for writing the model).
+func (s *Server) scan(reply string, ht *hostedTable, m *Message) {
+	if reply == "" {
+		return
+	}
+	if m.N == 0 {
+		s.fail(reply, fmt.Errorf("kvstore: scan of %q: page of 0 keys", m.Table))
+		return
+	}
+	// The reader sized the page for its payload limit; a server with a
+	// smaller one answers less.
+	page := min(int(m.N), max(MaxKeysPerMessage(s.tr.MaxPayload(), ht.spec.Width, ht.spec.DType), 1))
+	var next uint64
+	var more bool
+	var err error
+	s.keys, s.tmp, next, more, err = scanStore(ht.store, m.First, page, s.keys[:0], s.tmp[:0])
+	if err != nil {
+		s.fail(reply, fmt.Errorf("kvstore: scan of %q shard %d: %w", m.Table, ht.shard, err))
+		return
+	}
+	r := Message{Op: OpReply, Keys: s.keys, Vals: s.tmp, Width: uint16(ht.spec.Width), DType: ht.spec.DType, First: next}
+	if more {
+		r.N = 1
+	}
+	s.out = AppendMessage(s.out[:0], &r)
+	s.send(reply, s.out)
 }
