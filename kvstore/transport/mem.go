@@ -37,7 +37,6 @@ type memNode struct {
 	once sync.Once
 }
 
-
 func (t *Mem) Serve(node string, h Handler) (io.Closer, error) {
 	n := &memNode{m: t, name: node, q: newQueue(), done: make(chan struct{})}
 	t.mu.Lock()
