@@ -40,7 +40,8 @@ type Client struct {
 	cfg      ClientConfig
 	inbox    string          // the reply inbox's address
 	in       transport.Inbox // where replies and acknowledgements arrive
-	hostIdx  map[string]int  // host -> index in cfg.Hosts, for ack addresses
+	ackAddr  map[string]string // host -> its acknowledgement address
+	ackHost  []string          // host of acknowledgement address "a<i>"
 	inflight int
 	clock    int64
 	seq      uint64
@@ -84,9 +85,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
-	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), hostIdx: make(map[string]int, len(cfg.Hosts))}
-	for i, h := range cfg.Hosts {
-		c.hostIdx[h] = i
+	// One acknowledgement address per host: a no-responders status names
+	// the host that is gone.
+	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), ackAddr: make(map[string]string, len(cfg.Hosts))}
+	for _, h := range cfg.Hosts {
+		c.ackTo(h)
 	}
 	return c, nil
 }
@@ -167,10 +170,7 @@ func (c *Client) publishAcked(host string) error {
 		}
 	}
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	// One acknowledgement address per host: a no-responders status names
-	// the host that is gone.
-	ack := c.inbox + ".a" + strconv.Itoa(c.hostIdx[host])
-	if err := c.send(host, ack, c.enc); err != nil {
+	if err := c.send(host, c.ackTo(host), c.enc); err != nil {
 		return err
 	}
 	c.stats.Requests++
@@ -270,11 +270,22 @@ func (c *Client) receive(p *pending) error {
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
 
+// ackTo is host's acknowledgement address.
+func (c *Client) ackTo(host string) string {
+	a, ok := c.ackAddr[host]
+	if !ok {
+		a = c.inbox + ".a" + strconv.Itoa(len(c.ackHost))
+		c.ackAddr[host] = a
+		c.ackHost = append(c.ackHost, host)
+	}
+	return a
+}
+
 // hostOf names the host a reply address was given to ("" if unknown).
 func (c *Client) hostOf(tail string, p *pending) string {
 	if strings.HasPrefix(tail, "a") {
-		if i, err := strconv.Atoi(tail[1:]); err == nil && i >= 0 && i < len(c.cfg.Hosts) {
-			return c.cfg.Hosts[i]
+		if i, err := strconv.Atoi(tail[1:]); err == nil && i >= 0 && i < len(c.ackHost) {
+			return c.ackHost[i]
 		}
 		return ""
 	}
