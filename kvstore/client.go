@@ -38,8 +38,8 @@ var ErrTimeout = errors.New("kvstore: request timed out")
 // concurrent use: a worker is one goroutine.
 type Client struct {
 	cfg      ClientConfig
-	inbox    string          // the reply inbox's address
-	in       transport.Inbox // where replies and acknowledgements arrive
+	inbox    string            // the reply inbox's address
+	in       transport.Inbox   // where replies and acknowledgements arrive
 	ackAddr  map[string]string // host -> its acknowledgement address
 	ackHost  []string          // host of acknowledgement address "a<i>"
 	inflight int
