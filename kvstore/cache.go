@@ -8,7 +8,7 @@ import (
 // The process cache keeps values of remote keys a worker read, so a later
 // read may be served from memory as long as the stage's consistency model
 // allows. Every value is cached with the stamp of the read that fetched it
-// (TableClient.GetStamped): the stage's minimum worker clock m, read by the
+// (TableClient.getStamped): the stage's minimum worker clock m, read by the
 // shard before the values, so the value reflects every Add of every
 // iteration below m. A read at worker clock c under staleness bound s must
 // reflect every Add of the clocks <= c-s-1, so the cached value serves it
@@ -109,7 +109,7 @@ func NewCachedTable(t *TableClient, kind CacheKind, capacity int) (*CachedTable,
 		// workers' updates to hot keys for good: entries are stamped with
 		// the worker's clock when fetched and refreshed after
 		// ASPCacheClocks iterations.
-		ct.asp, ct.bound = true, ASPCacheClocks
+		ct.asp, ct.bound = true, aspCacheClocks
 	}
 	if kind != CacheNone && !t.allHere {
 		ct.core = newCacheCore(kind, capacity, t.spec.Width)
@@ -117,8 +117,8 @@ func NewCachedTable(t *TableClient, kind CacheKind, capacity int) (*CachedTable,
 	return ct, nil
 }
 
-// ASPCacheClocks is how many iterations an ASP stage's cached value lives.
-const ASPCacheClocks = 4
+// aspCacheClocks is how many iterations an ASP stage's cached value lives.
+const aspCacheClocks = 4
 
 // Spec is the table's declaration.
 func (ct *CachedTable) Spec() TableSpec { return ct.t.spec }
@@ -192,7 +192,7 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 		return nil
 	}
 	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
-	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
+	stamp, err := ct.t.getStamped(ct.miss, ct.missOut)
 	if ct.asp {
 		stamp = ct.c.clock
 	}

@@ -515,7 +515,7 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	keys := []uint64{3, 97, 55}
 	out, want := make([]float64, 6), make([]float64, 6)
 	noErr(t, tc.Get(keys, out))
-	for i := range ASPCacheClocks - 1 { // still fresh afterwards: hits apply own adds
+	for i := range aspCacheClocks - 1 { // still fresh afterwards: hits apply own adds
 		d := []float64{0.1, -0.3, 1e-3, 7, float64(i) / 3, 0.7}
 		noErr(t, tc.Add(keys, d))
 		noErr(t, cl.Clock())
@@ -530,7 +530,7 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	equal(t, want, out, "cache with own adds, rounded as float32, equals the shards")
 	equal(t, CacheStats{Hits: 3, Misses: 3}, tc.Stats())
 	// After ASPCacheClocks more iterations the entries are refetched.
-	for range ASPCacheClocks + 1 {
+	for range aspCacheClocks + 1 {
 		noErr(t, cl.Clock())
 	}
 	noErr(t, tc.Get(keys, out))

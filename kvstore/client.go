@@ -102,9 +102,6 @@ func (c *Client) Close() {
 // Stats returns the client's counters.
 func (c *Client) Stats() ClientStats { return c.stats }
 
-// ClockValue is the worker's clock: iterations finished.
-func (c *Client) ClockValue() int64 { return c.clock }
-
 func (c *Client) gated() bool { return c.cfg.Consistency.Kind != ASP && c.cfg.Worker >= 0 }
 
 // Clock finishes an iteration: the worker's clock goes up by one on every
@@ -257,7 +254,7 @@ func (c *Client) receive(p *pending) error {
 	if err1 != nil || err2 != nil || seq != p.seq || idx >= len(p.parts) {
 		return nil
 	}
-	if err := DecodeRaw(msg.Data, &c.reply); err != nil {
+	if err := decodeRaw(msg.Data, &c.reply); err != nil {
 		return err
 	}
 	if c.reply.Op == OpError {
@@ -335,7 +332,7 @@ func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
 		if n != pt.n {
 			return errShortReply
 		}
-		RawInto(c.out[pt.off:pt.off+pt.n], raw, dtype)
+		rawInto(c.out[pt.off:pt.off+pt.n], raw, dtype)
 		return nil
 	}
 	w := c.width
@@ -343,7 +340,7 @@ func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
 		return errShortReply
 	}
 	for i, p := range pt.pos {
-		RawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
+		rawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
 	}
 	return nil
 }

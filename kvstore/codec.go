@@ -173,8 +173,8 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// EncodedSize is a cheap upper bound of len(AppendMessage(nil, m)).
-func EncodedSize(m *Message) int {
+// encodedSize is a cheap upper bound of len(AppendMessage(nil, m)).
+func encodedSize(m *Message) int {
 	n := 4 + 2*binary.MaxVarintLen64 + len(m.Task) + len(m.Table) + // header, names
 		3*binary.MaxVarintLen64 + 3 + // stage, worker, clock, width
 		binary.MaxVarintLen64 + binary.MaxVarintLen64*len(m.Keys) +
@@ -214,12 +214,12 @@ func MaxKeysPerMessage(maxPayload int, width int, dtype DType) int {
 // allocated, so a garbage length cannot cause a huge allocation.
 func DecodeMessage(b []byte, m *Message) error { return decodeMessage(b, m, false) }
 
-// DecodeRaw is DecodeMessage leaving the values encoded in m.Raw (a slice
+// decodeRaw is DecodeMessage leaving the values encoded in m.Raw (a slice
 // of b, valid while b is) for the caller to convert where they belong.
-func DecodeRaw(b []byte, m *Message) error { return decodeMessage(b, m, true) }
+func decodeRaw(b []byte, m *Message) error { return decodeMessage(b, m, true) }
 
-// RawInto converts raw values encoded in dtype into out (len(out) values).
-func RawInto(out []float64, raw []byte, dtype DType) {
+// rawInto converts raw values encoded in dtype into out (len(out) values).
+func rawInto(out []float64, raw []byte, dtype DType) {
 	if dtype == Float32 {
 		raw = raw[:4*len(out)]
 		for i := range out {

@@ -52,7 +52,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := AppendMessage(nil, &tt.m)
-			check(t, len(b) <= EncodedSize(&tt.m), "EncodedSize %d < %d", EncodedSize(&tt.m), len(b))
+			check(t, len(b) <= encodedSize(&tt.m), "EncodedSize %d < %d", encodedSize(&tt.m), len(b))
 			check(t, b[0] == codecVersion, "starts with the version")
 			var got Message
 			noErr(t, DecodeMessage(b, &got))
@@ -88,7 +88,7 @@ func TestCodecDecodeReusesBuffers(t *testing.T) {
 		}
 	})
 	equal(t, 0.0, allocs, "decode into a warm message allocates")
-	buf := make([]byte, 0, EncodedSize(&m))
+	buf := make([]byte, 0, encodedSize(&m))
 	allocs = testing.AllocsPerRun(100, func() { buf = AppendMessage(buf[:0], &m) })
 	equal(t, 0.0, allocs, "encode into a sized buffer allocates")
 }
@@ -183,8 +183,8 @@ func TestCodecRoundTripProperty(t *testing.T) {
 		if !bytes.Equal(b[:len(prefix)], prefix) {
 			t.Fatal("AppendMessage clobbered dst")
 		}
-		if len(b)-len(prefix) > EncodedSize(m) {
-			t.Fatalf("EncodedSize %d < %d", EncodedSize(m), len(b)-len(prefix))
+		if len(b)-len(prefix) > encodedSize(m) {
+			t.Fatalf("EncodedSize %d < %d", encodedSize(m), len(b)-len(prefix))
 		}
 		got := &Message{Keys: []uint64{1, 2, 3}, Vals: []float64{4}, Err: "stale"}
 		if err := DecodeMessage(b[len(prefix):], got); err != nil {
@@ -228,7 +228,7 @@ func BenchmarkCodec(b *testing.B) {
 			m.Keys = append(m.Keys, k*7)
 			m.Vals = append(m.Vals, float64(k)*0.5)
 		}
-		buf := make([]byte, 0, EncodedSize(&m))
+		buf := make([]byte, 0, encodedSize(&m))
 		buf = AppendMessage(buf, &m)
 		b.Run("encode/"+string(dt), func(b *testing.B) {
 			b.SetBytes(int64(len(buf)))

@@ -53,7 +53,7 @@ func (d *dense[T]) keyAt(l uint64) uint64 {
 	if d.contiguous {
 		return d.lo + l
 	}
-	if ka, ok := d.dir.(KeyAtter); ok {
+	if ka, ok := d.dir.(keyAtter); ok {
 		return ka.KeyAt(d.shard, l)
 	}
 	// A foreign directory: search the key space (slow, not a hot path).
@@ -320,7 +320,7 @@ func (t *TableClient) ReadAll(maxVals uint64) (keys []uint64, vals []float64, er
 // fillInit sets vals (a dense table) to the values keys start with, as a
 // shard stores them.
 func fillInit(spec TableSpec, vals []float64) {
-	in, _ := ParseInit(spec.Init)
+	in, _ := parseInit(spec.Init)
 	if in.IsZero() {
 		return
 	}

@@ -193,7 +193,7 @@ func (s *Server) handle(data []byte, reply string) {
 	m := &s.msg
 	// Values stay encoded until an op needs them (range adds apply them
 	// straight from the bytes).
-	if err := DecodeRaw(data, m); err != nil {
+	if err := decodeRaw(data, m); err != nil {
 		s.fail(reply, err)
 		return
 	}
@@ -270,7 +270,7 @@ func (s *Server) handle(data []byte, reply string) {
 func (s *Server) vals(m *Message) {
 	n := rawLen(m)
 	s.conv = grow(s.conv, n)
-	RawInto(s.conv, m.Raw, m.DType)
+	rawInto(s.conv, m.Raw, m.DType)
 	m.Vals = s.conv
 }
 
@@ -308,7 +308,7 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 	// The gate may hold the read; keep what the answer needs.
 	op, first, n := m.Op, m.First, int(m.N)
 	keys := append([]uint64(nil), m.Keys...)
-	g.Defer(int(m.Worker), m.Clock, keys, func(err error) {
+	g.park(int(m.Worker), m.Clock, keys, func(err error) {
 		if err != nil {
 			s.send(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
 			return

@@ -17,7 +17,7 @@ type TableClient struct {
 	local   []Store // local[shard] != nil when this slave hosts the shard
 	allHere bool    // every shard is local: no routing needed
 	maxKeys int
-	g       Grouper
+	g       grouper
 	buf     []float64
 	spans   []span
 }
@@ -86,13 +86,13 @@ func (t *TableClient) Get(keys []uint64, out []float64) error {
 	return err
 }
 
-// GetStamped is Get that also returns the read's stamp: the smallest of
+// getStamped is Get that also returns the read's stamp: the smallest of
 // the stage's minimum worker clocks that the shards read (each before the
 // values). The values reflect every Add of every iteration below the
 // stamp, which tells a cache how long it may serve them. The stamp is -1
 // when no gate counts clocks (ASP, a read by worker -1) or no key was
 // read, and math.MaxInt64 once every worker of the stage has finished.
-func (t *TableClient) GetStamped(keys []uint64, out []float64) (stamp int64, err error) {
+func (t *TableClient) getStamped(keys []uint64, out []float64) (stamp int64, err error) {
 	return t.get(keys, out, true)
 }
 
