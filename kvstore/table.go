@@ -56,13 +56,33 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 // Spec is the table's declaration.
 func (t *TableClient) Spec() TableSpec { return t.spec }
 
+// Consistency is the stage's consistency model.
+func (t *TableClient) Consistency() Consistency { return t.c.cfg.Consistency }
+
+// WorkerClock is the worker's clock: iterations finished.
+func (t *TableClient) WorkerClock() int64 { return t.c.clock }
+
+// Local reports whether key lives in a shard of this worker's slave (read
+// and written in memory, without a message).
+func (t *TableClient) Local(key uint64) bool { return t.local[t.dir.Owner(key)] != nil }
+
+// AllLocal reports whether every shard of the table is on this slave.
+func (t *TableClient) AllLocal() bool { return t.allHere }
+
+// Err is the client's first asynchronous error (a failed Add), sticky.
+func (t *TableClient) Err() error { return t.c.err }
+
 func (t *TableClient) checkKeys(keys []uint64, vals []float64, what string) error {
-	if len(vals) != len(keys)*t.spec.Width {
-		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, t.spec.Name, len(vals), len(keys), t.spec.Width)
+	return checkKeys(t.spec, keys, vals, what)
+}
+
+func checkKeys(spec TableSpec, keys []uint64, vals []float64, what string) error {
+	if len(vals) != len(keys)*spec.Width {
+		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, spec.Name, len(vals), len(keys), spec.Width)
 	}
 	for _, k := range keys {
-		if k >= t.spec.Size {
-			return fmt.Errorf("kvstore: %s on %q: key %d out of range [0, %d)", what, t.spec.Name, k, t.spec.Size)
+		if k >= spec.Size {
+			return fmt.Errorf("kvstore: %s on %q: key %d out of range [0, %d)", what, spec.Name, k, spec.Size)
 		}
 	}
 	return nil
@@ -86,13 +106,13 @@ func (t *TableClient) Get(keys []uint64, out []float64) error {
 	return err
 }
 
-// getStamped is Get that also returns the read's stamp: the smallest of
+// GetStamped is Get that also returns the read's stamp: the smallest of
 // the stage's minimum worker clocks that the shards read (each before the
 // values). The values reflect every Add of every iteration below the
 // stamp, which tells a cache how long it may serve them. The stamp is -1
 // when no gate counts clocks (ASP, a read by worker -1) or no key was
 // read, and math.MaxInt64 once every worker of the stage has finished.
-func (t *TableClient) getStamped(keys []uint64, out []float64) (stamp int64, err error) {
+func (t *TableClient) GetStamped(keys []uint64, out []float64) (stamp int64, err error) {
 	return t.get(keys, out, true)
 }
 
