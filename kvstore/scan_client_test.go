@@ -232,3 +232,43 @@ func TestScanNamesTheLostShard(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// On a hash-partitioned table a key range goes as one message per owner
+// (keys grouped), not one per key; values land where range reads see them.
+func TestHashRangeOpsGoByOwner(t *testing.T) {
+	spec := kvstore.TableSpec{Name: "h", Size: 30_000, Partition: kvstore.HashPartition, ChunkSize: 1000}.WithDefaults()
+	p, _, hosts := scanCluster(t, 3, spec)
+	cl := scanClient(t, p, hosts, "", nil, 0)
+	tc, err := cl.Table(kvstore.Placement{Spec: spec, Hosts: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas := make([]float64, 10_000)
+	for i := range deltas {
+		deltas[i] = float64(i)
+	}
+	before := cl.Stats().Requests
+	if err := tc.AddRange(5000, len(deltas), deltas); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.AddChunk([]uint64{29, 5}, make([]float64, 2000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float64, 10_000)
+	if err := tc.GetRange(5000, len(got), got); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]float64, 1000)
+	if err := tc.GetChunk([]uint64{5}, chunk); err != nil {
+		t.Fatal(err)
+	}
+	if n := cl.Stats().Requests - before; n > 4*3 {
+		t.Fatalf("%d messages for four range operations over 3 shards", n)
+	}
+	if !slices.Equal(got, deltas) || !slices.Equal(chunk, deltas[:1000]) {
+		t.Fatal("range read differs from what was added")
+	}
+}
