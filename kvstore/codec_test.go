@@ -200,6 +200,8 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add(AppendMessage(nil, &Message{Op: OpAdd, Task: "t", Table: "w", Keys: []uint64{1, 5, 3}, DType: Float32, Vals: []float64{1, 2, 3}}))
 	f.Add(AppendMessage(nil, &Message{Op: OpGetRange, First: 10, N: 5, Width: 4, DType: Float64}))
 	f.Add(AppendMessage(nil, &Message{Op: OpError, Err: "boom"}))
+	f.Add(AppendMessage(nil, &Message{Op: OpScan, Task: "t", Table: "w", First: 3 << 56, N: 100}))
+	f.Add(AppendMessage(nil, &Message{Op: OpReply, Keys: []uint64{7, 1}, Width: 1, DType: Float64, Vals: []float64{1, 2}, First: 9, N: 1}))
 	f.Add([]byte{})
 	f.Add([]byte{1, 1, 0xff, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
