@@ -8,7 +8,7 @@ import (
 // The process cache keeps values of remote keys a worker read, so a later
 // read may be served from memory as long as the stage's consistency model
 // allows. Every value is cached with the stamp of the read that fetched it
-// (TableClient.GetStamped): the stage's minimum worker clock m, read by the
+// (CacheSource.GetStamped): the stage's minimum worker clock m, read by the
 // shard before the values, so the value reflects every Add of every
 // iteration below m. A read at worker clock c under staleness bound s must
 // reflect every Add of the clocks <= c-s-1, so the cached value serves it
@@ -52,7 +52,33 @@ func (s CacheStats) HitRate() float64 {
 	return float64(s.Hits) / float64(s.Hits+s.Misses)
 }
 
-// CachedTable is a TableClient with a process cache of remote keys. It
+// CacheSource is the table a CachedTable caches: a TableClient, or any
+// other access to a sharded table that can stamp its reads.
+type CacheSource interface {
+	Spec() TableSpec
+	// Consistency is the stage's model; it sets how long a cached value
+	// may serve reads.
+	Consistency() Consistency
+	// WorkerClock is the worker's clock: iterations finished.
+	WorkerClock() int64
+	// Local reports whether key is served from this process's memory
+	// (such keys are never cached); AllLocal whether every key is.
+	Local(key uint64) bool
+	AllLocal() bool
+	// GetStamped is Get returning the read's stamp (see
+	// TableClient.GetStamped).
+	GetStamped(keys []uint64, out []float64) (stamp int64, err error)
+	Get(keys []uint64, out []float64) error
+	Add(keys []uint64, deltas []float64) error
+	GetChunk(chunks []uint64, out []float64) error
+	AddChunk(chunks []uint64, deltas []float64) error
+	// Chunk is the key range of chunk id.
+	Chunk(id uint64) (first uint64, n int, err error)
+	// Err is the first asynchronous error (a failed Add), sticky.
+	Err() error
+}
+
+// CachedTable is a CacheSource with a process cache of remote keys. It
 // has TableClient's Get/Add/GetChunk/AddChunk and, like its Client, is
 // not safe for concurrent use. All of the worker's writes to the table
 // must go through it (a write through the TableClient itself would not
@@ -66,8 +92,8 @@ func (s CacheStats) HitRate() float64 {
 // cache: chunk reads are bulk reads whose values would churn the
 // per-key cache of hot keys.
 type CachedTable struct {
-	t     *TableClient
-	c     *Client
+	t     CacheSource
+	spec  TableSpec
 	bound int64 // staleness bound in clocks
 	asp   bool  // stamps are fetch clocks, not the stage's min clock
 	w     int
@@ -85,11 +111,12 @@ type CachedTable struct {
 // bound is the client's Consistency; the cache refuses SparseSSP, whose
 // controller learns a slow worker's keys from the reads it sends, which a
 // cache would hide from it.
-func NewCachedTable(t *TableClient, kind CacheKind, capacity int) (*CachedTable, error) {
+func NewCachedTable(t CacheSource, kind CacheKind, capacity int) (*CachedTable, error) {
 	if t == nil {
 		return nil, fmt.Errorf("%w: no table", ErrBadCache)
 	}
-	name := t.spec.Name
+	spec, cons := t.Spec(), t.Consistency()
+	name := spec.Name
 	switch kind {
 	case "", CacheNone:
 		kind = CacheNone
@@ -97,34 +124,31 @@ func NewCachedTable(t *TableClient, kind CacheKind, capacity int) (*CachedTable,
 		if capacity <= 0 || capacity > maxCacheKeys {
 			return nil, fmt.Errorf("%w: table %q: a %s cache needs a capacity in [1, %d] keys, got %d", ErrBadCache, name, kind, maxCacheKeys, capacity)
 		}
-		if t.c.cfg.Consistency.Kind == SparseSSP {
+		if cons.Kind == SparseSSP {
 			return nil, fmt.Errorf("%w: table %q: a process cache hides reads from the sparse_ssp controller; use ssp or no cache", ErrBadCache, name)
 		}
 	default:
 		return nil, fmt.Errorf("%w: table %q: cache kind must be none, lru or lfu, got %q", ErrBadCache, name, kind)
 	}
-	ct := &CachedTable{t: t, c: t.c, bound: int64(t.c.cfg.Consistency.Bound()), w: t.spec.Width, f32: t.spec.DType == Float32}
-	if t.c.cfg.Consistency.Kind == ASP {
+	ct := &CachedTable{t: t, spec: spec, bound: int64(cons.Bound()), w: spec.Width, f32: spec.DType == Float32}
+	if cons.Kind == ASP {
 		// ASP sets no bound, but a value cached forever would hide other
 		// workers' updates to hot keys for good: entries are stamped with
 		// the worker's clock when fetched and refreshed after
 		// ASPCacheClocks iterations.
-		ct.asp, ct.bound = true, ASPCacheClocks
+		ct.asp, ct.bound = true, aspCacheClocks
 	}
-	if kind != CacheNone && !t.allHere {
-		ct.core = newCacheCore(kind, capacity, t.spec.Width)
+	if kind != CacheNone && !t.AllLocal() {
+		ct.core = newCacheCore(kind, capacity, spec.Width)
 	}
 	return ct, nil
 }
 
-// ASPCacheClocks is how many iterations an ASP stage's cached value lives.
-const ASPCacheClocks = 4
+// aspCacheClocks is how many iterations an ASP stage's cached value lives.
+const aspCacheClocks = 4
 
 // Spec is the table's declaration.
-func (ct *CachedTable) Spec() TableSpec { return ct.t.spec }
-
-// Table is the uncached table underneath.
-func (ct *CachedTable) Table() *TableClient { return ct.t }
+func (ct *CachedTable) Spec() TableSpec { return ct.spec }
 
 // Stats returns the cache's counters.
 func (ct *CachedTable) Stats() CacheStats {
@@ -155,7 +179,7 @@ func (ct *CachedTable) fresh(stamp, clock int64) bool {
 	return ct.bound < 0 || clock-ct.bound <= stamp
 }
 
-func (ct *CachedTable) remote(k uint64) bool { return ct.t.local[ct.t.dir.Owner(k)] == nil }
+func (ct *CachedTable) remote(k uint64) bool { return !ct.t.Local(k) }
 
 // Get reads keys into out (len(keys)*Width values): fresh cached keys from
 // the cache, the others in one read of the table.
@@ -164,13 +188,13 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	if cc == nil {
 		return ct.t.Get(keys, out)
 	}
-	if ct.c.err != nil {
-		return ct.c.err
-	}
-	if err := ct.t.checkKeys(keys, out, "get"); err != nil {
+	if err := ct.t.Err(); err != nil {
 		return err
 	}
-	clock, w := ct.c.clock, ct.w
+	if err := checkKeys(ct.spec, keys, out, "get"); err != nil {
+		return err
+	}
+	clock, w := ct.t.WorkerClock(), ct.w
 	ct.miss, ct.missAt = ct.miss[:0], ct.missAt[:0]
 	for i, k := range keys {
 		if ct.remote(k) {
@@ -194,7 +218,7 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
 	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
 	if ct.asp {
-		stamp = ct.c.clock
+		stamp = clock
 	}
 	if err != nil {
 		return err

@@ -10,17 +10,20 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"pgregory.net/rapid"
 )
 
-// rig is shard servers on an embedded NATS server for cache tests; tasks
-// (and their tables and gates) come and go on it so property runs can
-// share one.
+// rig is shard servers for cache tests on the in-memory transport (or on
+// an embedded NATS server, for benchmarks comparable with a cluster);
+// tasks (and their tables and gates) come and go on it so property runs
+// can share one.
 type rig struct {
 	t       testing.TB
-	srv     *bus.Embedded
+	srv     *bus.Embedded // nil on the in-memory transport
+	mem     *transport.Mem
 	conns   []*nats.Conn
 	servers []*Server
 	hosts   []string
@@ -28,15 +31,26 @@ type rig struct {
 
 func rigSubject(slave string) string { return "cachetest.slave." + slave + ".kv" }
 
-func newRig(t testing.TB, shards int) *rig {
+func newRig(t testing.TB, shards int) *rig { return startRig(t, shards, false) }
+
+// newNATSRig is a rig whose servers and clients each have their own NATS
+// connection, as slaves in separate processes would.
+func newNATSRig(t testing.TB, shards int) *rig { return startRig(t, shards, true) }
+
+func startRig(t testing.TB, shards int, useNATS bool) *rig {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
-	noErr(t, err)
-	r := &rig{t: t, srv: srv}
+	r := &rig{t: t}
+	if useNATS {
+		srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+		noErr(t, err)
+		r.srv = srv
+	} else {
+		r.mem = transport.NewMem()
+	}
 	t.Cleanup(r.close)
 	for i := range shards {
 		h := fmt.Sprintf("s%d", i)
-		s, err := NewServer(r.conn(), rigSubject(h), zerolog.Nop())
+		s, err := NewServer(r.conn(), h, zerolog.Nop())
 		noErr(t, err)
 		r.hosts = append(r.hosts, h)
 		r.servers = append(r.servers, s)
@@ -44,11 +58,16 @@ func newRig(t testing.TB, shards int) *rig {
 	return r
 }
 
-func (r *rig) conn() *nats.Conn {
+// conn is a transport endpoint: a new NATS connection, or the shared
+// in-memory transport.
+func (r *rig) conn() transport.Transport {
+	if r.srv == nil {
+		return r.mem
+	}
 	nc, err := r.srv.Connect(bus.Options{})
 	noErr(r.t, err)
 	r.conns = append(r.conns, nc)
-	return nc
+	return transport.NewNATS(nc, rigSubject)
 }
 
 func (r *rig) close() {
@@ -58,7 +77,9 @@ func (r *rig) close() {
 	for _, nc := range r.conns {
 		nc.Close()
 	}
-	r.srv.Shutdown()
+	if r.srv != nil {
+		r.srv.Shutdown()
+	}
 }
 
 // task creates task's tables and the gate of its stage 0.
@@ -82,8 +103,8 @@ func (r *rig) drop(task string) {
 
 // client opens worker's client on nc, living on slave self (-1: none).
 // The caller closes it.
-func (r *rig) client(nc *nats.Conn, task string, self int, worker int32, cons Consistency) *Client {
-	cfg := ClientConfig{Conn: nc, KVSubject: rigSubject, Task: task, Worker: worker, Hosts: r.hosts,
+func (r *rig) client(tr transport.Transport, task string, self int, worker int32, cons Consistency) *Client {
+	cfg := ClientConfig{Transport: tr, Task: task, Worker: worker, Hosts: r.hosts,
 		Consistency: cons, Timeout: 30 * time.Second, Ctx: context.Background()}
 	if self >= 0 {
 		cfg.Self, cfg.Server = r.hosts[self], r.servers[self]
@@ -308,7 +329,7 @@ var cacheHits, cacheStale int64
 // lets them through, so the run is sequential.
 func TestCacheStalenessProperty(t *testing.T) {
 	r := newRig(t, 2)
-	conns := []*nats.Conn{r.conn(), r.conn(), r.conn(), r.conn()}
+	conns := []transport.Transport{r.conn(), r.conn(), r.conn(), r.conn()}
 	run := 0
 	cacheHits, cacheStale = 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -494,7 +515,7 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	keys := []uint64{3, 97, 55}
 	out, want := make([]float64, 6), make([]float64, 6)
 	noErr(t, tc.Get(keys, out))
-	for i := range ASPCacheClocks - 1 { // still fresh afterwards: hits apply own adds
+	for i := range aspCacheClocks - 1 { // still fresh afterwards: hits apply own adds
 		d := []float64{0.1, -0.3, 1e-3, 7, float64(i) / 3, 0.7}
 		noErr(t, tc.Add(keys, d))
 		noErr(t, cl.Clock())
@@ -509,7 +530,7 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	equal(t, want, out, "cache with own adds, rounded as float32, equals the shards")
 	equal(t, CacheStats{Hits: 3, Misses: 3}, tc.Stats())
 	// After ASPCacheClocks more iterations the entries are refetched.
-	for range ASPCacheClocks + 1 {
+	for range aspCacheClocks + 1 {
 		noErr(t, cl.Clock())
 	}
 	noErr(t, tc.Get(keys, out))
@@ -560,7 +581,7 @@ func TestCacheGetHitAllocatesNothing(t *testing.T) {
 // and the speedup over the baseline of the same shape.
 func BenchmarkCachedGetZipf(b *testing.B) {
 	const size = 1 << 17
-	r := newRig(b, 2)
+	r := newNATSRig(b, 2)
 	ssp := Consistency{Kind: SSP, Staleness: 2}
 	spec := TableSpec{Name: "w", Size: size, DType: Float32}.WithDefaults()
 	base := map[string]float64{}
@@ -614,7 +635,7 @@ func BenchmarkCachedGetZipf(b *testing.B) {
 // BenchmarkCachedGetHit is the cache's own cost: a Get of 100 remote keys
 // all served from the cache.
 func BenchmarkCachedGetHit(b *testing.B) {
-	r := newRig(b, 2)
+	r := newNATSRig(b, 2)
 	ssp := Consistency{Kind: SSP, Staleness: 2}
 	spec := TableSpec{Name: "w", Size: 1 << 17, DType: Float32}.WithDefaults()
 	for _, kind := range []CacheKind{CacheLRU, CacheLFU} {

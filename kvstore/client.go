@@ -8,13 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/flexps/flexps/kvstore/transport"
 )
 
 // ClientConfig configures a worker's KV client.
 type ClientConfig struct {
-	Conn      *nats.Conn
-	KVSubject func(slave string) string // a slave's data-plane subject
+	// Transport carries requests to the shard hosts (slave ids are its
+	// node names).
+	Transport transport.Transport
 	Task      string
 	Stage     int32
 	Worker    int32  // rank within the stage; -1 reads without consistency (model dumps)
@@ -25,7 +26,7 @@ type ClientConfig struct {
 	Hosts       []string
 	Consistency Consistency
 	Timeout     time.Duration // per request round trip, default 60s
-	MaxPayload  int           // default: the server's max_payload
+	MaxPayload  int           // default: the transport's MaxPayload
 	Window      int           // unacknowledged Adds/Clocks in flight, default 64
 	Ctx         context.Context
 }
@@ -37,9 +38,10 @@ var ErrTimeout = errors.New("kvstore: request timed out")
 // concurrent use: a worker is one goroutine.
 type Client struct {
 	cfg      ClientConfig
-	inbox    string
-	ackSubj  string
-	sub      *nats.Subscription
+	inbox    string            // the reply inbox's address
+	in       transport.Inbox   // where replies and acknowledgements arrive
+	ackAddr  map[string]string // host -> its acknowledgement address
+	ackHost  []string          // host of acknowledgement address "a<i>"
 	inflight int
 	clock    int64
 	seq      uint64
@@ -52,6 +54,7 @@ type Client struct {
 	out   []float64 // the current read's destination
 	width int       // the current read's table width
 	p     pending   // the current read's outstanding replies
+	scan  *scan     // the scan under way, if any
 }
 
 // ClientStats count what a client did.
@@ -66,8 +69,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
 	}
+	if cfg.Transport == nil {
+		return nil, errors.New("kvstore: client needs a transport")
+	}
 	if cfg.MaxPayload <= 0 {
-		cfg.MaxPayload = int(cfg.Conn.MaxPayload())
+		cfg.MaxPayload = cfg.Transport.MaxPayload()
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 64
@@ -75,30 +81,26 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Ctx == nil {
 		cfg.Ctx = context.Background()
 	}
-	c := &Client{cfg: cfg, inbox: cfg.Conn.NewRespInbox()}
-	c.ackSubj = c.inbox + ".a"
-	sub, err := cfg.Conn.SubscribeSync(c.inbox + ".>")
+	in, err := cfg.Transport.Listen()
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		sub.Unsubscribe()
-		return nil, err
+	// One acknowledgement address per host: a no-responders status names
+	// the host that is gone.
+	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), ackAddr: make(map[string]string, len(cfg.Hosts))}
+	for _, h := range cfg.Hosts {
+		c.ackTo(h)
 	}
-	c.sub = sub
 	return c, nil
 }
 
 // Close releases the reply inbox. Unflushed Adds may still be applied.
 func (c *Client) Close() {
-	c.sub.Unsubscribe()
+	c.in.Close()
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() ClientStats { return c.stats }
-
-// ClockValue is the worker's clock: iterations finished.
-func (c *Client) ClockValue() int64 { return c.clock }
 
 func (c *Client) gated() bool { return c.cfg.Consistency.Kind != ASP && c.cfg.Worker >= 0 }
 
@@ -165,8 +167,8 @@ func (c *Client) publishAcked(host string) error {
 		}
 	}
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.cfg.Conn.PublishRequest(c.cfg.KVSubject(host), c.ackSubj, c.enc); err != nil {
-		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	if err := c.send(host, c.ackTo(host), c.enc); err != nil {
+		return err
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))
@@ -206,7 +208,7 @@ type part struct {
 // to the read p (nil when only acknowledgements are expected).
 func (c *Client) receive(p *pending) error {
 	ctx, cancel := context.WithTimeout(c.cfg.Ctx, c.cfg.Timeout)
-	msg, err := c.sub.NextMsgWithContext(ctx)
+	msg, err := c.in.Next(ctx)
 	cancel()
 	if err != nil {
 		if cerr := c.cfg.Ctx.Err(); cerr != nil {
@@ -219,16 +221,13 @@ func (c *Client) receive(p *pending) error {
 			}
 			return fmt.Errorf("%w: no answer from %s within %v", ErrTimeout, who, c.cfg.Timeout)
 		}
-		if errors.Is(err, nats.ErrNoResponders) {
-			if gone := c.goneHosts(); len(gone) > 0 {
-				return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV subject any more", strings.Join(gone, ", slave "))
-			}
-			return fmt.Errorf("kvstore: a shard host is not serving its KV subject (slave gone?): %w", err)
-		}
 		return fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
-	tail := msg.Subject[len(c.inbox)+1:]
-	if tail == "a" {
+	tail := msg.Tail
+	if msg.NoResponder {
+		return c.gone(c.hostOf(tail, p))
+	}
+	if strings.HasPrefix(tail, "a") {
 		c.inflight--
 		if len(msg.Data) > 1 && Op(msg.Data[1]) == OpError {
 			if err := DecodeMessage(msg.Data, &c.reply); err == nil && c.err == nil {
@@ -236,6 +235,12 @@ func (c *Client) receive(p *pending) error {
 			}
 		}
 		return nil
+	}
+	if strings.HasPrefix(tail, "s") {
+		if c.scan != nil {
+			return c.scan.deliver(tail, msg.Data)
+		}
+		return nil // a late page of an abandoned scan
 	}
 	if p == nil || !strings.HasPrefix(tail, "g") {
 		return nil // a late reply to an abandoned read
@@ -249,7 +254,7 @@ func (c *Client) receive(p *pending) error {
 	if err1 != nil || err2 != nil || seq != p.seq || idx >= len(p.parts) {
 		return nil
 	}
-	if err := DecodeRaw(msg.Data, &c.reply); err != nil {
+	if err := decodeRaw(msg.Data, &c.reply); err != nil {
 		return err
 	}
 	if c.reply.Op == OpError {
@@ -262,22 +267,57 @@ func (c *Client) receive(p *pending) error {
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
 
-// goneHosts names the shard hosts nobody answers for any more. NATS drops
-// a no-responders status without saying for which subject, so each remote
-// host is asked once (a read of no keys, without side effects).
-func (c *Client) goneHosts() []string {
-	ping := AppendMessage(nil, &Message{Op: OpGetRange, Task: c.cfg.Task, Worker: -1})
-	var gone []string
-	for _, h := range c.cfg.Hosts {
-		if h == c.cfg.Self {
-			continue
+// ackTo is host's acknowledgement address.
+func (c *Client) ackTo(host string) string {
+	a, ok := c.ackAddr[host]
+	if !ok {
+		a = c.inbox + ".a" + strconv.Itoa(len(c.ackHost))
+		c.ackAddr[host] = a
+		c.ackHost = append(c.ackHost, host)
+	}
+	return a
+}
+
+// hostOf names the host a reply address was given to ("" if unknown).
+func (c *Client) hostOf(tail string, p *pending) string {
+	if strings.HasPrefix(tail, "a") {
+		if i, err := strconv.Atoi(tail[1:]); err == nil && i >= 0 && i < len(c.ackHost) {
+			return c.ackHost[i]
 		}
-		_, err := c.cfg.Conn.Request(c.cfg.KVSubject(h), ping, time.Second)
-		if errors.Is(err, nats.ErrNoResponders) {
-			gone = append(gone, h)
+		return ""
+	}
+	if c.scan != nil && strings.HasPrefix(tail, "s") {
+		if sh, ok := c.scan.shardOf(tail); ok {
+			return c.scan.t.hosts[sh]
 		}
 	}
-	return gone
+	if p != nil && strings.HasPrefix(tail, "g") {
+		if _, idx, ok := strings.Cut(tail, "."); ok {
+			if i, err := strconv.Atoi(idx); err == nil && i >= 0 && i < len(p.host) {
+				return p.host[i]
+			}
+		}
+	}
+	return ""
+}
+
+// gone is the error for a request no server received.
+func (c *Client) gone(host string) error {
+	if host == "" {
+		return errors.New("kvstore: a shard host is not serving its KV requests (slave gone?)")
+	}
+	return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV requests any more", host)
+}
+
+// send hands an encoded request for host to the transport.
+func (c *Client) send(host, reply string, data []byte) error {
+	if err := c.cfg.Transport.Send(host, reply, data); err != nil {
+		if errors.Is(err, transport.ErrUnreachable) {
+			return c.gone(host)
+		}
+		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	}
+	return nil
 }
 
 // scatter converts a reply's raw values straight into their place in the
@@ -292,7 +332,7 @@ func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
 		if n != pt.n {
 			return errShortReply
 		}
-		RawInto(c.out[pt.off:pt.off+pt.n], raw, dtype)
+		rawInto(c.out[pt.off:pt.off+pt.n], raw, dtype)
 		return nil
 	}
 	w := c.width
@@ -300,7 +340,7 @@ func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
 		return errShortReply
 	}
 	for i, p := range pt.pos {
-		RawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
+		rawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
 	}
 	return nil
 }

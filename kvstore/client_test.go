@@ -10,27 +10,43 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
-// cluster is n shard servers on an embedded in-process NATS server, each
-// with its own connection, as slaves in separate processes would have.
+// cluster is n shard servers on the in-memory transport, or on an
+// embedded in-process NATS server with a connection each, as slaves in
+// separate processes would have.
 type cluster struct {
 	t       testing.TB
-	srv     *bus.Embedded
+	srv     *bus.Embedded // nil on the in-memory transport
+	mem     *transport.Mem
 	conns   []*nats.Conn
 	servers []*kvstore.Server
 	hosts   []string
 }
 
 func newCluster(t testing.TB, n int, specs ...kvstore.TableSpec) *cluster {
+	return startCluster(t, n, false, specs...)
+}
+
+func newNATSCluster(t testing.TB, n int, specs ...kvstore.TableSpec) *cluster {
+	return startCluster(t, n, true, specs...)
+}
+
+func startCluster(t testing.TB, n int, useNATS bool, specs ...kvstore.TableSpec) *cluster {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
+	c := &cluster{t: t}
+	if useNATS {
+		srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.srv = srv
+	} else {
+		c.mem = transport.NewMem()
 	}
-	c := &cluster{t: t, srv: srv}
 	t.Cleanup(c.close)
 	for i := 0; i < n; i++ {
 		c.hosts = append(c.hosts, fmt.Sprintf("s%d", i))
@@ -40,8 +56,7 @@ func newCluster(t testing.TB, n int, specs ...kvstore.TableSpec) *cluster {
 		placements = append(placements, kvstore.Placement{Spec: s, Hosts: c.hosts})
 	}
 	for _, h := range c.hosts {
-		nc := c.conn()
-		s, err := kvstore.NewServer(nc, subject(h), zerolog.Nop())
+		s, err := kvstore.NewServer(c.conn(), h, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,13 +70,18 @@ func newCluster(t testing.TB, n int, specs ...kvstore.TableSpec) *cluster {
 
 func subject(slave string) string { return "test.slave." + slave + ".kv" }
 
-func (c *cluster) conn() *nats.Conn {
+// conn is a transport endpoint: a new NATS connection, or the shared
+// in-memory transport.
+func (c *cluster) conn() transport.Transport {
+	if c.srv == nil {
+		return c.mem
+	}
 	nc, err := c.srv.Connect(bus.Options{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.conns = append(c.conns, nc)
-	return nc
+	return transport.NewNATS(nc, subject)
 }
 
 func (c *cluster) close() {
@@ -71,7 +91,9 @@ func (c *cluster) close() {
 	for _, nc := range c.conns {
 		nc.Close()
 	}
-	c.srv.Shutdown()
+	if c.srv != nil {
+		c.srv.Shutdown()
+	}
 }
 
 func (c *cluster) prepare(stage int32, cons kvstore.Consistency, workers int) {
@@ -84,7 +106,7 @@ func (c *cluster) prepare(stage int32, cons kvstore.Consistency, workers int) {
 
 // client opens a worker's client living on slave self (-1: on no slave).
 func (c *cluster) client(self int, stage, worker int32, cons kvstore.Consistency) *kvstore.Client {
-	cfg := kvstore.ClientConfig{Conn: c.conn(), KVSubject: subject, Task: "task", Stage: stage, Worker: worker,
+	cfg := kvstore.ClientConfig{Transport: c.conn(), Task: "task", Stage: stage, Worker: worker,
 		Hosts: c.hosts, Consistency: cons, Timeout: 10 * time.Second, Ctx: context.Background()}
 	if self >= 0 {
 		cfg.Self, cfg.Server = c.hosts[self], c.servers[self]
@@ -321,7 +343,7 @@ func TestClientBSPAcrossServers(t *testing.T) {
 
 func BenchmarkClientGetRemote(b *testing.B) {
 	spec := kvstore.TableSpec{Name: "w", Size: 100000, Width: 1, DType: kvstore.Float32}.WithDefaults()
-	c := newCluster(b, 2, spec)
+	c := newNATSCluster(b, 2, spec)
 	tc := c.table(c.client(0, 0, 0, asp), spec)
 	keys := make([]uint64, 1000)
 	for i := range keys {
@@ -341,11 +363,23 @@ func BenchmarkClientGetRemote(b *testing.B) {
 
 func TestClientNamesAGoneSlave(t *testing.T) {
 	spec := kvstore.TableSpec{Name: "w", Size: 10}.WithDefaults()
-	c := newCluster(t, 2, spec)
-	tc := c.table(c.client(0, 0, 0, asp), spec)
-	c.servers[1].Close() // slave s1 stops serving
-	err := tc.Get([]uint64{9}, make([]float64, 1))
-	if err == nil || !strings.Contains(err.Error(), "slave s1 died or left") {
-		t.Fatalf("err = %v", err)
+	for _, useNATS := range []bool{false, true} {
+		for _, op := range []string{"get", "add"} {
+			t.Run(fmt.Sprintf("nats=%v/%s", useNATS, op), func(t *testing.T) {
+				c := startCluster(t, 2, useNATS, spec)
+				cl := c.client(0, 0, 0, asp)
+				tc := c.table(cl, spec)
+				c.servers[1].Close() // slave s1 stops serving
+				var err error
+				if op == "get" {
+					err = tc.Get([]uint64{9}, make([]float64, 1))
+				} else if err = tc.Add([]uint64{9}, []float64{1}); err == nil {
+					err = cl.Flush()
+				}
+				if err == nil || !strings.Contains(err.Error(), "slave s1 died or left") {
+					t.Fatalf("err = %v", err)
+				}
+			})
+		}
 	}
 }

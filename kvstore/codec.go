@@ -21,9 +21,13 @@ const (
 	OpError
 	OpSet
 	OpSetRange // overwrite keys First..First+N-1
+	// OpScan reads a page of a shard: First is the cursor (0 to start),
+	// N the most keys wanted. The reply holds the page's Keys and Vals,
+	// First the next page's cursor and N 1 when there is a next page.
+	OpScan
 )
 
-var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range"}
+var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range", "scan"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -169,8 +173,8 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// EncodedSize is a cheap upper bound of len(AppendMessage(nil, m)).
-func EncodedSize(m *Message) int {
+// encodedSize is a cheap upper bound of len(AppendMessage(nil, m)).
+func encodedSize(m *Message) int {
 	n := 4 + 2*binary.MaxVarintLen64 + len(m.Task) + len(m.Table) + // header, names
 		3*binary.MaxVarintLen64 + 3 + // stage, worker, clock, width
 		binary.MaxVarintLen64 + binary.MaxVarintLen64*len(m.Keys) +
@@ -210,12 +214,12 @@ func MaxKeysPerMessage(maxPayload int, width int, dtype DType) int {
 // allocated, so a garbage length cannot cause a huge allocation.
 func DecodeMessage(b []byte, m *Message) error { return decodeMessage(b, m, false) }
 
-// DecodeRaw is DecodeMessage leaving the values encoded in m.Raw (a slice
+// decodeRaw is DecodeMessage leaving the values encoded in m.Raw (a slice
 // of b, valid while b is) for the caller to convert where they belong.
-func DecodeRaw(b []byte, m *Message) error { return decodeMessage(b, m, true) }
+func decodeRaw(b []byte, m *Message) error { return decodeMessage(b, m, true) }
 
-// RawInto converts raw values encoded in dtype into out (len(out) values).
-func RawInto(out []float64, raw []byte, dtype DType) {
+// rawInto converts raw values encoded in dtype into out (len(out) values).
+func rawInto(out []float64, raw []byte, dtype DType) {
 	if dtype == Float32 {
 		raw = raw[:4*len(out)]
 		for i := range out {
@@ -238,7 +242,7 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		return fmt.Errorf("%w: unknown version %d", ErrCodec, b[0])
 	}
 	op, flags, dt := Op(b[1]), b[2], b[3]
-	if op < OpGet || op > OpSetRange {
+	if op < OpGet || op > OpScan {
 		return fmt.Errorf("%w: bad op %d", ErrCodec, b[1])
 	}
 	if flags&^flagAll != 0 {

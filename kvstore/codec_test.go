@@ -38,6 +38,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"get", Message{Op: OpGet, Task: "t1", Table: "w", Stage: 2, Worker: 7, Clock: 13, Keys: []uint64{1, 2, 3, 100, 99}, Width: 1, DType: Float64}},
 		{"add f64", Message{Op: OpAdd, Task: "t", Table: "w", Keys: []uint64{0, math.MaxUint64, 5}, Width: 2, DType: Float64, Vals: []float64{1.5, -2, math.Inf(1), math.SmallestNonzeroFloat64, 0, math.MaxFloat64}}},
 		{"add f32", Message{Op: OpAdd, Table: "w", Keys: []uint64{4}, Width: 3, DType: Float32, Vals: []float64{0.1, -1e30, math.Inf(-1)}}},
+		{"scan", Message{Op: OpScan, Task: "t", Table: "w", Worker: -1, First: 7 << 56, N: 4096}},
+		{"scan page", Message{Op: OpReply, Keys: []uint64{9, 3, 1 << 40}, Width: 1, DType: Float32, Vals: []float64{1, 2, 3}, First: 12, N: 1}},
 		{"get range", Message{Op: OpGetRange, Table: "w", First: 1 << 40, N: 1000, Width: 64, DType: Float32}},
 		{"add range", Message{Op: OpAddRange, Table: "w", First: 0, N: 2, Width: 1, DType: Float64, Vals: []float64{1, 2}}},
 		{"clock", Message{Op: OpClock, Task: "t", Stage: -1, Worker: math.MaxInt32, Clock: math.MinInt64}},
@@ -50,7 +52,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := AppendMessage(nil, &tt.m)
-			check(t, len(b) <= EncodedSize(&tt.m), "EncodedSize %d < %d", EncodedSize(&tt.m), len(b))
+			check(t, len(b) <= encodedSize(&tt.m), "EncodedSize %d < %d", encodedSize(&tt.m), len(b))
 			check(t, b[0] == codecVersion, "starts with the version")
 			var got Message
 			noErr(t, DecodeMessage(b, &got))
@@ -86,7 +88,7 @@ func TestCodecDecodeReusesBuffers(t *testing.T) {
 		}
 	})
 	equal(t, 0.0, allocs, "decode into a warm message allocates")
-	buf := make([]byte, 0, EncodedSize(&m))
+	buf := make([]byte, 0, encodedSize(&m))
 	allocs = testing.AllocsPerRun(100, func() { buf = AppendMessage(buf[:0], &m) })
 	equal(t, 0.0, allocs, "encode into a sized buffer allocates")
 }
@@ -102,7 +104,7 @@ func TestCodecErrors(t *testing.T) {
 		{"short header", good[:3]},
 		{"version", mut(func(b []byte) []byte { b[0] = 9; return b })},
 		{"op zero", mut(func(b []byte) []byte { b[1] = 0; return b })},
-		{"op high", mut(func(b []byte) []byte { b[1] = byte(OpSetRange) + 1; return b })},
+		{"op high", mut(func(b []byte) []byte { b[1] = byte(OpScan) + 1; return b })},
 		{"flags", mut(func(b []byte) []byte { b[2] |= 0x80; return b })},
 		{"dtype", mut(func(b []byte) []byte { b[3] = 7; return b })},
 		{"trailing", append(bytes.Clone(good), 0)},
@@ -181,8 +183,8 @@ func TestCodecRoundTripProperty(t *testing.T) {
 		if !bytes.Equal(b[:len(prefix)], prefix) {
 			t.Fatal("AppendMessage clobbered dst")
 		}
-		if len(b)-len(prefix) > EncodedSize(m) {
-			t.Fatalf("EncodedSize %d < %d", EncodedSize(m), len(b)-len(prefix))
+		if len(b)-len(prefix) > encodedSize(m) {
+			t.Fatalf("EncodedSize %d < %d", encodedSize(m), len(b)-len(prefix))
 		}
 		got := &Message{Keys: []uint64{1, 2, 3}, Vals: []float64{4}, Err: "stale"}
 		if err := DecodeMessage(b[len(prefix):], got); err != nil {
@@ -198,6 +200,8 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add(AppendMessage(nil, &Message{Op: OpAdd, Task: "t", Table: "w", Keys: []uint64{1, 5, 3}, DType: Float32, Vals: []float64{1, 2, 3}}))
 	f.Add(AppendMessage(nil, &Message{Op: OpGetRange, First: 10, N: 5, Width: 4, DType: Float64}))
 	f.Add(AppendMessage(nil, &Message{Op: OpError, Err: "boom"}))
+	f.Add(AppendMessage(nil, &Message{Op: OpScan, Task: "t", Table: "w", First: 3 << 56, N: 100}))
+	f.Add(AppendMessage(nil, &Message{Op: OpReply, Keys: []uint64{7, 1}, Width: 1, DType: Float64, Vals: []float64{1, 2}, First: 9, N: 1}))
 	f.Add([]byte{})
 	f.Add([]byte{1, 1, 0xff, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -226,7 +230,7 @@ func BenchmarkCodec(b *testing.B) {
 			m.Keys = append(m.Keys, k*7)
 			m.Vals = append(m.Vals, float64(k)*0.5)
 		}
-		buf := make([]byte, 0, EncodedSize(&m))
+		buf := make([]byte, 0, encodedSize(&m))
 		buf = AppendMessage(buf, &m)
 		b.Run("encode/"+string(dt), func(b *testing.B) {
 			b.SetBytes(int64(len(buf)))

@@ -22,10 +22,10 @@ type Directory interface {
 	Bounds(shard int) (lo, hi uint64, contiguous bool) // [lo, hi) for range partitioning; contiguous=false for hash
 }
 
-// KeyAtter is implemented by directories that can invert LocalIndex: the
+// keyAtter is implemented by directories that can invert LocalIndex: the
 // key at position local of shard's initial key set. Dense stores use it to
 // visit their keys in Range.
-type KeyAtter interface {
+type keyAtter interface {
 	KeyAt(shard int, local uint64) uint64
 }
 
@@ -128,10 +128,10 @@ func (d *hashDirectory) KeyAt(shard int, local uint64) uint64 {
 	return local*d.n + uint64(shard)
 }
 
-// Grouper groups keys by owner, stably, reusing its buffers: after the
+// grouper groups keys by owner, stably, reusing its buffers: after the
 // first calls with the largest batch and shard count it allocates nothing.
 // A Grouper is not goroutine-safe; keep one per worker.
-type Grouper struct {
+type grouper struct {
 	owner []int32  // owner of keys[i]
 	off   []int32  // off[s]..off[s+1]: shard s's slice of keys/pos
 	keys  []uint64 // keys grouped by owner
@@ -139,7 +139,7 @@ type Grouper struct {
 }
 
 // Group groups keys by d.Owner, keeping input order within a shard.
-func (g *Grouper) Group(d Directory, keys []uint64) {
+func (g *grouper) Group(d Directory, keys []uint64) {
 	n := d.NumShards()
 	g.off = grow(g.off, n+1)
 	clear(g.off)
@@ -168,7 +168,7 @@ func (g *Grouper) Group(d Directory, keys []uint64) {
 
 // Keys returns the keys owned by shard, in input order. The slice is valid
 // until the next Group.
-func (g *Grouper) Keys(shard int) []uint64 {
+func (g *grouper) Keys(shard int) []uint64 {
 	if shard < 0 || shard+1 >= len(g.off) {
 		return nil
 	}
@@ -176,7 +176,7 @@ func (g *Grouper) Keys(shard int) []uint64 {
 }
 
 // Pos returns the input positions of Keys(shard).
-func (g *Grouper) Pos(shard int) []int32 {
+func (g *grouper) Pos(shard int) []int32 {
 	if shard < 0 || shard+1 >= len(g.off) {
 		return nil
 	}

@@ -37,7 +37,7 @@ func TestDirectoryTable(t *testing.T) {
 			for k := range tt.owners {
 				equal(t, tt.owners[k], d.Owner(uint64(k)), "owner of %d", k)
 				equal(t, tt.local[k], d.LocalIndex(uint64(k)), "local of %d", k)
-				equal(t, uint64(k), d.(KeyAtter).KeyAt(tt.owners[k], tt.local[k]))
+				equal(t, uint64(k), d.(keyAtter).KeyAt(tt.owners[k], tt.local[k]))
 			}
 			for s, c := range tt.counts {
 				equal(t, c, d.ShardKeys(s), "shard %d", s)
@@ -114,7 +114,7 @@ func TestDirectoryProperties(t *testing.T) {
 				t.Fatalf("keys %d and %d share shard %d local %d", other, k, o, l)
 			}
 			seen[[2]uint64{uint64(o), l}] = k
-			if back := d.(KeyAtter).KeyAt(o, l); back != k {
+			if back := d.(keyAtter).KeyAt(o, l); back != k {
 				t.Fatalf("KeyAt(%d,%d) = %d, want %d", o, l, back, k)
 			}
 			// Exactly one owner: no other shard's bounds contain k.
@@ -130,7 +130,7 @@ func TestDirectoryProperties(t *testing.T) {
 func TestGrouper(t *testing.T) {
 	d := mustDir(t, HashPartition, 100, 3)
 	keys := []uint64{5, 3, 9, 4, 0, 2, 7}
-	var g Grouper
+	var g grouper
 	g.Group(d, keys)
 	equal(t, []uint64{3, 9, 0}, g.Keys(0))
 	equal(t, []int32{1, 2, 4}, g.Pos(0))
@@ -156,7 +156,7 @@ func TestGrouperProperty(t *testing.T) {
 		shards := rapid.IntRange(1, 10).Draw(t, "shards")
 		d, _ := NewDirectory(TableSpec{Name: "t", Size: size, Partition: p}, shards)
 		keys := rapid.SliceOf(rapid.Uint64Range(0, size-1)).Draw(t, "keys")
-		var g Grouper
+		var g grouper
 		g.Group(d, keys)
 		n := 0
 		for s := range shards {

@@ -16,7 +16,7 @@ var ErrGateClosed = errors.New("kvstore: consistency gate closed")
 var ErrBadWorker = errors.New("kvstore: worker index out of range")
 
 // Gate is the goroutine-safe face of a Controller for the engine: reads
-// wait on it (Wait) or leave a callback (Defer); Advance and Finish
+// wait on it (Wait) or leave a callback (park, for the server); Advance and Finish
 // release them. Callbacks run outside the gate's lock, on the goroutine
 // that released them.
 type Gate struct {
@@ -112,10 +112,10 @@ func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64)
 	return ctx.Err()
 }
 
-// Defer calls fn(nil) once worker's read may proceed: synchronously if it
+// park calls fn(nil) once worker's read may proceed: synchronously if it
 // may now, else later from the goroutine that calls Advance or Finish.
 // On Close (or an invalid worker) fn gets the error. fn must not block long.
-func (g *Gate) Defer(worker int, clock int64, keys []uint64, fn func(error)) {
+func (g *Gate) park(worker int, clock int64, keys []uint64, fn func(error)) {
 	_, err, parked, released := g.enter(worker, clock, keys, fn)
 	run(released, nil)
 	if !parked {

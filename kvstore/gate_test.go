@@ -45,16 +45,16 @@ func TestGateWaitContextCancelled(t *testing.T) {
 func TestGateDefer(t *testing.T) {
 	g := NewGate(Consistency{Kind: SSP, Staleness: 1}, 2)
 	var got []string
-	g.Defer(0, 1, nil, func(err error) { got = append(got, "now") })
+	g.park(0, 1, nil, func(err error) { got = append(got, "now") })
 	equal(t, []string{"now"}, got, "allowed reads run synchronously")
 	g.Advance(0, 2)
-	g.Defer(0, 2, nil, func(err error) { noErr(t, err); got = append(got, "later") })
+	g.park(0, 2, nil, func(err error) { noErr(t, err); got = append(got, "later") })
 	equal(t, 1, len(got))
 	g.Advance(1, 1)
 	equal(t, []string{"now", "later"}, got)
 
 	var badErr error
-	g.Defer(5, 0, nil, func(err error) { badErr = err })
+	g.park(5, 0, nil, func(err error) { badErr = err })
 	isErr(t, badErr, ErrBadWorker)
 	isErr(t, g.Wait(context.Background(), -1, 0, nil), ErrBadWorker)
 }
@@ -64,7 +64,7 @@ func TestGateClose(t *testing.T) {
 	g.Advance(0, 1)
 	boom := errors.New("task failed")
 	var deferred error
-	g.Defer(0, 1, nil, func(err error) { deferred = err })
+	g.park(0, 1, nil, func(err error) { deferred = err })
 	done := make(chan error, 1)
 	go func() { done <- g.Wait(context.Background(), 0, 1, nil) }()
 	time.Sleep(10 * time.Millisecond)

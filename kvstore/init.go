@@ -10,45 +10,45 @@ import (
 
 // Init kinds.
 const (
-	InitZero    = "zero"
-	InitUniform = "uniform"
+	initZero    = "zero"
+	initUniform = "uniform"
 )
 
-// ErrBadInit is wrapped by ParseInit errors.
-var ErrBadInit = errors.New("invalid init")
+// errBadInit is wrapped by parseInit errors.
+var errBadInit = errors.New("invalid init")
 
-// Init is a parsed TableSpec.Init: how a key's values start. Values are a
+// initRule is a parsed TableSpec.Init: how a key's values start. Values are a
 // pure function of (key, column), so every shard, replica or relocated copy
 // of a key starts from the same numbers regardless of placement.
-type Init struct {
+type initRule struct {
 	Kind  string  // InitZero or InitUniform
 	Scale float64 // a of U(-a, a) for InitUniform
 }
 
-// ParseInit parses "zero" (also "") or "uniform:<a>" with a > 0 and finite.
-func ParseInit(s string) (Init, error) {
+// parseInit parses "zero" (also "") or "uniform:<a>" with a > 0 and finite.
+func parseInit(s string) (initRule, error) {
 	s = strings.TrimSpace(s)
-	if s == "" || s == InitZero {
-		return Init{Kind: InitZero}, nil
+	if s == "" || s == initZero {
+		return initRule{Kind: initZero}, nil
 	}
-	rest, ok := strings.CutPrefix(s, InitUniform+":")
+	rest, ok := strings.CutPrefix(s, initUniform+":")
 	if !ok {
-		return Init{}, fmt.Errorf("%w: %q: want \"zero\" or \"uniform:<a>\"", ErrBadInit, s)
+		return initRule{}, fmt.Errorf("%w: %q: want \"zero\" or \"uniform:<a>\"", errBadInit, s)
 	}
 	a, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 	if err != nil || !(a > 0) || math.IsInf(a, 0) {
-		return Init{}, fmt.Errorf("%w: %q: the scale of uniform must be a finite number > 0", ErrBadInit, s)
+		return initRule{}, fmt.Errorf("%w: %q: the scale of uniform must be a finite number > 0", errBadInit, s)
 	}
-	return Init{Kind: InitUniform, Scale: a}, nil
+	return initRule{Kind: initUniform, Scale: a}, nil
 }
 
 // IsZero reports whether every value starts at 0.
-func (i Init) IsZero() bool { return i.Kind != InitUniform }
+func (i initRule) IsZero() bool { return i.Kind != initUniform }
 
 // Value is the initial value of column col of key: 0 for zero, U(-a, a)
 // for uniform, drawn from splitmix64 of (key, col).
-func (i Init) Value(key uint64, col int) float64 {
-	if i.Kind != InitUniform {
+func (i initRule) Value(key uint64, col int) float64 {
+	if i.Kind != initUniform {
 		return 0
 	}
 	h := splitmix64(splitmix64(key) ^ uint64(col))

@@ -8,27 +8,27 @@ import (
 func TestParseInit(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    Init
+		want    initRule
 		wantErr bool
 	}{
-		{"", Init{Kind: InitZero}, false},
-		{"zero", Init{Kind: InitZero}, false},
-		{"uniform:0.5", Init{Kind: InitUniform, Scale: 0.5}, false},
-		{" uniform: 2 ", Init{Kind: InitUniform, Scale: 2}, false},
-		{"uniform:0", Init{}, true},
-		{"uniform:-1", Init{}, true},
-		{"uniform:NaN", Init{}, true},
-		{"uniform:Inf", Init{}, true},
-		{"uniform:", Init{}, true},
-		{"uniform", Init{}, true},
-		{"normal:1", Init{}, true},
+		{"", initRule{Kind: initZero}, false},
+		{"zero", initRule{Kind: initZero}, false},
+		{"uniform:0.5", initRule{Kind: initUniform, Scale: 0.5}, false},
+		{" uniform: 2 ", initRule{Kind: initUniform, Scale: 2}, false},
+		{"uniform:0", initRule{}, true},
+		{"uniform:-1", initRule{}, true},
+		{"uniform:NaN", initRule{}, true},
+		{"uniform:Inf", initRule{}, true},
+		{"uniform:", initRule{}, true},
+		{"uniform", initRule{}, true},
+		{"normal:1", initRule{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseInit(tt.in)
+			got, err := parseInit(tt.in)
 			if tt.wantErr {
 				must(t, err != nil, "want an error")
-				isErr(t, err, ErrBadInit)
+				isErr(t, err, errBadInit)
 				return
 			}
 			noErr(t, err)
@@ -38,10 +38,10 @@ func TestParseInit(t *testing.T) {
 }
 
 func TestInitValue(t *testing.T) {
-	z := Init{Kind: InitZero}
+	z := initRule{Kind: initZero}
 	equal(t, 0.0, z.Value(7, 3))
 
-	u := Init{Kind: InitUniform, Scale: 0.1}
+	u := initRule{Kind: initUniform, Scale: 0.1}
 	var sum float64
 	seen := map[float64]bool{}
 	const n = 20000

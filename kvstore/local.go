@@ -77,7 +77,7 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 		return nil, fmt.Errorf("%w: table %q: %d x %d values do not fit in memory", ErrBadSpec, spec.Name, spec.Size, spec.Width)
 	}
 	t.vals = make([]float64, int(spec.Size)*spec.Width)
-	if init, _ := ParseInit(spec.Init); !init.IsZero() {
+	if init, _ := parseInit(spec.Init); !init.IsZero() {
 		for k := range spec.Size {
 			for c := range spec.Width {
 				t.vals[int(k)*spec.Width+c] = init.Value(k, c)

@@ -20,7 +20,7 @@ func TestLocalTableBasics(t *testing.T) {
 			t.Run(fmt.Sprint(mode, "/", st), func(t *testing.T) {
 				spec := TableSpec{Name: "w", Size: 100, Width: 2, Storage: st, Init: "uniform:1"}
 				lt := newLocal(t, spec, mode, 8)
-				init, _ := ParseInit(spec.Init)
+				init, _ := parseInit(spec.Init)
 				out := make([]float64, 4)
 				lt.Get([]uint64{3, 50}, out)
 				equal(t, []float64{init.Value(3, 0), init.Value(3, 1), init.Value(50, 0), init.Value(50, 1)}, out)

@@ -5,31 +5,33 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/nats-io/nats.go"
+	"io"
+
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/rs/zerolog"
 )
 
-// Server hosts the shards a slave owns and answers the data plane on the
-// slave's KV subject. One NATS subscription handles every request in
-// arrival order, which is what makes a worker's Adds land before its later
-// Clock and Get (NATS keeps one connection's messages to one subject in
-// order). Reads that the stage's consistency model holds back are parked in
+// Server hosts the shards a slave owns and answers the data plane
+// addressed to the slave's node on a transport. The transport hands it
+// every request in arrival order, which is what makes a worker's Adds land
+// before its later Clock and Get (per-sender FIFO). Reads that the stage's consistency model holds back are parked in
 // the stage's Gate and answered when the slowest worker catches up; the
 // handler never blocks.
 type Server struct {
-	nc      *nats.Conn
-	subject string
-	log     zerolog.Logger
+	tr   transport.Transport
+	node string
+	log  zerolog.Logger
 
 	mu    sync.RWMutex
 	tasks map[string]*hostedTask
 
-	sub  *nats.Subscription
+	svc  io.Closer
 	msg  Message   // reused by the handler goroutine
 	out  []byte    // reused by the handler goroutine
 	tmp  []float64 // reused by the handler goroutine for reads answered at once
 	raw  []byte    // reused by answer for values encoded from storage
 	conv []float64 // reused for decoded request values
+	keys []uint64  // reused by scan
 }
 
 type hostedTask struct {
@@ -52,33 +54,20 @@ type Placement struct {
 	Hosts []string  `json:"hosts"`
 }
 
-// NewServer subscribes to subject on nc.
-func NewServer(nc *nats.Conn, subject string, log zerolog.Logger) (*Server, error) {
-	s := &Server{nc: nc, subject: subject, log: log, tasks: map[string]*hostedTask{}}
-	sub, err := nc.Subscribe(subject, s.handle)
+// NewServer serves node's requests on tr.
+func NewServer(tr transport.Transport, node string, log zerolog.Logger) (*Server, error) {
+	s := &Server{tr: tr, node: node, log: log, tasks: map[string]*hostedTask{}}
+	svc, err := tr.Serve(node, s.handle)
 	if err != nil {
-		return nil, fmt.Errorf("kvstore: subscribe %s: %w", subject, err)
+		return nil, fmt.Errorf("kvstore: serve slave %s: %w", node, err)
 	}
-	// Never drop a message: an Add dropped by a slow-consumer limit would
-	// be a lost update.
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		sub.Unsubscribe()
-		return nil, err
-	}
-	s.sub = sub
-	// Make sure the server knows the subscription before anyone is told
-	// this slave hosts shards.
-	if err := nc.Flush(); err != nil {
-		sub.Unsubscribe()
-		return nil, fmt.Errorf("kvstore: subscribe %s: %w", subject, err)
-	}
+	s.svc = svc
 	return s, nil
 }
 
 // Close stops serving and fails every pending read.
 func (s *Server) Close() error {
-	err := s.sub.Unsubscribe()
-	s.nc.Flush() // from now on requests get "no responders", not silence
+	err := s.svc.Close()
 	s.mu.Lock()
 	for id, t := range s.tasks {
 		t.closeGates(errors.New("kvstore: server closed"))
@@ -200,17 +189,17 @@ func (t *hostedTask) closeGates(err error) {
 	}
 }
 
-func (s *Server) handle(msg *nats.Msg) {
+func (s *Server) handle(data []byte, reply string) {
 	m := &s.msg
 	// Values stay encoded until an op needs them (range adds apply them
 	// straight from the bytes).
-	if err := DecodeRaw(msg.Data, m); err != nil {
-		s.fail(msg.Reply, err)
+	if err := decodeRaw(data, m); err != nil {
+		s.fail(reply, err)
 		return
 	}
 	t := s.task(m.Task)
 	if t == nil {
-		s.fail(msg.Reply, fmt.Errorf("kvstore: task %s has no shards on this slave", m.Task))
+		s.fail(reply, fmt.Errorf("kvstore: task %s has no shards on this slave", m.Task))
 		return
 	}
 	var ht *hostedTable
@@ -219,7 +208,7 @@ func (s *Server) handle(msg *nats.Msg) {
 		ht = t.tables[m.Table]
 		t.mu.RUnlock()
 		if ht == nil {
-			s.fail(msg.Reply, fmt.Errorf("kvstore: table %q of task %s is not hosted here", m.Table, m.Task))
+			s.fail(reply, fmt.Errorf("kvstore: table %q of task %s is not hosted here", m.Table, m.Task))
 			return
 		}
 	}
@@ -227,51 +216,53 @@ func (s *Server) handle(msg *nats.Msg) {
 	case OpAdd:
 		s.vals(m)
 		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
-			s.fail(msg.Reply, fmt.Errorf("kvstore: add to %q: %d values for %d keys of width %d", m.Table, len(m.Vals), len(m.Keys), ht.spec.Width))
+			s.fail(reply, fmt.Errorf("kvstore: add to %q: %d values for %d keys of width %d", m.Table, len(m.Vals), len(m.Keys), ht.spec.Width))
 			return
 		}
 		ht.store.Add(m.Keys, m.Vals)
-		s.ack(msg.Reply)
+		s.ack(reply)
 	case OpAddRange:
 		if rawLen(m) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
-			s.fail(msg.Reply, fmt.Errorf("kvstore: add_range to %q: bad range or values", m.Table))
+			s.fail(reply, fmt.Errorf("kvstore: add_range to %q: bad range or values", m.Table))
 			return
 		}
 		if ra, ok := ht.store.(rawAdder); !ok || !ra.AddRangeRaw(m.First, int(m.N), m.Raw, m.DType) {
 			s.vals(m)
 			ht.store.AddRange(m.First, int(m.N), m.Vals)
 		}
-		s.ack(msg.Reply)
+		s.ack(reply)
 	case OpSet:
 		s.vals(m)
 		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
-			s.fail(msg.Reply, fmt.Errorf("kvstore: set on %q: %d values for %d keys", m.Table, len(m.Vals), len(m.Keys)))
+			s.fail(reply, fmt.Errorf("kvstore: set on %q: %d values for %d keys", m.Table, len(m.Vals), len(m.Keys)))
 			return
 		}
 		ht.store.Set(m.Keys, m.Vals)
-		s.ack(msg.Reply)
+		s.ack(reply)
 	case OpSetRange:
 		s.vals(m)
 		if len(m.Vals) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
-			s.fail(msg.Reply, fmt.Errorf("kvstore: set_range on %q: bad range or values", m.Table))
+			s.fail(reply, fmt.Errorf("kvstore: set_range on %q: bad range or values", m.Table))
 			return
 		}
 		ht.store.SetRange(m.First, int(m.N), m.Vals)
-		s.ack(msg.Reply)
+		s.ack(reply)
 	case OpGet, OpGetRange:
-		s.get(msg.Reply, t, ht, m)
+		s.get(reply, t, ht, m)
+	case OpScan:
+		s.scan(reply, ht, m)
 	case OpClock:
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Advance(int(m.Worker), m.Clock)
 		}
-		s.ack(msg.Reply)
+		s.ack(reply)
 	case OpFinish:
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Finish(int(m.Worker))
 		}
-		s.ack(msg.Reply)
+		s.ack(reply)
 	default:
-		s.fail(msg.Reply, fmt.Errorf("kvstore: unexpected op %s", m.Op))
+		s.fail(reply, fmt.Errorf("kvstore: unexpected op %s", m.Op))
 	}
 }
 
@@ -279,7 +270,7 @@ func (s *Server) handle(msg *nats.Msg) {
 func (s *Server) vals(m *Message) {
 	n := rawLen(m)
 	s.conv = grow(s.conv, n)
-	RawInto(s.conv, m.Raw, m.DType)
+	rawInto(s.conv, m.Raw, m.DType)
 	m.Vals = s.conv
 }
 
@@ -311,20 +302,20 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 	}
 	if g == nil {
 		s.out, s.tmp, s.raw = s.answer(s.out[:0], s.tmp, s.raw, ht, m.Op, m.Keys, m.First, int(m.N), -1)
-		s.nc.Publish(reply, s.out)
+		s.send(reply, s.out)
 		return
 	}
 	// The gate may hold the read; keep what the answer needs.
 	op, first, n := m.Op, m.First, int(m.N)
 	keys := append([]uint64(nil), m.Keys...)
-	g.Defer(int(m.Worker), m.Clock, keys, func(err error) {
+	g.park(int(m.Worker), m.Clock, keys, func(err error) {
 		if err != nil {
-			s.nc.Publish(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
+			s.send(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
 			return
 		}
 		// Another goroutine may run this: no shared scratch buffers.
 		out, _, _ := s.answer(nil, nil, nil, ht, op, keys, first, n, g.MinClock())
-		s.nc.Publish(reply, out)
+		s.send(reply, out)
 	})
 }
 
@@ -365,7 +356,7 @@ func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable,
 
 func (s *Server) ack(reply string) {
 	if reply != "" {
-		s.nc.Publish(reply, ackPayload)
+		s.send(reply, ackPayload)
 	}
 }
 
@@ -374,6 +365,43 @@ var ackPayload = AppendMessage(nil, &Message{Op: OpReply})
 func (s *Server) fail(reply string, err error) {
 	s.log.Warn().Err(err).Msg("kv request failed")
 	if reply != "" {
-		s.nc.Publish(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
+		s.send(reply, AppendMessage(nil, &Message{Op: OpError, Err: err.Error()}))
 	}
+}
+
+// send answers a request; a failure (the connection is gone) leaves the
+// requester to time out, and is logged here.
+func (s *Server) send(reply string, data []byte) {
+	if err := s.tr.Reply(reply, data); err != nil {
+		s.log.Warn().Err(err).Str("node", s.node).Msg("kv answer not sent")
+	}
+}
+
+// scan answers a page of a shard (no consistency gate: a bulk read of the
+// whole shard, as for writing the model).
+func (s *Server) scan(reply string, ht *hostedTable, m *Message) {
+	if reply == "" {
+		return
+	}
+	if m.N == 0 {
+		s.fail(reply, fmt.Errorf("kvstore: scan of %q: page of 0 keys", m.Table))
+		return
+	}
+	// The reader sized the page for its payload limit; a server with a
+	// smaller one answers less.
+	page := min(int(m.N), max(MaxKeysPerMessage(s.tr.MaxPayload(), ht.spec.Width, ht.spec.DType), 1))
+	var next uint64
+	var more bool
+	var err error
+	s.keys, s.tmp, next, more, err = scanStore(ht.store, m.First, page, s.keys[:0], s.tmp[:0])
+	if err != nil {
+		s.fail(reply, fmt.Errorf("kvstore: scan of %q shard %d: %w", m.Table, ht.shard, err))
+		return
+	}
+	r := Message{Op: OpReply, Keys: s.keys, Vals: s.tmp, Width: uint16(ht.spec.Width), DType: ht.spec.DType, First: next}
+	if more {
+		r.N = 1
+	}
+	s.out = AppendMessage(s.out[:0], &r)
+	s.send(reply, s.out)
 }

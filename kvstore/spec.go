@@ -100,7 +100,7 @@ func (s TableSpec) Validate() error {
 	if s.ChunkSize == 0 {
 		return bad("chunk_size", "must be > 0")
 	}
-	if _, err := ParseInit(s.Init); err != nil {
+	if _, err := parseInit(s.Init); err != nil {
 		return bad("init", "%v", err)
 	}
 	return nil

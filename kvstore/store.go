@@ -41,7 +41,7 @@ type Store interface {
 // deadlock), does all its work, and releases them.
 func NewStore(spec TableSpec, dir Directory, shard int) Store {
 	spec = spec.WithDefaults()
-	init, _ := ParseInit(spec.Init)
+	init, _ := parseInit(spec.Init)
 	b := storeBase{spec: spec, width: spec.Width, init: init, dir: dir, shard: shard}
 	b.lo, b.hi, b.contiguous = dir.Bounds(shard)
 	if hd, ok := dir.(*hashDirectory); ok {
@@ -104,7 +104,7 @@ func (s *stripes) runlock(mask uint64) {
 type storeBase struct {
 	spec       TableSpec
 	width      int
-	init       Init
+	init       initRule
 	dir        Directory
 	shard      int
 	lo, hi     uint64 // bounds when contiguous
@@ -172,7 +172,7 @@ func (d *dense[T]) eachKey(fn func(local, key uint64)) {
 			fn(l, d.lo+l)
 		}
 	default:
-		if ka, ok := d.dir.(KeyAtter); ok {
+		if ka, ok := d.dir.(keyAtter); ok {
 			for l := range d.n { // LocalIndex is monotone in the key for hash
 				fn(l, ka.KeyAt(d.shard, l))
 			}

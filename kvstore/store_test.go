@@ -53,7 +53,7 @@ func TestStoreBasics(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			const size, width, shards, shard = 50, 3, 3, 1
 			s, d := newTestStore(t, c, size, width, shards, shard, "uniform:0.5")
-			init, _ := ParseInit("uniform:0.5")
+			init, _ := parseInit("uniform:0.5")
 			keys := ownedKeys(d, shard, size)
 			conv := func(v float64) float64 {
 				if c.dtype == Float32 {
@@ -218,7 +218,7 @@ func TestStoreModel(t *testing.T) {
 		spec := TableSpec{Name: "w", Size: size, Width: width, DType: c.dtype, Storage: c.storage, Partition: c.part, Init: "uniform:1"}.WithDefaults()
 		d, _ := NewDirectory(spec, shards)
 		s := NewStore(spec, d, shard)
-		init, _ := ParseInit(spec.Init)
+		init, _ := parseInit(spec.Init)
 		model := map[uint64][]float64{}
 		val := func(k uint64) []float64 {
 			if v, ok := model[k]; ok {

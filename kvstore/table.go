@@ -16,8 +16,13 @@ type TableClient struct {
 	hosts   []string
 	local   []Store // local[shard] != nil when this slave hosts the shard
 	allHere bool    // every shard is local: no routing needed
+	// keyed: the partitioning is not contiguous (hash), so a key range
+	// would split into single-key spans, one message each; range and
+	// chunk operations expand their keys and go by owner instead.
+	keyed   bool
+	rk      []uint64 // the keys of a range or chunk operation when keyed
 	maxKeys int
-	g       Grouper
+	g       grouper
 	buf     []float64
 	spans   []span
 }
@@ -38,6 +43,8 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 	}
 	t := &TableClient{c: c, spec: spec, dir: dir, hosts: p.Hosts, local: make([]Store, len(p.Hosts)),
 		maxKeys: MaxKeysPerMessage(c.cfg.MaxPayload, spec.Width, spec.DType)}
+	_, _, contiguous := dir.Bounds(0)
+	t.keyed = !contiguous
 	t.allHere = true
 	for i, h := range p.Hosts {
 		if h == c.cfg.Self && c.cfg.Server != nil {
@@ -56,13 +63,33 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 // Spec is the table's declaration.
 func (t *TableClient) Spec() TableSpec { return t.spec }
 
+// Consistency is the stage's consistency model.
+func (t *TableClient) Consistency() Consistency { return t.c.cfg.Consistency }
+
+// WorkerClock is the worker's clock: iterations finished.
+func (t *TableClient) WorkerClock() int64 { return t.c.clock }
+
+// Local reports whether key lives in a shard of this worker's slave (read
+// and written in memory, without a message).
+func (t *TableClient) Local(key uint64) bool { return t.local[t.dir.Owner(key)] != nil }
+
+// AllLocal reports whether every shard of the table is on this slave.
+func (t *TableClient) AllLocal() bool { return t.allHere }
+
+// Err is the client's first asynchronous error (a failed Add), sticky.
+func (t *TableClient) Err() error { return t.c.err }
+
 func (t *TableClient) checkKeys(keys []uint64, vals []float64, what string) error {
-	if len(vals) != len(keys)*t.spec.Width {
-		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, t.spec.Name, len(vals), len(keys), t.spec.Width)
+	return checkKeys(t.spec, keys, vals, what)
+}
+
+func checkKeys(spec TableSpec, keys []uint64, vals []float64, what string) error {
+	if len(vals) != len(keys)*spec.Width {
+		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, spec.Name, len(vals), len(keys), spec.Width)
 	}
 	for _, k := range keys {
-		if k >= t.spec.Size {
-			return fmt.Errorf("kvstore: %s on %q: key %d out of range [0, %d)", what, t.spec.Name, k, t.spec.Size)
+		if k >= spec.Size {
+			return fmt.Errorf("kvstore: %s on %q: key %d out of range [0, %d)", what, spec.Name, k, spec.Size)
 		}
 	}
 	return nil
@@ -219,184 +246,16 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 	return nil
 }
 
-// Chunk returns the key range of chunk id.
-func (t *TableClient) Chunk(id uint64) (first uint64, n int, err error) {
-	cs := t.spec.ChunkSize
-	first = id * cs
-	if id >= (t.spec.Size+cs-1)/cs {
-		return 0, 0, fmt.Errorf("kvstore: table %q: chunk %d out of range (%d chunks of %d keys)", t.spec.Name, id, (t.spec.Size+cs-1)/cs, cs)
-	}
-	return first, int(min(cs, t.spec.Size-first)), nil
-}
-
-// ChunkValues is how many values GetChunk fills for chunks.
-func (t *TableClient) ChunkValues(chunks []uint64) (int, error) {
-	total := 0
-	for _, id := range chunks {
-		_, n, err := t.Chunk(id)
-		if err != nil {
-			return 0, err
-		}
-		total += n
-	}
-	return total * t.spec.Width, nil
-}
-
-// GetChunk reads whole chunks, concatenated in the order given, into out.
-func (t *TableClient) GetChunk(chunks []uint64, out []float64) error {
-	if err := t.chunkSpans(chunks, out); err != nil {
-		return err
-	}
-	return t.getSpans(out)
-}
-
-// AddChunk adds to whole chunks; deltas are laid out as GetChunk's out.
-func (t *TableClient) AddChunk(chunks []uint64, deltas []float64) error {
-	if err := t.chunkSpans(chunks, deltas); err != nil {
-		return err
-	}
-	return t.writeSpans(OpAddRange, deltas)
-}
-
-// GetRange reads keys first..first+n-1.
-func (t *TableClient) GetRange(first uint64, n int, out []float64) error {
-	if err := t.rangeSpans(first, n, out); err != nil {
-		return err
-	}
-	return t.getSpans(out)
-}
-
-// AddRange adds to keys first..first+n-1.
-func (t *TableClient) AddRange(first uint64, n int, deltas []float64) error {
-	if err := t.rangeSpans(first, n, deltas); err != nil {
-		return err
-	}
-	return t.writeSpans(OpAddRange, deltas)
-}
-
-func (t *TableClient) chunkSpans(chunks []uint64, vals []float64) error {
-	t.spans = t.spans[:0]
-	off := 0
-	for _, id := range chunks {
-		first, n, err := t.Chunk(id)
-		if err != nil {
-			return err
-		}
-		t.split(first, n, off)
-		off += n
-	}
-	if off*t.spec.Width != len(vals) {
-		return fmt.Errorf("kvstore: chunks of %q hold %d values, got a slice of %d", t.spec.Name, off*t.spec.Width, len(vals))
-	}
-	return nil
-}
-
-func (t *TableClient) rangeSpans(first uint64, n int, vals []float64) error {
-	if n < 0 || first+uint64(n) > t.spec.Size {
-		return fmt.Errorf("kvstore: range [%d, %d) of %q is outside [0, %d)", first, first+uint64(n), t.spec.Name, t.spec.Size)
-	}
-	if n*t.spec.Width != len(vals) {
-		return fmt.Errorf("kvstore: range of %d keys of %q needs %d values, got %d", n, t.spec.Name, n*t.spec.Width, len(vals))
-	}
-	t.spans = t.spans[:0]
-	t.split(first, n, 0)
-	return nil
-}
-
-// split appends the per-owner spans of [first, first+n).
-func (t *TableClient) split(first uint64, n int, off int) {
-	Spans(t.dir, first, n, func(shard int, f uint64, m int) {
-		// Merge with the previous span when contiguous on one shard
-		// (hash partitioning yields single keys).
-		if k := len(t.spans); k > 0 {
-			last := &t.spans[k-1]
-			if last.shard == shard && last.first+uint64(last.n) == f && last.off+last.n == off+int(f-first) {
-				last.n += m
-				return
-			}
-		}
-		t.spans = append(t.spans, span{shard: shard, first: f, n: m, off: off + int(f-first)})
-	})
-}
-
-func (t *TableClient) getSpans(out []float64) error {
-	c := t.c
-	if c.err != nil {
-		return c.err
-	}
-	w := t.spec.Width
-	p := t.begin(out)
-	for _, sp := range t.spans {
-		if t.local[sp.shard] != nil {
-			continue
-		}
-		for i := 0; i < sp.n; i += t.maxKeys {
-			m := min(t.maxKeys, sp.n-i)
-			c.msg = Message{Op: OpGetRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
-				First: sp.first + uint64(i), N: uint32(m)}
-			if err := t.request(p, sp.shard, part{off: (sp.off + i) * w, n: m * w}); err != nil {
-				return err
-			}
-		}
-		c.stats.RemoteKeys += int64(sp.n)
-	}
-	for _, sp := range t.spans {
-		st := t.local[sp.shard]
-		if st == nil {
-			continue
-		}
-		if err := t.waitLocal(nil); err != nil {
-			return err
-		}
-		st.GetRange(sp.first, sp.n, out[sp.off*w:(sp.off+sp.n)*w])
-		c.stats.LocalKeys += int64(sp.n)
-	}
-	return t.wait(p)
-}
-
-// writeSpans applies vals to t.spans with op (OpAddRange or OpSetRange):
-// local shards directly, remote ones in acknowledged messages.
-func (t *TableClient) writeSpans(op Op, vals []float64) error {
-	c := t.c
-	if c.err != nil {
-		return c.err
-	}
-	w := t.spec.Width
-	for _, sp := range t.spans {
-		if st := t.local[sp.shard]; st != nil {
-			v := vals[sp.off*w : (sp.off+sp.n)*w]
-			if op == OpSetRange {
-				st.SetRange(sp.first, sp.n, v)
-			} else {
-				st.AddRange(sp.first, sp.n, v)
-			}
-			c.stats.LocalKeys += int64(sp.n)
-			continue
-		}
-		for i := 0; i < sp.n; i += t.maxKeys {
-			m := min(t.maxKeys, sp.n-i)
-			c.msg = Message{Op: op, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
-				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: vals[(sp.off+i)*w : (sp.off+i+m)*w]}
-			if err := c.publishAcked(t.hosts[sp.shard]); err != nil {
-				return err
-			}
-		}
-		c.stats.RemoteKeys += int64(sp.n)
-	}
-	return nil
-}
-
-// SetRange overwrites keys first..first+n-1 (a model written back after
-// a direct transfer), asynchronously acknowledged like Add.
-func (t *TableClient) SetRange(first uint64, n int, vals []float64) error {
-	if err := t.rangeSpans(first, n, vals); err != nil {
-		return err
-	}
-	return t.writeSpans(OpSetRange, vals)
-}
-
 // Set overwrites keys (model load and direct transfer).
 func (t *TableClient) Set(keys []uint64, vals []float64) error {
+	if err := t.set(keys, vals); err != nil {
+		return err
+	}
+	return t.c.Flush()
+}
+
+// set sends the overwrites of keys, acknowledged asynchronously.
+func (t *TableClient) set(keys []uint64, vals []float64) error {
 	c := t.c
 	if err := t.checkKeys(keys, vals, "set"); err != nil {
 		return err
@@ -425,7 +284,7 @@ func (t *TableClient) Set(keys []uint64, vals []float64) error {
 			}
 		}
 	}
-	return c.Flush()
+	return nil
 }
 
 // begin starts a read into out.
@@ -445,8 +304,8 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 	host := t.hosts[shard]
 	reply := c.inbox + ".g" + strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(len(p.parts))
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.cfg.Conn.PublishRequest(c.cfg.KVSubject(host), reply, c.enc); err != nil {
-		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
+	if err := c.send(host, reply, c.enc); err != nil {
+		return err
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))

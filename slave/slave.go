@@ -22,6 +22,7 @@ import (
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -124,7 +125,7 @@ func (s *Slave) ID() string { return s.cfg.ID }
 // JoinTimeout for one to answer) and starts beating.
 func (s *Slave) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	kv, err := kvstore.NewServer(s.nc, s.subj.SlaveKV(s.cfg.ID), s.log)
+	kv, err := kvstore.NewServer(transport.NewNATS(s.nc, s.subj.SlaveKV), s.cfg.ID, s.log)
 	if err != nil {
 		return err
 	}

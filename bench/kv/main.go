@@ -28,6 +28,7 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -184,7 +185,7 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
-		s, err := kvstore.NewServer(nc, subject(h), zerolog.Nop())
+		s, err := kvstore.NewServer(transport.NewNATS(nc, subject), h, zerolog.Nop())
 		if err != nil {
 			return err
 		}
@@ -200,7 +201,7 @@ func run(o options) error {
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg := kvstore.ClientConfig{Conn: nc, KVSubject: subject, Task: "bench", Hosts: hosts,
+		cfg := kvstore.ClientConfig{Transport: transport.NewNATS(nc, subject), Task: "bench", Hosts: hosts,
 			Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: 30 * time.Second, Window: o.window}
 		if self >= 0 {
 			cfg.Self, cfg.Server = hosts[self], servers[self]

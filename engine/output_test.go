@@ -1,0 +1,92 @@
+package engine_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+)
+
+func init() {
+	// test.keys sets every key k of the dense table "w" to k/4 (each
+	// worker its share of the keys, in batches) and writes sparseKeys of
+	// the sparse table "s".
+	tasks.Register("test.keys", func(info *tasks.Info) error {
+		w, err := info.Table("w")
+		if err != nil {
+			return err
+		}
+		const batch = 4096
+		keys := make([]uint64, 0, batch)
+		vals := make([]float64, 0, batch)
+		flush := func() error {
+			err := w.Add(keys, vals)
+			keys, vals = keys[:0], vals[:0]
+			return err
+		}
+		for k := uint64(info.Rank); k < w.Spec().Size; k += uint64(info.Workers) {
+			keys, vals = append(keys, k), append(vals, float64(k)/4)
+			if len(keys) == batch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		s, err := info.Table("s")
+		if err != nil {
+			return err
+		}
+		if info.Rank == 0 {
+			if err := s.Add(sparseKeys, sparseVals); err != nil {
+				return err
+			}
+		}
+		return info.Clock()
+	})
+}
+
+var (
+	sparseKeys = []uint64{1 << 35, 3, 1<<36 - 1, 99}
+	sparseVals = []float64{1, 2, 3, 4}
+)
+
+// A hash-partitioned table of 200k keys with an output path is written
+// whole (it used to fail at the end with "slow consumer, messages
+// dropped" and lose the model), next to a sparse table far larger than a
+// dense model could hold, written as its stored keys.
+func TestOutputOfLargeHashPartitionedTable(t *testing.T) {
+	l := startLocal(t, 2, 2)
+	out := filepath.Join(t.TempDir(), "model.bin")
+	const size = 200_000
+	task := tasks.NewTask("hashout").
+		AddTable(kvstore.TableSpec{Name: "w", Size: size, Partition: kvstore.HashPartition}).
+		AddTable(kvstore.TableSpec{Name: "s", Size: 1 << 36, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}).
+		SetStages(tasks.Stage{Name: "fill", Func: "test.keys", Workers: 4, Consistency: kvstore.Consistency{Kind: kvstore.ASP}})
+	task.Output, task.Kind = out, "test"
+	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := readModel(t, out)
+	w, ok := m.Table("w")
+	if !ok || !w.Dense || len(w.Vals) != size {
+		t.Fatalf("table w: found %v, dense %v, %d values", ok, ok && w.Dense, len(w.Vals))
+	}
+	for k, v := range w.Vals {
+		if v != float64(k)/4 {
+			t.Fatalf("key %d = %v, want %v", k, v, float64(k)/4)
+		}
+	}
+	s, ok := m.Table("s")
+	if !ok || s.Dense {
+		t.Fatalf("table s: found %v, want it keyed", ok)
+	}
+	if !slices.Equal(s.Keys, []uint64{3, 99, 1 << 35, 1<<36 - 1}) || !slices.Equal(s.Vals, []float64{2, 4, 1, 3}) {
+		t.Fatalf("table s: keys %v vals %v", s.Keys, s.Vals)
+	}
+}
