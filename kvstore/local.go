@@ -73,8 +73,8 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 		t.sparse = NewStore(spec, dir, 0)
 		return t, nil
 	}
-	if spec.Size > uint64(maxInt/spec.Width) {
-		return nil, fmt.Errorf("%w: table %q: %d x %d values do not fit in memory", ErrBadSpec, spec.Name, spec.Size, spec.Width)
+	if err := checkAlloc(fmt.Sprintf("table %q (%d keys x %d, in one slave's memory)", spec.Name, spec.Size, spec.Width), spec.Size, spec.Width, 8); err != nil {
+		return nil, err
 	}
 	t.vals = make([]float64, int(spec.Size)*spec.Width)
 	if init, _ := parseInit(spec.Init); !init.IsZero() {

@@ -91,9 +91,16 @@ func (s *Server) CreateTables(task, self string, tables []Placement) error {
 			return err
 		}
 		for i, h := range p.Hosts {
-			if h == self {
-				ht.tables[spec.Name] = &hostedTable{spec: spec, dir: dir, shard: i, store: NewStore(spec, dir, i)}
+			if h != self {
+				continue
 			}
+			if spec.Storage == Dense {
+				what := fmt.Sprintf("table %q shard %d (%d keys x %d)", spec.Name, i, dir.ShardKeys(i), spec.Width)
+				if err := checkAlloc(what, dir.ShardKeys(i), spec.Width, spec.elemBytes()); err != nil {
+					return err
+				}
+			}
+			ht.tables[spec.Name] = &hostedTable{spec: spec, dir: dir, shard: i, store: NewStore(spec, dir, i)}
 		}
 	}
 	s.mu.Lock()

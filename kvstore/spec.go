@@ -79,6 +79,9 @@ func (s TableSpec) Validate() error {
 	if s.Size == 0 {
 		return bad("size", "must be > 0")
 	}
+	if s.Size > MaxSize {
+		return bad("size", "%d is out of range [1, 2^62] (a negative size wraps around)", s.Size)
+	}
 	if s.Width < 1 || s.Width > 1<<16-1 {
 		return bad("width", "must be in [1, 65535], got %d", s.Width)
 	}
