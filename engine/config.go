@@ -20,6 +20,16 @@ type ClusterConfig struct {
 	Data    DataSect   `toml:"data"`
 	HDFS    HDFSSect   `toml:"hdfs"`
 	Log     LogSect    `toml:"log"`
+	Metrics ListenSect `toml:"metrics"`
+	HTTP    ListenSect `toml:"http"`
+}
+
+// ListenSect is an HTTP listen address: [metrics] listen serves Prometheus
+// /metrics on every process that reads the file (use port 0, or a flag per
+// process, when several share a host); [http] listen serves the master's
+// status page (with /metrics and /api/status). Empty: off.
+type ListenSect struct {
+	Listen string `toml:"listen"`
 }
 
 // NATSConfig says where the bus is.

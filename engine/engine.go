@@ -117,10 +117,11 @@ const (
 // and N slaves, each with its own connection as if they were processes.
 type Local struct {
 	*Client
-	srv    *bus.Embedded
-	master *master.Master
-	slaves []*slave.Slave
-	conns  []*nats.Conn
+	Monitors *Monitors // status page and /metrics when the config asks (off by default)
+	srv      *bus.Embedded
+	master   *master.Master
+	slaves   []*slave.Slave
+	conns    []*nats.Conn
 }
 
 // LocalOptions size a local cluster.
@@ -203,6 +204,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 		return nil, err
 	}
 	l.Client = NewClient(cc, cfg.Cluster)
+	if l.Monitors, err = cfg.startMasterMonitors(l.master, o.Log); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -211,6 +215,7 @@ func (l *Local) Close() {
 	if l == nil {
 		return
 	}
+	l.Monitors.Close()
 	// The master first: it ends its tasks and tells the slaves to drop
 	// them while they still answer (closed first, they would leave it
 	// waiting request_timeout on each).
@@ -230,10 +235,11 @@ func (l *Local) Close() {
 
 // MasterNode is a cluster master process's parts.
 type MasterNode struct {
-	Master *master.Master
-	Server *bus.Embedded // nil with an external NATS
-	URL    string        // where slaves and clients connect
-	nc     *nats.Conn
+	Master   *master.Master
+	Server   *bus.Embedded // nil with an external NATS
+	URL      string        // where slaves and clients connect
+	Monitors *Monitors     // status page and /metrics, when configured
+	nc       *nats.Conn
 }
 
 // StartMaster starts a master: with an embedded NATS server listening on
@@ -292,6 +298,9 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 	if err == nil {
 		err = n.Master.Start(ctx)
 	}
+	if err == nil {
+		n.Monitors, err = cfg.startMasterMonitors(n.Master, log)
+	}
 	if err != nil {
 		n.Close()
 		return nil, err
@@ -348,6 +357,7 @@ func (cfg ClusterConfig) embeddedOptions(log zerolog.Logger) (bus.EmbeddedOption
 
 // Close stops the master and its embedded server.
 func (n *MasterNode) Close() {
+	n.Monitors.Close()
 	if n.Master != nil {
 		n.Master.Close()
 	}
@@ -361,8 +371,9 @@ func (n *MasterNode) Close() {
 
 // SlaveNode is a slave process's parts.
 type SlaveNode struct {
-	Slave *slave.Slave
-	nc    *nats.Conn
+	Slave    *slave.Slave
+	Monitors *Monitors // /metrics, when configured
+	nc       *nats.Conn
 }
 
 // StartSlave connects to cfg.NATS.URL and joins the cluster's master.
@@ -411,11 +422,18 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 		nc.Close()
 		return nil, err
 	}
-	return &SlaveNode{Slave: s, nc: nc}, nil
+	ms, err := cfg.startSlaveMonitors(log)
+	if err != nil {
+		s.Close()
+		nc.Close()
+		return nil, err
+	}
+	return &SlaveNode{Slave: s, Monitors: ms, nc: nc}, nil
 }
 
 // Close leaves the cluster.
 func (n *SlaveNode) Close() {
+	n.Monitors.Close()
 	n.Slave.Close()
 	n.nc.Close()
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently: Debian's liblinear-tools (the
-# reference solver for the model-quality test) and the Maven artifacts of
-# the MiniDFSCluster used by the HDFS integration tests.
+# reference solver for the model-quality test), chromium (the headless
+# browser the status-page test drives) and the Maven artifacts of the
+# MiniDFSCluster used by the HDFS integration tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v liblinear-train >/dev/null 2>&1 || need_apt+=(liblinear-tools)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
 	need_apt+=(openjdk-17-jdk-headless maven)
 fi

@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/flexps/flexps/master"
+	"github.com/flexps/flexps/monitor"
+	"github.com/rs/zerolog"
+)
+
+// Monitors are a process's HTTP servers: the status page (master) and
+// /metrics. Either may be nil (off).
+type Monitors struct {
+	Page    *monitor.Server // [http] listen: status page, /metrics, /api/status
+	Metrics *monitor.Server // [metrics] listen: /metrics
+}
+
+// Close stops the servers.
+func (ms *Monitors) Close() error {
+	if ms == nil {
+		return nil
+	}
+	var errs []error
+	for _, s := range []*monitor.Server{ms.Page, ms.Metrics} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startMasterMonitors serves m's status page and metrics as cfg asks.
+func (c *ClusterConfig) startMasterMonitors(m *master.Master, log zerolog.Logger) (*Monitors, error) {
+	ms := &Monitors{}
+	if c.HTTP.Listen == "" && c.Metrics.Listen == "" {
+		return ms, nil
+	}
+	reg := monitor.NewRegistry()
+	reg.MustRegister(monitor.NewClusterCollector(m.Status))
+	var err error
+	if c.HTTP.Listen != "" {
+		if ms.Page, err = monitor.Listen(c.HTTP.Listen, "[http] listen", monitor.MasterHandler(m.Status, reg)); err != nil {
+			return nil, err
+		}
+		log.Info().Str("url", ms.Page.URL()).Msg("status page")
+	}
+	if c.Metrics.Listen != "" {
+		if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, "[metrics] listen", monitor.MetricsHandler(reg)); err != nil {
+			ms.Close()
+			return nil, err
+		}
+		log.Info().Str("url", ms.Metrics.URL()+"/metrics").Msg("metrics")
+	}
+	return ms, nil
+}
+
+// startSlaveMonitors serves a slave process's /metrics as cfg asks.
+func (c *ClusterConfig) startSlaveMonitors(log zerolog.Logger) (*Monitors, error) {
+	ms := &Monitors{}
+	if c.Metrics.Listen == "" {
+		return ms, nil
+	}
+	var err error
+	if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, "[metrics] listen", monitor.MetricsHandler(monitor.NewRegistry())); err != nil {
+		return nil, err
+	}
+	log.Info().Str("url", ms.Metrics.URL()+"/metrics").Msg("metrics")
+	return ms, nil
+}
