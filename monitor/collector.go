@@ -15,9 +15,9 @@ type clusterCollector struct {
 	f   StatusFunc
 	now func() time.Time
 
-	tasks, slaves, slots, free, seen, up                 *prometheus.Desc
+	tasks, slaves, slots, free, seen, up                *prometheus.Desc
 	stage, fraction, epoch, epochs, samples, rate, loss *prometheus.Desc
-	scrapeErrors                                         prometheus.Counter
+	scrapeErrors                                        prometheus.Counter
 }
 
 // NewClusterCollector exports the cluster's tasks and slaves as the
@@ -99,4 +99,3 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.slaves, prometheus.GaugeValue, float64(alive), "alive")
 	ch <- prometheus.MustNewConstMetric(c.slaves, prometheus.GaugeValue, float64(dead), "dead")
 }
-
