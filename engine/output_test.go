@@ -2,8 +2,10 @@ package engine_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flexps/flexps/kvstore"
@@ -88,5 +90,37 @@ func TestOutputOfLargeHashPartitionedTable(t *testing.T) {
 	}
 	if !slices.Equal(s.Keys, []uint64{3, 99, 1 << 35, 1<<36 - 1}) || !slices.Equal(s.Vals, []float64{2, 4, 1, 3}) {
 		t.Fatalf("table s: keys %v vals %v", s.Keys, s.Vals)
+	}
+}
+
+// When the output cannot be written after training succeeded, the task
+// fails naming the output, and the model is kept in a file it names.
+func TestOutputFailureKeepsTheModel(t *testing.T) {
+	l := startLocal(t, 2, 2)
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(blocker, "model.bin") // its parent is a file
+	task := tasks.NewTask("lost").
+		AddTable(kvstore.TableSpec{Name: "w", Size: 1000, Partition: kvstore.HashPartition}).
+		AddTable(kvstore.TableSpec{Name: "s", Size: 1 << 36, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}).
+		SetStages(tasks.Stage{Name: "fill", Func: "test.keys", Workers: 2, Consistency: kvstore.Consistency{Kind: kvstore.ASP}})
+	task.Output, task.Kind = out, "test"
+	_, err := l.SubmitAndWait(context.Background(), task, nil)
+	if err == nil || !strings.Contains(err.Error(), out) {
+		t.Fatalf("err = %v, want one naming the output %s", err, out)
+	}
+	_, saved, ok := strings.Cut(err.Error(), "saved on the master at ")
+	if !ok {
+		t.Fatalf("err = %v, want the path of the kept model", err)
+	}
+	saved, _, _ = strings.Cut(saved, " instead")
+	t.Cleanup(func() { os.Remove(saved) })
+	m := readModel(t, saved)
+	w, ok := m.Table("w")
+	if !ok || len(w.Vals) != 1000 || w.Vals[999] != 999.0/4 {
+		t.Fatalf("kept model: table w found %v", ok)
 	}
 }

@@ -292,7 +292,7 @@ func (c *Client) hostOf(tail string, p *pending) string {
 		}
 	}
 	if p != nil && strings.HasPrefix(tail, "g") {
-		if _, idx, ok := strings.Cut(tail, "."); ok {
+		if seq, idx, ok := strings.Cut(tail[1:], "."); ok && seq == strconv.FormatUint(p.seq, 10) {
 			if i, err := strconv.Atoi(idx); err == nil && i >= 0 && i < len(p.host) {
 				return p.host[i]
 			}

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -43,17 +44,51 @@ func (t *taskRun) writeOutput() error {
 		}
 		model.Tables = append(model.Tables, tasks.ModelTable{Spec: tc.Spec(), Keys: keys, Vals: vals})
 	}
-	w, err := m.sources.Create(t.ctx, t.spec.Output)
+	if err := t.saveModel(model); err != nil {
+		// Training succeeded and the shards are about to be dropped: keep
+		// the model on the master rather than lose it.
+		saved, ferr := saveFallback(model, t.spec.ID)
+		if ferr != nil {
+			return fmt.Errorf("%w (no fallback copy either: %v)", err, ferr)
+		}
+		m.log.Error().Err(err).Str("task", t.spec.ID).Str("saved", saved).Msg("model not written to the output; saved on the master instead")
+		return fmt.Errorf("%w; the trained model was saved on the master at %s instead", err, saved)
+	}
+	m.log.Info().Str("task", t.spec.ID).Str("path", t.spec.Output).Msg("model written")
+	return nil
+}
+
+// saveModel writes the model to the task's output path, atomically.
+func (t *taskRun) saveModel(model *tasks.Model) error {
+	w, err := t.m.sources.Create(t.ctx, t.spec.Output)
 	if err != nil {
-		return fmt.Errorf("output: %w", err)
+		return fmt.Errorf("output %s: %w", t.spec.Output, err)
 	}
 	if _, err := model.WriteTo(w); err != nil {
 		datastore.Abort(w)
 		return fmt.Errorf("output %s: %w", t.spec.Output, err)
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("output: %w", err)
+		return fmt.Errorf("output %s: %w", t.spec.Output, err)
 	}
-	m.log.Info().Str("task", t.spec.ID).Str("path", t.spec.Output).Msg("model written")
 	return nil
+}
+
+// saveFallback writes the model to a new file in the master's temporary
+// directory and returns its path.
+func saveFallback(model *tasks.Model, task string) (string, error) {
+	f, err := os.CreateTemp("", "flexps-"+task+"-*.model")
+	if err != nil {
+		return "", err
+	}
+	if _, err := model.WriteTo(f); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
