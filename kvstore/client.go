@@ -117,6 +117,24 @@ func (c *Client) Clock() error {
 	return c.sendAll(OpClock)
 }
 
+// ClockTo moves the worker's clock forward to clock (a lower value is
+// ignored) and tells every shard host, as Clock does for one step. A
+// worker entering a stage barrier jumps to the barrier's clock, so that
+// while it waits it holds back no worker still on its way there.
+func (c *Client) ClockTo(clock int64) error {
+	if c.err != nil {
+		return c.err
+	}
+	if clock <= c.clock {
+		return nil
+	}
+	c.clock = clock
+	if !c.gated() {
+		return nil
+	}
+	return c.sendAll(OpClock)
+}
+
 // Finish tells every shard host that this worker is done with the stage
 // (it no longer holds anyone back) after all its Adds are applied.
 func (c *Client) Finish() error {

@@ -171,12 +171,27 @@ func (w *worker) Clock() error {
 // (one-slave stages write to shared memory directly), then the master
 // releases the barrier once every worker of the stage arrived.
 func (w *worker) Barrier() error {
+	w.barriers++
+	// Workers reach a barrier after different numbers of iterations (they
+	// pull their blocks), so under BSP/SSP one waiting here at clock c
+	// would hold back another still at a lower clock, which then never
+	// arrives. Entering barrier n jumps the clock to n<<40, past any
+	// iteration count before it: a waiting worker holds nobody back, and
+	// after the barrier everyone counts on from the same clock.
+	barrierClock := int64(w.barriers) << 40
 	if w.local == nil {
+		if err := w.client.ClockTo(barrierClock); err != nil {
+			return err
+		}
 		if err := w.client.Flush(); err != nil {
 			return err
 		}
+	} else if w.localClock < barrierClock {
+		w.localClock = barrierClock
+		if g := w.local.gate; g != nil {
+			g.Advance(w.rank, w.localClock)
+		}
 	}
-	w.barriers++
 	req, err := json.Marshal(proto.BarrierRequest{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seq: w.barriers})
 	if err != nil {
 		return err

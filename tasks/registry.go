@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/flexps/flexps/kvstore"
 )
 
 // StageFunc is the code a worker runs. It returns when the worker's share
@@ -25,6 +27,33 @@ func Register(name string, fn StageFunc) {
 		panic(fmt.Sprintf("tasks: stage function %q registered twice", name))
 	}
 	registry.m[name] = fn
+}
+
+// TablesFunc returns the tables a stage needs besides those the task
+// declares (an intercept, feature statistics), given the stage and the
+// declared tables. Tables already declared under a returned name are kept
+// as declared.
+type TablesFunc func(stage Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
+
+var tableHooks = struct {
+	sync.RWMutex
+	m map[string]TablesFunc
+}{m: map[string]TablesFunc{}}
+
+// RegisterTables makes Normalize add the tables fn returns to every task
+// with a stage of function name, so a user declares only the model's own
+// tables and the algorithm adds its helpers.
+func RegisterTables(name string, fn TablesFunc) {
+	tableHooks.Lock()
+	defer tableHooks.Unlock()
+	tableHooks.m[name] = fn
+}
+
+func lookupTables(name string) (TablesFunc, bool) {
+	tableHooks.RLock()
+	defer tableHooks.RUnlock()
+	fn, ok := tableHooks.m[name]
+	return fn, ok
 }
 
 // Lookup finds a registered stage function.

@@ -170,6 +170,28 @@ func (t *MultiStageTask) Normalize() {
 			s.Cache = "none"
 		}
 	}
+	// Tables the stages' algorithms add (after the stage defaults, which
+	// the hooks may read).
+	for _, s := range t.Stages {
+		fn, ok := lookupTables(s.Func)
+		if !ok {
+			continue
+		}
+		for _, spec := range fn(s, t.Tables) {
+			if !t.hasTable(spec.Name) {
+				t.Tables = append(t.Tables, spec.WithDefaults())
+			}
+		}
+	}
+}
+
+func (t *MultiStageTask) hasTable(name string) bool {
+	for _, s := range t.Tables {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate reports the first problem, naming the stage and the field,

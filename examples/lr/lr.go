@@ -4,9 +4,32 @@
 // -lr * gradient (one Add) and ends the iteration (Clock), so any
 // consistency model and worker kind applies. Labels > 0 are positive.
 //
+// Real features come in very different magnitudes (frequencies in [0, 1]
+// next to counts in the thousands), and plain SGD on them fails. So, like
+// Spark MLlib's LogisticRegression, lr.sgd scales features and fits an
+// intercept by default:
+//
+//   - standardize: a first pass over the training data (every worker its
+//     share, summed into the table "<w>.scale") measures each feature's
+//     root mean square over the records where it is non-zero; training
+//     divides each value by it. Zeros stay zeros (no centering), so sparse
+//     data stays sparse, and a binary feature keeps the value 1 however
+//     rare it is. At the end of the stage the weights are divided by the
+//     scales, so the saved model works on raw data; a later lr.sgd stage
+//     on the same table reuses the statistics. Dense tables only (a
+//     hashed, sparse feature space is not scaled).
+//   - intercept: a bias term in the table "<w>.bias" (not regularized).
+//
+// Both tables are added to the task automatically (tasks.RegisterTables).
+// The last epoch's test figures are measured after a barrier, on the
+// weights as saved, so they equal what `flexps eval` reports for the
+// model. A non-finite loss or gradient stops the stage with an error
+// naming the epoch and the learning rate, and no model is written.
+//
 // Stage functions registered here:
 //
 //	lr.sgd   params: epochs (5), batch (100), lr (0.5), l2 (0), decay (0: lr/(1+decay*epoch)),
+//	         standardize (true for dense tables), intercept (true),
 //	         table ("w"), train ("train"), test ("test", optional input)
 package lr
 
@@ -17,23 +40,53 @@ import (
 	"slices"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
 func init() {
 	tasks.Register("lr.sgd", SGD)
+	tasks.RegisterTables("lr.sgd", Tables)
+}
+
+// BiasTable and ScaleTable name the tables lr.sgd adds for weight table w.
+func BiasTable(w string) string  { return w + ".bias" }
+func ScaleTable(w string) string { return w + ".scale" }
+
+// Tables is lr.sgd's tasks.TablesFunc: the intercept and scale tables the
+// stage's parameters ask for.
+func Tables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
+	name := st.Params.String("table", "w")
+	for _, w := range declared {
+		if w.Name != name {
+			continue
+		}
+		var out []kvstore.TableSpec
+		if st.Params.Bool("intercept", true) {
+			out = append(out, kvstore.TableSpec{Name: BiasTable(name), Size: 1})
+		}
+		if st.Params.Bool("standardize", w.WithDefaults().Storage == kvstore.Dense) {
+			// Per feature: sum of squares and count of non-zero values;
+			// key Size marks statistics as gathered.
+			out = append(out, kvstore.TableSpec{Name: ScaleTable(name), Size: w.Size + 1, Width: 2, Partition: w.Partition})
+		}
+		return out
+	}
+	return nil
 }
 
 // Config is lr.sgd's parameters.
 type Config struct {
-	Epochs int
-	Batch  int
-	LR     float64
-	L2     float64
-	Decay  float64
-	Table  string
-	Train  string
-	Test   string
+	Epochs      int
+	Batch       int
+	LR          float64
+	L2          float64
+	Decay       float64
+	Standardize bool
+	Intercept   bool
+	Table       string
+	Train       string
+	Test        string
 }
 
 // ConfigFrom reads and checks the stage parameters.
@@ -41,8 +94,16 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
 		return Config{}, err
 	}
+	for _, k := range []string{"standardize", "intercept"} {
+		if v, ok := p[k]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return Config{}, fmt.Errorf("lr: param %q: want true or false, got %v", k, v)
+			}
+		}
+	}
 	c := Config{Epochs: p.Int("epochs", 5), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5), L2: p.Float("l2", 0),
-		Decay: p.Float("decay", 0), Table: p.String("table", "w"), Train: p.String("train", "train"), Test: p.String("test", "test")}
+		Decay: p.Float("decay", 0), Intercept: p.Bool("intercept", true),
+		Table: p.String("table", "w"), Train: p.String("train", "train"), Test: p.String("test", "test")}
 	switch {
 	case c.Epochs < 1:
 		return c, fmt.Errorf("lr: epochs must be >= 1, got %d", c.Epochs)
@@ -56,6 +117,11 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	return c, nil
 }
 
+// divergedLoss is the mean log-loss of an epoch taken as divergence: the
+// model gives the true label a probability below e^-1000 on average, which
+// no training that converges passes through.
+const divergedLoss = 1000
+
 // SGD is the lr.sgd stage function.
 func SGD(info *tasks.Info) error {
 	cfg, err := ConfigFrom(info.Params)
@@ -66,6 +132,10 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
+	cfg.Standardize = info.Params.Bool("standardize", w.Spec().Storage == kvstore.Dense)
+	if cfg.Standardize && w.Spec().Storage != kvstore.Dense {
+		return fmt.Errorf("lr: standardize needs a dense table; table %q is %s (set standardize = false)", cfg.Table, w.Spec().Storage)
+	}
 	train, err := info.Input(cfg.Train)
 	if err != nil {
 		return err
@@ -73,6 +143,25 @@ func SGD(info *tasks.Info) error {
 	test, _ := info.Input(cfg.Test) // optional
 	m := NewMiniBatch(w)
 	m.SortKeys = info.WorkerKind == tasks.KindLocal
+	if cfg.Intercept {
+		if m.bias, err = info.Table(BiasTable(cfg.Table)); err != nil {
+			return fmt.Errorf("lr: intercept: %w (the task adds it when lr.sgd is registered; or set intercept = false)", err)
+		}
+	}
+	if cfg.Standardize {
+		st, err := info.Table(ScaleTable(cfg.Table))
+		if err != nil {
+			return fmt.Errorf("lr: standardize: %w (or set standardize = false)", err)
+		}
+		if m.scale, err = prepareScale(info, st, w.Spec().Size, train); err != nil {
+			return err
+		}
+		// The table holds raw-space weights between stages; train on
+		// scaled features with scaled weights.
+		if err := rescale(info, w, m.scale, true); err != nil {
+			return err
+		}
+	}
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
@@ -81,6 +170,9 @@ func SGD(info *tasks.Info) error {
 			if err != nil {
 				return err
 			}
+			if math.IsNaN(bs.LossSum) || math.IsInf(bs.LossSum, 0) || !m.finite {
+				return fmt.Errorf("lr.sgd: stage %q epoch %d: the training loss became %v: the learning rate (lr = %g) is likely too large", info.StageName, epoch, bs.LossSum/float64(bs.N), lr)
+			}
 			st.Add(bs)
 			info.Report(int64(hi-lo), bs.LossSum)
 			return info.Clock()
@@ -88,7 +180,23 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return err
 		}
+		if st.N > 0 && st.LossSum/float64(st.N) > divergedLoss {
+			return fmt.Errorf("lr.sgd: stage %q epoch %d: mean training loss %.3g: training diverged; the learning rate (lr = %g) is likely too large", info.StageName, epoch, st.LossSum/float64(st.N), lr)
+		}
 		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)}
+		if epoch == cfg.Epochs {
+			// The last epoch's test figures are the saved model's: every
+			// worker's last Add applied, the weights back in raw space.
+			if err := info.Barrier(); err != nil {
+				return err
+			}
+			if m.scale != nil {
+				if err := rescale(info, w, m.scale, false); err != nil {
+					return err
+				}
+				m.scale = nil
+			}
+		}
 		if test != nil {
 			var ts Stats
 			err := tasks.EachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
@@ -127,7 +235,14 @@ type Table interface {
 // array for moderate dimensions, a map beyond).
 type MiniBatch struct {
 	t     Table
-	keys  []uint64
+	bias  Table   // intercept (one key), nil without
+	b     float64 // the intercept read with the batch
+	scale *scaler // feature scales, nil when training on raw values
+	inv   []float64
+	// finite is false once a batch produced a non-finite update (which
+	// was then not sent).
+	finite bool
+	keys   []uint64
 	w     []float64
 	grad  []float64
 	pos   []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
@@ -145,7 +260,7 @@ func NewMiniBatch(t Table) *MiniBatch {
 	if sp, ok := t.(tasks.Table); ok {
 		size = sp.Spec().Size
 	}
-	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size)}
+	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size), finite: true}
 }
 
 // gather collects the distinct keys of records lo..hi and reads their
@@ -178,8 +293,27 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 		}
 	}
 	m.w = grow(m.w, len(m.keys))
-	return m.t.Get(m.keys, m.w)
+	if err := m.t.Get(m.keys, m.w); err != nil {
+		return err
+	}
+	if m.scale != nil {
+		m.inv = grow(m.inv, len(m.keys))
+		if err := m.scale.lookup(m.keys, m.inv); err != nil {
+			return err
+		}
+	}
+	m.b = 0
+	if m.bias != nil {
+		var b [1]float64
+		if err := m.bias.Get(biasKey, b[:]); err != nil {
+			return err
+		}
+		m.b = b[0]
+	}
+	return nil
 }
+
+var biasKey = []uint64{0}
 
 func grow(s []float64, n int) []float64 {
 	if cap(s) < n {
@@ -209,10 +343,18 @@ func LogLoss(z float64, y float64) float64 {
 	return -z + math.Log1p(math.Exp(z))
 }
 
-// margin is w.x of the record whose features are r's [a, b).
+// margin is b + w.x of the record whose features are r's [a, b), with x
+// scaled when the batch has scales.
 func (m *MiniBatch) margin(a int, vals []float64) float64 {
-	z := 0.0
+	z := m.b
 	pos := m.pos[a-m.base:]
+	if m.scale != nil {
+		for j, v := range vals {
+			p := pos[j]
+			z += m.w[p] * v * m.inv[p]
+		}
+		return z
+	}
 	for j, v := range vals {
 		z += m.w[pos[j]] * v
 	}
@@ -228,6 +370,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	m.grad = grow(m.grad, len(m.keys))
 	clear(m.grad)
 	var st Stats
+	gsum := 0.0
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
 		vals := r.Vals[a:b]
@@ -242,14 +385,32 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 			st.Correct++
 		}
 		g := Sigmoid(z) - y
+		gsum += g
 		pos := m.pos[a-m.base:]
-		for j, v := range vals {
-			m.grad[pos[j]] += g * v
+		if m.scale != nil {
+			for j, v := range vals {
+				m.grad[pos[j]] += g * v * m.inv[pos[j]]
+			}
+		} else {
+			for j, v := range vals {
+				m.grad[pos[j]] += g * v
+			}
 		}
 	}
 	scale := -lr / float64(hi-lo)
+	check := scale * gsum
 	for i := range m.grad {
 		m.grad[i] = scale*m.grad[i] - lr*l2*m.w[i]
+		check += m.grad[i]
+	}
+	if math.IsNaN(check) || math.IsInf(check, 0) {
+		m.finite = false // not sent: the caller stops the stage
+		return st, nil
+	}
+	if m.bias != nil {
+		if err := m.bias.Add(biasKey, []float64{scale * gsum}); err != nil {
+			return st, err
+		}
 	}
 	return st, m.t.Add(m.keys, m.grad)
 }
@@ -280,17 +441,24 @@ func init() {
 	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Eval: EvalModel})
 }
 
-// EvalModel scores a saved LR model (table "w") on records.
+// EvalModel scores a saved LR model (table "w", and its intercept "w.bias"
+// when the model has one) on records.
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
 	t, ok := model.Table("w")
 	if !ok {
 		return nil, errors.New("lr model has no table \"w\"")
 	}
 	w := t.DenseValues()
+	b := 0.0
+	if bt, ok := model.Table(BiasTable("w")); ok {
+		if v := bt.DenseValues(); len(v) > 0 {
+			b = v[0]
+		}
+	}
 	var st Stats
 	for i := 0; i < data.Len(); i++ {
 		label, keys, vals := data.Row(i)
-		z := 0.0
+		z := b
 		for j, k := range keys {
 			if k < uint64(len(w)) {
 				z += w[k] * vals[j]

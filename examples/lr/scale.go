@@ -1,0 +1,172 @@
+package lr
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// scaler gives each feature's 1/scale: loaded whole for moderate
+// dimensions, else read with each batch.
+type scaler struct {
+	inv []float64 // 1/scale per key, when loaded whole
+	t   tasks.Table
+	buf []float64
+}
+
+// maxLoadedScales bounds the scales a worker keeps in memory (32 MiB).
+const maxLoadedScales = 1 << 22
+
+// chunkKeys is how many keys one statistics or rescaling request carries.
+const chunkKeys = 1 << 16
+
+// invScale is 1 / (root mean square of a feature's non-zero values), 1 for
+// a feature never seen non-zero.
+func invScale(sumSq, n float64) float64 {
+	if n <= 0 || !(sumSq > 0) {
+		return 1
+	}
+	return 1 / math.Sqrt(sumSq/n)
+}
+
+func (s *scaler) lookup(keys []uint64, out []float64) error {
+	if s.inv != nil {
+		for i, k := range keys {
+			out[i] = s.inv[k]
+		}
+		return nil
+	}
+	s.buf = grow(s.buf, 2*len(keys))
+	if err := s.t.Get(keys, s.buf); err != nil {
+		return err
+	}
+	for i := range keys {
+		out[i] = invScale(s.buf[2*i], s.buf[2*i+1])
+	}
+	return nil
+}
+
+// prepareScale gathers the feature statistics into st (size keys, width
+// 2: sum of squares and count of non-zero values; key size marks them as
+// gathered) unless an earlier stage did, and returns the scaler.
+func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Input) (*scaler, error) {
+	marker := make([]float64, 2)
+	if err := st.Get([]uint64{size}, marker); err != nil {
+		return nil, err
+	}
+	// Every worker has read the marker before anyone sets it.
+	if err := info.Barrier(); err != nil {
+		return nil, err
+	}
+	if marker[0] == 0 {
+		acc := map[uint64]*[2]float64{}
+		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
+			for j, k := range r.Keys {
+				if k >= size {
+					return fmt.Errorf("lr: feature key %d is outside the table (size %d)", k, size)
+				}
+				v := r.Vals[j]
+				if v == 0 {
+					continue
+				}
+				a := acc[k]
+				if a == nil {
+					a = new([2]float64)
+					acc[k] = a
+				}
+				a[0] += v * v
+				a[1]++
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("lr: feature statistics: %w", err)
+		}
+		keys := make([]uint64, 0, len(acc))
+		for k := range acc {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+		vals := make([]float64, 0, 2*min(len(keys), chunkKeys))
+		for lo := 0; lo < len(keys); lo += chunkKeys {
+			ks := keys[lo:min(lo+chunkKeys, len(keys))]
+			vals = vals[:0]
+			for _, k := range ks {
+				vals = append(vals, acc[k][0], acc[k][1])
+			}
+			if err := st.Add(ks, vals); err != nil {
+				return nil, err
+			}
+		}
+		if err := info.Barrier(); err != nil {
+			return nil, err
+		}
+		if info.Rank == 0 {
+			if err := st.Add([]uint64{size}, []float64{1, 0}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sc := &scaler{t: st}
+	if size <= maxLoadedScales {
+		sc.inv = make([]float64, size)
+		keys := make([]uint64, 0, chunkKeys)
+		buf := make([]float64, 2*chunkKeys)
+		for lo := uint64(0); lo < size; lo += chunkKeys {
+			keys = keys[:0]
+			for k := lo; k < min(lo+chunkKeys, size); k++ {
+				keys = append(keys, k)
+			}
+			if err := st.Get(keys, buf[:2*len(keys)]); err != nil {
+				return nil, err
+			}
+			for i, k := range keys {
+				sc.inv[k] = invScale(buf[2*i], buf[2*i+1])
+			}
+		}
+	}
+	return sc, nil
+}
+
+// rescale turns the weights of this worker's share of the keys from raw to
+// scaled space (w * scale) or back (w / scale), then waits for every
+// worker: the table holds raw-space weights between stages, so the saved
+// model scores raw data.
+func rescale(info *tasks.Info, w tasks.Table, sc *scaler, toScaled bool) error {
+	if err := info.Barrier(); err != nil { // training Adds applied everywhere
+		return err
+	}
+	size := w.Spec().Size
+	n := uint64(info.Workers)
+	lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
+	keys := make([]uint64, 0, chunkKeys)
+	vals := make([]float64, chunkKeys)
+	inv := make([]float64, chunkKeys)
+	for first := lo; first < hi; first += chunkKeys {
+		keys = keys[:0]
+		for k := first; k < min(first+chunkKeys, hi); k++ {
+			keys = append(keys, k)
+		}
+		v, iv := vals[:len(keys)], inv[:len(keys)]
+		if err := w.Get(keys, v); err != nil {
+			return err
+		}
+		if err := sc.lookup(keys, iv); err != nil {
+			return err
+		}
+		for i := range v {
+			if toScaled {
+				v[i] = v[i]/iv[i] - v[i] // w * scale - w
+			} else {
+				v[i] = v[i]*iv[i] - v[i] // w / scale - w
+			}
+		}
+		if err := w.Add(keys, v); err != nil {
+			return err
+		}
+	}
+	return info.Barrier()
+}
