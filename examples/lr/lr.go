@@ -243,11 +243,11 @@ type MiniBatch struct {
 	// was then not sent).
 	finite bool
 	keys   []uint64
-	w     []float64
-	grad  []float64
-	pos   []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
-	base  int     // r.Offsets[lo] of the current batch
-	index *tasks.KeyIndex
+	w      []float64
+	grad   []float64
+	pos    []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
+	base   int     // r.Offsets[lo] of the current batch
+	index  *tasks.KeyIndex
 	// SortKeys sorts each batch's keys before the Get: chunk-locked local
 	// tables then take each chunk lock once without sorting twice per
 	// batch themselves.
