@@ -30,7 +30,7 @@ type Config struct {
 	BlockSize      int64         // bytes per block of local files; default 8 MiB
 	HDFS           datastore.HDFSConfig
 	Log            zerolog.Logger
-	Now            func() time.Time // injected clock for the failure detector; default time.Now
+	Now            func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
 func (c *Config) defaults() error {

@@ -139,6 +139,7 @@ func (m *Master) detect() {
 			dead := m.det.Tick(m.cfg.Now())
 			var fail []*taskRun
 			var errs []error
+			var deadIDs []string
 			for _, id := range dead {
 				s := m.slaves[id]
 				s.alive = false
@@ -148,6 +149,7 @@ func (m *Master) detect() {
 					if tr.uses(id) {
 						fail = append(fail, tr)
 						errs = append(errs, err)
+						deadIDs = append(deadIDs, id)
 					}
 				}
 			}
@@ -156,7 +158,7 @@ func (m *Master) detect() {
 			}
 			m.mu.Unlock()
 			for i, tr := range fail {
-				tr.fail(errs[i])
+				tr.slaveDead(deadIDs[i], errs[i])
 			}
 		}
 	}
@@ -309,7 +311,7 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	}
 	m.seq++
 	if spec.ID == "" {
-		spec.ID = fmt.Sprintf("t%d-%d", time.Now().Unix()%100000, m.seq)
+		spec.ID = fmt.Sprintf("t%d-%d", m.cfg.Now().Unix()%100000, m.seq)
 	} else if _, dup := m.tasks[spec.ID]; dup {
 		return "", fmt.Errorf("a task with id %q exists", spec.ID)
 	}
@@ -317,6 +319,15 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	tr.seq = m.seq
 	m.tasks[spec.ID] = tr
 	m.order = append(m.order, spec.ID)
+	if st := &spec.Stages[0]; !st.Auto {
+		// Queue the first stage now, under the same lock that ordered the
+		// submission: the scheduler sees tasks in submission order however
+		// their goroutines are scheduled. A request that cannot fit is left
+		// to the task's goroutine, which fails the task with the reason.
+		if grant, err := m.requestLocked(tr.slotRequest(0, st, st.Workers, st.Slaves)); err == nil {
+			tr.first = grant
+		}
+	}
 	m.wg.Add(1)
 	go tr.run()
 	m.log.Info().Str("task", spec.ID).Str("name", spec.Name).Int("stages", len(spec.Stages)).Msg("task submitted")
@@ -434,6 +445,10 @@ func (m *Master) onBlock(msg *nats.Msg) {
 func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.requestLocked(r)
+}
+
+func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment, error) {
 	cluster := m.schedSlavesLocked()
 	if !scheduler.Fits(r, cluster) {
 		total := 0
