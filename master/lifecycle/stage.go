@@ -427,3 +427,12 @@ func (s *Stage) closeBarriers() []Action {
 	}
 	return []Action{ReleaseBarrier{Waiters: w, Err: fmt.Sprintf("stage %d (%s) ended before every worker reached the barrier", s.cfg.Stage, s.cfg.Name)}}
 }
+
+// Waiting is how many workers wait at a barrier.
+func (s *Stage) Waiting() int {
+	n := 0
+	for _, w := range s.barriers {
+		n += len(w)
+	}
+	return n
+}
