@@ -94,7 +94,11 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	t.stepWith(lifecycle.Begin{Now: m.cfg.Now()}, start, stop)
 	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
 
-	fin := t.awaitStage(start, stop)
+	keys := make([]assignKey, 0, len(inputs))
+	for _, in := range inputs {
+		keys = append(keys, assignKey{t.spec.ID, k, in})
+	}
+	fin := t.awaitStage(keys, start, stop)
 	if fin.Err != nil {
 		return fin.Result, false, fin.Err
 	}
@@ -118,7 +122,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 
 // awaitStage ticks the running stage's clock until it finishes; the end of
 // the task's context becomes a Cancel event.
-func (t *taskRun) awaitStage(start func(lifecycle.StartWorkers) error, stop func(lifecycle.StopWorkers) error) lifecycle.StageFinished {
+func (t *taskRun) awaitStage(inputs []assignKey, start func(lifecycle.StartWorkers) error, stop func(lifecycle.StopWorkers) error) lifecycle.StageFinished {
 	ticker := time.NewTicker(tickEvery)
 	defer ticker.Stop()
 	for {
@@ -131,7 +135,10 @@ func (t *taskRun) awaitStage(start func(lifecycle.StartWorkers) error, stop func
 			// and handed over its one StageFinished.
 			return <-t.stageEnd
 		case <-ticker.C:
-			t.stepWith(lifecycle.Tick{Now: t.m.cfg.Now()}, start, stop)
+			t.mu.Lock()
+			epoch := t.stage.Progress().Epoch
+			t.mu.Unlock()
+			t.stepWith(lifecycle.Tick{Now: t.m.cfg.Now(), Handed: t.m.handed(inputs, epoch)}, start, stop)
 		}
 	}
 }
@@ -156,11 +163,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 		return
 	}
 	acts := mach.Step(ev)
-	for _, a := range acts {
-		if p, ok := a.(lifecycle.Publish); ok {
-			t.status.Progress = p.Progress
-		}
-	}
+	t.status.Progress = mach.Progress()
 	t.mu.Unlock()
 
 	var starts []lifecycle.StartWorkers
@@ -212,4 +215,32 @@ func (t *taskRun) ctlErr(err error) error {
 // barrier hands a worker's barrier arrival to the running stage.
 func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
 	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: msg})
+}
+
+// handed is the share of the input blocks of pass epoch (the pass after
+// the last finished epoch, as workers count passes from 0) handed out so
+// far, averaged over the stage's inputs; 0 without inputs.
+func (m *Master) handed(inputs []assignKey, epoch int) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sum, n := 0.0, 0
+	for _, k := range inputs {
+		a := m.assigners[k]
+		if a == nil {
+			continue
+		}
+		st := a.Stats(epoch)
+		total := st.Remaining
+		for _, r := range st.PerRank {
+			total += r.Blocks
+		}
+		if total > 0 {
+			sum += 1 - float64(st.Remaining)/float64(total)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }

@@ -3,9 +3,7 @@ package proto
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,6 +27,15 @@ type wireWorkerEvent struct {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
+func allFinite(m map[string]float64) bool {
+	for _, v := range m {
+		if !finite(v) {
+			return false
+		}
+	}
+	return true
+}
+
 // MarshalJSON encodes ev, its non-finite numbers as strings.
 func (ev WorkerEvent) MarshalJSON() ([]byte, error) {
 	w := wireWorkerEvent{plainWorkerEvent: plainWorkerEvent(ev)}
@@ -44,7 +51,7 @@ func (ev WorkerEvent) MarshalJSON() ([]byte, error) {
 	}
 	w.LossSum = put("loss_sum", w.LossSum)
 	w.Seconds = put("seconds", w.Seconds)
-	if slices.ContainsFunc(slices.Collect(maps.Values(ev.Metrics)), func(v float64) bool { return !finite(v) }) {
+	if !allFinite(ev.Metrics) {
 		// A copy: the caller's map stays as it was.
 		w.Metrics = make(map[string]float64, len(ev.Metrics))
 		for k, v := range ev.Metrics {

@@ -67,8 +67,13 @@ type BarrierArrived struct {
 }
 
 // Tick is the clock: progress is published and trial deadlines are checked
-// against Now.
-type Tick struct{ Now time.Time }
+// against Now. Handed is the share of the current epoch's input blocks
+// already handed out to workers (0 when unknown); it refines the done
+// fraction between epoch reports.
+type Tick struct {
+	Now    time.Time
+	Handed float64
+}
 
 // Cancel ends the stage with Err as it is (the user cancelled, the master
 // shuts down, the task failed elsewhere).
@@ -124,8 +129,8 @@ type StartWorkers struct {
 type StopWorkers struct{ Slave string }
 
 // Publish sends a task event of Kind (status.EventStatus, EventProgress,
-// EventEpoch) to the task's followers after setting the task's progress
-// to Progress; Epoch is set for EventEpoch.
+// EventEpoch) to the task's followers; Progress is the stage's progress
+// it reports (Stage.Progress), Epoch is set for EventEpoch.
 type Publish struct {
 	Kind     string
 	Progress status.Progress

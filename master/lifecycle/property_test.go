@@ -55,7 +55,7 @@ func genEvent(t *rapid.T, cfg Config, now time.Time, waiter int) Event {
 	case 7:
 		return BarrierArrived{Stage: stage, Rank: rank, Seq: rapid.IntRange(0, 1).Draw(t, "seq"), Waiter: waiter}
 	case 8:
-		return Tick{Now: now}
+		return Tick{Now: now, Handed: rapid.Float64Range(0, 1.5).Draw(t, "handed")}
 	case 9:
 		return Cancel{Err: errors.New("cancelled")}
 	default:

@@ -284,7 +284,7 @@ func (s *Stage) workerEpoch(ev WorkerEpoch) []Action {
 	s.res.Epochs = append(s.res.Epochs, *e)
 	delete(s.epochs, ev.Epoch)
 	s.progress.Epoch = ev.Epoch
-	s.progress.Fraction = s.fraction()
+	s.progress.Fraction = max(s.progress.Fraction, s.fraction())
 	ep := *e
 	return []Action{Publish{Kind: status.EventEpoch, Progress: s.progress, Epoch: &ep}}
 }
@@ -359,6 +359,10 @@ func (s *Stage) tick(ev Tick) []Action {
 		return nil
 	}
 	s.observe(ev.Now)
+	if ev.Handed > 0 && s.cfg.Epochs > 0 {
+		// Never backwards: the share of a new epoch starts from zero.
+		s.progress.Fraction = max(s.progress.Fraction, min(1, (float64(s.progress.Epoch)+min(ev.Handed, 1))/float64(s.cfg.Epochs)))
+	}
 	var out []Action
 	if s.dirty && ev.Now.Sub(s.lastPublish) >= s.cfg.ProgressEvery {
 		el := ev.Now.Sub(s.started).Seconds()
