@@ -346,3 +346,29 @@ func TestFromWorker(t *testing.T) {
 		}
 	}
 }
+
+// A stage whose slots were granted but whose run did not begin yet (the
+// task was cancelled while its placement was being set up) ends at once
+// and never asks a slave to start.
+func TestCancelBeforeBegin(t *testing.T) {
+	s := New(twoSlaves())
+	for _, ev := range []Event{
+		WorkerDone{Stage: 1, Rank: 0, Slave: "s1"},
+		Tick{Now: at(time.Hour)},
+	} {
+		if acts := s.Step(ev); acts != nil {
+			t.Fatalf("%#v before Begin: %#v", ev, acts)
+		}
+	}
+	acts := s.Step(BarrierArrived{Stage: 1, Rank: 0, Waiter: "w"})
+	if len(acts) != 1 || acts[0].(ReleaseBarrier).Err == "" {
+		t.Fatalf("barrier before Begin: %#v, want an error answer", acts)
+	}
+	cause := errors.New("cancelled by the user")
+	if f := finished(t, s.Step(Cancel{Err: cause})); f.Err != cause {
+		t.Fatalf("error %v", f.Err)
+	}
+	if acts := s.Step(Begin{Now: t0}); acts != nil {
+		t.Fatalf("Begin after the end: %#v", acts)
+	}
+}
