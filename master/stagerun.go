@@ -92,7 +92,12 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStopStage, Task: t.spec.ID, Stage: k})
 	}
 	t.stepWith(lifecycle.Begin{Now: m.cfg.Now()}, start, stop)
-	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
+	t.mu.Lock()
+	phase := mach.Phase()
+	t.mu.Unlock()
+	if phase != lifecycle.Ended { // a stage that ended already says so below
+		m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
+	}
 
 	keys := make([]assignKey, 0, len(inputs))
 	for _, in := range inputs {
