@@ -378,14 +378,20 @@ func TestPoliciesSequentialVersusGreedy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
-			rep, err := l.Status(context.Background(), idb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := map[string]string{"sequential": status.Queued, "greedy": status.Running}[policy]
-			if got := rep.Tasks[0].State; got != want {
-				t.Fatalf("%s: second task is %s while the first runs, want %s", policy, got, want)
+			// Both stages were queued at submission, in submission order: a
+			// runs at once; b runs beside it (greedy) or waits for it
+			// (sequential). Poll, never sleep a guessed time.
+			waitState(t, l, ida, status.Running)
+			if policy == "greedy" {
+				waitState(t, l, idb, status.Running)
+			} else {
+				rep, err := l.Status(context.Background(), idb)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := rep.Tasks[0].State; got != status.Queued {
+					t.Fatalf("%s: second task is %s while the first runs, want %s", policy, got, status.Queued)
+				}
 			}
 			l.Cancel(context.Background(), ida)
 			if policy == "sequential" { // b starts once a has ended
@@ -404,6 +410,24 @@ func TestPoliciesSequentialVersusGreedy(t *testing.T) {
 			l.Cancel(context.Background(), idb)
 			l.Follow(context.Background(), idb, nil)
 		})
+	}
+}
+
+// waitState polls task id's status until it reaches state (5s deadline).
+func waitState(t *testing.T, l *engine.Local, id, state string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rep, err := l.Status(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.Tasks[0].State; got == state {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("task %s is %s, want %s", id, got, state)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -3,10 +3,15 @@
 // detector in master/membership), tasks are submitted over NATS, the
 // TaskScheduler policy (package scheduler) decides when and where each
 // stage runs, the FileAssigner (master/assign) hands input blocks to
-// workers as they ask, and each task's lifecycle is driven by one goroutine
-// that creates its tables, runs its stages one after another, collects
-// progress and epoch metrics from the workers, and writes the model.
-// The master runs no user code.
+// workers as they ask, and each task is driven by one goroutine that
+// creates its tables, runs its stages one after another and writes the
+// model. A stage's run is the pure state machine master/lifecycle.Stage:
+// this package only turns NATS messages (worker events, barrier arrivals),
+// timer ticks, cancellation and slave deaths into its events and carries
+// out its actions (start or stop workers on slaves, publish task events,
+// answer barrier waiters). Every timestamp comes from Config.Now. A task's
+// first stage is queued at submission, so policies see tasks in
+// submission order. The master runs no user code.
 package master
 
 import (
@@ -32,7 +37,7 @@ type Config struct {
 	HDFS           hdfs.Config
 	Paths          *datastore.PathPolicy // where tasks may read and write (nil: anywhere)
 	Log            zerolog.Logger
-	Now            func() time.Time // injected clock for the failure detector; default time.Now
+	Now            func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
 func (c *Config) defaults() error {

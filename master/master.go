@@ -140,6 +140,7 @@ func (m *Master) detect() {
 			dead := m.det.Tick(m.cfg.Now())
 			var fail []*taskRun
 			var errs []error
+			var deadIDs []string
 			for _, id := range dead {
 				s := m.slaves[id]
 				s.alive = false
@@ -149,6 +150,7 @@ func (m *Master) detect() {
 					if tr.uses(id) {
 						fail = append(fail, tr)
 						errs = append(errs, err)
+						deadIDs = append(deadIDs, id)
 					}
 				}
 			}
@@ -157,7 +159,7 @@ func (m *Master) detect() {
 			}
 			m.mu.Unlock()
 			for i, tr := range fail {
-				tr.fail(errs[i])
+				tr.slaveDead(deadIDs[i], errs[i])
 			}
 		}
 	}
@@ -310,7 +312,7 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	}
 	m.seq++
 	if spec.ID == "" {
-		spec.ID = fmt.Sprintf("t%d-%d", time.Now().Unix()%100000, m.seq)
+		spec.ID = fmt.Sprintf("t%d-%d", m.cfg.Now().Unix()%100000, m.seq)
 	} else if _, dup := m.tasks[spec.ID]; dup {
 		return "", fmt.Errorf("a task with id %q exists", spec.ID)
 	}
@@ -318,6 +320,15 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	tr.seq = m.seq
 	m.tasks[spec.ID] = tr
 	m.order = append(m.order, spec.ID)
+	if st := &spec.Stages[0]; !st.Auto {
+		// Queue the first stage now, under the same lock that ordered the
+		// submission: the scheduler sees tasks in submission order however
+		// their goroutines are scheduled. A request that cannot fit is left
+		// to the task's goroutine, which fails the task with the reason.
+		if grant, err := m.requestLocked(tr.slotRequest(0, st, st.Workers, st.Slaves)); err == nil {
+			tr.first = grant
+		}
+	}
 	m.wg.Add(1)
 	go tr.run()
 	m.log.Info().Str("task", spec.ID).Str("name", spec.Name).Int("stages", len(spec.Stages)).Msg("task submitted")
@@ -428,113 +439,6 @@ func (m *Master) onBlock(msg *nats.Msg) {
 	}
 	m.mu.Unlock()
 	m.reply(msg, out)
-}
-
-// request grants slots: it queues a stage and returns the channel on which
-// the scheduler's placement arrives.
-func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cluster := m.schedSlavesLocked()
-	if !scheduler.Fits(r, cluster) {
-		total := 0
-		for _, s := range cluster {
-			if s.Alive {
-				total += s.Total
-			}
-		}
-		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.det.Alive()), r.OneSlave)
-	}
-	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1)}
-	m.queue = append(m.queue, w)
-	m.scheduleLocked()
-	return w.grant, nil
-}
-
-// withdraw removes a stage's request if it is still queued.
-func (m *Master) withdraw(task string, stage int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i, w := range m.queue {
-		if w.req.Task == task && w.req.Stage == stage {
-			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			return
-		}
-	}
-}
-
-// release returns slots and lets the scheduler use them.
-func (m *Master) release(assign []scheduler.Assignment) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, a := range assign {
-		if s := m.slaves[a.Slave]; s != nil {
-			s.free += a.Workers
-			if s.free > s.Slots {
-				s.free = s.Slots
-			}
-		}
-	}
-	m.scheduleLocked()
-}
-
-func (m *Master) schedSlavesLocked() []scheduler.Slave {
-	out := make([]scheduler.Slave, 0, len(m.slaves))
-	for id, s := range m.slaves {
-		out = append(out, scheduler.Slave{ID: id, Free: s.free, Total: s.Slots, Alive: s.alive})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
-
-func (m *Master) scheduleLocked() {
-	if len(m.queue) == 0 {
-		return
-	}
-	// Policies see the queue in submission order (then stage order), not
-	// in the order the tasks' goroutines happened to ask.
-	sort.SliceStable(m.queue, func(i, j int) bool {
-		a, b := m.queue[i].req, m.queue[j].req
-		if sa, sb := m.tasks[a.Task].seq, m.tasks[b.Task].seq; sa != sb {
-			return sa < sb
-		}
-		return a.Stage < b.Stage
-	})
-	st := scheduler.State{Now: m.cfg.Now(), Slaves: m.schedSlavesLocked()}
-	for _, w := range m.queue {
-		st.Queue = append(st.Queue, w.req)
-	}
-	// A task is running from its first grant to its end, including the
-	// moments between its stages and while its model is written.
-	for _, id := range m.order {
-		if tr := m.tasks[id]; tr.active.Load() && !tr.isEnded() {
-			st.Running = append(st.Running, id)
-		}
-	}
-	for _, d := range m.policy.Schedule(st) {
-		for i, w := range m.queue {
-			if w.req.Task != d.Task || w.req.Stage != d.Stage {
-				continue
-			}
-			for _, a := range d.Assign {
-				m.slaves[a.Slave].free -= a.Workers
-			}
-			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			m.tasks[d.Task].active.Store(true)
-			w.grant <- d.Assign
-			break
-		}
-	}
-}
-
-// slotsOf is a live slave's total worker slots (0 if dead or unknown).
-func (m *Master) slotsOf(id string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s := m.slaves[id]; s != nil && s.alive {
-		return s.Slots
-	}
-	return 0
 }
 
 // aliveSlaves lists live slave ids, sorted.

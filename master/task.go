@@ -14,11 +14,10 @@ import (
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
-	"github.com/flexps/flexps/master/assign"
+	"github.com/flexps/flexps/master/lifecycle"
 	"github.com/flexps/flexps/scheduler"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
-	"github.com/nats-io/nats.go"
 )
 
 var errCancelled = errors.New("cancelled by the user")
@@ -44,67 +43,35 @@ type taskRun struct {
 	used    map[string]bool // every slave the task touched
 	holding map[string]int  // slots held now
 
-	// The running stage's barrier: workers waiting at barrier seq, answered
-	// once all barWorkers of stage barStage arrived.
-	barStage   int
-	barWorkers int // 0: no stage is running
-	barriers   map[int][]*nats.Msg
+	// The running stage's state machine (nil between stages) and where it
+	// hands its one StageFinished to the task's goroutine.
+	stage    *lifecycle.Stage
+	stageEnd chan lifecycle.StageFinished
+
+	// first is stage 0's slot request, queued at submission so the
+	// scheduler sees tasks in submission order (nil for auto stages).
+	first chan []scheduler.Assignment
 }
 
 func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datastore.Block) *taskRun {
 	ctx, cancel := context.WithCancelCause(m.ctx)
 	return &taskRun{
 		m: m, spec: spec, blocks: blocks, ctx: ctx, cancel: cancel,
-		events: make(chan proto.WorkerEvent, 4096), ended: make(chan struct{}),
-		used: map[string]bool{},
+		ended: make(chan struct{}),
+		used:  map[string]bool{},
 		status: status.Task{ID: spec.ID, Name: spec.Name, State: status.Queued, Stages: len(spec.Stages),
-			Priority: spec.Priority, Submitted: time.Now(), Output: spec.Output},
+			Priority: spec.Priority, Submitted: m.cfg.Now(), Output: spec.Output},
 	}
 }
 
-// openBarriers starts accepting barrier arrivals for stage k's workers.
-func (t *taskRun) openBarriers(k, workers int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.barStage, t.barWorkers, t.barriers = k, workers, map[int][]*nats.Msg{}
+// slaveDead fails the task: a slave it used died. The running stage hears
+// it as a lifecycle event (where failover will go); the context ends
+// whatever else the task waits for.
+func (t *taskRun) slaveDead(slave string, err error) {
+	t.step(lifecycle.SlaveDead{Slave: slave, Err: err})
+	t.cancel(err)
 }
 
-// closeBarriers answers every worker still waiting with why the stage
-// ended.
-func (t *taskRun) closeBarriers(why string) {
-	t.mu.Lock()
-	waiting := t.barriers
-	t.barWorkers, t.barriers = 0, nil
-	t.mu.Unlock()
-	for _, msgs := range waiting {
-		for _, msg := range msgs {
-			t.m.reply(msg, proto.CtlReply{Error: why})
-		}
-	}
-}
-
-// barrier records a worker's arrival and releases the barrier when the
-// last worker of the stage arrives.
-func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
-	t.mu.Lock()
-	if t.barWorkers == 0 || req.Stage != t.barStage {
-		t.mu.Unlock()
-		t.m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", req.Task, req.Stage)})
-		return
-	}
-	t.barriers[req.Seq] = append(t.barriers[req.Seq], msg)
-	var release []*nats.Msg
-	if len(t.barriers[req.Seq]) == t.barWorkers {
-		release = t.barriers[req.Seq]
-		delete(t.barriers, req.Seq)
-	}
-	t.mu.Unlock()
-	for _, m := range release {
-		t.m.reply(m, proto.CtlReply{OK: true})
-	}
-}
-
-func (t *taskRun) fail(err error)      { t.cancel(err) }
 func (t *taskRun) cancelRun(err error) { t.cancel(err) }
 
 func (t *taskRun) uses(slave string) bool {
@@ -139,19 +106,10 @@ func (t *taskRun) snapshot() status.Task {
 	return s
 }
 
-// event hands a worker's event to the task's goroutine. Progress may be
-// dropped under pressure; completion and errors are not.
+// event hands a worker's event to the running stage.
 func (t *taskRun) event(ev proto.WorkerEvent) {
-	if ev.Kind == proto.WorkerProgress {
-		select {
-		case t.events <- ev:
-		default:
-		}
-		return
-	}
-	select {
-	case t.events <- ev:
-	case <-t.ended:
+	if e := lifecycle.FromWorker(ev, t.m.cfg.Now()); e != nil {
+		t.step(e)
 	}
 }
 
@@ -185,7 +143,7 @@ func (t *taskRun) run() {
 	}
 	cancel()
 	t.mu.Lock()
-	t.status.Finished = time.Now()
+	t.status.Finished = t.m.cfg.Now()
 	t.holding = nil
 	switch {
 	case err == nil:
@@ -280,12 +238,14 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 		// hand-over is free.
 		pinned = []string{t.modelAt}
 	}
-	grant, err := t.m.request(scheduler.Request{
-		Task: t.spec.ID, Stage: k, Workers: workers, MaxSlaves: st.MaxSlaves, OneSlave: st.OneSlave(),
-		Pinned: pinned, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: time.Now(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
+	grant := t.first
+	t.first = nil
+	if k != 0 || grant == nil {
+		var err error
+		grant, err = t.m.request(t.slotRequest(k, st, workers, pinned))
+		if err != nil {
+			return nil, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
+		}
 	}
 	t.publish(status.EventStatus, nil)
 	var placement []scheduler.Assignment
@@ -307,10 +267,18 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 		t.used[a.Slave] = true
 	}
 	if t.status.State == status.Queued {
-		t.status.State, t.status.Started = status.Running, time.Now()
+		t.status.State, t.status.Started = status.Running, t.m.cfg.Now()
 	}
 	t.mu.Unlock()
 	return placement, nil
+}
+
+// slotRequest is stage k's request for workers slots.
+func (t *taskRun) slotRequest(k int, st *tasks.Stage, workers int, pinned []string) scheduler.Request {
+	return scheduler.Request{
+		Task: t.spec.ID, Stage: k, Workers: workers, MaxSlaves: st.MaxSlaves, OneSlave: st.OneSlave(),
+		Pinned: pinned, Priority: t.spec.Priority, Submitted: t.status.Submitted, Waiting: t.m.cfg.Now(),
+	}
 }
 
 func (t *taskRun) releaseSlots(placement []scheduler.Assignment) {
@@ -393,213 +361,4 @@ func (t *taskRun) placements() []kvstore.Placement {
 		out[i] = kvstore.Placement{Spec: spec, Hosts: t.hosts}
 	}
 	return out
-}
-
-// runStage runs stage k on placement to its end, or, with trial > 0, for
-// at most that long: then its workers are stopped and stopped is true.
-func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment, trial time.Duration) (res status.StageResult, stopped bool, err error) {
-	m := t.m
-	stageErr := func(err error) (status.StageResult, bool, error) {
-		return res, false, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
-	}
-	if t.hosts == nil {
-		t.mu.Lock()
-		t.hosts = m.aliveSlaves()
-		for _, h := range t.hosts {
-			t.used[h] = true
-		}
-		t.mu.Unlock()
-		if len(t.hosts) == 0 {
-			return stageErr(errors.New("no live slave to host the tables"))
-		}
-		if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
-			return stageErr(err)
-		}
-	}
-	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
-		Consistency: st.Consistency, Workers: workers}); err != nil {
-		return stageErr(err)
-	}
-	// Ranks go to slaves in placement order; the FileAssigner knows where
-	// each rank runs.
-	var ws []assign.Worker
-	ranks := map[string][]int{}
-	rank := 0
-	for _, a := range placement {
-		host := m.slaveHost(a.Slave)
-		for i := 0; i < a.Workers; i++ {
-			ranks[a.Slave] = append(ranks[a.Slave], rank)
-			ws = append(ws, assign.Worker{Rank: rank, Host: host})
-			rank++
-		}
-	}
-	inputs := st.Inputs
-	if len(inputs) == 0 {
-		for name := range t.spec.Inputs {
-			inputs = append(inputs, name)
-		}
-	}
-	for _, in := range inputs {
-		m.setAssigner(assignKey{t.spec.ID, k, in}, assign.New(t.blocks[in], ws))
-		defer m.setAssigner(assignKey{t.spec.ID, k, in}, nil)
-	}
-	// Direct model transfer between consecutive one-slave stages.
-	retain := t.spec.ModelTransfer == tasks.TransferDirect && st.OneSlave() && k+1 < len(t.spec.Stages) && t.spec.Stages[k+1].OneSlave()
-	from := ""
-	if st.OneSlave() {
-		from = t.modelAt
-	}
-	t.openBarriers(k, workers)
-	defer t.closeBarriers(fmt.Sprintf("stage %d (%s) ended before every worker reached the barrier", k, st.Name))
-	started := time.Now()
-	var errs []error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, a := range placement {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
-				Workers: workers, Ranks: ranks[a.Slave], Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
-				Retain: retain, TransferFrom: from})
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return stageErr(err)
-	}
-	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
-	t.publish(status.EventStatus, nil)
-
-	res = status.StageResult{Index: k, Name: st.Name, Func: st.Func, Workers: workers, Placement: map[string]int{}, Metrics: map[string]float64{}}
-	var trialEnd <-chan time.Time
-	if trial > 0 {
-		timer := time.NewTimer(trial)
-		defer timer.Stop()
-		trialEnd = timer.C
-	}
-	for _, a := range placement {
-		res.Placement[a.Slave] += a.Workers
-	}
-	epochs := map[int]*status.Epoch{}
-	var samples int64
-	var winLoss float64
-	var winSamples int64
-	ticker := time.NewTicker(500 * time.Millisecond)
-	defer ticker.Stop()
-	dirty := false
-	for done := 0; done < workers; {
-		select {
-		case <-t.ctx.Done():
-			return res, false, t.cause()
-		case <-trialEnd:
-			// Trial over: stop the workers, then count them out below.
-			stopped = true
-			res.Seconds = time.Since(started).Seconds()
-			res.Samples = samples
-			for _, a := range placement {
-				if err := m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStopStage, Task: t.spec.ID, Stage: k}); err != nil {
-					return stageErr(err)
-				}
-			}
-		case <-ticker.C:
-			if dirty {
-				el := time.Since(started).Seconds()
-				t.mu.Lock()
-				t.status.Progress.Samples = samples
-				if winSamples > 0 {
-					t.status.Progress.Loss = winLoss / float64(winSamples)
-				}
-				t.status.Progress.SamplesPerSec = float64(samples) / max(el, 1e-9)
-				t.mu.Unlock()
-				winLoss, winSamples, dirty = 0, 0, false
-				t.publish(status.EventProgress, nil)
-			}
-		case ev := <-t.events:
-			if ev.Stage != k {
-				continue
-			}
-			switch ev.Kind {
-			case proto.WorkerProgress:
-				samples += ev.Samples
-				winSamples += ev.Samples
-				winLoss += ev.LossSum
-				dirty = true
-			case proto.WorkerEpoch:
-				e := epochs[ev.Epoch]
-				if e == nil {
-					e = &status.Epoch{Stage: k, Epoch: ev.Epoch, Metrics: map[string]float64{}}
-					epochs[ev.Epoch] = e
-				}
-				e.Workers++
-				e.Seconds = max(e.Seconds, ev.Seconds)
-				for key, v := range ev.Metrics {
-					e.Metrics[key] += v
-				}
-				if e.Workers == workers {
-					res.Epochs = append(res.Epochs, *e)
-					delete(epochs, ev.Epoch)
-					t.mu.Lock()
-					t.status.Progress.Epoch = ev.Epoch
-					t.mu.Unlock()
-					t.publish(status.EventEpoch, e)
-				}
-			case proto.WorkerDone:
-				done++
-				res.WorkerSeconds += ev.Seconds
-				res.WorkerStats = append(res.WorkerStats, status.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
-					ReadBytes: int64(ev.Metrics[tasks.MetricReadBytes]), LocalBytes: int64(ev.Metrics[tasks.MetricReadLocalBytes]),
-					WaitSecs: ev.Metrics[tasks.MetricReadWaitSeconds], Blocks: int64(ev.Metrics[tasks.MetricReadBlocks]), Cached: int64(ev.Metrics[tasks.MetricReadCachedBlocks])})
-				for _, l := range ev.BadLines {
-					if len(res.BadLines) < 5 {
-						res.BadLines = append(res.BadLines, l)
-					}
-				}
-				for key, v := range ev.Metrics {
-					res.Metrics[key] += v
-				}
-			case proto.WorkerError:
-				if stopped {
-					done++ // stopped on purpose at the end of a trial
-					continue
-				}
-				return stageErr(fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Error))
-			}
-		}
-	}
-	// Epochs not every worker reported (workers may run different counts).
-	keys := make([]int, 0, len(epochs))
-	for e := range epochs {
-		keys = append(keys, e)
-	}
-	sort.Ints(keys)
-	for _, e := range keys {
-		res.Epochs = append(res.Epochs, *epochs[e])
-	}
-	sort.Slice(res.Epochs, func(i, j int) bool { return res.Epochs[i].Epoch < res.Epochs[j].Epoch })
-	if !stopped {
-		res.Seconds = time.Since(started).Seconds()
-		res.Samples = samples
-	}
-	sort.Slice(res.WorkerStats, func(i, j int) bool { return res.WorkerStats[i].Rank < res.WorkerStats[j].Rank })
-	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
-		return stageErr(err)
-	}
-	if stopped {
-		return res, true, nil
-	}
-	t.modelAt = ""
-	if retain {
-		t.modelAt = placement[0].Slave
-	}
-	if from != "" {
-		res.Note = fmt.Sprintf("model taken directly from slave %s (%.3fs)", from, res.Metrics[tasks.MetricModelLoadSeconds])
-	}
-	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Float64("seconds", res.Seconds).Int64("samples", samples).Msg("stage done")
-	return res, false, nil
 }

@@ -1,0 +1,406 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// These tests drive the real master over an embedded NATS server; the
+// slaves are scripted: they answer control requests as a slave would, and
+// the test publishes the worker events a slave's workers would.
+
+type harness struct {
+	t    *testing.T
+	nc   *nats.Conn
+	m    *Master
+	clk  *fakeClock
+	subj bus.Subjects
+}
+
+const deadAfter = 10 * time.Second
+
+func newHarness(t *testing.T, policy string) *harness {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	m, err := New(nc, Config{Cluster: "t", Heartbeat: 20 * time.Millisecond, DeadAfter: deadAfter, Policy: policy,
+		RequestTimeout: 5 * time.Second, Log: zerolog.Nop(), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return &harness{t: t, nc: nc, m: m, clk: clk, subj: bus.For("t")}
+}
+
+// scriptedSlave answers the master's control requests and records them.
+type scriptedSlave struct {
+	id     string
+	mu     sync.Mutex
+	ops    []string
+	refuse map[string]string // op -> error to answer
+	starts chan proto.SlaveCtl
+}
+
+func (h *harness) slave(id string, slots int, refuse map[string]string) *scriptedSlave {
+	h.t.Helper()
+	s := &scriptedSlave{id: id, refuse: refuse, starts: make(chan proto.SlaveCtl, 16)}
+	_, err := h.nc.Subscribe(h.subj.SlaveCtl(id), func(msg *nats.Msg) {
+		var req proto.SlaveCtl
+		rep := proto.CtlReply{OK: true}
+		if err := json.Unmarshal(msg.Data, &req); err != nil {
+			rep = proto.CtlReply{Error: err.Error()}
+		}
+		s.mu.Lock()
+		s.ops = append(s.ops, req.Op)
+		if why := s.refuse[req.Op]; why != "" {
+			rep = proto.CtlReply{Error: why}
+		}
+		s.mu.Unlock()
+		if req.Op == proto.OpStartWorkers && rep.OK {
+			s.starts <- req
+		}
+		data, _ := json.Marshal(rep)
+		if err := msg.Respond(data); err != nil {
+			h.t.Errorf("slave %s: %v", id, err)
+		}
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	data, _ := json.Marshal(proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7})
+	msg, err := h.nc.Request(h.subj.Join(), data, 5*time.Second)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var rep proto.JoinReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || !rep.OK {
+		h.t.Fatalf("join %s: %s %v", id, msg.Data, err)
+	}
+	return s
+}
+
+func (s *scriptedSlave) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ops)
+}
+
+func (h *harness) started(s *scriptedSlave) proto.SlaveCtl {
+	h.t.Helper()
+	select {
+	case req := <-s.starts:
+		return req
+	case <-time.After(5 * time.Second):
+		h.t.Fatalf("slave %s was never asked to start workers (ops %v)", s.id, s.seen())
+		return proto.SlaveCtl{}
+	}
+}
+
+func (h *harness) event(ev proto.WorkerEvent) {
+	h.t.Helper()
+	data, err := json.Marshal(ev)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.nc.Publish(h.subj.Event(), data); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) wait(id, what string, cond func(status.Task) bool) status.Task {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cl, err := h.m.Status(id)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if st := cl.Tasks[0]; cond(st) {
+			return st
+		} else if time.Now().After(deadline) {
+			h.t.Fatalf("task %s: %s: status %+v", id, what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) submit(task *tasks.MultiStageTask) string {
+	h.t.Helper()
+	id, err := h.m.Submit(context.Background(), task)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
+func (h *harness) cancel(id string) {
+	h.t.Helper()
+	data, _ := json.Marshal(proto.CancelRequest{ID: id})
+	msg, err := h.nc.Request(h.subj.Cancel(), data, 5*time.Second)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var rep proto.CtlReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || !rep.OK {
+		h.t.Fatalf("cancel %s: %s", id, msg.Data)
+	}
+}
+
+func oneStage(name string, workers int, params tasks.Params) *tasks.MultiStageTask {
+	return tasks.NewTask(name).SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: workers, Params: params})
+}
+
+func inState(state string) func(status.Task) bool {
+	return func(st status.Task) bool { return st.State == state }
+}
+
+func TestDriverStageRunsToDone(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 2, nil)
+	submitted := h.clk.Now()
+	id := h.submit(oneStage("lr", 2, tasks.Params{"epochs": 2}))
+	start := h.started(s)
+	if !reflect.DeepEqual(start.Ranks, []int{0, 1}) || start.Stage != 0 || start.Workers != 2 {
+		t.Fatalf("start request %+v", start)
+	}
+	h.wait(id, "running", inState(status.Running))
+	for r := range 2 {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerProgress, Samples: 10, LossSum: 5})
+	}
+	h.clk.Advance(time.Second) // the next tick publishes progress
+	st := h.wait(id, "progress folded", func(st status.Task) bool { return st.Progress.Samples == 20 })
+	if st.Progress.Loss != 0.5 || st.Progress.Epochs != 2 {
+		t.Fatalf("progress %+v, want loss 0.5 of 2 planned epochs", st.Progress)
+	}
+	for r := range 2 {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerEpoch, Epoch: 1, Metrics: map[string]float64{"loss": 1}})
+	}
+	h.wait(id, "epoch 1 of 2", func(st status.Task) bool { return st.Progress.Epoch == 1 && st.Progress.Fraction == 0.5 })
+	h.clk.Advance(time.Second)
+	for r := range 2 {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone, Seconds: 1.5})
+	}
+	st = h.wait(id, "done", inState(status.Done))
+	if len(st.Results) != 1 || st.Results[0].Samples != 20 || st.Results[0].WorkerSeconds != 3 || len(st.Results[0].Epochs) != 1 {
+		t.Fatalf("results %+v", st.Results)
+	}
+	if !st.Submitted.Equal(submitted) || !st.Started.Equal(submitted) || !st.Finished.Equal(submitted.Add(2*time.Second)) {
+		t.Fatalf("timestamps submitted %v started %v finished %v: want them from the injected clock", st.Submitted, st.Started, st.Finished)
+	}
+	if got := st.Results[0].Seconds; got != 2 {
+		t.Fatalf("stage seconds %v by the injected clock, want 2", got)
+	}
+	wantOps := []string{proto.OpCreateTables, proto.OpPrepareStage, proto.OpStartWorkers, proto.OpEndStage, proto.OpDropTask}
+	deadline := time.Now().Add(5 * time.Second)
+	for !reflect.DeepEqual(s.seen(), wantOps) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := s.seen(); !reflect.DeepEqual(got, wantOps) {
+		t.Fatalf("slave saw %v, want %v", got, wantOps)
+	}
+}
+
+func TestDriverNonFiniteLossFailsWithoutOutput(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 1, nil)
+	out := filepath.Join(t.TempDir(), "model.bin")
+	task := oneStage("lr", 1, nil)
+	task.Output = out
+	task.AddTable(kvstore.TableSpec{Name: "w", Size: 4})
+	// The model is read over the KV subject: nothing may ask for it.
+	var kv sync.Mutex
+	kvReqs := 0
+	if _, err := h.nc.Subscribe(h.subj.SlaveKV("s1"), func(*nats.Msg) { kv.Lock(); kvReqs++; kv.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	id := h.submit(task)
+	h.started(s)
+	h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: 0, Slave: "s1", Kind: proto.WorkerProgress, Epoch: 3, Samples: 5, LossSum: math.NaN()})
+	st := h.wait(id, "failed", inState(status.Failed))
+	for _, want := range []string{"task " + id, "stage 0 (train)", "epoch 3", "learning rate"} {
+		if !strings.Contains(st.Reason, want) {
+			t.Fatalf("reason %q does not name %q", st.Reason, want)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("output of a failed stage: stat %v", err)
+	}
+	kv.Lock()
+	defer kv.Unlock()
+	if kvReqs != 0 {
+		t.Fatalf("%d KV requests after the stage failed: the master read the model", kvReqs)
+	}
+}
+
+func TestDriverWorkerFailure(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 2, nil)
+	id := h.submit(oneStage("lr", 2, nil))
+	h.started(s)
+	h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: 0, Slave: "s1", Kind: proto.WorkerDone})
+	h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: 1, Slave: "s1", Kind: proto.WorkerError, Error: "boom"})
+	st := h.wait(id, "failed", inState(status.Failed))
+	if want := "stage 0 (train): worker 1 on slave s1: boom"; !strings.Contains(st.Reason, want) {
+		t.Fatalf("reason %q, want %q", st.Reason, want)
+	}
+}
+
+func TestDriverStartRefused(t *testing.T) {
+	h := newHarness(t, "sequential")
+	h.slave("s1", 1, map[string]string{proto.OpStartWorkers: "no stage function \"test.none\""})
+	id := h.submit(oneStage("lr", 1, nil))
+	st := h.wait(id, "failed", inState(status.Failed))
+	if !strings.Contains(st.Reason, "stage 0 (train): slave s1: no stage function") {
+		t.Fatalf("reason %q", st.Reason)
+	}
+}
+
+func TestDriverBarrier(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 3, nil)
+	id := h.submit(oneStage("lr", 3, nil))
+	h.started(s)
+	arrive := func(stage, rank int) proto.CtlReply {
+		data, _ := json.Marshal(proto.BarrierRequest{Task: id, Stage: stage, Rank: rank, Seq: 0})
+		msg, err := h.nc.Request(h.subj.Barrier(), data, 5*time.Second)
+		if err != nil {
+			t.Error(err)
+			return proto.CtlReply{}
+		}
+		var rep proto.CtlReply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			t.Error(err)
+		}
+		return rep
+	}
+	if rep := arrive(4, 0); rep.OK || !strings.Contains(rep.Error, "not running") {
+		t.Fatalf("barrier of a stage that is not running: %+v", rep)
+	}
+	reps := make([]proto.CtlReply, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); reps[r] = arrive(0, r) }()
+	}
+	wg.Wait()
+	for r, rep := range reps {
+		if !rep.OK {
+			t.Fatalf("rank %d at the barrier: %+v", r, rep)
+		}
+	}
+	// A worker left waiting when the stage fails is told why.
+	var late proto.CtlReply
+	wg.Add(1)
+	go func() { defer wg.Done(); late = arrive(0, 0) }()
+	h.wait(id, "running", inState(status.Running))
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.waiting(id) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: 2, Slave: "s1", Kind: proto.WorkerError, Error: "boom"})
+	wg.Wait()
+	if late.OK || !strings.Contains(late.Error, "ended before every worker reached the barrier") {
+		t.Fatalf("waiter of a failed stage: %+v", late)
+	}
+}
+
+// waiting reports whether a worker of task id waits at a barrier.
+func (h *harness) waiting(id string) bool {
+	h.m.mu.Lock()
+	tr := h.m.tasks[id]
+	h.m.mu.Unlock()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.stage != nil && tr.stage.Waiting() > 0
+}
+
+func TestDriverCancelWhileQueuedAndRunning(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 1, nil)
+	a := h.submit(oneStage("a", 1, nil))
+	b := h.submit(oneStage("b", 1, nil))
+	h.started(s)
+	h.wait(a, "a runs", inState(status.Running))
+	h.wait(b, "b queued behind a", inState(status.Queued))
+	h.cancel(b)
+	st := h.wait(b, "b cancelled while queued", inState(status.Cancelled))
+	if st.Reason != errCancelled.Error() || !st.Started.IsZero() {
+		t.Fatalf("queued task cancelled: %+v", st)
+	}
+	h.cancel(a)
+	h.wait(a, "a cancelled while running", inState(status.Cancelled))
+	select {
+	case req := <-s.starts:
+		t.Fatalf("the cancelled queued task started: %+v", req)
+	default:
+	}
+}
+
+// Tasks are queued in submission order at submission: with the
+// sequential policy the second never overtakes the first, however their
+// goroutines are scheduled.
+func TestDriverSubmissionOrder(t *testing.T) {
+	for range 5 {
+		h := newHarness(t, "sequential")
+		h.slave("s1", 2, nil)
+		h.slave("s2", 2, nil)
+		var ids []string
+		for i := range 4 {
+			ids = append(ids, h.submit(oneStage(fmt.Sprint("t", i), 1, nil)))
+		}
+		h.wait(ids[0], "first runs", inState(status.Running))
+		for _, id := range ids[1:] {
+			if cl, _ := h.m.Status(id); cl.Tasks[0].State != status.Queued {
+				t.Fatalf("task %s is %s while the first runs", id, cl.Tasks[0].State)
+			}
+		}
+		for _, id := range ids {
+			h.cancel(id)
+		}
+	}
+}
+
+func TestDriverDeadSlaveFailsTask(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 1, nil)
+	id := h.submit(oneStage("lr", 1, nil))
+	h.started(s)
+	h.clk.Advance(deadAfter + time.Second)
+	st := h.wait(id, "failed", inState(status.Failed))
+	if !strings.Contains(st.Reason, "slave s1") || !strings.Contains(st.Reason, "died") {
+		t.Fatalf("reason %q, want the dead slave named", st.Reason)
+	}
+}

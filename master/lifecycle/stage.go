@@ -1,0 +1,442 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+)
+
+// ErrNonFinite is wrapped by the error of a stage a worker reported a NaN
+// or infinite loss or metric for.
+var ErrNonFinite = errors.New("non-finite value")
+
+// DefaultProgressEvery is how often progress is published while workers
+// report.
+const DefaultProgressEvery = 500 * time.Millisecond
+
+// Config describes one run of a stage.
+type Config struct {
+	Task      string // task id, for messages
+	Stage     int    // stage index
+	Name      string // stage name
+	Func      string // stage function
+	Workers   int    // parallelism of this run
+	Placement []scheduler.Assignment
+	Hosts     []string      // slaves holding the task's tables
+	Epochs    int           // planned epochs (0: unknown)
+	Trial     time.Duration // > 0: stop the workers this long after Begin
+	// ProgressEvery is the least time between progress events; default
+	// DefaultProgressEvery.
+	ProgressEvery time.Duration
+}
+
+// Phase is where a Stage is in its run.
+type Phase int
+
+// Phases of a Stage.
+const (
+	Placed   Phase = iota // created, Begin not yet stepped
+	Starting              // start requests sent, acknowledgements outstanding
+	Running               // every slave started its workers
+	Stopping              // a trial ran out; workers told to stop
+	Ended                 // StageFinished was returned
+)
+
+var phaseNames = [...]string{"placed", "starting", "running", "stopping", "ended"}
+
+func (p Phase) String() string { return phaseNames[p] }
+
+// Stage is one run of a stage; it is not safe for concurrent use (the
+// driver serializes Step).
+type Stage struct {
+	cfg   Config
+	ranks map[string][]int
+	phase Phase
+
+	started     time.Time
+	acks        map[string]bool // slaves whose start was acknowledged
+	ackErrs     []error
+	stopped     bool
+	done        int // workers counted out
+	res         status.StageResult
+	epochs      map[int]*status.Epoch
+	samples     int64
+	winLoss     float64
+	winSamples  int64
+	dirty       bool
+	lastPublish time.Time
+	lastNow     time.Time // latest time an event carried
+	progress    status.Progress
+	barriers    map[int][]any
+}
+
+// New returns a Stage for cfg in phase Placed. Ranks go to the placement's
+// slaves in placement order.
+func New(cfg Config) *Stage {
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = DefaultProgressEvery
+	}
+	s := &Stage{cfg: cfg, ranks: map[string][]int{}, acks: map[string]bool{}, epochs: map[int]*status.Epoch{},
+		barriers: map[int][]any{}, progress: status.Progress{Epochs: cfg.Epochs}}
+	rank := 0
+	for _, a := range cfg.Placement {
+		for range a.Workers {
+			s.ranks[a.Slave] = append(s.ranks[a.Slave], rank)
+			rank++
+		}
+	}
+	s.res = status.StageResult{Index: cfg.Stage, Name: cfg.Name, Func: cfg.Func, Workers: cfg.Workers,
+		Placement: map[string]int{}, Metrics: map[string]float64{}}
+	for _, a := range cfg.Placement {
+		s.res.Placement[a.Slave] += a.Workers
+	}
+	return s
+}
+
+// Ranks are the worker ranks placed on slave.
+func (s *Stage) Ranks(slave string) []int { return s.ranks[slave] }
+
+// Phase is the Stage's phase.
+func (s *Stage) Phase() Phase { return s.phase }
+
+// Progress is the stage's progress as last published.
+func (s *Stage) Progress() status.Progress { return s.progress }
+
+// Step feeds ev to the Stage and returns what the driver must do, in order.
+func (s *Stage) Step(ev Event) []Action {
+	if s.phase == Ended {
+		if b, ok := ev.(BarrierArrived); ok {
+			return []Action{ReleaseBarrier{Waiters: []any{b.Waiter}, Err: s.notRunning(b.Stage)}}
+		}
+		return nil
+	}
+	switch ev := ev.(type) {
+	case Begin:
+		return s.begin(ev)
+	case Acked:
+		return s.acked(ev)
+	case WorkerProgress:
+		return s.workerProgress(ev)
+	case WorkerEpoch:
+		return s.workerEpoch(ev)
+	case WorkerDone:
+		return s.workerDone(ev)
+	case WorkerFailed:
+		return s.workerFailed(ev)
+	case BarrierArrived:
+		return s.barrier(ev)
+	case Tick:
+		return s.tick(ev)
+	case Cancel:
+		return s.finish(ev.Err)
+	case SlaveDead:
+		if slices.Contains(s.cfg.Hosts, ev.Slave) || s.res.Placement[ev.Slave] > 0 {
+			return s.finish(ev.Err)
+		}
+	}
+	return nil
+}
+
+func (s *Stage) stageErr(err error) error {
+	return fmt.Errorf("stage %d (%s): %w", s.cfg.Stage, s.cfg.Name, err)
+}
+
+func (s *Stage) notRunning(stage int) string {
+	return fmt.Sprintf("task %s: barrier of stage %d, which is not running", s.cfg.Task, stage)
+}
+
+func (s *Stage) begin(ev Begin) []Action {
+	if s.phase != Placed {
+		return nil
+	}
+	s.phase, s.started, s.lastPublish = Starting, ev.Now, ev.Now
+	s.observe(ev.Now)
+	var out []Action
+	for _, a := range s.cfg.Placement {
+		if s.acks[a.Slave] {
+			continue
+		}
+		s.acks[a.Slave] = false
+		out = append(out, StartWorkers{Slave: a.Slave, Ranks: s.ranks[a.Slave]})
+	}
+	return out
+}
+
+// observe advances the Stage's notion of now; clocks may be coarse, so
+// it never goes back.
+func (s *Stage) observe(now time.Time) {
+	if now.After(s.lastNow) {
+		s.lastNow = now
+	}
+}
+
+func (s *Stage) acked(ev Acked) []Action {
+	s.observe(ev.Now)
+	switch ev.Op {
+	case proto.OpStartWorkers:
+		if s.phase != Starting {
+			return nil
+		}
+		if seen, ok := s.acks[ev.Slave]; !ok || seen {
+			return nil
+		}
+		s.acks[ev.Slave] = true
+		if ev.Err != nil {
+			s.ackErrs = append(s.ackErrs, ev.Err)
+		}
+		for _, seen := range s.acks {
+			if !seen {
+				return nil
+			}
+		}
+		if err := errors.Join(s.ackErrs...); err != nil {
+			return s.finish(s.stageErr(err))
+		}
+		s.phase = Running
+		// Workers may all have finished before the last acknowledgement.
+		if s.done >= s.cfg.Workers {
+			return append([]Action{Publish{Kind: status.EventStatus, Progress: s.progress}}, s.complete()...)
+		}
+		return []Action{Publish{Kind: status.EventStatus, Progress: s.progress}}
+	case proto.OpStopStage:
+		if ev.Err != nil {
+			return s.finish(s.stageErr(ev.Err))
+		}
+	}
+	return nil
+}
+
+// accepts reports whether a worker report for stage belongs to this run.
+func (s *Stage) accepts(stage int) bool {
+	return stage == s.cfg.Stage && s.phase != Placed
+}
+
+func (s *Stage) nonFinite(epoch, rank int, slave, what string, v float64) []Action {
+	return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: worker %d on slave %s reported %s = %v: %w; the model diverged, most likely because the learning rate is too high (try a smaller one)",
+		s.cfg.Task, s.cfg.Stage, s.cfg.Name, epoch, rank, slave, what, v, ErrNonFinite))
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// badMetric returns the first non-finite metric in sorted key order.
+func badMetric(m map[string]float64) (string, float64, bool) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !finite(m[k]) {
+			return k, m[k], true
+		}
+	}
+	return "", 0, false
+}
+
+func (s *Stage) currentEpoch() int { return s.progress.Epoch + 1 }
+
+func (s *Stage) workerProgress(ev WorkerProgress) []Action {
+	if !s.accepts(ev.Stage) {
+		return nil
+	}
+	if !finite(ev.LossSum) {
+		epoch := ev.Epoch
+		if epoch == 0 {
+			epoch = s.currentEpoch()
+		}
+		return s.nonFinite(epoch, ev.Rank, ev.Slave, "loss", ev.LossSum)
+	}
+	s.samples += ev.Samples
+	s.winSamples += ev.Samples
+	s.winLoss += ev.LossSum
+	s.dirty = true
+	return nil
+}
+
+func (s *Stage) workerEpoch(ev WorkerEpoch) []Action {
+	if !s.accepts(ev.Stage) {
+		return nil
+	}
+	if k, v, bad := badMetric(ev.Metrics); bad {
+		return s.nonFinite(ev.Epoch, ev.Rank, ev.Slave, "metric "+k, v)
+	}
+	e := s.epochs[ev.Epoch]
+	if e == nil {
+		e = &status.Epoch{Stage: s.cfg.Stage, Epoch: ev.Epoch, Metrics: map[string]float64{}}
+		s.epochs[ev.Epoch] = e
+	}
+	e.Workers++
+	e.Seconds = max(e.Seconds, ev.Seconds)
+	for key, v := range ev.Metrics {
+		e.Metrics[key] += v
+	}
+	if e.Workers < s.cfg.Workers {
+		return nil
+	}
+	s.res.Epochs = append(s.res.Epochs, *e)
+	delete(s.epochs, ev.Epoch)
+	s.progress.Epoch = ev.Epoch
+	s.progress.Fraction = max(s.progress.Fraction, s.fraction())
+	ep := *e
+	return []Action{Publish{Kind: status.EventEpoch, Progress: s.progress, Epoch: &ep}}
+}
+
+func (s *Stage) fraction() float64 {
+	if s.cfg.Epochs <= 0 {
+		return 0
+	}
+	return min(1, float64(s.progress.Epoch)/float64(s.cfg.Epochs))
+}
+
+func (s *Stage) workerDone(ev WorkerDone) []Action {
+	if !s.accepts(ev.Stage) {
+		return nil
+	}
+	if k, v, bad := badMetric(ev.Metrics); bad {
+		return s.nonFinite(s.currentEpoch()-1, ev.Rank, ev.Slave, "metric "+k, v)
+	}
+	s.observe(ev.Now)
+	s.done++
+	s.res.WorkerSeconds += ev.Seconds
+	m := ev.Metrics
+	s.res.WorkerStats = append(s.res.WorkerStats, status.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
+		ReadBytes: int64(m[tasks.MetricReadBytes]), LocalBytes: int64(m[tasks.MetricReadLocalBytes]),
+		WaitSecs: m[tasks.MetricReadWaitSeconds], Blocks: int64(m[tasks.MetricReadBlocks]), Cached: int64(m[tasks.MetricReadCachedBlocks])})
+	for _, l := range ev.BadLines {
+		if len(s.res.BadLines) < 5 {
+			s.res.BadLines = append(s.res.BadLines, l)
+		}
+	}
+	for key, v := range m {
+		s.res.Metrics[key] += v
+	}
+	return s.maybeComplete()
+}
+
+func (s *Stage) workerFailed(ev WorkerFailed) []Action {
+	if !s.accepts(ev.Stage) {
+		return nil
+	}
+	if s.stopped {
+		s.done++ // stopped on purpose at the end of a trial
+		return s.maybeComplete()
+	}
+	return s.finish(s.stageErr(fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Err)))
+}
+
+// maybeComplete completes the stage once every worker is counted out and
+// every start was acknowledged.
+func (s *Stage) maybeComplete() []Action {
+	if s.done < s.cfg.Workers || s.phase == Starting {
+		return nil
+	}
+	return s.complete()
+}
+
+func (s *Stage) barrier(ev BarrierArrived) []Action {
+	if ev.Stage != s.cfg.Stage || s.phase == Placed {
+		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.notRunning(ev.Stage)}}
+	}
+	s.barriers[ev.Seq] = append(s.barriers[ev.Seq], ev.Waiter)
+	if len(s.barriers[ev.Seq]) < s.cfg.Workers {
+		return nil
+	}
+	w := s.barriers[ev.Seq]
+	delete(s.barriers, ev.Seq)
+	return []Action{ReleaseBarrier{Waiters: w}}
+}
+
+func (s *Stage) tick(ev Tick) []Action {
+	if s.phase == Placed {
+		return nil
+	}
+	s.observe(ev.Now)
+	if ev.Handed > 0 && s.cfg.Epochs > 0 {
+		// Never backwards: the share of a new epoch starts from zero.
+		s.progress.Fraction = max(s.progress.Fraction, min(1, (float64(s.progress.Epoch)+min(ev.Handed, 1))/float64(s.cfg.Epochs)))
+	}
+	var out []Action
+	if s.dirty && ev.Now.Sub(s.lastPublish) >= s.cfg.ProgressEvery {
+		el := ev.Now.Sub(s.started).Seconds()
+		s.progress.Samples = s.samples
+		if s.winSamples > 0 {
+			s.progress.Loss = s.winLoss / float64(s.winSamples)
+		}
+		s.progress.SamplesPerSec = float64(s.samples) / max(el, 1e-9)
+		s.winLoss, s.winSamples, s.dirty, s.lastPublish = 0, 0, false, ev.Now
+		out = append(out, Publish{Kind: status.EventProgress, Progress: s.progress})
+	}
+	if s.cfg.Trial > 0 && s.phase == Running && !ev.Now.Before(s.started.Add(s.cfg.Trial)) {
+		// Trial over: stop the workers, then count them out as they end.
+		s.phase, s.stopped = Stopping, true
+		s.res.Seconds = ev.Now.Sub(s.started).Seconds()
+		s.res.Samples = s.samples
+		for _, a := range s.cfg.Placement {
+			out = append(out, StopWorkers{Slave: a.Slave})
+		}
+	}
+	return out
+}
+
+// complete ends a run in which every worker was counted out.
+func (s *Stage) complete() []Action {
+	// Epochs not every worker reported (workers may run different counts).
+	for _, e := range s.epochs {
+		s.res.Epochs = append(s.res.Epochs, *e)
+	}
+	s.epochs = map[int]*status.Epoch{}
+	sort.Slice(s.res.Epochs, func(i, j int) bool { return s.res.Epochs[i].Epoch < s.res.Epochs[j].Epoch })
+	sort.Slice(s.res.WorkerStats, func(i, j int) bool { return s.res.WorkerStats[i].Rank < s.res.WorkerStats[j].Rank })
+	if !s.stopped {
+		s.res.Seconds = s.lastNow.Sub(s.started).Seconds()
+		s.res.Samples = s.samples
+		s.progress.Fraction = 1
+	}
+	s.progress.Samples = s.samples
+	out := s.closeBarriers()
+	s.phase = Ended
+	return append(out, StageFinished{Result: s.res, Stopped: s.stopped})
+}
+
+// finish ends a run with err.
+func (s *Stage) finish(err error) []Action {
+	out := s.closeBarriers()
+	s.phase = Ended
+	return append(out, StageFinished{Result: s.res, Stopped: s.stopped, Err: err})
+}
+
+// closeBarriers answers every worker still waiting with why the stage
+// ended.
+func (s *Stage) closeBarriers() []Action {
+	seqs := make([]int, 0, len(s.barriers))
+	for q := range s.barriers {
+		seqs = append(seqs, q)
+	}
+	sort.Ints(seqs)
+	var w []any
+	for _, q := range seqs {
+		w = append(w, s.barriers[q]...)
+	}
+	s.barriers = nil
+	if len(w) == 0 {
+		return nil
+	}
+	return []Action{ReleaseBarrier{Waiters: w, Err: fmt.Sprintf("stage %d (%s) ended before every worker reached the barrier", s.cfg.Stage, s.cfg.Name)}}
+}
+
+// Waiting is how many workers wait at a barrier.
+func (s *Stage) Waiting() int {
+	n := 0
+	for _, w := range s.barriers {
+		n += len(w)
+	}
+	return n
+}

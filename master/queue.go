@@ -1,0 +1,123 @@
+package master
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/flexps/flexps/scheduler"
+)
+
+// The slot queue: stages waiting for worker slots, handed to the
+// scheduling policy (a pure function of queue and free slots) whenever
+// slots or the queue change.
+
+// request grants slots: it queues a stage and returns the channel on which
+// the scheduler's placement arrives.
+func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.requestLocked(r)
+}
+
+func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment, error) {
+	cluster := m.schedSlavesLocked()
+	if !scheduler.Fits(r, cluster) {
+		total := 0
+		for _, s := range cluster {
+			if s.Alive {
+				total += s.Total
+			}
+		}
+		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.det.Alive()), r.OneSlave)
+	}
+	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1)}
+	m.queue = append(m.queue, w)
+	m.scheduleLocked()
+	return w.grant, nil
+}
+
+// withdraw removes a stage's request if it is still queued.
+func (m *Master) withdraw(task string, stage int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, w := range m.queue {
+		if w.req.Task == task && w.req.Stage == stage {
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// release returns slots and lets the scheduler use them.
+func (m *Master) release(assign []scheduler.Assignment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range assign {
+		if s := m.slaves[a.Slave]; s != nil {
+			s.free += a.Workers
+			if s.free > s.Slots {
+				s.free = s.Slots
+			}
+		}
+	}
+	m.scheduleLocked()
+}
+
+func (m *Master) schedSlavesLocked() []scheduler.Slave {
+	out := make([]scheduler.Slave, 0, len(m.slaves))
+	for id, s := range m.slaves {
+		out = append(out, scheduler.Slave{ID: id, Free: s.free, Total: s.Slots, Alive: s.alive})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (m *Master) scheduleLocked() {
+	if len(m.queue) == 0 {
+		return
+	}
+	// Policies see the queue in submission order (then stage order), not
+	// in the order the tasks' goroutines happened to ask.
+	sort.SliceStable(m.queue, func(i, j int) bool {
+		a, b := m.queue[i].req, m.queue[j].req
+		if sa, sb := m.tasks[a.Task].seq, m.tasks[b.Task].seq; sa != sb {
+			return sa < sb
+		}
+		return a.Stage < b.Stage
+	})
+	st := scheduler.State{Now: m.cfg.Now(), Slaves: m.schedSlavesLocked()}
+	for _, w := range m.queue {
+		st.Queue = append(st.Queue, w.req)
+	}
+	// A task is running from its first grant to its end, including the
+	// moments between its stages and while its model is written.
+	for _, id := range m.order {
+		if tr := m.tasks[id]; tr.active.Load() && !tr.isEnded() {
+			st.Running = append(st.Running, id)
+		}
+	}
+	for _, d := range m.policy.Schedule(st) {
+		for i, w := range m.queue {
+			if w.req.Task != d.Task || w.req.Stage != d.Stage {
+				continue
+			}
+			for _, a := range d.Assign {
+				m.slaves[a.Slave].free -= a.Workers
+			}
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			m.tasks[d.Task].active.Store(true)
+			w.grant <- d.Assign
+			break
+		}
+	}
+}
+
+// slotsOf is a live slave's total worker slots (0 if dead or unknown).
+func (m *Master) slotsOf(id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slaves[id]; s != nil && s.alive {
+		return s.Slots
+	}
+	return 0
+}

@@ -1,0 +1,251 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/master/assign"
+	"github.com/flexps/flexps/master/lifecycle"
+	"github.com/flexps/flexps/scheduler"
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
+)
+
+// tickEvery is how often the stage's clock ticks: progress events and
+// trial deadlines are checked at this grain.
+const tickEvery = 100 * time.Millisecond
+
+// runStage runs stage k on placement to its end, or, with trial > 0, for
+// at most that long: then its workers are stopped and stopped is true.
+// The stage itself is a lifecycle.Stage; this goroutine prepares the
+// slaves, feeds the machine clock ticks and cancellation, and carries out
+// its actions (worker events and barrier arrivals reach it from the NATS
+// handlers through step).
+func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []scheduler.Assignment, trial time.Duration) (res status.StageResult, stopped bool, err error) {
+	m := t.m
+	stageErr := func(err error) (status.StageResult, bool, error) {
+		return res, false, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
+	}
+	if t.hosts == nil {
+		t.mu.Lock()
+		t.hosts = m.aliveSlaves()
+		for _, h := range t.hosts {
+			t.used[h] = true
+		}
+		t.mu.Unlock()
+		if len(t.hosts) == 0 {
+			return stageErr(errors.New("no live slave to host the tables"))
+		}
+		if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
+			return stageErr(err)
+		}
+	}
+	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
+		Consistency: st.Consistency, Workers: workers}); err != nil {
+		return stageErr(err)
+	}
+	mach := lifecycle.New(lifecycle.Config{Task: t.spec.ID, Stage: k, Name: st.Name, Func: st.Func, Workers: workers,
+		Placement: placement, Hosts: t.hosts, Epochs: st.Params.Int("epochs", 0), Trial: trial})
+	// The FileAssigner knows where each rank runs.
+	var ws []assign.Worker
+	for _, a := range placement {
+		host := m.slaveHost(a.Slave)
+		for _, r := range mach.Ranks(a.Slave) {
+			ws = append(ws, assign.Worker{Rank: r, Host: host})
+		}
+	}
+	inputs := st.Inputs
+	if len(inputs) == 0 {
+		for name := range t.spec.Inputs {
+			inputs = append(inputs, name)
+		}
+	}
+	for _, in := range inputs {
+		m.setAssigner(assignKey{t.spec.ID, k, in}, assign.New(t.blocks[in], ws))
+		defer m.setAssigner(assignKey{t.spec.ID, k, in}, nil)
+	}
+	// Direct model transfer between consecutive one-slave stages.
+	retain := t.spec.ModelTransfer == tasks.TransferDirect && st.OneSlave() && k+1 < len(t.spec.Stages) && t.spec.Stages[k+1].OneSlave()
+	from := ""
+	if st.OneSlave() {
+		from = t.modelAt
+	}
+	t.mu.Lock()
+	t.stage, t.stageEnd = mach, make(chan lifecycle.StageFinished, 1)
+	t.status.Progress = mach.Progress()
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.stage = nil
+		t.mu.Unlock()
+	}()
+	start := func(a lifecycle.StartWorkers) error {
+		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
+			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
+			Retain: retain, TransferFrom: from})
+	}
+	stop := func(a lifecycle.StopWorkers) error {
+		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStopStage, Task: t.spec.ID, Stage: k})
+	}
+	t.stepWith(lifecycle.Begin{Now: m.cfg.Now()}, start, stop)
+	t.mu.Lock()
+	phase := mach.Phase()
+	t.mu.Unlock()
+	if phase != lifecycle.Ended { // a stage that ended already says so below
+		m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
+	}
+
+	keys := make([]assignKey, 0, len(inputs))
+	for _, in := range inputs {
+		keys = append(keys, assignKey{t.spec.ID, k, in})
+	}
+	fin := t.awaitStage(keys, start, stop)
+	if fin.Err != nil {
+		return fin.Result, false, fin.Err
+	}
+	res, stopped = fin.Result, fin.Stopped
+	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
+		return stageErr(err)
+	}
+	if stopped {
+		return res, true, nil
+	}
+	t.modelAt = ""
+	if retain {
+		t.modelAt = placement[0].Slave
+	}
+	if from != "" {
+		res.Note = fmt.Sprintf("model taken directly from slave %s (%.3fs)", from, res.Metrics[tasks.MetricModelLoadSeconds])
+	}
+	m.log.Info().Str("task", t.spec.ID).Int("stage", k).Float64("seconds", res.Seconds).Int64("samples", res.Samples).Msg("stage done")
+	return res, false, nil
+}
+
+// awaitStage ticks the running stage's clock until it finishes; the end of
+// the task's context becomes a Cancel event.
+func (t *taskRun) awaitStage(inputs []assignKey, start func(lifecycle.StartWorkers) error, stop func(lifecycle.StopWorkers) error) lifecycle.StageFinished {
+	ticker := time.NewTicker(tickEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case fin := <-t.stageEnd:
+			return fin
+		case <-t.ctx.Done():
+			t.stepWith(lifecycle.Cancel{Err: t.cause()}, start, stop)
+			// The machine has ended now, by this event or an earlier one,
+			// and handed over its one StageFinished.
+			return <-t.stageEnd
+		case <-ticker.C:
+			t.mu.Lock()
+			epoch := t.stage.Progress().Epoch
+			t.mu.Unlock()
+			t.stepWith(lifecycle.Tick{Now: t.m.cfg.Now(), Handed: t.m.handed(inputs, epoch)}, start, stop)
+		}
+	}
+}
+
+// step feeds ev to the running stage from a NATS handler: the actions such
+// events lead to never include control requests to slaves.
+func (t *taskRun) step(ev lifecycle.Event) {
+	t.stepWith(ev, nil, nil)
+}
+
+// stepWith feeds ev to the running stage under t.mu and carries out the
+// actions outside it; start and stop send control requests (nil where
+// they cannot arise).
+func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers) error, stop func(lifecycle.StopWorkers) error) {
+	t.mu.Lock()
+	mach, end := t.stage, t.stageEnd
+	if mach == nil {
+		t.mu.Unlock()
+		if b, ok := ev.(lifecycle.BarrierArrived); ok {
+			t.m.reply(b.Waiter.(*nats.Msg), proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", t.spec.ID, b.Stage)})
+		}
+		return
+	}
+	acts := mach.Step(ev)
+	t.status.Progress = mach.Progress()
+	t.mu.Unlock()
+
+	var starts []lifecycle.StartWorkers
+	for _, a := range acts {
+		switch a := a.(type) {
+		case lifecycle.StartWorkers:
+			starts = append(starts, a)
+		case lifecycle.StopWorkers:
+			t.stepWith(lifecycle.Acked{Slave: a.Slave, Op: proto.OpStopStage, Err: t.ctlErr(stop(a)), Now: t.m.cfg.Now()}, start, stop)
+		case lifecycle.Publish:
+			t.publish(a.Kind, a.Epoch)
+		case lifecycle.ReleaseBarrier:
+			for _, w := range a.Waiters {
+				t.m.reply(w.(*nats.Msg), proto.CtlReply{OK: a.Err == "", Error: a.Err})
+			}
+		case lifecycle.StageFinished:
+			end <- a
+		}
+	}
+	if len(starts) == 0 {
+		return
+	}
+	// Every slave starts its workers at once; the acknowledgements go back
+	// to the machine one by one.
+	errs := make([]error, len(starts))
+	var wg sync.WaitGroup
+	for i, a := range starts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = t.ctlErr(start(a))
+		}()
+	}
+	wg.Wait()
+	for i, a := range starts {
+		t.stepWith(lifecycle.Acked{Slave: a.Slave, Op: proto.OpStartWorkers, Err: errs[i], Now: t.m.cfg.Now()}, start, stop)
+	}
+}
+
+// ctlErr turns the failure of a control request the task's own end caused
+// into a Cancel of the stage, so the stage ends with the real cause.
+func (t *taskRun) ctlErr(err error) error {
+	if err != nil && t.ctx.Err() != nil {
+		t.step(lifecycle.Cancel{Err: t.cause()})
+	}
+	return err
+}
+
+// barrier hands a worker's barrier arrival to the running stage.
+func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
+	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: msg})
+}
+
+// handed is the share of the input blocks of pass epoch (the pass after
+// the last finished epoch, as workers count passes from 0) handed out so
+// far, averaged over the stage's inputs; 0 without inputs.
+func (m *Master) handed(inputs []assignKey, epoch int) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sum, n := 0.0, 0
+	for _, k := range inputs {
+		a := m.assigners[k]
+		if a == nil {
+			continue
+		}
+		st := a.Stats(epoch)
+		total := st.Remaining
+		for _, r := range st.PerRank {
+			total += r.Blocks
+		}
+		if total > 0 {
+			sum += 1 - float64(st.Remaining)/float64(total)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
