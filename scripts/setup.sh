@@ -20,6 +20,13 @@ if ((${#need_apt[@]})); then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# scikit-learn ships the real data sets of the model-quality tests
+# (breast_cancer.csv: 30 features from 0.001 to 4000 in magnitude).
+if ! python3 -c "import sklearn" >/dev/null 2>&1; then
+	echo "setup: installing scikit-learn from PyPI" >&2
+	python3 -m pip install --quiet --disable-pip-version-check scikit-learn
+fi
+
 if [ -x scripts/hdfs/minihdfs.sh ]; then
 	scripts/hdfs/minihdfs.sh install
 fi
