@@ -48,3 +48,38 @@ func TestAllowedPaths(t *testing.T) {
 		t.Fatalf("a missing root: %v", err)
 	}
 }
+
+// An output the master may not or cannot write fails the submission, before
+// any training.
+func TestOutputCheckedAtSubmit(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	os.MkdirAll(data, 0o755)
+	readonly := filepath.Join(data, "ro")
+	os.MkdirAll(readonly, 0o555)
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop(),
+		Config: engine.ClusterConfig{Data: engine.DataSect{AllowedPaths: []string{data}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, tc := range []struct {
+		output, want string
+	}{
+		{filepath.Join(base, "elsewhere", "m.model"), "outside the allowed paths"},
+		{filepath.Join(readonly, "m.model"), "permission denied"},
+	} {
+		task := tasks.NewTask("out").SetStages(tasks.Stage{Func: testkit.Count, Workers: 1})
+		task.Output = tc.output
+		_, err := l.Submit(context.Background(), task)
+		if os.Geteuid() == 0 && tc.want == "permission denied" {
+			continue // root writes anywhere
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("output %s: err = %v, want %q", tc.output, err, tc.want)
+		}
+	}
+	if left, _ := os.ReadDir(data); len(left) != 1 {
+		t.Errorf("the probe left files: %v", left)
+	}
+}

@@ -277,6 +277,15 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	if err := spec.ValidateShape(); err != nil {
 		return "", err
 	}
+	if spec.Output != "" {
+		// Refused or unwritable outputs fail now, not after training: a
+		// probe file is created where the model will go and discarded.
+		w, err := m.sources.Create(ctx, spec.Output)
+		if err != nil {
+			return "", fmt.Errorf("task %q: output %s: %w", spec.Name, spec.Output, err)
+		}
+		datastore.Abort(w)
+	}
 	blocks := map[string][]datastore.Block{}
 	for name, in := range spec.Inputs {
 		bs := in.BlockSize
