@@ -70,6 +70,7 @@ type MasterSect struct {
 	Policy         string   `toml:"policy"`          // sequential, greedy, prioritized
 	Aging          float64  `toml:"aging"`           // prioritized: points per second waited; default 1
 	RequestTimeout Duration `toml:"request_timeout"` // control requests; default 10s
+	KeepTasks      int      `toml:"keep_tasks"`      // ended tasks kept for status; default 1000
 }
 
 // SlaveSect configures a slave.

@@ -36,6 +36,7 @@ type Config struct {
 	BlockSize      int64         // bytes per block of local files; default 8 MiB
 	HDFS           hdfs.Config
 	Paths          *datastore.PathPolicy // where tasks may read and write (nil: anywhere)
+	KeepTasks      int                   // ended tasks kept for status, oldest dropped first; default 1000
 	Log            zerolog.Logger
 	Now            func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
@@ -64,6 +65,9 @@ func (c *Config) defaults() error {
 	}
 	if c.BlockSize <= 0 {
 		c.BlockSize = 8 << 20
+	}
+	if c.KeepTasks <= 0 {
+		c.KeepTasks = 1000
 	}
 	if c.Now == nil {
 		c.Now = time.Now

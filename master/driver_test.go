@@ -39,7 +39,14 @@ const deadAfter = 10 * time.Second
 
 func newHarness(t *testing.T, policy string) *harness {
 	t.Helper()
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	return newHarnessWith(t, policy, bus.EmbeddedOptions{}, nil)
+}
+
+// newHarnessWith starts the bus with eo and lets mod adjust the master's
+// configuration.
+func newHarnessWith(t *testing.T, policy string, eo bus.EmbeddedOptions, mod func(*Config)) *harness {
+	t.Helper()
+	srv, err := bus.StartEmbedded(eo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +57,12 @@ func newHarness(t *testing.T, policy string) *harness {
 	}
 	t.Cleanup(nc.Close)
 	clk := &fakeClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
-	m, err := New(nc, Config{Cluster: "t", Heartbeat: 20 * time.Millisecond, DeadAfter: deadAfter, Policy: policy,
-		RequestTimeout: 5 * time.Second, Log: zerolog.Nop(), Now: clk.Now})
+	cfg := Config{Cluster: "t", Heartbeat: 20 * time.Millisecond, DeadAfter: deadAfter, Policy: policy,
+		RequestTimeout: 5 * time.Second, Log: zerolog.Nop(), Now: clk.Now}
+	if mod != nil {
+		mod(&cfg)
+	}
+	m, err := New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

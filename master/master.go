@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,10 +182,30 @@ func (m *Master) reply(msg *nats.Msg, v any) {
 	}
 }
 
+// MaxSlots bounds the worker slots one slave may offer.
+const MaxSlots = 1024
+
+// checkJoin refuses joins that would break subjects or scheduling: a
+// slave id is one NATS subject token, and slots are bounded.
+func checkJoin(req proto.JoinRequest) error {
+	switch {
+	case req.ID == "" || len(req.ID) > 128 || strings.ContainsAny(req.ID, ".*> \t\r\n"):
+		return fmt.Errorf("slave id %q: want 1 to 128 characters without '.', '*', '>' or spaces", req.ID)
+	case req.Slots < 1 || req.Slots > MaxSlots:
+		return fmt.Errorf("slave %s: %d slots, want 1 to %d", req.ID, req.Slots, MaxSlots)
+	}
+	return nil
+}
+
 func (m *Master) onJoin(msg *nats.Msg) {
 	var req proto.JoinRequest
-	if err := json.Unmarshal(msg.Data, &req); err != nil || req.ID == "" || req.Slots < 1 {
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		m.reply(msg, proto.JoinReply{Error: "malformed join request"})
+		return
+	}
+	if err := checkJoin(req); err != nil {
+		m.log.Warn().Err(err).Msg("join refused")
+		m.reply(msg, proto.JoinReply{Error: err.Error()})
 		return
 	}
 	m.mu.Lock()
@@ -208,7 +229,7 @@ func (m *Master) onHeartbeat(msg *nats.Msg) {
 	}
 	m.mu.Lock()
 	known := m.det.Beat(hb.ID, m.cfg.Now())
-	if !known && hb.Join.ID == hb.ID && hb.Join.Slots > 0 {
+	if !known && hb.Join.ID == hb.ID && checkJoin(hb.Join) == nil {
 		// A slave we do not know (we restarted) or declared dead: take it
 		// back. Tasks that used it have failed already; its slots are
 		// all free again.
@@ -325,6 +346,7 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	} else if _, dup := m.tasks[spec.ID]; dup {
 		return "", fmt.Errorf("a task with id %q exists", spec.ID)
 	}
+	m.pruneLocked()
 	tr := newTaskRun(m, spec, blocks)
 	tr.seq = m.seq
 	m.tasks[spec.ID] = tr
@@ -357,13 +379,54 @@ func maxWorkers(t *tasks.MultiStageTask) int {
 	return n
 }
 
+// pruneLocked drops the oldest ended tasks beyond KeepTasks, so a master
+// that runs for months keeps bounded memory.
+func (m *Master) pruneLocked() {
+	ended := 0
+	for _, id := range m.order {
+		if m.tasks[id].isEnded() {
+			ended++
+		}
+	}
+	if ended < m.cfg.KeepTasks {
+		return
+	}
+	drop := ended - m.cfg.KeepTasks + 1
+	kept := m.order[:0]
+	for _, id := range m.order {
+		if drop > 0 && m.tasks[id].isEnded() {
+			delete(m.tasks, id)
+			drop--
+			continue
+		}
+		kept = append(kept, id)
+	}
+	clear(m.order[len(kept):])
+	m.order = kept
+}
+
 func (m *Master) onStatus(msg *nats.Msg) {
 	var req proto.StatusRequest
-	json.Unmarshal(msg.Data, &req)
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		m.reply(msg, proto.StatusReply{Error: "malformed status request"})
+		return
+	}
 	cl, err := m.Status(req.ID)
 	rep := proto.StatusReply{Cluster: cl}
 	if err != nil {
 		rep.Error = err.Error()
+	}
+	// The answer must fit one NATS message: leave out the oldest tasks
+	// (the reply says how many; each stays readable by its id).
+	limit := int(m.nc.MaxPayload()) - 1024
+	for len(rep.Tasks) > 0 {
+		data, err := json.Marshal(rep)
+		if err != nil || len(data) <= limit {
+			break
+		}
+		cut := max(1, len(rep.Tasks)/4)
+		rep.Tasks = rep.Tasks[cut:]
+		rep.Omitted += cut
 	}
 	m.reply(msg, rep)
 }

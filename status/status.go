@@ -158,4 +158,7 @@ type Cluster struct {
 	Tasks  []Task  `json:"tasks"`
 	Slaves []Slave `json:"slaves"`
 	Policy string  `json:"policy"`
+	// Omitted counts the oldest tasks left out of an answer too large
+	// for one bus message; each is still answered when asked by id.
+	Omitted int `json:"omitted,omitempty"`
 }
