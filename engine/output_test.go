@@ -48,6 +48,17 @@ func init() {
 			if err := s.Add(sparseKeys, sparseVals); err != nil {
 				return err
 			}
+			// break_output simulates the output's directory vanishing
+			// during training (it passed the check at submit): it becomes
+			// a file.
+			if dir := info.Params.String("break_output", ""); dir != "" {
+				if err := os.RemoveAll(dir); err != nil {
+					return err
+				}
+				if err := os.WriteFile(dir, []byte("x"), 0o644); err != nil {
+					return err
+				}
+			}
 		}
 		return info.Clock()
 	})
@@ -98,15 +109,13 @@ func TestOutputOfLargeHashPartitionedTable(t *testing.T) {
 func TestOutputFailureKeepsTheModel(t *testing.T) {
 	l := startLocal(t, 2, 2)
 	dir := t.TempDir()
-	blocker := filepath.Join(dir, "file")
-	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(blocker, "model.bin") // its parent is a file
+	blocker := filepath.Join(dir, "out")
+	out := filepath.Join(blocker, "model.bin") // writable at submit; its parent becomes a file during training
 	task := tasks.NewTask("lost").
 		AddTable(kvstore.TableSpec{Name: "w", Size: 1000, Partition: kvstore.HashPartition}).
 		AddTable(kvstore.TableSpec{Name: "s", Size: 1 << 36, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}).
-		SetStages(tasks.Stage{Name: "fill", Func: "test.keys", Workers: 2, Consistency: kvstore.Consistency{Kind: kvstore.ASP}})
+		SetStages(tasks.Stage{Name: "fill", Func: "test.keys", Workers: 2, Consistency: kvstore.Consistency{Kind: kvstore.ASP},
+			Params: tasks.Params{"break_output": blocker}})
 	task.Output, task.Kind = out, "test"
 	_, err := l.SubmitAndWait(context.Background(), task, nil)
 	if err == nil || !strings.Contains(err.Error(), out) {

@@ -191,6 +191,7 @@ consistency = "asp"
 [stage.params]
 epochs = 1
 batch = 50
+standardize = false  # one pass over the data: every byte read once
 `, url, split)), 0o644)
 	submitOK(t, c, job)
 
