@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,16 +21,20 @@ type Printer struct {
 	Progress io.Writer // progress bar or lines
 	TTY      bool
 
-	mu        sync.Mutex
-	bar       *progressbar.ProgressBar
-	header    map[int]bool
-	lastLine  time.Time
-	lastStage int
+	mu  sync.Mutex
+	bar *progressbar.ProgressBar
+	// Metrics, if set, receives every epoch and stage summary.
+	Metrics *metricsWriter
+
+	lastHeader string              // task whose header was printed last
+	columns    map[string][]string // per task: the metric columns of its table
+	lastLine   time.Time
+	lastStage  int
 }
 
 // newPrinter prints tables to out and progress to progress.
 func newPrinter(out, progress io.Writer, tty bool) *Printer {
-	return &Printer{Out: out, Progress: progress, TTY: tty, header: map[int]bool{}, lastStage: -1}
+	return &Printer{Out: out, Progress: progress, TTY: tty, lastStage: -1}
 }
 
 // Event handles one task event.
@@ -80,44 +84,53 @@ func (p *Printer) finishBar() {
 
 func (p *Printer) epochRow(s status.Task, e status.Epoch) {
 	m := e.Metrics
-	if !p.header[e.Stage] {
-		p.header[e.Stage] = true
-		name := s.StageName
-		fmt.Fprintf(p.Out, "\nstage %d (%s)\n", e.Stage, name)
-		fmt.Fprintf(p.Out, "%6s %10s %10s %10s %10s %12s %8s\n", "epoch", "loss", "train_acc", "test_loss", "test_acc", "samples/s", "seconds")
+	p.Metrics.epoch(s, e)
+	cols := deriveColumns(m)
+	// One table per task: its columns are the metrics seen so far, a
+	// stage without one shows "-" (SVRG's sgd stages have no objective),
+	// and only a metric never seen before starts a new header.
+	if p.columns == nil {
+		p.columns = map[string][]string{}
 	}
-	cell := func(num, den string) string {
-		if d := m[den]; d > 0 {
-			return fmt.Sprintf("%.4f", m[num]/d)
+	have := p.columns[s.ID]
+	grew := false
+	for _, c := range cols {
+		if !slices.Contains(have, c.Name) {
+			have = append(have, c.Name)
+			grew = true
 		}
-		if v, ok := m[num]; ok && den == "" {
-			return fmt.Sprintf("%.4f", v)
+	}
+	p.columns[s.ID] = have
+	if grew || p.lastHeader != s.ID {
+		p.lastHeader = s.ID
+		fmt.Fprintf(p.Out, "\ntask %s (%s)\n%5s %-12s %6s", s.ID, s.Name, "stage", "name", "epoch")
+		for _, name := range have {
+			fmt.Fprintf(p.Out, " %12s", name)
 		}
-		return "-"
-	}
-	loss := cell("loss_sum", "samples")
-	if _, ok := m[tasks.MetricObjective]; ok {
-		loss = fmt.Sprintf("%.4f", m[tasks.MetricObjective])
-	}
-	trainAcc, testLoss, testAcc := cell("correct", "samples"), cell("test_loss_sum", "test_samples"), cell("test_correct", "test_samples")
-	if _, ok := m[tasks.MetricSqErrSum]; ok {
-		trainAcc = rmse(m[tasks.MetricSqErrSum], m[tasks.MetricSamples]) + "r"
-	}
-	if _, ok := m[tasks.MetricTestSqErrSum]; ok {
-		testAcc = rmse(m[tasks.MetricTestSqErrSum], m[tasks.MetricTestSamples]) + "r"
+		fmt.Fprintf(p.Out, " %12s %8s\n", "samples/s", "seconds")
 	}
 	rate := "-"
 	if e.Seconds > 0 {
 		rate = human(m[tasks.MetricSamples] / e.Seconds)
 	}
-	fmt.Fprintf(p.Out, "%6d %10s %10s %10s %10s %12s %8.2f\n", e.Epoch, loss, trainAcc, testLoss, testAcc, rate, e.Seconds)
+	fmt.Fprintf(p.Out, "%5d %-12s %6d", e.Stage, truncate(s.StageName, 12), e.Epoch)
+	for _, name := range have {
+		cell := "-"
+		for _, c := range cols {
+			if c.Name == name {
+				cell = fmt.Sprintf("%.4f", c.Value)
+			}
+		}
+		fmt.Fprintf(p.Out, " %12s", cell)
+	}
+	fmt.Fprintf(p.Out, " %12s %8.2f\n", rate, e.Seconds)
 }
 
-func rmse(sum, n float64) string {
-	if n <= 0 {
-		return "-"
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
 	}
-	return fmt.Sprintf("%.4f", math.Sqrt(sum/n))
+	return s
 }
 
 // Summary prints a finished task's stages.
@@ -125,6 +138,7 @@ func (p *Printer) Summary(s status.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.finishBar()
+	p.Metrics.stages(s)
 	fmt.Fprintf(p.Out, "\ntask %s (%s): %s", s.ID, s.Name, s.State)
 	if s.Reason != "" {
 		fmt.Fprintf(p.Out, ": %s", s.Reason)
