@@ -147,9 +147,15 @@ func args(n func(int) bool, want string) cobra.PositionalArgs {
 }
 
 func run(argv []string, stderr io.Writer) int {
+	return runIO(argv, os.Stdout, stderr)
+}
+
+// runIO runs the command line with help, version and completion output
+// going to stdout (task tables keep going to os.Stdout).
+func runIO(argv []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot(ctx, os.Stdout, stderr)
+	root := newRoot(ctx, stdout, stderr)
 	root.SetArgs(argv)
 	if len(argv) == 0 {
 		root.SetOut(stderr)
