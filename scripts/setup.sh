@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently: Debian's liblinear-tools (the
 # reference solver for the model-quality test) and the Maven artifacts of
-# the MiniDFSCluster used by the HDFS integration tests.
+# the MiniDFSCluster used by the HDFS integration tests, and in CI the
+# InstEval ratings of the MF quality test (scripts/insteval.sh installs R's
+# lme4 from Debian when needed and exports them once). Tests never install
+# anything: they skip with a message when a tool or data set is absent
+# outside CI, and fail in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,5 +24,8 @@ fi
 
 if [ -x scripts/hdfs/minihdfs.sh ]; then
 	scripts/hdfs/minihdfs.sh install
+fi
+if [ -n "${CI:-}" ] && [ ! -s data/insteval/test.tsv ]; then
+	scripts/insteval.sh
 fi
 go mod download
