@@ -72,6 +72,7 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			defer local.Close()
 			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
+			p.ShareTerminal = logging.IsTerminal(os.Stdout)
 			p.Metrics = mw
 			st, err := local.SubmitAndWait(ctx, task, p.Event)
 			if st.ID != "" {
@@ -262,7 +263,8 @@ func submitCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr) && len(jobs) == 1)
+			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
+			p.ShareTerminal = logging.IsTerminal(os.Stdout)
 			p.Metrics = mw
 			var wg sync.WaitGroup
 			errs := make([]error, len(jobs))
