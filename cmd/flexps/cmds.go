@@ -73,6 +73,7 @@ func runCmd(g *globals) *cobra.Command {
 			defer local.Close()
 			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
 			p.ShareTerminal = logging.IsTerminal(os.Stdout)
+			p.Logs = &g.logs
 			p.Metrics = mw
 			st, err := local.SubmitAndWait(ctx, task, p.Event)
 			if st.ID != "" {
@@ -265,6 +266,7 @@ func submitCmd(g *globals) *cobra.Command {
 			}
 			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
 			p.ShareTerminal = logging.IsTerminal(os.Stdout)
+			p.Logs = &g.logs
 			p.Metrics = mw
 			var wg sync.WaitGroup
 			errs := make([]error, len(jobs))

@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/flexps/flexps/engine"
@@ -86,9 +87,34 @@ func version() string {
 	return v + " " + bi.GoVersion
 }
 
-// globals are the flags every command has.
+// globals are the flags every command has, and where logs go.
 type globals struct {
 	logLevel, logFormat string
+	logs                logSink
+}
+
+// logSink is the logger's output on a terminal: stderr, or, while progress
+// bars are drawn there, the bars' container, which prints each log line
+// above the bars instead of gluing it onto one.
+type logSink struct {
+	mu    sync.Mutex
+	above func([]byte) error // nil: straight to stderr
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.above != nil && l.above(p) == nil {
+		return len(p), nil
+	}
+	return os.Stderr.Write(p)
+}
+
+// divert sends log lines to above until it is called with nil.
+func (l *logSink) divert(above func([]byte) error) {
+	l.mu.Lock()
+	l.above = above
+	l.mu.Unlock()
 }
 
 func (g *globals) logger(cfg *engine.ClusterConfig) (zerolog.Logger, error) {
@@ -101,7 +127,13 @@ func (g *globals) logger(cfg *engine.ClusterConfig) (zerolog.Logger, error) {
 			format = cfg.Log.Format
 		}
 	}
-	l, err := logging.New(os.Stderr, level, format)
+	var l zerolog.Logger
+	var err error
+	if (format == "" || format == "auto") && logging.IsTerminal(os.Stderr) {
+		l, err = logging.New(&g.logs, level, "console")
+	} else {
+		l, err = logging.New(os.Stderr, level, format)
+	}
 	if err != nil {
 		return l, usageError{err.Error()}
 	}

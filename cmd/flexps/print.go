@@ -26,6 +26,8 @@ type Printer struct {
 	ShareTerminal bool
 	// Metrics, if set, receives every epoch and stage summary.
 	Metrics *metricsWriter
+	// Logs, if set, is diverted above the bars while they are drawn.
+	Logs *logSink
 
 	mu         sync.Mutex
 	bars       *stageBars
@@ -50,6 +52,9 @@ func (p *Printer) Event(ev status.Event) {
 		}
 		if p.bars == nil {
 			p.bars = newStageBars(p.Progress)
+			if p.Logs != nil {
+				p.Logs.divert(p.bars.write)
+			}
 		}
 		p.bars.update(s)
 	case status.EventEpoch:
@@ -80,6 +85,9 @@ func (p *Printer) emit(b []byte) {
 // finishBars removes every bar and stops drawing.
 func (p *Printer) finishBars() {
 	if p.bars != nil {
+		if p.Logs != nil {
+			p.Logs.divert(nil)
+		}
 		p.bars.close()
 		p.bars = nil
 	}
