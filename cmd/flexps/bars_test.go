@@ -76,3 +76,24 @@ func TestNoBarsOffTerminal(t *testing.T) {
 		t.Fatalf("progress output off a terminal: %q", progress.String())
 	}
 }
+
+func TestStatusShowsDoneFraction(t *testing.T) {
+	var b bytes.Buffer
+	printStatus(&b, status.Cluster{Policy: "greedy", Tasks: []status.Task{
+		{ID: "t1", Name: "lr", State: status.Running, Stages: 1, Progress: status.Progress{Samples: 10, Fraction: 0.42}},
+		{ID: "t2", Name: "mf", State: status.Queued, Stages: 1},
+	}})
+	lines := strings.Split(b.String(), "\n")
+	var t1, t2 string
+	for _, l := range lines {
+		if strings.Contains(l, " t1 ") {
+			t1 = l
+		}
+		if strings.Contains(l, " t2 ") {
+			t2 = l
+		}
+	}
+	if !strings.Contains(t1, "42%") || strings.Contains(t2, "%") {
+		t.Fatalf("status:\n%s", b.String())
+	}
+}
