@@ -226,6 +226,13 @@ func (s *LocalSource) Create(ctx context.Context, path string) (io.WriteCloser, 
 	if err != nil {
 		return nil, fmt.Errorf("datastore: create %s: %w", path, err)
 	}
+	// CreateTemp makes 0600; a model or data file is read by other users
+	// and processes like any file os.Create writes.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("datastore: create %s: %w", path, err)
+	}
 	return &atomicFile{File: f, final: path}, nil
 }
 

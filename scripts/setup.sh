@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently: Debian's liblinear-tools (the
 # reference solver for the model-quality test), chromium (the headless
-# browser the status-page test drives) and the Maven artifacts of the
-# MiniDFSCluster used by the HDFS integration tests.
+# browser the status-page test drives), scikit-learn (real data sets of the
+# LR quality test), the Maven artifacts of the MiniDFSCluster used by the
+# HDFS integration tests, and in CI the InstEval ratings of the MF quality
+# test (scripts/insteval.sh installs R's lme4 from Debian when needed and
+# exports them once). Tests never install anything: they skip with a
+# message when a tool or data set is absent outside CI, and fail in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,5 +33,8 @@ fi
 
 if [ -x scripts/hdfs/minihdfs.sh ]; then
 	scripts/hdfs/minihdfs.sh install
+fi
+if [ -n "${CI:-}" ] && [ ! -s data/insteval/test.tsv ]; then
+	scripts/insteval.sh
 fi
 go mod download

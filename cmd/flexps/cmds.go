@@ -1,315 +1,421 @@
 package main
 
 import (
-	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime/pprof"
 	"sync"
+	"syscall"
 
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/internal/logging"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
+	"github.com/spf13/cobra"
 )
 
-func cmdRun(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var lf logFlags
-	lf.register(fs)
-	config := fs.String("config", "", "cluster TOML for engine settings (optional)")
-	slaves := fs.Int("slaves", 0, "slaves to start (default: the job's [local] slaves, else 2)")
-	slots := fs.Int("slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	if err := parse(fs, args); err != nil {
-		return err
+func runCmd(g *globals) *cobra.Command {
+	var (
+		config, cpuprofile, metricsOut string
+		slaves, slots                  int
+	)
+	c := &cobra.Command{
+		Use:   "run JOB.toml",
+		Short: "Train in local mode (embedded NATS, master and slaves in-process)",
+		Args:  args(func(n int) bool { return n == 1 }, "exactly one job file"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx := cmd.Context()
+			if cpuprofile != "" {
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			cf := clusterFlags{config: config}
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			log, err := g.logger(cfg)
+			if err != nil {
+				return err
+			}
+			jf, task, err := tasks.LoadJob(a[0])
+			if err != nil {
+				return err
+			}
+			if err := ensureInputs(jf, log); err != nil {
+				return err
+			}
+			mw, err := openMetricsOut(metricsOut)
+			if err != nil {
+				return err
+			}
+			opt := engine.LocalOptions{Slaves: jf.Local.Slaves, Slots: jf.Local.Slots, Config: *cfg, Log: log}
+			if slaves > 0 {
+				opt.Slaves = slaves
+			}
+			if slots > 0 {
+				opt.Slots = slots
+			}
+			local, err := engine.StartLocal(ctx, opt)
+			if err != nil {
+				return errors.Join(err, mw.Close())
+			}
+			defer local.Close()
+			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
+			p.ShareTerminal = logging.IsTerminal(os.Stdout)
+			p.Logs = &g.logs
+			p.Metrics = mw
+			st, err := local.SubmitAndWait(ctx, task, p.Event)
+			if st.ID != "" {
+				p.Summary(st)
+			}
+			return errors.Join(err, mw.Close())
+		},
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if fs.NArg() != 1 {
-		return usageError{"want exactly one job file: flexps run JOB.toml"}
-	}
-	cfg, err := clusterConfig(*config, "")
-	if err != nil {
-		return err
-	}
-	log, err := lf.logger(cfg)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	jf, task, err := tasks.LoadJob(fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	if err := ensureInputs(jf, log); err != nil {
-		return err
-	}
-	opt := engine.LocalOptions{Slaves: jf.Local.Slaves, Slots: jf.Local.Slots, Config: *cfg, Log: log}
-	if *slaves > 0 {
-		opt.Slaves = *slaves
-	}
-	if *slots > 0 {
-		opt.Slots = *slots
-	}
-	local, err := engine.StartLocal(ctx, opt)
-	if err != nil {
-		return err
-	}
-	defer local.Close()
-	p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
-	st, err := local.SubmitAndWait(ctx, task, p.Event)
-	if st.ID != "" {
-		p.Summary(st)
-	}
-	return err
+	fs := c.Flags()
+	fs.StringVar(&config, "config", "", "cluster TOML for engine settings (optional)")
+	fs.IntVar(&slaves, "slaves", 0, "slaves to start (default: the job's [local] slaves, else 2)")
+	fs.IntVar(&slots, "slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
+	return c
 }
 
-func cmdMaster(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("master", flag.ContinueOnError)
-	var lf logFlags
-	lf.register(fs)
-	config := fs.String("config", "", "cluster TOML")
-	listen := fs.String("listen", "", "embedded NATS listen address (default: [nats] listen, else "+engine.DefaultListen+")")
-	natsURL := fs.String("nats", "", "external NATS URL instead of the embedded server")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	cfg, err := clusterConfig(*config, *natsURL)
+// checkListen fails early, with the address and the setting to change, when
+// the embedded NATS server's address is taken: the server itself would
+// only log the bind error and the master would wait for a bus that never
+// comes up.
+func checkListen(addr string) error {
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("embedded NATS cannot listen on %s: address already in use (another flexps master or NATS server?); "+
+				"choose another address with --listen or [nats] listen in the cluster TOML, or use a running NATS server with --nats URL", addr)
+		}
+		return fmt.Errorf("embedded NATS cannot listen on %s: %w (set --listen or [nats] listen)", addr, err)
 	}
-	if *listen != "" {
-		cfg.NATS.Listen = *listen
-	}
-	log, err := lf.logger(cfg)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	n, err := engine.StartMaster(ctx, *cfg, log)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	log.Info().Str("nats", n.URL).Msg("master ready; slaves connect with: flexps slave --nats " + n.URL)
-	<-ctx.Done()
-	log.Info().Msg("master shutting down")
-	return nil
+	return l.Close()
 }
 
-func cmdSlave(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("slave", flag.ContinueOnError)
-	var lf logFlags
-	lf.register(fs)
-	config := fs.String("config", "", "cluster TOML")
-	natsURL := fs.String("nats", "", "NATS URL of the cluster's bus (default: [nats] url, else nats://"+engine.DefaultListen+")")
-	masterURL := fs.String("master", "", "same as --nats: the bus the master listens on")
-	slots := fs.Int("slots", 0, "worker slots (default: [slave] slots, else 2)")
-	id := fs.String("id", "", "slave id (default: [slave] id, else host-pid)")
-	host := fs.String("host", "", "host name for data locality (default: [slave] host, else the OS host name)")
-	if err := parse(fs, args); err != nil {
-		return err
+func masterCmd(g *globals) *cobra.Command {
+	var (
+		cf     clusterFlags
+		listen string
+	)
+	c := &cobra.Command{
+		Use:   "master",
+		Short: "Start a cluster master (embeds a NATS server unless --nats or [nats] url is set)",
+		Args:  args(func(n int) bool { return n == 0 }, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			if listen != "" {
+				cfg.NATS.Listen = listen
+			}
+			log, err := g.logger(cfg)
+			if err != nil {
+				return err
+			}
+			if cfg.NATS.URL == "" {
+				addr := cfg.NATS.Listen
+				if addr == "" {
+					addr = engine.DefaultListen
+				}
+				if err := checkListen(addr); err != nil {
+					return err
+				}
+			}
+			n, err := engine.StartMaster(ctx, *cfg, log)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			log.Info().Str("nats", n.URL).Msg("master ready; slaves connect with: flexps slave --nats " + n.URL)
+			<-ctx.Done()
+			log.Info().Msg("master shutting down")
+			return nil
+		},
 	}
-	url := *natsURL
-	if url == "" {
-		url = *masterURL
+	cf.register(c.Flags(), "external NATS URL instead of the embedded server")
+	c.Flags().StringVar(&listen, "listen", "", "embedded NATS listen address (default: [nats] listen, else "+engine.DefaultListen+")")
+	return c
+}
+
+func slaveCmd(g *globals) *cobra.Command {
+	var (
+		cf                  clusterFlags
+		masterURL, id, host string
+		slots               int
+	)
+	c := &cobra.Command{
+		Use:   "slave",
+		Short: "Start a slave that joins the master over NATS",
+		Args:  args(func(n int) bool { return n == 0 }, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if cf.nats == "" {
+				cf.nats = masterURL
+			}
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			if cfg.NATS.URL == "" {
+				cfg.NATS.URL = "nats://" + engine.DefaultListen
+				if cfg.NATS.Listen != "" {
+					cfg.NATS.URL = "nats://" + cfg.NATS.Listen
+				}
+			}
+			if slots > 0 {
+				cfg.Slave.Slots = slots
+			}
+			if id != "" {
+				cfg.Slave.ID = id
+			}
+			if host != "" {
+				cfg.Slave.Host = host
+			}
+			log, err := g.logger(cfg)
+			if err != nil {
+				return err
+			}
+			n, err := engine.StartSlave(ctx, *cfg, log)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			<-ctx.Done()
+			log.Info().Msg("slave shutting down")
+			return nil
+		},
 	}
-	cfg, err := clusterConfig(*config, url)
-	if err != nil {
-		return err
-	}
-	if cfg.NATS.URL == "" {
-		cfg.NATS.URL = "nats://" + engine.DefaultListen
-		if cfg.NATS.Listen != "" {
-			cfg.NATS.URL = "nats://" + cfg.NATS.Listen
-		}
-	}
-	if *slots > 0 {
-		cfg.Slave.Slots = *slots
-	}
-	if *id != "" {
-		cfg.Slave.ID = *id
-	}
-	if *host != "" {
-		cfg.Slave.Host = *host
-	}
-	log, err := lf.logger(cfg)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	n, err := engine.StartSlave(ctx, *cfg, log)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	<-ctx.Done()
-	log.Info().Msg("slave shutting down")
-	return nil
+	fs := c.Flags()
+	cf.register(fs, "NATS URL of the cluster's bus (default: [nats] url, else nats://"+engine.DefaultListen+")")
+	fs.StringVar(&masterURL, "master", "", "same as --nats: the bus the master listens on")
+	fs.IntVar(&slots, "slots", 0, "worker slots (default: [slave] slots, else 2)")
+	fs.StringVar(&id, "id", "", "slave id (default: [slave] id, else host-pid)")
+	fs.StringVar(&host, "host", "", "host name for data locality (default: [slave] host, else the OS host name)")
+	return c
 }
 
 // dial connects a client from --config / --nats.
-func dial(fs *flag.FlagSet, args []string) (*engine.Client, *flag.FlagSet, error) {
-	config := fs.String("config", "", "cluster TOML")
-	natsURL := fs.String("nats", "", "NATS URL of the cluster (default: [nats] url, else nats://"+engine.DefaultListen+")")
-	if err := parse(fs, args); err != nil {
-		return nil, nil, err
-	}
-	cfg, err := clusterConfig(*config, *natsURL)
+func (cf *clusterFlags) dial() (*engine.Client, error) {
+	cfg, err := cf.load()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if cfg.NATS.URL == "" && cfg.NATS.Listen != "" {
 		cfg.NATS.URL = "nats://" + cfg.NATS.Listen
 	}
-	c, err := engine.Dial(*cfg)
-	return c, fs, err
+	return engine.Dial(*cfg)
 }
 
-func cmdSubmit(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	detach := fs.Bool("detach", false, "submit and return without following")
-	c, fs, err := dial(fs, args)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if fs.NArg() == 0 {
-		return usageError{"want one or more job files: flexps submit JOB.toml..."}
-	}
-	var jobs []*tasks.MultiStageTask
-	for _, path := range fs.Args() {
-		_, t, err := tasks.LoadJob(path)
-		if err != nil {
-			return err
-		}
-		jobs = append(jobs, t)
-	}
-	if *detach {
-		for _, t := range jobs {
-			id, err := c.Submit(ctx, t)
+const clientNATSHelp = "NATS URL of the cluster (default: [nats] url, else nats://" + engine.DefaultListen + ")"
+
+func submitCmd(g *globals) *cobra.Command {
+	var (
+		cf         clusterFlags
+		detach     bool
+		metricsOut string
+	)
+	c := &cobra.Command{
+		Use:   "submit JOB.toml...",
+		Short: "Submit tasks to a running master and follow them",
+		Args:  args(func(n int) bool { return n > 0 }, "one or more job files"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx := cmd.Context()
+			c, err := cf.dial()
 			if err != nil {
 				return err
 			}
-			fmt.Println(id)
-		}
-		return nil
-	}
-	p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr) && len(jobs) == 1)
-	var wg sync.WaitGroup
-	errs := make([]error, len(jobs))
-	results := make([]status.Task, len(jobs))
-	for i, t := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = c.SubmitAndWait(ctx, t, p.Event)
-		}()
-	}
-	wg.Wait()
-	failed := 0
-	for i := range jobs {
-		if results[i].ID != "" {
-			p.Summary(results[i])
-		}
-		if errs[i] != nil {
-			failed++
-			if results[i].ID == "" {
-				fmt.Fprintf(os.Stderr, "flexps submit: %s: %v\n", fs.Arg(i), errs[i])
+			defer c.Close()
+			var jobs []*tasks.MultiStageTask
+			for _, path := range a {
+				_, t, err := tasks.LoadJob(path)
+				if err != nil {
+					return err
+				}
+				jobs = append(jobs, t)
 			}
-		}
+			if detach {
+				for _, t := range jobs {
+					id, err := c.Submit(ctx, t)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+				return nil
+			}
+			mw, err := openMetricsOut(metricsOut)
+			if err != nil {
+				return err
+			}
+			p := newPrinter(os.Stdout, os.Stderr, logging.IsTerminal(os.Stderr))
+			p.ShareTerminal = logging.IsTerminal(os.Stdout)
+			p.Logs = &g.logs
+			p.Metrics = mw
+			var wg sync.WaitGroup
+			errs := make([]error, len(jobs))
+			results := make([]status.Task, len(jobs))
+			for i, t := range jobs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i], errs[i] = c.SubmitAndWait(ctx, t, p.Event)
+				}()
+			}
+			wg.Wait()
+			failed := 0
+			for i := range jobs {
+				if results[i].ID != "" {
+					p.Summary(results[i])
+				}
+				if errs[i] != nil {
+					failed++
+					if results[i].ID == "" {
+						fmt.Fprintf(os.Stderr, "flexps submit: %s: %v\n", a[i], errs[i])
+					}
+				}
+			}
+			if err := mw.Close(); err != nil {
+				return err
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d tasks did not succeed", failed, len(jobs))
+			}
+			return nil
+		},
 	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d tasks did not succeed", failed, len(jobs))
-	}
-	return nil
+	cf.register(c.Flags(), clientNATSHelp)
+	c.Flags().BoolVar(&detach, "detach", false, "submit and print the task ids without following")
+	c.Flags().StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
+	return c
 }
 
-func cmdStatus(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	c, fs, err := dial(fs, args)
-	if err != nil {
-		return err
+func statusCmd(g *globals) *cobra.Command {
+	var cf clusterFlags
+	c := &cobra.Command{
+		Use:   "status [TASK]",
+		Short: "List tasks and slaves of a running master",
+		Args:  args(func(n int) bool { return n <= 1 }, "at most one task id"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := ""
+			if len(a) == 1 {
+				id = a[0]
+			}
+			rep, err := c.Status(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), rep)
+			return nil
+		},
 	}
-	defer c.Close()
-	rep, err := c.Status(ctx, fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	printStatus(os.Stdout, rep)
-	return nil
+	cf.register(c.Flags(), clientNATSHelp)
+	return c
 }
 
-func cmdCancel(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	c, fs, err := dial(fs, args)
-	if err != nil {
-		return err
+func cancelCmd(g *globals) *cobra.Command {
+	var cf clusterFlags
+	c := &cobra.Command{
+		Use:   "cancel TASK",
+		Short: "Stop a task",
+		Args:  args(func(n int) bool { return n == 1 }, "one task id"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.Cancel(cmd.Context(), a[0])
+		},
 	}
-	defer c.Close()
-	if fs.NArg() != 1 {
-		return usageError{"want one task id"}
-	}
-	return c.Cancel(ctx, fs.Arg(0))
+	cf.register(c.Flags(), clientNATSHelp)
+	return c
 }
 
-func cmdGen(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "libsvm" && args[0] != "ratings") {
-		return usageError{"want a kind: flexps gen libsvm|ratings --out FILE [flags]"}
+func genCmd(g *globals) *cobra.Command {
+	var (
+		spec synth.Spec
+		out  string
+	)
+	c := &cobra.Command{
+		Use:       "gen libsvm|ratings --out FILE",
+		Short:     "Write the project's seeded synthetic data",
+		ValidArgs: []string{"libsvm", "ratings"},
+		Args:      args(func(n int) bool { return n == 1 }, "a kind, libsvm or ratings"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if a[0] != "libsvm" && a[0] != "ratings" {
+				return usageError{fmt.Sprintf("unknown kind %q: want libsvm or ratings", a[0])}
+			}
+			if out == "" {
+				return usageError{"--out is required"}
+			}
+			spec.Kind = a[0]
+			if err := synth.Generate(out, spec); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)
+			return nil
+		},
 	}
-	fs := flag.NewFlagSet("gen "+args[0], flag.ContinueOnError)
-	var g synth.Spec
-	g.Kind = args[0]
-	out := fs.String("out", "", "output file (required)")
-	fs.IntVar(&g.Rows, "rows", 100000, "rows (ratings: ratings)")
-	fs.IntVar(&g.Dim, "dim", 100000, "libsvm: feature dimensions")
-	fs.IntVar(&g.NNZ, "nnz", 20, "libsvm: non-zeros per row")
-	fs.Float64Var(&g.Zipf, "zipf", 1.1, "libsvm: Zipf exponent of feature ids (> 1; 0 = uniform)")
-	fs.Float64Var(&g.Noise, "noise", 0.02, "libsvm: label flip probability; ratings: noise std-dev")
-	fs.Int64Var(&g.Seed, "seed", 1, "random seed")
-	fs.StringVar(&g.TestPath, "test-out", "", "also write a held-out file here")
-	fs.IntVar(&g.TestRows, "test-rows", 0, "rows of the held-out file (default rows/5)")
-	fs.IntVar(&g.Users, "users", 1000, "ratings: users")
-	fs.IntVar(&g.Items, "items", 1000, "ratings: items")
-	fs.IntVar(&g.Rank, "rank", 8, "ratings: rank of the hidden factors")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	if *out == "" {
-		return usageError{"--out is required"}
-	}
-	if err := synth.Generate(*out, g); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
-	return nil
+	fs := c.Flags()
+	fs.StringVar(&out, "out", "", "output file (required)")
+	fs.IntVar(&spec.Rows, "rows", 100000, "rows (ratings: ratings)")
+	fs.IntVar(&spec.Dim, "dim", 100000, "libsvm: feature dimensions")
+	fs.IntVar(&spec.NNZ, "nnz", 20, "libsvm: non-zeros per row")
+	fs.Float64Var(&spec.Zipf, "zipf", 1.1, "libsvm: Zipf exponent of feature ids (> 1; 0 = uniform)")
+	fs.Float64Var(&spec.Noise, "noise", 0.02, "libsvm: label flip probability; ratings: noise std-dev")
+	fs.Int64Var(&spec.Seed, "seed", 1, "random seed")
+	fs.StringVar(&spec.TestPath, "test-out", "", "also write a held-out file here")
+	fs.IntVar(&spec.TestRows, "test-rows", 0, "rows of the held-out file (default rows/5)")
+	fs.IntVar(&spec.Users, "users", 1000, "ratings: users")
+	fs.IntVar(&spec.Items, "items", 1000, "ratings: items")
+	fs.IntVar(&spec.Rank, "rank", 8, "ratings: rank of the hidden factors")
+	return c
 }
 
-func cmdEval(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	model := fs.String("model", "", "model file written by a task (required)")
-	data := fs.String("data", "", "data file, directory or glob (required)")
-	format := fs.String("format", "", "data format (default: the model kind's)")
-	kind := fs.String("kind", "", "refuse a model of another kind (lr, kmeans, mf)")
-	if err := parse(fs, args); err != nil {
-		return err
+func evalCmd(g *globals) *cobra.Command {
+	var model, data, format, kind string
+	c := &cobra.Command{
+		Use:   "eval --model FILE --data FILE",
+		Short: "Score a saved model on a data file",
+		Args:  args(func(n int) bool { return n == 0 }, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" || data == "" {
+				return usageError{"--model and --data are required"}
+			}
+			res, err := tasks.Evaluate(cmd.Context(), model, data, format, kind)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), res)
+			return nil
+		},
 	}
-	if *model == "" || *data == "" {
-		return usageError{"--model and --data are required"}
-	}
-	res, err := tasks.Evaluate(ctx, *model, *data, *format, *kind)
-	if err != nil {
-		return err
-	}
-	fmt.Println(res)
-	return nil
+	fs := c.Flags()
+	fs.StringVar(&model, "model", "", "model file written by a task (required)")
+	fs.StringVar(&data, "data", "", "data file, directory or glob (required)")
+	fs.StringVar(&format, "format", "", "data format (default: the model kind's)")
+	fs.StringVar(&kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf)")
+	return c
 }

@@ -9,16 +9,25 @@
 //	flexps cancel task-id                      stop a task
 //	flexps gen libsvm|ratings --out FILE       write the project's seeded synthetic data
 //	flexps eval --model FILE --data FILE       score a saved model
+//	flexps plot metrics.jsonl -o curve.png     draw the curves a --metrics-out file recorded
+//
+// The command line is built with cobra: flags may come before or after the
+// arguments, "flexps help CMD" and "CMD --help" print a command's flags,
+// "flexps completion bash|zsh|fish" prints a shell completion script.
+// Exit codes: 0 ok, 1 the task or command failed, 2 usage error, 130
+// interrupted (SIGINT/SIGTERM).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/flexps/flexps/engine"
@@ -28,6 +37,16 @@ import (
 	_ "github.com/flexps/flexps/examples/svrg"
 	"github.com/flexps/flexps/internal/logging"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
 )
 
 // usageError is a mistake in the command line: exit code 2.
@@ -35,82 +54,71 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var commands = map[string]func(ctx context.Context, args []string) error{
-	"run":    cmdRun,
-	"master": cmdMaster,
-	"slave":  cmdSlave,
-	"submit": cmdSubmit,
-	"status": cmdStatus,
-	"cancel": cmdCancel,
-	"gen":    cmdGen,
-	"eval":   cmdEval,
-}
-
-const usage = `usage: flexps <command> [flags] [args]
-
-commands:
-  run JOB.toml             train in local mode (embedded NATS, master and slaves in-process)
-  master --config FILE     start a cluster master
-  slave --config FILE      start a slave (--nats URL to reach the master's bus)
-  submit JOB.toml...       submit tasks to a running master and follow them
-  status [TASK]            list tasks and slaves of a running master
-  cancel TASK              stop a task
-  gen libsvm|ratings       write seeded synthetic data
-  eval                     score a saved model on a data file
-
-"flexps <command> -h" lists a command's flags.`
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	cmd, ok := commands[args[0]]
+// version is the module version and VCS commit the binary was built from
+// ("go install ...@v1.2.3" records the version; a checkout build records
+// the commit when built with VCS stamping).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		fmt.Fprintf(stderr, "flexps: unknown command %q (\"flexps help\" lists the commands)\n", args[0])
-		return 2
+		return "unknown"
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := cmd(ctx, args[1:])
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
 	}
-	var ue usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "flexps %s: %v\n", args[0], err)
-		return 2
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
 	}
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		fmt.Fprintf(stderr, "flexps %s: interrupted\n", args[0])
-		return 130
+	if rev != "" {
+		v += " commit " + rev + dirty
 	}
-	fmt.Fprintf(stderr, "flexps %s: %v\n", args[0], err)
-	return 1
+	return v + " " + bi.GoVersion
 }
 
-// common flags.
-type logFlags struct {
-	level, format string
+// globals are the flags every command has, and where logs go.
+type globals struct {
+	logLevel, logFormat string
+	logs                logSink
 }
 
-func (l *logFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.level, "log-level", "", "log level: debug, info, warn, error (default: the config's, else info)")
-	fs.StringVar(&l.format, "log-format", "", "log format: auto, console, json (default: the config's, else auto)")
+// logSink is the logger's output on a terminal: stderr, or, while progress
+// bars are drawn there, the bars' container, which prints each log line
+// above the bars instead of gluing it onto one.
+type logSink struct {
+	mu    sync.Mutex
+	above func([]byte) error // nil: straight to stderr
 }
 
-func (l *logFlags) logger(cfg *engine.ClusterConfig) (zerolog.Logger, error) {
-	level, format := l.level, l.format
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.above != nil && l.above(p) == nil {
+		return len(p), nil
+	}
+	return os.Stderr.Write(p)
+}
+
+// divert sends log lines to above until it is called with nil.
+func (l *logSink) divert(above func([]byte) error) {
+	l.mu.Lock()
+	l.above = above
+	l.mu.Unlock()
+}
+
+func (g *globals) logger(cfg *engine.ClusterConfig) (zerolog.Logger, error) {
+	level, format := g.logLevel, g.logFormat
 	if cfg != nil {
 		if level == "" {
 			level = cfg.Log.Level
@@ -119,32 +127,117 @@ func (l *logFlags) logger(cfg *engine.ClusterConfig) (zerolog.Logger, error) {
 			format = cfg.Log.Format
 		}
 	}
-	return logging.New(os.Stderr, level, format)
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	var l zerolog.Logger
+	var err error
+	if (format == "" || format == "auto") && logging.IsTerminal(os.Stderr) {
+		l, err = logging.New(&g.logs, level, "console")
+	} else {
+		l, err = logging.New(os.Stderr, level, format)
 	}
-	return nil
+	if err != nil {
+		return l, usageError{err.Error()}
+	}
+	return l, nil
 }
 
-// clusterConfig loads --config (optional) and applies flag overrides.
-func clusterConfig(path, natsURL string) (*engine.ClusterConfig, error) {
+// newRoot builds the command tree.
+func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "flexps",
+		Short: "Train machine-learning models on a FlexPS-style parameter server",
+		Long: `flexps trains machine-learning models on a FlexPS-style parameter server.
+"flexps run JOB.toml" trains on an in-process cluster; "flexps master",
+"flexps slave" and "flexps submit" run a cluster over several processes or machines.
+
+Exit codes: 0 ok, 1 the task or command failed, 2 usage error, 130 interrupted.`,
+		Version:       version(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetContext(ctx)
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: the config's, else info)")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "", "log format: auto, console, json (default: the config's, else auto)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{err.Error() + " (\"" + c.CommandPath() + " --help\" lists the flags)"}
+	})
+	root.AddCommand(runCmd(g), masterCmd(g), slaveCmd(g), submitCmd(g), statusCmd(g), cancelCmd(g),
+		genCmd(g), evalCmd(g), plotCmd(g))
+	return root
+}
+
+// args checks the positional arguments; a mismatch is a usage error.
+func args(n func(int) bool, want string) cobra.PositionalArgs {
+	return func(c *cobra.Command, a []string) error {
+		if !n(len(a)) {
+			return usageError{"want " + want + ": " + c.UseLine()}
+		}
+		return nil
+	}
+}
+
+func run(argv []string, stderr io.Writer) int {
+	return runIO(argv, os.Stdout, stderr)
+}
+
+// runIO runs the command line with help, version and completion output
+// going to stdout (task tables keep going to os.Stdout).
+func runIO(argv []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(ctx, stdout, stderr)
+	root.SetArgs(argv)
+	if len(argv) == 0 {
+		root.SetOut(stderr)
+		root.Help()
+		return exitUsage
+	}
+	c, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	name := c.CommandPath()
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitUsage
+	case strings.HasPrefix(err.Error(), "unknown command"), strings.HasPrefix(err.Error(), "unknown flag"),
+		strings.HasPrefix(err.Error(), "invalid argument"):
+		fmt.Fprintf(stderr, "%s: %v (\"flexps help\" lists the commands)\n", name, err)
+		return exitUsage
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		fmt.Fprintf(stderr, "%s: interrupted\n", name)
+		return exitInterrupted
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	return exitFailed
+}
+
+// clusterFlags are --config and --nats, shared by the cluster commands.
+type clusterFlags struct {
+	config, nats string
+}
+
+func (cf *clusterFlags) register(fs *pflag.FlagSet, natsHelp string) {
+	fs.StringVar(&cf.config, "config", "", "cluster TOML")
+	fs.StringVar(&cf.nats, "nats", "", natsHelp)
+}
+
+// load reads --config (optional) and applies --nats.
+func (cf *clusterFlags) load() (*engine.ClusterConfig, error) {
 	cfg := &engine.ClusterConfig{}
-	if path != "" {
-		c, err := engine.LoadClusterConfig(path)
+	if cf.config != "" {
+		c, err := engine.LoadClusterConfig(cf.config)
 		if err != nil {
 			return nil, err
 		}
 		cfg = c
 	}
-	if natsURL != "" {
-		cfg.NATS.URL = natsURL
+	if cf.nats != "" {
+		cfg.NATS.URL = cf.nats
 	}
 	return cfg, nil
 }

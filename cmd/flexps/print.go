@@ -1,36 +1,43 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
-	"github.com/schollz/progressbar/v3"
 )
 
-// Printer turns a task's events into a live progress line (a progress bar
-// on a terminal, a line every few seconds otherwise) and a per-epoch table.
+// Printer turns a task's events into live progress bars (on a terminal:
+// one mpb bar per running stage with %, samples/s, ETA and loss) and a
+// per-epoch table. Off a terminal there are no bars and no control
+// characters: the table's one line per epoch is the progress.
 type Printer struct {
 	Out      io.Writer // tables and summaries
-	Progress io.Writer // progress bar or lines
-	TTY      bool
+	Progress io.Writer // progress bars
+	TTY      bool      // draw bars on Progress
+	// ShareTerminal says Out and Progress are the same terminal: table
+	// rows are then printed above the bars instead of through them.
+	ShareTerminal bool
+	// Metrics, if set, receives every epoch and stage summary.
+	Metrics *metricsWriter
+	// Logs, if set, is diverted above the bars while they are drawn.
+	Logs *logSink
 
-	mu        sync.Mutex
-	bar       *progressbar.ProgressBar
-	header    map[int]bool
-	lastLine  time.Time
-	lastStage int
+	mu         sync.Mutex
+	bars       *stageBars
+	lastHeader string              // task whose header was printed last
+	columns    map[string][]string // per task: the metric columns of its table
 }
 
 // newPrinter prints tables to out and progress to progress.
 func newPrinter(out, progress io.Writer, tty bool) *Printer {
-	return &Printer{Out: out, Progress: progress, TTY: tty, header: map[int]bool{}, lastStage: -1}
+	return &Printer{Out: out, Progress: progress, TTY: tty}
 }
 
 // Event handles one task event.
@@ -40,91 +47,109 @@ func (p *Printer) Event(ev status.Event) {
 	s := ev.Status
 	switch ev.Kind {
 	case status.EventProgress, status.EventStatus:
-		if s.State != status.Running {
+		if s.State != status.Running || !p.TTY {
 			return
 		}
-		desc := fmt.Sprintf("%s stage %d/%d %-10s epoch %d  %s samples  %s samples/s  loss %.4f", s.Name, s.Stage+1, s.Stages, s.StageName,
-			s.Progress.Epoch+1, human(float64(s.Progress.Samples)), human(s.Progress.SamplesPerSec), s.Progress.Loss)
-		if p.TTY {
-			if p.bar == nil || p.lastStage != s.Stage {
-				p.finishBar()
-				p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(p.Progress), progressbar.OptionSpinnerType(14),
-					// the description carries the samples and the real samples/s
-					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-				p.lastStage = s.Stage
+		if p.bars == nil {
+			p.bars = newStageBars(p.Progress)
+			if p.Logs != nil {
+				p.Logs.divert(p.bars.write)
 			}
-			p.bar.Describe(desc)
-			p.bar.Set64(s.Progress.Samples)
-		} else if ev.Kind == status.EventProgress && time.Since(p.lastLine) >= 5*time.Second {
-			p.lastLine = time.Now()
-			fmt.Fprintf(p.Progress, "progress: %s  samples %d\n", desc, s.Progress.Samples)
 		}
+		p.bars.update(s)
 	case status.EventEpoch:
 		if ev.Epoch == nil {
 			return
 		}
-		p.finishBar()
-		p.epochRow(s, *ev.Epoch)
+		var b bytes.Buffer
+		p.epochRow(&b, s, *ev.Epoch)
+		p.emit(b.Bytes())
 	case status.EventDone, status.EventFailed:
-		p.finishBar()
+		if p.bars != nil {
+			p.bars.endTask(s.ID)
+		}
 	}
 }
 
-func (p *Printer) finishBar() {
-	if p.bar != nil {
-		p.bar.Finish()
-		p.bar = nil
-		p.lastStage = -1
+// emit prints table text: above the bars when they share the terminal,
+// so a row never glues onto a bar.
+func (p *Printer) emit(b []byte) {
+	if p.bars != nil && p.ShareTerminal && p.bars.write(b) == nil {
+		return
+	}
+	if _, err := p.Out.Write(b); err != nil {
+		fmt.Fprintf(p.Progress, "flexps: cannot print the epoch table: %v\n", err)
 	}
 }
 
-func (p *Printer) epochRow(s status.Task, e status.Epoch) {
+// finishBars removes every bar and stops drawing.
+func (p *Printer) finishBars() {
+	if p.bars != nil {
+		if p.Logs != nil {
+			p.Logs.divert(nil)
+		}
+		p.bars.close()
+		p.bars = nil
+	}
+}
+
+func (p *Printer) epochRow(w io.Writer, s status.Task, e status.Epoch) {
 	m := e.Metrics
-	if !p.header[e.Stage] {
-		p.header[e.Stage] = true
-		name := s.StageName
-		fmt.Fprintf(p.Out, "\nstage %d (%s)\n", e.Stage, name)
-		fmt.Fprintf(p.Out, "%6s %10s %10s %10s %10s %12s %8s\n", "epoch", "loss", "train_acc", "test_loss", "test_acc", "samples/s", "seconds")
+	p.Metrics.epoch(s, e)
+	cols := deriveColumns(m)
+	// One table per task: its columns are the metrics seen so far, a
+	// stage without one shows "-" (SVRG's sgd stages have no objective),
+	// and only a metric never seen before starts a new header.
+	if p.columns == nil {
+		p.columns = map[string][]string{}
 	}
-	cell := func(num, den string) string {
-		if d := m[den]; d > 0 {
-			return fmt.Sprintf("%.4f", m[num]/d)
+	have := p.columns[s.ID]
+	grew := false
+	for _, c := range cols {
+		if !slices.Contains(have, c.Name) {
+			have = append(have, c.Name)
+			grew = true
 		}
-		if v, ok := m[num]; ok && den == "" {
-			return fmt.Sprintf("%.4f", v)
+	}
+	p.columns[s.ID] = have
+	if grew || p.lastHeader != s.ID {
+		p.lastHeader = s.ID
+		fmt.Fprintf(w, "\ntask %s (%s)\n%5s %-12s %6s", s.ID, s.Name, "stage", "name", "epoch")
+		for _, name := range have {
+			fmt.Fprintf(w, " %12s", name)
 		}
-		return "-"
-	}
-	loss := cell("loss_sum", "samples")
-	if _, ok := m[tasks.MetricObjective]; ok {
-		loss = fmt.Sprintf("%.4f", m[tasks.MetricObjective])
-	}
-	trainAcc, testLoss, testAcc := cell("correct", "samples"), cell("test_loss_sum", "test_samples"), cell("test_correct", "test_samples")
-	if _, ok := m[tasks.MetricSqErrSum]; ok {
-		trainAcc = rmse(m[tasks.MetricSqErrSum], m[tasks.MetricSamples]) + "r"
-	}
-	if _, ok := m[tasks.MetricTestSqErrSum]; ok {
-		testAcc = rmse(m[tasks.MetricTestSqErrSum], m[tasks.MetricTestSamples]) + "r"
+		fmt.Fprintf(w, " %12s %8s\n", "samples/s", "seconds")
 	}
 	rate := "-"
 	if e.Seconds > 0 {
 		rate = human(m[tasks.MetricSamples] / e.Seconds)
 	}
-	fmt.Fprintf(p.Out, "%6d %10s %10s %10s %10s %12s %8.2f\n", e.Epoch, loss, trainAcc, testLoss, testAcc, rate, e.Seconds)
+	fmt.Fprintf(w, "%5d %-12s %6d", e.Stage, truncate(s.StageName, 12), e.Epoch)
+	for _, name := range have {
+		cell := "-"
+		for _, c := range cols {
+			if c.Name == name {
+				cell = fmt.Sprintf("%.4f", c.Value)
+			}
+		}
+		fmt.Fprintf(w, " %12s", cell)
+	}
+	fmt.Fprintf(w, " %12s %8.2f\n", rate, e.Seconds)
 }
 
-func rmse(sum, n float64) string {
-	if n <= 0 {
-		return "-"
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
 	}
-	return fmt.Sprintf("%.4f", math.Sqrt(sum/n))
+	return s
 }
 
 // Summary prints a finished task's stages.
 func (p *Printer) Summary(s status.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.finishBar()
+	p.finishBars()
+	p.Metrics.stages(s)
 	fmt.Fprintf(p.Out, "\ntask %s (%s): %s", s.ID, s.Name, s.State)
 	if s.Reason != "" {
 		fmt.Fprintf(p.Out, ": %s", s.Reason)

@@ -20,9 +20,13 @@ func printStatus(w io.Writer, rep status.Cluster) {
 		fmt.Fprintf(w, "  %-20s %-16s %7d %6d %6d %s\n", s.ID, s.Host, s.PID, s.Slots, s.Free, state)
 	}
 	fmt.Fprintf(w, "\ntasks:\n")
-	fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8s %-22s %12s %s\n", "id", "name", "state", "stage", "priority", "slots", "samples", "reason")
+	fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8s %-22s %12s %6s %s\n", "id", "name", "state", "stage", "priority", "slots", "samples", "done", "reason")
 	for _, t := range rep.Tasks {
 		stage := fmt.Sprintf("%d/%d %s", t.Stage+1, t.Stages, t.StageName)
-		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, t.Reason)
+		done := "-" // the master did not know the stage's length
+		if f := t.Progress.Fraction; f > 0 {
+			done = fmt.Sprintf("%.0f%%", 100*min(f, 1))
+		}
+		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, done, t.Reason)
 	}
 }

@@ -63,6 +63,12 @@ func Generate(path string, gs Spec) error {
 			return fmt.Errorf("gen: %w", err)
 		}
 		outs = append(outs, f)
+		// CreateTemp makes 0600; data files are shared with other users
+		// and processes like any file written with os.Create.
+		if err := f.Chmod(0o644); err != nil {
+			cleanup()
+			return fmt.Errorf("gen: %w", err)
+		}
 	}
 	bufs := make([]*bufio.Writer, len(outs))
 	for i, f := range outs {

@@ -41,6 +41,10 @@ type Options struct {
 	// SlaveHosts[i] (flexps slave --host), e.g. a MiniHDFS datanode's
 	// hostname so blocks on that datanode count as local to it.
 	SlaveHosts []string
+	// WorkDirs runs every process in its own working directory,
+	// Dir/<name> (master, slave-0, ...), as on separate machines: a
+	// relative path in a job resolves in each process's own directory.
+	WorkDirs bool
 }
 
 // Cluster is a running multi-process cluster.
@@ -139,6 +143,13 @@ func (c *Cluster) spawn(name string, args ...string) *Proc {
 	argv := append(append([]string(nil), c.opt.Command[1:]...), args...)
 	cmd := exec.Command(c.opt.Command[0], argv...)
 	cmd.Env = append(os.Environ(), c.opt.Env...)
+	if c.opt.WorkDirs {
+		cmd.Dir = c.WorkDir(name)
+		if err := os.MkdirAll(cmd.Dir, 0o755); err != nil {
+			f.Close()
+			c.t.Fatal(err)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -152,6 +163,12 @@ func (c *Cluster) spawn(name string, args ...string) *Proc {
 		close(p.done)
 	}()
 	return p
+}
+
+// WorkDir is the working directory of the process name ("master",
+// "slave-0", ...) when Options.WorkDirs is set.
+func (c *Cluster) WorkDir(name string) string {
+	return filepath.Join(c.Dir, "wd", name)
 }
 
 // Exited reports whether the process has ended.

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+)
+
+// syncBuffer is written by mpb's goroutine and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestBarsShowFractionEpochsAndEnd(t *testing.T) {
+	var out bytes.Buffer
+	var bars syncBuffer
+	p := newPrinter(&out, &bars, true)
+	task := status.Task{ID: "t1", Name: "lr", State: status.Running, Stages: 1, StageName: "sgd",
+		Progress: status.Progress{Samples: 5000, SamplesPerSec: 2500, Loss: 0.4321, Epoch: 1, Epochs: 4, Fraction: 0.5}}
+	// Progress reports keep coming until a frame shows them (mpb draws on
+	// its refresh tick).
+	for i := 0; !strings.Contains(bars.String(), "50%"); i++ {
+		if i > 200 {
+			t.Fatalf("no frame with the fraction after %d reports:\n%q", i, bars.String())
+		}
+		p.Event(status.Event{Kind: status.EventProgress, Status: task})
+		time.Sleep(20 * time.Millisecond)
+	}
+	frame := bars.String()
+	// (samples/s and loss follow, cut here by mpb to its default width
+	// since a buffer has none.)
+	for _, w := range []string{"lr 1/1 sgd", "50%", "epoch 2/4"} {
+		if !strings.Contains(frame, w) {
+			t.Errorf("bar lacks %q:\n%q", w, frame)
+		}
+	}
+	m := map[string]float64{tasks.MetricSamples: 100, tasks.MetricLossSum: 40, tasks.MetricCorrect: 80}
+	p.Event(status.Event{Kind: status.EventEpoch, Status: task, Epoch: &status.Epoch{Stage: 0, Epoch: 2, Seconds: 1, Metrics: m}})
+	task.State = status.Done
+	p.Event(status.Event{Kind: status.EventDone, Status: task})
+	p.Summary(task) // returns only once the bars stopped (goleak checks their goroutines)
+	if !strings.Contains(out.String(), "logloss") || !strings.Contains(out.String(), "t1 (lr): done") {
+		t.Fatalf("table and summary:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "\x1b") {
+		t.Fatalf("control characters in the table output:\n%q", out.String())
+	}
+}
+
+func TestNoBarsOffTerminal(t *testing.T) {
+	var out, progress bytes.Buffer
+	p := newPrinter(&out, &progress, false)
+	task := status.Task{ID: "t1", Name: "lr", State: status.Running, Stages: 1, Progress: status.Progress{Samples: 10, Fraction: 0.1}}
+	p.Event(status.Event{Kind: status.EventProgress, Status: task})
+	p.Event(status.Event{Kind: status.EventStatus, Status: task})
+	p.Summary(task)
+	if progress.Len() != 0 {
+		t.Fatalf("progress output off a terminal: %q", progress.String())
+	}
+}
+
+func TestStatusShowsDoneFraction(t *testing.T) {
+	var b bytes.Buffer
+	printStatus(&b, status.Cluster{Policy: "greedy", Tasks: []status.Task{
+		{ID: "t1", Name: "lr", State: status.Running, Stages: 1, Progress: status.Progress{Samples: 10, Fraction: 0.42}},
+		{ID: "t2", Name: "mf", State: status.Queued, Stages: 1},
+	}})
+	lines := strings.Split(b.String(), "\n")
+	var t1, t2 string
+	for _, l := range lines {
+		if strings.Contains(l, " t1 ") {
+			t1 = l
+		}
+		if strings.Contains(l, " t2 ") {
+			t2 = l
+		}
+	}
+	if !strings.Contains(t1, "42%") || strings.Contains(t2, "%") {
+		t.Fatalf("status:\n%s", b.String())
+	}
+}

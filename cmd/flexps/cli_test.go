@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"image/png"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+)
+
+func TestCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "g.libsvm")
+	cases := []struct {
+		name      string
+		args      []string
+		exit      int
+		stdout    []string
+		stderr    []string
+		afterwith func(t *testing.T)
+	}{
+		{name: "no args prints usage", args: nil, exit: 2, stderr: []string{"Available Commands", "submit"}},
+		{name: "version", args: []string{"--version"}, exit: 0, stdout: []string{"flexps version"}},
+		{name: "help CMD", args: []string{"help", "run"}, exit: 0, stdout: []string{"--metrics-out", "--log-level", "run JOB.toml"}},
+		{name: "CMD --help", args: []string{"gen", "--help"}, exit: 0, stdout: []string{"--out", "--zipf"}},
+		{name: "exit codes documented", args: []string{"--help"}, exit: 0, stdout: []string{"130 interrupted", "plot"}},
+		{name: "completion", args: []string{"completion", "bash"}, exit: 0, stdout: []string{"__start_flexps"}},
+		{name: "flags after the argument", args: []string{"gen", "libsvm", "--rows", "20", "--dim", "50", "--out", out}, exit: 0,
+			afterwith: func(t *testing.T) {
+				b, err := os.ReadFile(out)
+				if err != nil || strings.Count(string(b), "\n") != 20 {
+					t.Fatalf("gen wrote %d lines, err %v", strings.Count(string(b), "\n"), err)
+				}
+				if fi, _ := os.Stat(out); fi.Mode().Perm() != 0o644 {
+					t.Errorf("mode %v, want 0644", fi.Mode().Perm())
+				}
+			}},
+		{name: "unknown flag is a usage error", args: []string{"run", "--epochs", "3", "x.toml"}, exit: 2, stderr: []string{"unknown flag: --epochs", "flexps run --help"}},
+		{name: "bad kind", args: []string{"gen", "csv", "--out", out}, exit: 2, stderr: []string{`unknown kind "csv"`}},
+		{name: "too many args", args: []string{"run", "a.toml", "b.toml"}, exit: 2, stderr: []string{"exactly one job file"}},
+		{name: "cancel without id", args: []string{"cancel"}, exit: 2, stderr: []string{"one task id"}},
+		{name: "plot without -o", args: []string{"plot", "m.jsonl"}, exit: 2, stderr: []string{"-o/--out"}},
+		{name: "plot unknown format", args: []string{"plot", "m.jsonl", "-o", "x.gif"}, exit: 2, stderr: []string{`"gif"`}},
+		{name: "bad log level", args: []string{"run", "--log-level", "loud", "x.toml"}, exit: 2, stderr: []string{`log level "loud"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runIO(tc.args, &stdout, &stderr)
+			if code != tc.exit {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.exit, stdout.String(), stderr.String())
+			}
+			for _, w := range tc.stdout {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tc.stderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if tc.afterwith != nil {
+				tc.afterwith(t)
+			}
+		})
+	}
+}
+
+func TestMasterNamesBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	var stderr bytes.Buffer
+	code := runIO([]string{"master", "--listen", addr, "--log-level", "error"}, &bytes.Buffer{}, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	for _, w := range []string{addr, "address already in use", "--listen", "[nats] listen"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+		}
+	}
+}
+
+func TestDeriveColumns(t *testing.T) {
+	cases := []struct {
+		name string
+		m    map[string]float64
+		want string
+	}{
+		{"lr", map[string]float64{tasks.MetricSamples: 100, tasks.MetricLossSum: 50, tasks.MetricCorrect: 80,
+			tasks.MetricTestSamples: 10, tasks.MetricTestLossSum: 6, tasks.MetricTestCorrect: 7},
+			"logloss=0.5000 acc=0.8000 test_logloss=0.6000 test_acc=0.7000"},
+		{"mf", map[string]float64{tasks.MetricSamples: 4, tasks.MetricSqErrSum: 16, tasks.MetricLossSum: 16,
+			tasks.MetricTestSamples: 1, tasks.MetricTestSqErrSum: 9, tasks.MetricTestLossSum: 9},
+			"rmse=2.0000 test_rmse=3.0000"},
+		{"mf with mae", map[string]float64{tasks.MetricSamples: 4, tasks.MetricSqErrSum: 4, tasks.MetricAbsErrSum: 2},
+			"rmse=1.0000 mae=0.5000"},
+		{"kmeans", map[string]float64{tasks.MetricObjective: 12.5, tasks.MetricSamples: 100}, "objective=12.5000"},
+		{"svrg full", map[string]float64{tasks.MetricObjective: 0.4, tasks.MetricSamples: 10, tasks.MetricLossSum: 3, tasks.MetricCorrect: 9},
+			"objective=0.4000 logloss=0.3000 acc=0.9000"},
+		{"no samples", map[string]float64{tasks.MetricLossSum: 3}, ""},
+		{"plain loss", map[string]float64{tasks.MetricSamples: 2, tasks.MetricLossSum: 3}, "loss=1.5000"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var parts []string
+			for _, c := range deriveColumns(tc.m) {
+				parts = append(parts, fmt.Sprintf("%s=%.4f", c.Name, c.Value))
+			}
+			if got := strings.Join(parts, " "); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// svrgEvents plays a task whose stages alternate between one that reports
+// an objective and one that does not, as SVRG's do.
+func svrgEvents(p *Printer, stages int) status.Task {
+	task := status.Task{ID: "t1", Name: "svrg", State: status.Running, Stages: stages}
+	for i := 0; i < stages; i++ {
+		task.Stage = i
+		m := map[string]float64{tasks.MetricSamples: 100, tasks.MetricLossSum: float64(60 - i), tasks.MetricCorrect: float64(70 + i)}
+		task.StageName = fmt.Sprintf("sgd.%d", i/2)
+		if i%2 == 0 {
+			task.StageName = fmt.Sprintf("full.%d", i/2)
+			m[tasks.MetricObjective] = 0.7 - float64(i)/100
+		}
+		p.Event(status.Event{Kind: status.EventEpoch, Status: task, Epoch: &status.Epoch{Stage: i, Epoch: 1, Workers: 2, Seconds: 0.5, Metrics: m}})
+		task.Results = append(task.Results, status.StageResult{Index: i, Name: task.StageName, Func: "svrg", Workers: 2, Seconds: 0.5, Samples: 100,
+			Epochs: []status.Epoch{{Stage: i, Epoch: 1, Metrics: m}}, Metrics: m})
+	}
+	task.State = status.Done
+	p.Event(status.Event{Kind: status.EventDone, Status: task})
+	p.Summary(task)
+	return task
+}
+
+func TestEpochTableOnePerTask(t *testing.T) {
+	var out, progress bytes.Buffer
+	p := newPrinter(&out, &progress, false)
+	svrgEvents(p, 6)
+	s := out.String()
+	if n := strings.Count(s, "samples/s  seconds"); n != 1 {
+		t.Fatalf("want one epoch table, got %d headers:\n%s", n, s)
+	}
+	for _, w := range []string{"objective", "logloss", "acc", "full.2", "sgd.2"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("table lacks %q:\n%s", w, s)
+		}
+	}
+	for _, bad := range []string{"train_acc", "rmse", "test_"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("table shows %q, a metric svrg does not report:\n%s", bad, s)
+		}
+	}
+	// The sgd rows have no objective: a dash, not a zero.
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, "sgd.1") && !strings.Contains(line, "svrg") && !strings.Contains(line, " - ") {
+			t.Errorf("sgd row without a dash for the objective: %q", line)
+		}
+	}
+}
+
+func TestMetricsOutAndPlot(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.jsonl")
+	mw, err := openMetricsOut(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPrinter(&bytes.Buffer{}, &bytes.Buffer{}, false)
+	p.Metrics = mw
+	svrgEvents(p, 6)
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := readRecords(f, path)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epochs, stages int
+	for _, r := range recs {
+		switch r.Type {
+		case "epoch":
+			epochs++
+			if r.TaskID != "t1" || r.Values["acc"] <= 0 || r.Rate != 200 {
+				t.Errorf("epoch record %+v", r)
+			}
+		case "stage":
+			stages++
+			if r.State != status.Done {
+				t.Errorf("stage record state %q", r.State)
+			}
+		}
+	}
+	if epochs != 6 || stages != 6 {
+		t.Fatalf("%d epoch and %d stage records, want 6 and 6", epochs, stages)
+	}
+	curves := collectCurves(recs, nil)
+	var names []string
+	for _, c := range curves {
+		names = append(names, c.Metric)
+	}
+	if got := strings.Join(names, ","); got != "objective,logloss,acc" {
+		t.Fatalf("panels %s", got)
+	}
+	// svrg's full.N stages form one line of 3 points, at x = 1, 3, 5.
+	if s := curves[0].Series; len(s) != 1 || s[0].Name != "full" || len(s[0].XY) != 3 || s[0].XY[2].X != 5 {
+		t.Fatalf("objective series %+v", s)
+	}
+
+	pngPath, svgPath := filepath.Join(dir, "c.png"), filepath.Join(dir, "c.svg")
+	for _, target := range []string{pngPath, svgPath} {
+		var stderr bytes.Buffer
+		if code := runIO([]string{"plot", path, "-o", target}, &bytes.Buffer{}, &stderr); code != 0 {
+			t.Fatalf("plot -o %s: exit %d: %s", target, code, stderr.String())
+		}
+	}
+	f, err = os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("plot wrote no PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 400 || b.Dy() < 200 {
+		t.Fatalf("image %v", b)
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("logloss")) {
+		t.Fatalf("svg: %v\n%.300s", err, svg)
+	}
+}
+
+func TestPlotRejectsBadFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.jsonl")
+	os.WriteFile(path, []byte(`{"type":"epoch","values":{"acc":0.5}}`+"\nnot json\n"), 0o644)
+	var stderr bytes.Buffer
+	if code := runIO([]string{"plot", path, "-o", path + ".png"}, &bytes.Buffer{}, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "m.jsonl line 2") {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+	empty := filepath.Join(t.TempDir(), "e.jsonl")
+	os.WriteFile(empty, nil, 0o644)
+	stderr.Reset()
+	if code := runIO([]string{"plot", empty, "-o", empty + ".png"}, &bytes.Buffer{}, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "no epoch metrics") {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+}
+
+func FuzzReadRecords(f *testing.F) {
+	f.Add([]byte(`{"type":"epoch","task_id":"t","stage":1,"epoch":2,"values":{"acc":0.5}}` + "\n"))
+	f.Add([]byte("\n\n{}\n"))
+	f.Add([]byte(`{"values":{"x":1e400}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		recs, err := readRecords(bytes.NewReader(b), "fuzz")
+		if err != nil {
+			return
+		}
+		collectCurves(recs, nil)
+	})
+}
