@@ -21,6 +21,7 @@ func runCmd(g *globals) *cobra.Command {
 	var (
 		config, cpuprofile, metricsOut string
 		slaves, slots                  int
+		mon                            clusterFlags
 	)
 	c := &cobra.Command{
 		Use:   "run JOB.toml",
@@ -39,7 +40,7 @@ func runCmd(g *globals) *cobra.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			cf := clusterFlags{config: config}
+			cf := clusterFlags{config: config, httpListen: mon.httpListen, metricsListen: mon.metricsListen}
 			cfg, err := cf.load()
 			if err != nil {
 				return err
@@ -88,6 +89,7 @@ func runCmd(g *globals) *cobra.Command {
 	fs.IntVar(&slots, "slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
+	mon.registerMonitor(fs, true)
 	return c
 }
 
@@ -150,6 +152,7 @@ func masterCmd(g *globals) *cobra.Command {
 		},
 	}
 	cf.register(c.Flags(), "external NATS URL instead of the embedded server")
+	cf.registerMonitor(c.Flags(), true)
 	c.Flags().StringVar(&listen, "listen", "", "embedded NATS listen address (default: [nats] listen, else "+engine.DefaultListen+")")
 	return c
 }
@@ -204,6 +207,7 @@ func slaveCmd(g *globals) *cobra.Command {
 	}
 	fs := c.Flags()
 	cf.register(fs, "NATS URL of the cluster's bus (default: [nats] url, else nats://"+engine.DefaultListen+")")
+	cf.registerMonitor(fs, false)
 	fs.StringVar(&masterURL, "master", "", "same as --nats: the bus the master listens on")
 	fs.IntVar(&slots, "slots", 0, "worker slots (default: [slave] slots, else 2)")
 	fs.StringVar(&id, "id", "", "slave id (default: [slave] id, else host-pid)")

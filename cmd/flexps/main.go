@@ -219,6 +219,17 @@ func runIO(argv []string, stdout, stderr io.Writer) int {
 // clusterFlags are --config and --nats, shared by the cluster commands.
 type clusterFlags struct {
 	config, nats string
+	// The process's HTTP endpoints (empty: as the cluster TOML says).
+	httpListen, metricsListen string
+}
+
+// registerMonitor adds --metrics-listen, and --http when the process
+// serves the status page (a master, or run).
+func (cf *clusterFlags) registerMonitor(fs *pflag.FlagSet, page bool) {
+	if page {
+		fs.StringVar(&cf.httpListen, "http", "", "serve the status page (and /metrics, /api/status) on this address, e.g. 127.0.0.1:8080 ([http] listen)")
+	}
+	fs.StringVar(&cf.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9100 ([metrics] listen)")
 }
 
 func (cf *clusterFlags) register(fs *pflag.FlagSet, natsHelp string) {
@@ -238,6 +249,12 @@ func (cf *clusterFlags) load() (*engine.ClusterConfig, error) {
 	}
 	if cf.nats != "" {
 		cfg.NATS.URL = cf.nats
+	}
+	if cf.httpListen != "" {
+		cfg.HTTP.Listen = cf.httpListen
+	}
+	if cf.metricsListen != "" {
+		cfg.Metrics.Listen = cf.metricsListen
 	}
 	return cfg, nil
 }
