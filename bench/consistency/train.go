@@ -160,7 +160,7 @@ func engineOnce(ctx context.Context, o options, d data, section, kind string, c 
 	t.AddTable(kvstore.TableSpec{Name: "w", Size: uint64(o.dim), DType: kvstore.Float32, Storage: kvstore.Dense})
 	t.SetInput("train", tasks.InputSpec{Path: d.train, Format: "libsvm", BlockSize: o.blockSize})
 	st := tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: c,
-		Params: tasks.Params{"epochs": o.epochs, "batch": o.batch, "lr": o.lr}}
+		Params: tasks.Params{"epochs": o.epochs, "batch": o.batch, "lr": o.lr, "standardize": false, "intercept": false}}
 	if cache != "" {
 		st.Cache, st.CacheSize = cache, cacheSize
 	}

@@ -226,7 +226,9 @@ func engineSGD(ctx context.Context, o options, workers int, train, output string
 	t.SetInput("train", tasks.InputSpec{Path: train, Format: "libsvm"})
 	t.SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: tasks.KindPS,
 		Consistency: kvstore.Consistency{Kind: kvstore.ASP},
-		Params:      tasks.Params{"epochs": o.epochs, "batch": o.batch, "lr": o.lr}})
+		Params: tasks.Params{"epochs": o.epochs, "batch": o.batch, "lr": o.lr,
+			// The same workload as the plain loop and the peers: raw features, no intercept.
+			"standardize": false, "intercept": false}})
 	st, err := l.SubmitAndWait(ctx, t, nil)
 	if err != nil {
 		return res, err
