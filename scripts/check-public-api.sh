@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds examples/twostage (the documented Go-API example) as a program of a
-# separate module that requires github.com/flexps/flexps through a replace
-# directive. A user's own module can only import exported packages, so this
+# Builds examples/twostage (the documented Go-API example) and cmd/flexps as
+# programs of a separate module that requires github.com/flexps/flexps
+# through a replace directive. A user's own module can only import exported packages, so this
 # fails if the example, or anything it needs to name, reaches into internal/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,3 +21,9 @@ if ! GOFLAGS=-mod=mod go mod tidy >"$tmp/tidy.log" 2>&1; then
 fi
 go build -o /dev/null . || { echo "check-public-api: examples/twostage does not build from a separate module" >&2; exit 1; }
 echo "check-public-api: examples/twostage builds from a separate module"
+# What `go install github.com/flexps/flexps/cmd/flexps@version` compiles:
+# the CLI as a dependency of another module, without cgo.
+CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$tmp/flexps" github.com/flexps/flexps/cmd/flexps ||
+	{ echo "check-public-api: cmd/flexps does not build as a dependency of another module" >&2; exit 1; }
+"$tmp/flexps" --version >/dev/null || { echo "check-public-api: the installed flexps does not run" >&2; exit 1; }
+echo "check-public-api: cmd/flexps builds and runs from a separate module (CGO_ENABLED=0)"
