@@ -2,7 +2,8 @@
 // mini-batch SGD on a flexps table: each batch reads the weights of the
 // keys it touches (one Get), computes the logistic-loss gradient, adds
 // -lr * gradient (one Add) and ends the iteration (Clock), so any
-// consistency model and worker kind applies. Labels > 0 are positive.
+// consistency model and worker kind applies. Labels are 1 (positive) and 0
+// or -1 (negative); any other label is an error.
 //
 // Real features come in very different magnitudes (frequencies in [0, 1]
 // next to counts in the thousands), and plain SGD on them fails. So, like
@@ -322,6 +323,19 @@ func grow(s []float64, n int) []float64 {
 	return s[:n]
 }
 
+// binaryLabel maps a label to {0, 1}: 1 is positive, 0 and -1 negative.
+// Anything else (a multi-class or regression file given to a binary
+// classifier) is an error rather than a silent "> 0 is positive".
+func binaryLabel(l float64) (float64, error) {
+	switch l {
+	case 1:
+		return 1, nil
+	case 0, -1:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("lr: label %v: binary logistic regression takes labels 1 (positive) and 0 or -1 (negative)", l)
+}
+
 // Sigmoid is the logistic function, stable for large |z|.
 func Sigmoid(z float64) float64 {
 	if z >= 0 {
@@ -374,9 +388,9 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
 		vals := r.Vals[a:b]
-		y := 0.0
-		if r.Labels[i] > 0 {
-			y = 1
+		y, err := binaryLabel(r.Labels[i])
+		if err != nil {
+			return st, err
 		}
 		z := m.margin(a, vals)
 		st.N++
@@ -423,9 +437,9 @@ func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
 	var st Stats
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
-		y := 0.0
-		if r.Labels[i] > 0 {
-			y = 1
+		y, err := binaryLabel(r.Labels[i])
+		if err != nil {
+			return st, err
 		}
 		z := m.margin(a, r.Vals[a:b])
 		st.N++
@@ -464,9 +478,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 				z += w[k] * vals[j]
 			}
 		}
-		y := 0.0
-		if label > 0 {
-			y = 1
+		y, err := binaryLabel(label)
+		if err != nil {
+			return nil, fmt.Errorf("record %d: %w", i+1, err)
 		}
 		st.N++
 		st.LossSum += LogLoss(z, y)
