@@ -92,6 +92,7 @@ type Slave struct {
 	cacheLogged atomic.Bool
 
 	mu    sync.Mutex
+	ctl   *Control // the pure control state; guarded by mu
 	tasks map[string]*slaveTask
 
 	xmu      sync.Mutex
@@ -107,13 +108,19 @@ type Slave struct {
 type slaveTask struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stages map[int]context.CancelCauseFunc // guarded by Slave.mu
+	stages map[int]stageRun // guarded by Slave.mu
+}
+
+// stageRun is one start of a stage's workers on this slave.
+type stageRun struct {
+	gen    int
+	cancel context.CancelCauseFunc
 }
 
 // New creates a slave on nc; Start joins the cluster.
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
-	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
+	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), ctl: NewControl(cfg.Slots), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
 		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
 }
@@ -156,7 +163,10 @@ func (s *Slave) Start(ctx context.Context) error {
 }
 
 func (s *Slave) join() (time.Duration, error) {
-	req, _ := json.Marshal(proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()})
+	req, err := json.Marshal(proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()})
+	if err != nil {
+		return 0, fmt.Errorf("slave %s: encoding the join request: %w", s.cfg.ID, err)
+	}
 	deadline := time.Now().Add(s.cfg.JoinTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
@@ -194,8 +204,13 @@ func (s *Slave) heartbeat(every time.Duration) {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
-	data, _ := json.Marshal(proto.Heartbeat{ID: s.cfg.ID,
+	data, err := json.Marshal(proto.Heartbeat{ID: s.cfg.ID,
 		Join: proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()}})
+	if err != nil {
+		s.log.Error().Err(err).Msg("cannot encode the heartbeat; the master will declare this slave dead")
+		return
+	}
+	failing := false
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -203,7 +218,13 @@ func (s *Slave) heartbeat(every time.Duration) {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			s.nc.Publish(s.subj.Heartbeat(), data)
+			// Log the first failure of a run, not every beat.
+			if err := s.nc.Publish(s.subj.Heartbeat(), data); err != nil && !failing {
+				s.log.Warn().Err(err).Msg("cannot send heartbeats")
+				failing = true
+			} else if err == nil {
+				failing = false
+			}
 		}
 	}
 }
@@ -223,6 +244,7 @@ func (s *Slave) Close() {
 	for id, t := range s.tasks {
 		t.cancel(errors.New("slave shutting down"))
 		delete(s.tasks, id)
+		s.ctl.Step(Event{Kind: EvDropTask, Task: id})
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -235,19 +257,27 @@ func (s *Slave) Close() {
 func (s *Slave) onCtl(msg *nats.Msg) {
 	var req proto.SlaveCtl
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		respond(msg, fmt.Errorf("malformed control request: %w", err))
+		s.respond(msg, fmt.Errorf("malformed control request: %w", err))
 		return
 	}
-	respond(msg, s.control(req))
+	s.respond(msg, s.control(req))
 }
 
-func respond(msg *nats.Msg, err error) {
+// respond answers a control request; an answer that cannot be sent is
+// logged (the master then times out and says so).
+func (s *Slave) respond(msg *nats.Msg, err error) {
 	rep := proto.CtlReply{OK: err == nil}
 	if err != nil {
 		rep.Error = err.Error()
 	}
-	data, _ := json.Marshal(rep)
-	msg.Respond(data)
+	data, merr := json.Marshal(rep)
+	if merr != nil {
+		s.log.Error().Err(merr).Str("subject", msg.Subject).Msg("cannot encode the control answer")
+		return
+	}
+	if err := msg.Respond(data); err != nil {
+		s.log.Warn().Err(err).Str("subject", msg.Subject).Msg("cannot send the control answer")
+	}
 }
 
 func (s *Slave) task(id string) *slaveTask {
@@ -256,7 +286,7 @@ func (s *Slave) task(id string) *slaveTask {
 	t := s.tasks[id]
 	if t == nil {
 		ctx, cancel := context.WithCancelCause(s.ctx)
-		t = &slaveTask{ctx: ctx, cancel: cancel, stages: map[int]context.CancelCauseFunc{}}
+		t = &slaveTask{ctx: ctx, cancel: cancel, stages: map[int]stageRun{}}
 		s.tasks[id] = t
 	}
 	return t
@@ -266,6 +296,7 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 	switch req.Op {
 	case proto.OpCreateTables:
 		s.task(req.Task)
+		s.step(Event{Kind: EvCreateTask, Task: req.Task})
 		return s.kv.CreateTables(req.Task, s.cfg.ID, req.Tables)
 	case proto.OpPrepareStage:
 		return s.kv.PrepareStage(req.Task, int32(req.Stage), req.Consistency, req.Workers)
@@ -273,42 +304,82 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 		return s.startWorkers(req)
 	case proto.OpEndStage:
 		s.kv.EndStage(req.Task, int32(req.Stage))
-		s.mu.Lock()
-		if t := s.tasks[req.Task]; t != nil {
-			if cancel := t.stages[req.Stage]; cancel != nil {
-				cancel(nil)
-				delete(t.stages, req.Stage)
-			}
-		}
-		s.mu.Unlock()
+		s.step(Event{Kind: EvEndStage, Task: req.Task, Stage: req.Stage})
 		return nil
 	case proto.OpStopStage:
-		s.mu.Lock()
-		if t := s.tasks[req.Task]; t != nil {
-			if cancel := t.stages[req.Stage]; cancel != nil {
-				cancel(errors.New("stage stopped by the master"))
-			}
-		}
-		s.mu.Unlock()
+		s.step(Event{Kind: EvStopStage, Task: req.Task, Stage: req.Stage})
 		return nil
 	case proto.OpAbort, proto.OpDropTask:
-		s.mu.Lock()
-		t := s.tasks[req.Task]
-		delete(s.tasks, req.Task)
-		s.mu.Unlock()
-		reason := errors.New(req.Reason)
-		if req.Reason == "" {
-			reason = errors.New("task dropped by the master")
-		}
-		if t != nil {
-			t.cancel(reason)
-		}
-		s.kv.DropTask(req.Task, reason)
-		s.cache.Drop(req.Task)
-		s.dropRetained(req.Task)
+		s.step(Event{Kind: EvDropTask, Task: req.Task, Reason: req.Reason})
 		return nil
 	}
 	return fmt.Errorf("unknown control op %q", req.Op)
+}
+
+// step runs one event through the control machine and carries out its
+// actions. Ending or stopping a stage this slave never ran is not an error
+// to the master (it tells every host), so those refusals are only logged.
+func (s *Slave) step(ev Event) {
+	s.mu.Lock()
+	acts, err := s.ctl.Step(ev)
+	s.mu.Unlock()
+	if err != nil {
+		lvl := s.log.Warn()
+		if errors.Is(err, ErrUnknownTask) || errors.Is(err, ErrUnknownStage) {
+			lvl = s.log.Debug()
+		}
+		lvl.Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Msg("control event refused")
+	}
+	s.apply(acts)
+}
+
+// PeerDead tells the slave that node died: workers of stages whose shards
+// live there fail with an error naming it instead of waiting on it.
+func (s *Slave) PeerDead(node, reason string) {
+	s.step(Event{Kind: EvPeerDead, Node: node, Reason: reason})
+}
+
+// MasterGone tells the slave the master is unreachable: every task's
+// workers stop, since no one will collect their results.
+func (s *Slave) MasterGone(reason string) {
+	s.step(Event{Kind: EvMasterGone, Reason: reason})
+}
+
+// apply carries out the machine's actions (all but ActLaunch, which
+// startWorkers does itself).
+func (s *Slave) apply(acts []Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case ActCancelStage:
+			s.mu.Lock()
+			if t := s.tasks[a.Task]; t != nil {
+				if run, ok := t.stages[a.Stage]; ok && run.gen == a.Gen {
+					run.cancel(a.Err)
+					if a.Err == nil { // ended normally
+						delete(t.stages, a.Stage)
+					}
+				}
+			}
+			s.mu.Unlock()
+		case ActCancelTask:
+			s.mu.Lock()
+			t := s.tasks[a.Task]
+			delete(s.tasks, a.Task)
+			s.mu.Unlock()
+			if t != nil {
+				t.cancel(a.Err)
+			}
+			if s.kv != nil {
+				s.kv.DropTask(a.Task, a.Err)
+			}
+			s.cache.Drop(a.Task)
+			s.dropRetained(a.Task)
+		case ActPublish:
+			s.publish(a.Event)
+		case ActLog:
+			s.log.Warn().Err(a.Err).Str("task", a.Task).Int("stage", a.Stage).Msg("slave control")
+		}
+	}
 }
 
 func (s *Slave) startWorkers(req proto.SlaveCtl) error {
@@ -320,26 +391,27 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 	if !ok {
 		return fmt.Errorf("stage function %q is not registered in this slave's binary (registered: %v)", st.Func, tasks.Registered())
 	}
-	if len(req.Ranks) > s.cfg.Slots {
-		return fmt.Errorf("asked for %d workers but the slave has %d slots", len(req.Ranks), s.cfg.Slots)
-	}
 	t := s.task(req.Task)
+	s.mu.Lock()
+	acts, err := s.ctl.Step(Event{Kind: EvStartStage, Task: req.Task, Stage: req.Stage, StageName: st.Name,
+		Ranks: req.Ranks, Workers: req.Workers, OneSlave: st.OneSlave(), Hosts: req.Hosts})
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	gen := acts[0].Gen
+	ctx, cancel := context.WithCancelCause(t.ctx)
+	if old, ok := t.stages[req.Stage]; ok {
+		old.cancel(errors.New("stage restarted"))
+	}
+	t.stages[req.Stage] = stageRun{gen: gen, cancel: cancel}
+	s.mu.Unlock()
 	var local *localModel
 	if st.OneSlave() {
-		if len(req.Ranks) != req.Workers {
-			return fmt.Errorf("a %s stage runs all its %d workers on one slave, got %d here", st.WorkerKind, req.Workers, len(req.Ranks))
-		}
 		local = newLocalModel(s, req, st, req.Workers)
 	}
-	s.mu.Lock()
-	ctx, cancel := context.WithCancelCause(t.ctx)
-	if old := t.stages[req.Stage]; old != nil {
-		old(errors.New("stage restarted"))
-	}
-	t.stages[req.Stage] = cancel
-	s.mu.Unlock()
 	for i, rank := range req.Ranks {
-		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local}
+		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, gen: gen, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -349,8 +421,33 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 	return nil
 }
 
-func (s *Slave) publishEvent(ev proto.WorkerEvent) {
+// report passes a worker's report through the control machine, which
+// turns non-finite numbers into the worker's error and cancels its stage.
+func (s *Slave) report(gen int, ev proto.WorkerEvent) {
 	ev.Slave = s.cfg.ID
-	data, _ := json.Marshal(ev)
-	s.nc.Publish(s.subj.Event(), data)
+	s.mu.Lock()
+	acts, err := s.ctl.Step(Event{Kind: EvWorkerReport, Task: ev.Task, Stage: ev.Stage, Gen: gen, Report: ev})
+	s.mu.Unlock()
+	if err != nil {
+		// The task or stage ended first (the master stopped listening).
+		s.log.Debug().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Msg("worker report not sent")
+	}
+	s.apply(acts)
+}
+
+// publish sends a worker event to the master; what cannot be encoded or
+// sent is logged with the event's identity, never dropped without a word.
+func (s *Slave) publish(ev proto.WorkerEvent) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("cannot encode the worker event")
+		ev = proto.WorkerEvent{Task: ev.Task, Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Kind: proto.WorkerError,
+			Error: fmt.Sprintf("slave %s: cannot encode the worker's %s event: %v", ev.Slave, ev.Kind, err)}
+		if data, err = json.Marshal(ev); err != nil {
+			return // unreachable: the error event holds only strings and ints
+		}
+	}
+	if err := s.nc.Publish(s.subj.Event(), data); err != nil {
+		s.log.Error().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("cannot send the worker event to the master")
+	}
 }

@@ -92,7 +92,11 @@ func (s *Slave) retainedTable(task, table string) (*localEntry, uint32, bool) {
 // serveXfer answers chunk reads of retained tables (OpGetRange).
 func (s *Slave) serveXfer(msg *nats.Msg) {
 	var m kvstore.Message
-	reply := func(r *kvstore.Message) { msg.Respond(kvstore.AppendMessage(nil, r)) }
+	reply := func(r *kvstore.Message) {
+		if err := msg.Respond(kvstore.AppendMessage(nil, r)); err != nil {
+			s.log.Warn().Err(err).Str("task", m.Task).Str("table", m.Table).Msg("cannot send a transfer chunk")
+		}
+	}
 	if err := kvstore.DecodeMessage(msg.Data, &m); err != nil || m.Op != kvstore.OpGetRange {
 		reply(&kvstore.Message{Op: kvstore.OpError, Err: "malformed transfer request"})
 		return
@@ -116,10 +120,11 @@ func (s *Slave) serveXfer(msg *nats.Msg) {
 // serveModelInfo lists what this slave retains for a task.
 func (s *Slave) serveModelInfo(msg *nats.Msg) {
 	var req proto.SlaveCtl
-	json.Unmarshal(msg.Data, &req)
 	var info proto.ModelInfo
 	s.xmu.Lock()
-	if r := s.retained[req.Task]; r != nil {
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		info.Error = fmt.Sprintf("slave %s: malformed model info request: %v", s.cfg.ID, err)
+	} else if r := s.retained[req.Task]; r != nil {
 		for name, e := range r.tables {
 			sum, ok := r.sums[name]
 			if !ok {
@@ -132,15 +137,24 @@ func (s *Slave) serveModelInfo(msg *nats.Msg) {
 		info.Error = fmt.Sprintf("slave %s retains no model of task %s", s.cfg.ID, req.Task)
 	}
 	s.xmu.Unlock()
-	data, _ := json.Marshal(info)
-	msg.Respond(data)
+	data, err := json.Marshal(info)
+	if err != nil {
+		s.log.Error().Err(err).Str("task", req.Task).Msg("cannot encode the model info")
+		return
+	}
+	if err := msg.Respond(data); err != nil {
+		s.log.Warn().Err(err).Str("task", req.Task).Msg("cannot send the model info")
+	}
 }
 
 // fetchRetained pulls the tables slave from retains for the task into
 // fresh local tables, verifying each table's checksum.
 func (m *localModel) fetchRetained(ctx context.Context, from string) (map[string][]float64, error) {
 	s := m.s
-	req, _ := json.Marshal(proto.SlaveCtl{Task: m.req.Task})
+	req, err := json.Marshal(proto.SlaveCtl{Task: m.req.Task})
+	if err != nil {
+		return nil, fmt.Errorf("direct transfer: encoding the request: %w", err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.KVTimeout)
 	msg, err := s.nc.RequestWithContext(rctx, s.subj.SlaveModelInfo(from), req)
 	cancel()

@@ -22,6 +22,7 @@ type worker struct {
 	stage      tasks.Stage
 	fn         tasks.StageFunc
 	rank       int
+	gen        int // generation of the stage run (Control)
 	localRank  int
 	localCount int
 	ctx        context.Context
@@ -90,7 +91,7 @@ func (w *worker) run() {
 		}
 		log.Debug().Dur("took", time.Since(start)).Msg("worker done")
 	}
-	w.s.publishEvent(ev)
+	w.s.report(w.gen, ev)
 }
 
 // call runs a stage function, turning a panic into an error: user code
@@ -227,7 +228,7 @@ func (w *worker) flushProgress() {
 	if w.progress.Samples == 0 && w.progress.LossSum == 0 {
 		return
 	}
-	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerProgress,
+	w.s.report(w.gen, proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerProgress,
 		Samples: w.progress.Samples, LossSum: w.progress.LossSum})
 	w.progress = tasks.Progress{}
 }
@@ -236,7 +237,7 @@ func (w *worker) flushProgress() {
 func (w *worker) ReportEpoch(epoch int, metrics map[string]float64) {
 	w.flushProgress()
 	now := time.Now()
-	w.s.publishEvent(proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerEpoch,
+	w.s.report(w.gen, proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerEpoch,
 		Epoch: epoch, Seconds: now.Sub(w.epochStart).Seconds(), Metrics: metrics})
 	w.epochStart = now
 }
@@ -332,7 +333,10 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	epoch := in.epoch
 	in.epoch++
 	next := func(ctx context.Context) (datastore.Block, bool, error) {
-		req, _ := json.Marshal(proto.BlockRequest{Task: w.req.Task, Stage: w.req.Stage, Input: in.name, Rank: w.rank, Epoch: epoch})
+		req, err := json.Marshal(proto.BlockRequest{Task: w.req.Task, Stage: w.req.Stage, Input: in.name, Rank: w.rank, Epoch: epoch})
+		if err != nil {
+			return datastore.Block{}, false, fmt.Errorf("input %q: encoding the block request: %w", in.name, err)
+		}
 		rctx, cancel := context.WithTimeout(ctx, w.s.cfg.KVTimeout)
 		defer cancel()
 		msg, err := w.s.nc.RequestWithContext(rctx, w.s.subj.Block(), req)

@@ -1,0 +1,168 @@
+package slave
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/master"
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var waiting atomic.Int64
+
+func init() {
+	// slave.test.nan reports a NaN loss, as a diverging SGD does, then
+	// keeps training until it is stopped.
+	tasks.Register("slave.test.nan", func(info *tasks.Info) error {
+		for info.Ctx.Err() == nil {
+			info.Report(10, math.NaN())
+			time.Sleep(time.Millisecond)
+		}
+		return info.Ctx.Err()
+	})
+	tasks.Register("slave.test.nanepoch", func(info *tasks.Info) error {
+		info.ReportEpoch(2, map[string]float64{"loss": math.Inf(1)})
+		<-info.Ctx.Done()
+		return info.Ctx.Err()
+	})
+	// slave.test.wait blocks until its stage is cancelled.
+	tasks.Register("slave.test.wait", func(info *tasks.Info) error {
+		waiting.Add(1)
+		<-info.Ctx.Done()
+		return info.Ctx.Err()
+	})
+}
+
+// cluster is a real master and real slaves on an embedded NATS server.
+type cluster struct {
+	m      *master.Master
+	slaves []*Slave
+}
+
+func startCluster(t *testing.T, n, slots int) *cluster {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	connect := func(name string) *nats.Conn {
+		nc, err := srv.Connect(bus.Options{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	c := &cluster{}
+	c.m, err = master.New(connect("master"), master.Config{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.m.Close)
+	for i := range n {
+		s := New(connect(fmt.Sprintf("slave-%d", i)), Config{ID: fmt.Sprintf("slave-%d", i), Slots: slots, Log: zerolog.Nop()})
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		c.slaves = append(c.slaves, s)
+	}
+	return c
+}
+
+// wait polls the master until the task ended; the test's own deadline
+// catches a hang.
+func (c *cluster) wait(t *testing.T, id string) status.Task {
+	t.Helper()
+	for {
+		st, err := c.m.Status(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Tasks) == 1 && st.Tasks[0].Ended() {
+			return st.Tasks[0]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNonFiniteLossFailsTheTaskWithAClearError(t *testing.T) {
+	tests := []struct {
+		fn, want string
+	}{
+		{"slave.test.nan", "stage sgd worker 0: loss is NaN: the learning rate is likely too large"},
+		{"slave.test.nanepoch", "stage sgd worker 0 epoch 2: loss is infinite: the learning rate is likely too large"},
+	}
+	c := startCluster(t, 1, 2)
+	for _, tt := range tests {
+		t.Run(tt.fn, func(t *testing.T) {
+			task := tasks.NewTask("diverge").AddTable(kvstore.TableSpec{Name: "w", Size: 4}).
+				SetStages(tasks.Stage{Name: "sgd", Func: tt.fn, Workers: 1})
+			id, err := c.m.Submit(context.Background(), task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := c.wait(t, id)
+			if st.State != status.Failed || !strings.Contains(st.Reason, tt.want) {
+				t.Fatalf("state %s reason %q, want failed with %q", st.State, st.Reason, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeadPeerFailsTheStageNamingTheNode(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	waiting.Store(0)
+	task := tasks.NewTask("peer").AddTable(kvstore.TableSpec{Name: "w", Size: 100}).
+		SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 4})
+	id, err := c.m.Submit(context.Background(), task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for waiting.Load() < 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// slave-0 learns that slave-1, which holds shards of the task, died.
+	c.slaves[0].PeerDead("slave-1", "no heartbeat")
+	st := c.wait(t, id)
+	if st.State != status.Failed || !strings.Contains(st.Reason, "slave slave-1 holding its shards died: no heartbeat") {
+		t.Fatalf("state %s reason %q", st.State, st.Reason)
+	}
+}
+
+func TestMasterGoneStopsEveryTask(t *testing.T) {
+	c := startCluster(t, 1, 2)
+	waiting.Store(0)
+	task := tasks.NewTask("orphan").SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 2})
+	if _, err := c.m.Submit(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	for waiting.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := c.slaves[0]
+	s.MasterGone("test")
+	s.mu.Lock()
+	n := len(s.tasks)
+	s.mu.Unlock()
+	if n != 0 || len(s.ctl.Tasks()) != 0 {
+		t.Fatalf("%d tasks left in the driver, %v in the machine", n, s.ctl.Tasks())
+	}
+}
