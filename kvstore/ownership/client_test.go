@@ -9,6 +9,7 @@ import (
 type op struct {
 	client int
 	seq    int
+	add    float32
 }
 
 type delivery struct {
@@ -87,7 +88,18 @@ func TestClientsProperty(t *testing.T) {
 							t.Fatalf("client %d key %d: op %d applied after op %d", m.Client, k, s, lastSeq[ck])
 						}
 						lastSeq[ck] = s
-						log[k] = append(log[k], op{m.Client, s})
+						var sum float32
+						for _, o := range log[k] {
+							sum += o.add
+						}
+						if sum != v {
+							t.Fatalf("key %d holds %v, the sequential model says %v", k, v, sum)
+						}
+						o := op{client: m.Client, seq: s}
+						if m.Kind == Add {
+							o.add = m.Vals[i][0]
+						}
+						log[k] = append(log[k], o)
 						if m.Kind == Add {
 							stores[at][k] = v + m.Vals[i][0]
 							ownAdds[ck] += m.Vals[i][0]
