@@ -1,0 +1,119 @@
+package ownership
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+type env struct{ from, to NodeID }
+
+// TestRelocationProperty runs nodes over per-pair FIFO queues with random deliveries, Adds and
+// Localizes, and checks no Add is lost or doubled and each key has exactly one owner at the end.
+func TestRelocationProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nn := rapid.IntRange(2, 4).Draw(t, "nodes")
+		const keys = 6
+		home := func(k uint64) NodeID { return NodeID(int(k) % nn) }
+		nodes := make([]*Node, nn)
+		stores := make([]map[uint64]float32, nn)
+		for i := range nodes {
+			nodes[i] = NewNode(NodeID(i), home)
+			stores[i] = map[uint64]float32{}
+		}
+		for k := uint64(0); k < keys; k++ {
+			stores[home(k)][k] = 0
+		}
+		queues := map[env][]Msg{}
+		var pairs []env
+		want := map[uint64]float32{}
+		var run func(at NodeID, acts []Action)
+		run = func(at NodeID, acts []Action) {
+			for _, a := range acts {
+				switch a.Kind {
+				case Send:
+					e := env{at, a.To}
+					if len(queues[e]) == 0 {
+						pairs = append(pairs, e)
+					}
+					queues[e] = append(queues[e], a.Msg)
+				case Apply:
+					for i, k := range a.Msg.Keys {
+						v, ok := stores[at][k]
+						if !ok {
+							t.Fatalf("node %d applies key %d it does not hold", at, k)
+						}
+						if a.Msg.Kind == Add {
+							stores[at][k] = v + a.Msg.Vals[i][0]
+						}
+					}
+				case Extract:
+					m := a.Msg
+					for _, k := range m.Keys {
+						v, ok := stores[at][k]
+						if !ok {
+							t.Fatalf("node %d extracts key %d it does not hold", at, k)
+						}
+						m.Vals = append(m.Vals, []float32{v})
+						delete(stores[at], k)
+					}
+					run(at, []Action{{Kind: Send, To: a.To, Msg: m}})
+				case Install:
+					for i, k := range a.Msg.Keys {
+						if _, ok := stores[at][k]; ok {
+							t.Fatalf("node %d installs key %d twice", at, k)
+						}
+						stores[at][k] = a.Msg.Vals[i][0]
+					}
+				}
+			}
+		}
+		steps := rapid.IntRange(1, 200).Draw(t, "steps")
+		hops := 0
+		for s := 0; s < steps || len(pairs) > 0; s++ {
+			c := 0
+			if s < steps {
+				c = rapid.IntRange(0, 2).Draw(t, "choice")
+			}
+			at := NodeID(rapid.IntRange(0, nn-1).Draw(t, "node"))
+			k := uint64(rapid.IntRange(0, keys-1).Draw(t, "key"))
+			switch {
+			case c == 0 && len(pairs) > 0 || s >= steps:
+				i := rapid.IntRange(0, len(pairs)-1).Draw(t, "pair")
+				e := pairs[i]
+				m := queues[e][0]
+				queues[e] = queues[e][1:]
+				if len(queues[e]) == 0 {
+					pairs = append(pairs[:i], pairs[i+1:]...)
+				}
+				hops++
+				if hops > 100000 {
+					t.Fatal("messages do not settle")
+				}
+				run(e.to, nodes[e.to].Step(m))
+			case c == 1:
+				want[k]++
+				run(at, nodes[at].Step(Msg{Kind: Add, Keys: []uint64{k}, Positions: []int{0}, Vals: [][]float32{{1}}}))
+			default:
+				run(at, nodes[at].StartLocalize([]uint64{k}))
+			}
+		}
+		for k := uint64(0); k < keys; k++ {
+			owners := 0
+			for i, nd := range nodes {
+				if nd.Owns(k) {
+					owners++
+					if stores[i][k] != want[k] {
+						t.Fatalf("key %d = %v, want %v", k, stores[i][k], want[k])
+					}
+				}
+				if nd.Incoming(k) {
+					t.Fatalf("key %d still incoming at %d", k, i)
+				}
+			}
+			if owners != 1 {
+				t.Fatalf("key %d has %d owners", k, owners)
+			}
+		}
+	})
+}
