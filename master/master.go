@@ -20,17 +20,19 @@ import (
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 )
 
 // Master is a running master.
 type Master struct {
-	cfg     Config
-	nc      *nats.Conn
-	subj    bus.Subjects
-	log     zerolog.Logger
-	policy  scheduler.Policy
-	sources *datastore.Sources
+	cfg      Config
+	instance string // this run of the master, announced to slaves
+	nc       *nats.Conn
+	subj     bus.Subjects
+	log      zerolog.Logger
+	policy   scheduler.Policy
+	sources  *datastore.Sources
 
 	mu        sync.Mutex
 	det       *membership.Detector
@@ -77,7 +79,7 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 		cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), log: cfg.Log.With().Str("node", "master").Logger(),
 		policy: pol, sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		det: membership.NewDetector(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
-		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{},
+		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{}, instance: nuid.Next(),
 	}, nil
 }
 
@@ -132,11 +134,24 @@ func (m *Master) detect() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.Heartbeat / 2)
 	defer t.Stop()
+	alive, err := json.Marshal(proto.MasterAlive{Instance: m.instance})
+	if err != nil {
+		m.log.Error().Err(err).Msg("cannot encode the master's sign of life; slaves will drop their tasks")
+	}
+	failing := false
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-t.C:
+			if alive != nil {
+				if err := m.nc.Publish(m.subj.MasterAlive(), alive); err != nil && !failing {
+					m.log.Warn().Err(err).Msg("cannot tell the slaves the master is alive")
+					failing = true
+				} else if err == nil {
+					failing = false
+				}
+			}
 			m.mu.Lock()
 			dead := m.det.Tick(m.cfg.Now())
 			var fail []*taskRun
@@ -219,7 +234,7 @@ func (m *Master) onJoin(msg *nats.Msg) {
 	m.scheduleLocked()
 	m.mu.Unlock()
 	m.log.Info().Str("slave", req.ID).Str("host", req.Host).Int("slots", req.Slots).Msg("slave joined")
-	m.reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat})
+	m.reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat, Instance: m.instance, DeadAfter: m.cfg.DeadAfter})
 }
 
 func (m *Master) onHeartbeat(msg *nats.Msg) {

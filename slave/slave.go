@@ -98,6 +98,15 @@ type Slave struct {
 	xmu      sync.Mutex
 	retained map[string]*retainedModel // models kept for direct transfer, by task
 
+	// The master's liveness (proto.MasterAlive): which run of the master
+	// this slave serves, when it last spoke, and how long a silence means
+	// it is gone.
+	amu             sync.Mutex
+	masterInstance  string
+	masterDeadAfter time.Duration
+	lastAlive       atomic.Int64 // unix nanoseconds; 0 before the first
+	masterGone      atomic.Bool
+
 	ctlSub *nats.Subscription
 	subs   []*nats.Subscription
 	ctx    context.Context
@@ -143,7 +152,8 @@ func (s *Slave) Start(ctx context.Context) error {
 		return fmt.Errorf("slave: subscribe: %w", err)
 	}
 	s.ctlSub.SetPendingLimits(-1, -1)
-	for subject, h := range map[string]nats.MsgHandler{s.subj.SlaveXfer(s.cfg.ID): s.serveXfer, s.subj.SlaveModelInfo(s.cfg.ID): s.serveModelInfo} {
+	for subject, h := range map[string]nats.MsgHandler{s.subj.SlaveXfer(s.cfg.ID): s.serveXfer, s.subj.SlaveModelInfo(s.cfg.ID): s.serveModelInfo,
+		s.subj.MasterAlive(): s.onMasterAlive} {
 		sub, err := s.nc.Subscribe(subject, h)
 		if err != nil {
 			s.Close()
@@ -151,21 +161,28 @@ func (s *Slave) Start(ctx context.Context) error {
 		}
 		s.subs = append(s.subs, sub)
 	}
-	hb, err := s.join()
+	rep, err := s.join()
 	if err != nil {
 		s.Close()
 		return err
 	}
+	s.lastAlive.Store(time.Now().UnixNano()) // the join's answer is a sign of life
+	s.amu.Lock()
+	s.masterInstance, s.masterDeadAfter = rep.Instance, rep.DeadAfter
+	if s.masterDeadAfter <= 0 {
+		s.masterDeadAfter = max(6*rep.Heartbeat, 3*time.Second)
+	}
+	s.amu.Unlock()
 	s.wg.Add(1)
-	go s.heartbeat(hb)
+	go s.heartbeat(rep.Heartbeat)
 	s.log.Info().Int("slots", s.cfg.Slots).Msg("slave joined the cluster")
 	return nil
 }
 
-func (s *Slave) join() (time.Duration, error) {
+func (s *Slave) join() (proto.JoinReply, error) {
 	req, err := json.Marshal(proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()})
 	if err != nil {
-		return 0, fmt.Errorf("slave %s: encoding the join request: %w", s.cfg.ID, err)
+		return proto.JoinReply{}, fmt.Errorf("slave %s: encoding the join request: %w", s.cfg.ID, err)
 	}
 	deadline := time.Now().Add(s.cfg.JoinTimeout)
 	for {
@@ -175,18 +192,18 @@ func (s *Slave) join() (time.Duration, error) {
 		if err == nil {
 			var rep proto.JoinReply
 			if err := json.Unmarshal(msg.Data, &rep); err != nil {
-				return 0, fmt.Errorf("slave %s: malformed join reply", s.cfg.ID)
+				return proto.JoinReply{}, fmt.Errorf("slave %s: malformed join reply", s.cfg.ID)
 			}
 			if !rep.OK {
-				return 0, fmt.Errorf("slave %s: the master refused to let it join: %s", s.cfg.ID, rep.Error)
+				return proto.JoinReply{}, fmt.Errorf("slave %s: the master refused to let it join: %s", s.cfg.ID, rep.Error)
 			}
-			return rep.Heartbeat, nil
+			return rep, nil
 		}
 		if s.ctx.Err() != nil {
-			return 0, s.ctx.Err()
+			return proto.JoinReply{}, s.ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("slave %s: no master of cluster %q answered within %v on %s", s.cfg.ID, s.cfg.Cluster, s.cfg.JoinTimeout, s.nc.ConnectedUrlRedacted())
+			return proto.JoinReply{}, fmt.Errorf("slave %s: no master of cluster %q answered within %v on %s", s.cfg.ID, s.cfg.Cluster, s.cfg.JoinTimeout, s.nc.ConnectedUrlRedacted())
 		}
 		if !errors.Is(err, nats.ErrNoResponders) {
 			continue
@@ -194,7 +211,7 @@ func (s *Slave) join() (time.Duration, error) {
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-s.ctx.Done():
-			return 0, s.ctx.Err()
+			return proto.JoinReply{}, s.ctx.Err()
 		}
 	}
 }
@@ -217,7 +234,8 @@ func (s *Slave) heartbeat(every time.Duration) {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
+			s.checkMaster(now)
 			// Log the first failure of a run, not every beat.
 			if err := s.nc.Publish(s.subj.Heartbeat(), data); err != nil && !failing {
 				s.log.Warn().Err(err).Msg("cannot send heartbeats")
@@ -337,6 +355,51 @@ func (s *Slave) step(ev Event) {
 // live there fail with an error naming it instead of waiting on it.
 func (s *Slave) PeerDead(node, reason string) {
 	s.step(Event{Kind: EvPeerDead, Node: node, Reason: reason})
+}
+
+// onMasterAlive notes the master's sign of life. Another instance than
+// the one this slave joined means the master restarted: the tasks of the
+// old one are dropped (their workers stop, their shards are freed).
+func (s *Slave) onMasterAlive(msg *nats.Msg) {
+	var a proto.MasterAlive
+	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Instance == "" {
+		s.log.Warn().Msg("malformed sign of life from the master; ignored")
+		return
+	}
+	s.lastAlive.Store(time.Now().UnixNano())
+	s.amu.Lock()
+	prev := s.masterInstance
+	s.masterInstance = a.Instance
+	s.amu.Unlock()
+	if s.masterGone.Swap(false) {
+		s.log.Info().Msg("the master is back")
+	}
+	if prev != "" && prev != a.Instance {
+		s.log.Warn().Str("was", prev).Str("now", a.Instance).Msg("the master restarted; dropping the tasks of the old one")
+		s.wg.Add(1)
+		go func() { // not on the bus's callback goroutine
+			defer s.wg.Done()
+			s.MasterGone("the master restarted")
+		}()
+	}
+}
+
+// checkMaster drops every task once the master has been silent longer
+// than its dead_after: no one will collect their results, and their
+// shards would otherwise stay in memory for good.
+func (s *Slave) checkMaster(now time.Time) {
+	last := s.lastAlive.Load()
+	s.amu.Lock()
+	deadAfter := s.masterDeadAfter
+	s.amu.Unlock()
+	if last == 0 || deadAfter <= 0 || now.Sub(time.Unix(0, last)) <= deadAfter {
+		return
+	}
+	if s.masterGone.CompareAndSwap(false, true) {
+		silent := now.Sub(time.Unix(0, last)).Round(time.Millisecond)
+		s.log.Error().Dur("silent", silent).Msg("no word from the master; stopping its tasks and freeing their shards")
+		s.MasterGone(fmt.Sprintf("no word from the master for %v", silent))
+	}
 }
 
 // MasterGone tells the slave the master is unreachable: every task's

@@ -49,17 +49,26 @@ func init() {
 // cluster is a real master and real slaves on an embedded NATS server.
 type cluster struct {
 	m      *master.Master
+	mnc    *nats.Conn // the master's connection
 	slaves []*Slave
 }
 
 func startCluster(t *testing.T, n, slots int) *cluster {
+	t.Helper()
+	c, _ := startClusterWith(t, n, slots, master.Config{Log: zerolog.Nop()})
+	return c
+}
+
+// startClusterWith starts the cluster with the master's configuration
+// mcfg; connect opens more connections to its bus.
+func startClusterWith(t *testing.T, n, slots int, mcfg master.Config) (c *cluster, connect func(string) *nats.Conn) {
 	t.Helper()
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	connect := func(name string) *nats.Conn {
+	connect = func(name string) *nats.Conn {
 		nc, err := srv.Connect(bus.Options{Name: name})
 		if err != nil {
 			t.Fatal(err)
@@ -67,8 +76,8 @@ func startCluster(t *testing.T, n, slots int) *cluster {
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	c := &cluster{}
-	c.m, err = master.New(connect("master"), master.Config{Log: zerolog.Nop()})
+	c = &cluster{mnc: connect("master")}
+	c.m, err = master.New(c.mnc, mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +93,7 @@ func startCluster(t *testing.T, n, slots int) *cluster {
 		t.Cleanup(s.Close)
 		c.slaves = append(c.slaves, s)
 	}
-	return c
+	return c, connect
 }
 
 // wait polls the master until the task ended; the test's own deadline
@@ -164,5 +173,71 @@ func TestMasterGoneStopsEveryTask(t *testing.T) {
 	s.mu.Unlock()
 	if n != 0 || len(s.ctl.Tasks()) != 0 {
 		t.Fatalf("%d tasks left in the driver, %v in the machine", n, s.ctl.Tasks())
+	}
+}
+
+// tasksLeft is how many tasks the slave still holds.
+func tasksLeft(s *Slave) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tasks)
+}
+
+// A slave whose master died drops the master's tasks (workers stop,
+// shards freed) once the master has been silent for its dead_after.
+func TestSilentMasterIsNoticed(t *testing.T) {
+	c, _ := startClusterWith(t, 1, 2, master.Config{Heartbeat: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond, Log: zerolog.Nop()})
+	waiting.Store(0)
+	task := tasks.NewTask("orphan").AddTable(kvstore.TableSpec{Name: "w", Size: 10}).
+		SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 2})
+	if _, err := c.m.Submit(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	for waiting.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := c.slaves[0]
+	if tasksLeft(s) != 1 {
+		t.Fatalf("%d tasks on the slave, want 1", tasksLeft(s))
+	}
+	c.mnc.Close() // the master dies without a word; the bus stays up
+	for tasksLeft(s) != 0 {
+		time.Sleep(10 * time.Millisecond) // the test's deadline catches a slave that never notices
+	}
+	if !s.masterGone.Load() {
+		t.Fatal("the slave did not record the master as gone")
+	}
+}
+
+// A master that restarts under the same bus is a new instance: the slave
+// drops the old master's tasks at its first sign of life.
+func TestRestartedMasterIsNoticed(t *testing.T) {
+	c, connect := startClusterWith(t, 1, 2, master.Config{Heartbeat: 50 * time.Millisecond, DeadAfter: time.Minute, Log: zerolog.Nop()})
+	waiting.Store(0)
+	task := tasks.NewTask("old").SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 2})
+	if _, err := c.m.Submit(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	for waiting.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mnc.Close() // the master dies without a word and comes back
+	m2, err := master.New(connect("master2"), master.Config{Heartbeat: 50 * time.Millisecond, DeadAfter: time.Minute, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m2.Close)
+	s := c.slaves[0]
+	for tasksLeft(s) != 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.amu.Lock()
+	inst := s.masterInstance
+	s.amu.Unlock()
+	if inst == "" {
+		t.Fatal("no master instance recorded")
 	}
 }

@@ -199,7 +199,7 @@ func Permissions(r Role, s Subjects) *server.Permissions {
 		return allow(append([]string{p + ".>"}, inbox(Roles...)...), append([]string{p + ".>"}, inbox(r)...))
 	case RoleSlave:
 		pub := []string{s.Join(), s.Heartbeat(), s.Event(), s.Block(), s.Barrier(), p + ".slave.>"}
-		return allow(append(pub, inbox(RoleMaster, RoleSlave)...), append([]string{p + ".slave.>"}, inbox(r)...))
+		return allow(append(pub, inbox(RoleMaster, RoleSlave)...), append([]string{p + ".slave.>", s.MasterAlive()}, inbox(r)...))
 	case RoleSubmitter:
 		return allow([]string{s.Submit(), s.Status(), s.Cancel()}, append([]string{p + ".task.*.events"}, inbox(r)...))
 	case RoleReader:

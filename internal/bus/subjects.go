@@ -16,14 +16,15 @@ func For(cluster string) Subjects {
 }
 
 // Master control subjects (JSON request-reply unless noted).
-func (s Subjects) Join() string      { return s.Prefix + ".master.join" }
-func (s Subjects) Heartbeat() string { return s.Prefix + ".master.hb" } // publish
-func (s Subjects) Submit() string    { return s.Prefix + ".master.submit" }
-func (s Subjects) Status() string    { return s.Prefix + ".master.status" }
-func (s Subjects) Cancel() string    { return s.Prefix + ".master.cancel" }
-func (s Subjects) Event() string     { return s.Prefix + ".master.event" } // publish, from workers
-func (s Subjects) Block() string     { return s.Prefix + ".master.block" }
-func (s Subjects) Barrier() string   { return s.Prefix + ".master.barrier" }
+func (s Subjects) Join() string        { return s.Prefix + ".master.join" }
+func (s Subjects) Heartbeat() string   { return s.Prefix + ".master.hb" } // publish
+func (s Subjects) Submit() string      { return s.Prefix + ".master.submit" }
+func (s Subjects) Status() string      { return s.Prefix + ".master.status" }
+func (s Subjects) Cancel() string      { return s.Prefix + ".master.cancel" }
+func (s Subjects) Event() string       { return s.Prefix + ".master.event" } // publish, from workers
+func (s Subjects) Block() string       { return s.Prefix + ".master.block" }
+func (s Subjects) Barrier() string     { return s.Prefix + ".master.barrier" }
+func (s Subjects) MasterAlive() string { return s.Prefix + ".master.alive" } // publish, from the master
 
 // SlaveCtl is a slave's control subject (JSON request-reply).
 func (s Subjects) SlaveCtl(slave string) string {

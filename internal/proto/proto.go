@@ -25,6 +25,17 @@ type JoinReply struct {
 	OK        bool          `json:"ok"`
 	Error     string        `json:"error,omitempty"`
 	Heartbeat time.Duration `json:"heartbeat"`
+	// Instance identifies this run of the master; DeadAfter is how long
+	// a slave waits without a MasterAlive before it drops its tasks.
+	Instance  string        `json:"instance,omitempty"`
+	DeadAfter time.Duration `json:"dead_after,omitempty"`
+}
+
+// MasterAlive is the master's periodic sign of life to its slaves. A
+// slave that hears none for DeadAfter, or hears another instance, drops
+// the tasks of the master it joined (no one would collect their results).
+type MasterAlive struct {
+	Instance string `json:"instance"`
 }
 
 // Heartbeat is a slave's periodic sign of life. It repeats the join
