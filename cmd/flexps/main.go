@@ -187,6 +187,18 @@ func run(argv []string, stderr io.Writer) int {
 func runIO(argv []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		// The first Ctrl-C stops the task cleanly; from then on the signals
+		// have their default effect, so a second one ends the process at once.
+		select {
+		case <-ctx.Done():
+			stop()
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+		case <-finished:
+		}
+	}()
 	root := newRoot(ctx, stdout, stderr)
 	root.SetArgs(argv)
 	if len(argv) == 0 {
