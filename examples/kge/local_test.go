@@ -11,10 +11,13 @@ import (
 // for training without a cluster.
 type localTable struct{ *kvstore.LocalTable }
 
-func (t localTable) Get(keys []uint64, out []float64) error  { t.LocalTable.Get(keys, out); return nil }
-func (t localTable) Add(keys []uint64, deltas []float64) error { t.LocalTable.Add(keys, deltas); return nil }
-func (t localTable) GetChunk([]uint64, []float64) error       { panic("unused") }
-func (t localTable) AddChunk([]uint64, []float64) error       { panic("unused") }
+func (t localTable) Get(keys []uint64, out []float64) error { t.LocalTable.Get(keys, out); return nil }
+func (t localTable) Add(keys []uint64, deltas []float64) error {
+	t.LocalTable.Add(keys, deltas)
+	return nil
+}
+func (t localTable) GetChunk([]uint64, []float64) error { panic("unused") }
+func (t localTable) AddChunk([]uint64, []float64) error { panic("unused") }
 
 var _ tasks.Table = localTable{}
 
