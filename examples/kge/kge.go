@@ -27,7 +27,7 @@
 // triple, the tail is ranked against every entity given head and
 // relation, and the head given relation and tail, skipping candidates that
 // form another true triple (from the files of the stage's "filter"
-// parameter, and the test triples themselves); ties count half. MRR is
+// parameter: name train, valid and test there); ties count half. MRR is
 // the mean of 1/rank, Hits@k the share of ranks <= k.
 //
 // Stage function registered here:
@@ -219,7 +219,8 @@ func ComplEx(info *tasks.Info) error {
 
 // evalShare ranks this worker's share of the test triples against every
 // entity: it reads the whole entity table and the relation table once.
-// The test triples are filtered too (known gains them here).
+// A worker sees only its share of the test input, so the other test
+// triples are filtered only when the filter parameter names the test file.
 func evalShare(info *tasks.Info, test tasks.Input, ents, rels tasks.Table, dim int, known Known) (RankStats, error) {
 	emb := Embeddings{Dim: dim}
 	for _, x := range []struct {
@@ -236,24 +237,11 @@ func evalShare(info *tasks.Info, test tasks.Input, ents, rels tasks.Table, dim i
 			return RankStats{}, err
 		}
 	}
-	var recs []*datastore.Records
-	err := tasks.EachRecords(info.Ctx, test, func(r *datastore.Records) error {
-		if err := known.AddRecords(r); err != nil {
-			return err
-		}
-		recs = append(recs, r)
-		return nil
-	})
-	if err != nil {
-		return RankStats{}, err
-	}
 	var st RankStats
-	for _, r := range recs {
+	err := tasks.EachRecords(info.Ctx, test, func(r *datastore.Records) error {
 		rs, err := emb.RankAll(r, 0, r.Len(), known)
-		if err != nil {
-			return st, err
-		}
 		st.Add(rs)
-	}
-	return st, nil
+		return err
+	})
+	return st, err
 }

@@ -67,7 +67,7 @@ func TestClusterComplEx(t *testing.T) {
 		SetInput("train", tasks.InputSpec{Path: trainPath, Format: "ratings"}).
 		SetInput("test", tasks.InputSpec{Path: testPath, Format: "ratings"}).
 		SetStages(tasks.Stage{Name: "train", Func: "kge.complex", Workers: 2, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
-			Params: tasks.Params{"dim": dim, "epochs": epochs, "batch": 16, "neg": 8, "lr": 0.2, "filter": []any{trainPath}}})
+			Params: tasks.Params{"dim": dim, "epochs": epochs, "batch": 16, "neg": 8, "lr": 0.2, "filter": []any{trainPath, testPath}}})
 	task.Kind, task.Output = "kge", out
 	var mu sync.Mutex
 	mrr := make([]float64, epochs)
@@ -120,7 +120,7 @@ func TestConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Filter) != 2 || cfg.Dim*2 != task.Tables[0].Width {
+	if len(cfg.Filter) != 3 || cfg.Dim*2 != task.Tables[0].Width {
 		t.Fatalf("config %+v, tables %+v", cfg, task.Tables)
 	}
 }

@@ -179,3 +179,28 @@ func TestEvalModel(t *testing.T) {
 		})
 	}
 }
+
+// FuzzTripleAt feeds arbitrary "ratings" lines through the parser and
+// TripleAt: either an error or a triple whose ids round-trip.
+func FuzzTripleAt(f *testing.F) {
+	for _, s := range []string{"0 1 2", "3\t0\t4", "1 2 3.5", "1 2 -1", "1 2 1e300", "5 5", "1 2 9007199254740993"} {
+		f.Add(s)
+	}
+	format, err := datastore.NewFormat("ratings", datastore.DefaultFormatOptions())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		r := &datastore.Records{}
+		if err := format.ParseLine([]byte(line), r); err != nil || r.Len() == 0 {
+			return
+		}
+		x, err := TripleAt(r, 0)
+		if err != nil {
+			return
+		}
+		if float64(x.T) != r.Labels[0] || x.H != r.Keys[0] || x.R != r.Keys[1] {
+			t.Fatalf("%q -> %+v from %v %v", line, x, r.Keys, r.Labels)
+		}
+	})
+}
