@@ -31,6 +31,7 @@ import (
 	"syscall"
 
 	"github.com/flexps/flexps/engine"
+	_ "github.com/flexps/flexps/examples/kge"
 	_ "github.com/flexps/flexps/examples/kmeans"
 	_ "github.com/flexps/flexps/examples/lr"
 	_ "github.com/flexps/flexps/examples/mf"
