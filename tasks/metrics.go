@@ -20,6 +20,13 @@ const (
 	MetricTestSqErrSum  = "test_sq_err_sum"
 	MetricTestAbsErrSum = "test_abs_err_sum"
 
+	// Ranking (link prediction): per test rank, summed over ranks
+	// (MetricTestSamples counts the ranks).
+	MetricTestRRSum  = "test_rr_sum" // summed reciprocal ranks (mrr = sum / ranks)
+	MetricTestHits1  = "test_hits1"  // ranks <= 1
+	MetricTestHits3  = "test_hits3"  // ranks <= 3
+	MetricTestHits10 = "test_hits10" // ranks <= 10
+
 	// MetricObjective is an objective value the stage computed over the
 	// whole data (k-means: mean squared distance to the nearest center;
 	// SVRG: regularized training loss). Summed over workers like every

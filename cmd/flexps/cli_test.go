@@ -111,6 +111,9 @@ func TestDeriveColumns(t *testing.T) {
 			"objective=0.4000 logloss=0.3000 acc=0.9000"},
 		{"no samples", map[string]float64{tasks.MetricLossSum: 3}, ""},
 		{"plain loss", map[string]float64{tasks.MetricSamples: 2, tasks.MetricLossSum: 3}, "loss=1.5000"},
+		{"kge ranking", map[string]float64{tasks.MetricSamples: 10, tasks.MetricLossSum: 5,
+			tasks.MetricTestSamples: 4, tasks.MetricTestRRSum: 3, tasks.MetricTestHits10: 2},
+			"loss=0.5000 test_mrr=0.7500 test_hits10=0.5000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,6 +56,11 @@ func deriveColumns(m map[string]float64) []column {
 	default:
 		ratio("loss", tasks.MetricLossSum, tasks.MetricSamples)
 	}
+	if _, ranking := m[tasks.MetricTestRRSum]; ranking {
+		ratio("test_mrr", tasks.MetricTestRRSum, tasks.MetricTestSamples)
+		ratio("test_hits10", tasks.MetricTestHits10, tasks.MetricTestSamples)
+		return cols
+	}
 	switch {
 	case testRegression:
 		root("test_rmse", tasks.MetricTestSqErrSum, tasks.MetricTestSamples)

@@ -55,10 +55,10 @@ import (
 
 // Metric names kge.complex reports per epoch, next to tasks' names.
 const (
-	MetricTestRRSum  = "test_rr_sum" // summed reciprocal filtered ranks
-	MetricTestHits1  = "test_hits1"  // ranks <= 1
-	MetricTestHits3  = "test_hits3"  // ranks <= 3
-	MetricTestHits10 = "test_hits10" // ranks <= 10
+	MetricTestRRSum  = tasks.MetricTestRRSum
+	MetricTestHits1  = tasks.MetricTestHits1
+	MetricTestHits3  = tasks.MetricTestHits3
+	MetricTestHits10 = tasks.MetricTestHits10
 )
 
 func init() {
