@@ -204,7 +204,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 		return nil, err
 	}
 	l.Client = NewClient(cc, cfg.Cluster)
-	if l.Monitors, err = cfg.startMasterMonitors(l.master, o.Log); err != nil {
+	if l.Monitors, err = cfg.startMasterMonitors(l.master, o.Log, l.slaves...); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -422,7 +422,7 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 		nc.Close()
 		return nil, err
 	}
-	ms, err := cfg.startSlaveMonitors(log)
+	ms, err := cfg.startSlaveMonitors(log, s)
 	if err != nil {
 		s.Close()
 		nc.Close()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/flexps/flexps/master"
 	"github.com/flexps/flexps/monitor"
+	"github.com/flexps/flexps/slave"
 	"github.com/rs/zerolog"
 )
 
@@ -29,14 +30,18 @@ func (ms *Monitors) Close() error {
 	return errors.Join(errs...)
 }
 
-// startMasterMonitors serves m's status page and metrics as cfg asks.
-func (c *ClusterConfig) startMasterMonitors(m *master.Master, log zerolog.Logger) (*Monitors, error) {
+// startMasterMonitors serves m's status page and metrics as cfg asks; the
+// slaves of an in-process cluster add their counters to the same registry.
+func (c *ClusterConfig) startMasterMonitors(m *master.Master, log zerolog.Logger, slaves ...*slave.Slave) (*Monitors, error) {
 	ms := &Monitors{}
 	if c.HTTP.Listen == "" && c.Metrics.Listen == "" {
 		return ms, nil
 	}
 	reg := monitor.NewRegistry()
 	reg.MustRegister(monitor.NewClusterCollector(m.Status))
+	for _, s := range slaves {
+		reg.MustRegister(s.Collector())
+	}
 	var err error
 	if c.HTTP.Listen != "" {
 		if ms.Page, err = monitor.Listen(c.HTTP.Listen, "[http] listen", monitor.MasterHandler(m.Status, reg)); err != nil {
@@ -55,13 +60,15 @@ func (c *ClusterConfig) startMasterMonitors(m *master.Master, log zerolog.Logger
 }
 
 // startSlaveMonitors serves a slave process's /metrics as cfg asks.
-func (c *ClusterConfig) startSlaveMonitors(log zerolog.Logger) (*Monitors, error) {
+func (c *ClusterConfig) startSlaveMonitors(log zerolog.Logger, s *slave.Slave) (*Monitors, error) {
 	ms := &Monitors{}
 	if c.Metrics.Listen == "" {
 		return ms, nil
 	}
+	reg := monitor.NewRegistry()
+	reg.MustRegister(s.Collector())
 	var err error
-	if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, "[metrics] listen", monitor.MetricsHandler(monitor.NewRegistry())); err != nil {
+	if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, "[metrics] listen", monitor.MetricsHandler(reg)); err != nil {
 		return nil, err
 	}
 	log.Info().Str("url", ms.Metrics.URL()+"/metrics").Msg("metrics")

@@ -90,6 +90,15 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 }
 
 func gauge(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	return value(fams, name, labels, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+func counter(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	return value(fams, name, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// value is the first series of name whose labels include labels.
+func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string, get func(*dto.Metric) float64) (float64, bool) {
 	f, ok := fams[name]
 	if !ok {
 		return 0, false
@@ -107,7 +116,7 @@ next:
 				continue next
 			}
 		}
-		return m.GetGauge().GetValue(), true
+		return get(m), true
 	}
 	return 0, false
 }
@@ -143,6 +152,24 @@ func TestMetricsOfARunningAndAFinishedTask(t *testing.T) {
 			t.Fatalf("metrics never showed one done and one running task: done=%v running=%v rate=%v alive=%v", done, running, rate, alive)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The slaves' counters: heartbeats, and what the finished task's
+	// workers processed.
+	fams := scrape(t, url)
+	var samples, beats float64
+	for _, sl := range []string{"slave-0", "slave-1"} {
+		v, _ := counter(fams, "flexps_slave_samples_total", map[string]string{"slave": sl})
+		samples += v
+		b, _ := counter(fams, "flexps_slave_heartbeats_total", map[string]string{"slave": sl})
+		beats += b
+	}
+	if samples < 2*3*100 || beats == 0 {
+		t.Fatalf("slave counters: samples %v (want >= 600: 2 workers x 3 epochs x 100), heartbeats %v", samples, beats)
+	}
+	if done, _ := counter(fams, "flexps_slave_workers_ended_total", map[string]string{"outcome": "done", "slave": "slave-0"}); done == 0 {
+		if done1, _ := counter(fams, "flexps_slave_workers_ended_total", map[string]string{"outcome": "done", "slave": "slave-1"}); done1 == 0 {
+			t.Fatal("no ended worker counted")
+		}
 	}
 	// The status page serves the same metrics, and JSON.
 	if _, ok := scrape(t, l.Monitors.Page.URL()+"/metrics")["flexps_tasks"]; !ok {
@@ -197,5 +224,50 @@ func TestListenAddressInUse(t *testing.T) {
 	_, err = monitor.Listen(s.Addr(), "[http] listen", http.NotFoundHandler())
 	if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), s.Addr()) || !strings.Contains(err.Error(), "[http] listen") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A slave started on its own (as `flexps slave` does) serves its counters
+// on its own /metrics.
+func TestSlaveProcessMetrics(t *testing.T) {
+	cfg := engine.ClusterConfig{Cluster: "slavemetrics", NATS: engine.NATSConfig{Listen: "127.0.0.1:-1", Auth: "none"}}
+	m, err := engine.StartMaster(context.Background(), cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cfg.NATS.URL = m.URL
+	cfg.Metrics.Listen = "127.0.0.1:0"
+	s, err := engine.StartSlave(context.Background(), cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := engine.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.SubmitAndWait(context.Background(), task("one", 2, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, s.Monitors.Metrics.URL()+"/metrics")
+	id := s.Slave.ID()
+	for _, tc := range []struct {
+		name string
+		min  float64
+	}{
+		{"flexps_slave_samples_total", 2 * 2 * 100},
+		{"flexps_slave_kv_local_keys_total", 2 * 2}, // one slave: every key is local
+	} {
+		if v, ok := counter(fams, tc.name, map[string]string{"slave": id}); !ok || v < tc.min {
+			t.Errorf("%s{slave=%q} = %v (present %v), want >= %v", tc.name, id, v, ok, tc.min)
+		}
+	}
+	if v, _ := counter(fams, "flexps_slave_workers_ended_total", map[string]string{"slave": id, "outcome": "done"}); v != 2 {
+		t.Errorf("workers ended done = %v, want 2", v)
+	}
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go runtime metrics on the slave")
 	}
 }

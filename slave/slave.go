@@ -107,6 +107,8 @@ type Slave struct {
 	lastAlive       atomic.Int64 // unix nanoseconds; 0 before the first
 	masterGone      atomic.Bool
 
+	metrics *metrics
+
 	ctlSub *nats.Subscription
 	subs   []*nats.Subscription
 	ctx    context.Context
@@ -129,9 +131,15 @@ type stageRun struct {
 // New creates a slave on nc; Start joins the cluster.
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
-	return &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), ctl: NewControl(cfg.Slots), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
+	s := &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), ctl: NewControl(cfg.Slots), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
 		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
+	s.metrics = newMetrics(cfg.ID, func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.tasks)
+	})
+	return s
 }
 
 // ID is the slave's id.
@@ -237,7 +245,11 @@ func (s *Slave) heartbeat(every time.Duration) {
 		case now := <-t.C:
 			s.checkMaster(now)
 			// Log the first failure of a run, not every beat.
-			if err := s.nc.Publish(s.subj.Heartbeat(), data); err != nil && !failing {
+			err := s.nc.Publish(s.subj.Heartbeat(), data)
+			if err == nil {
+				s.metrics.heartbeats.Add(1)
+			}
+			if err != nil && !failing {
 				s.log.Warn().Err(err).Msg("cannot send heartbeats")
 				failing = true
 			} else if err == nil {

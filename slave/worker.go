@@ -91,6 +91,11 @@ func (w *worker) run() {
 		}
 		log.Debug().Dur("took", time.Since(start)).Msg("worker done")
 	}
+	if ev.Metrics != nil {
+		w.s.metrics.workerEnded(ev.Metrics, false)
+	} else {
+		w.s.metrics.workerEnded(w.readMetrics(), true)
+	}
 	w.s.report(w.gen, ev)
 }
 
@@ -216,6 +221,7 @@ func (w *worker) Barrier() error {
 
 // Report implements tasks.Runtime.
 func (w *worker) Report(p tasks.Progress) {
+	w.s.metrics.samples.Add(p.Samples)
 	w.progress.Samples += p.Samples
 	w.progress.LossSum += p.LossSum
 	if time.Since(w.lastReport) >= w.s.cfg.ProgressEvery {

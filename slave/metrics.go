@@ -1,0 +1,112 @@
+package slave
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flexps/flexps/tasks"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// counted are the worker metrics a slave sums over every worker that ended
+// on it and exports to Prometheus as counters (name: flexps_slave_<metric>_total).
+var counted = map[string]string{
+	tasks.MetricReadBytes:        "Input bytes read.",
+	tasks.MetricReadLocalBytes:   "Input bytes read from a replica on the slave's host.",
+	tasks.MetricReadWaitSeconds:  "Seconds workers waited for parsed input.",
+	tasks.MetricReadRecords:      "Input records parsed.",
+	tasks.MetricReadBlocks:       "Input blocks read.",
+	tasks.MetricReadCachedBlocks: "Input blocks replayed from the parsed-data cache.",
+	tasks.MetricBadLines:         "Malformed input lines skipped.",
+	tasks.MetricConsistencyReads: "Reads the consistency gates checked.",
+	tasks.MetricConsistencyWaits: "Reads that waited for slower workers.",
+	tasks.MetricBlockedSeconds:   "Seconds reads waited for slower workers.",
+	tasks.MetricCacheHits:        "Process cache hits.",
+	tasks.MetricCacheMisses:      "Process cache misses.",
+	tasks.MetricCacheEvictions:   "Process cache evictions.",
+	tasks.MetricCacheStale:       "Process cache entries too stale for the consistency bound.",
+	tasks.MetricKVLocalKeys:      "Keys read or written in this slave's memory.",
+	tasks.MetricKVRemoteKeys:     "Keys read or written on other slaves.",
+	tasks.MetricKVRequests:       "KV data-plane messages sent.",
+}
+
+// metrics is a slave's Prometheus collector. Worker counters are added when
+// a worker ends (done or failed); heartbeats and tasks are live.
+type metrics struct {
+	mu     sync.Mutex
+	totals map[string]float64
+	ended  map[string]float64 // workers by outcome
+
+	heartbeats atomic.Int64
+	samples    atomic.Int64 // reported by workers as they go
+	tasks      func() int
+
+	descs   map[string]*prometheus.Desc
+	workers *prometheus.Desc
+	beats   *prometheus.Desc
+	running *prometheus.Desc
+	done    *prometheus.Desc
+}
+
+func newMetrics(slave string, tasksNow func() int) *metrics {
+	labels := prometheus.Labels{"slave": slave}
+	m := &metrics{totals: map[string]float64{}, ended: map[string]float64{}, tasks: tasksNow, descs: map[string]*prometheus.Desc{},
+		workers: prometheus.NewDesc("flexps_slave_workers_ended_total", "Workers that ended on this slave, by outcome.", []string{"outcome"}, labels),
+		beats:   prometheus.NewDesc("flexps_slave_heartbeats_total", "Heartbeats sent to the master.", nil, labels),
+		running: prometheus.NewDesc("flexps_slave_tasks", "Tasks this slave holds (workers, shards or both).", nil, labels),
+		done:    prometheus.NewDesc("flexps_slave_samples_total", "Training records processed by this slave's workers (as they report progress).", nil, labels),
+	}
+	for name, help := range counted {
+		m.descs[name] = prometheus.NewDesc("flexps_slave_"+name+"_total", help, nil, labels)
+	}
+	return m
+}
+
+// workerEnded adds a worker's final counters.
+func (m *metrics) workerEnded(metrics map[string]float64, failed bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, v := range metrics {
+		if _, ok := counted[name]; ok {
+			m.totals[name] += v
+		}
+	}
+	if failed {
+		m.ended["failed"]++
+	} else {
+		m.ended["done"]++
+	}
+}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range m.descs {
+		ch <- d
+	}
+	ch <- m.workers
+	ch <- m.beats
+	ch <- m.running
+	ch <- m.done
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.descs))
+	for name := range m.descs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ch <- prometheus.MustNewConstMetric(m.descs[name], prometheus.CounterValue, m.totals[name])
+	}
+	for _, outcome := range []string{"done", "failed"} {
+		ch <- prometheus.MustNewConstMetric(m.workers, prometheus.CounterValue, m.ended[outcome], outcome)
+	}
+	m.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(m.beats, prometheus.CounterValue, float64(m.heartbeats.Load()))
+	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(m.tasks()))
+	ch <- prometheus.MustNewConstMetric(m.done, prometheus.CounterValue, float64(m.samples.Load()))
+}
+
+// Collector exports the slave's counters to Prometheus, labelled with its id.
+func (s *Slave) Collector() prometheus.Collector { return s.metrics }
