@@ -25,9 +25,16 @@ const (
 	// N the most keys wanted. The reply holds the page's Keys and Vals,
 	// First the next page's cursor and N 1 when there is a next page.
 	OpScan
+	// Relocation (see ownership): OpLocalize asks a key's home to move the
+	// keys to Node (from a worker to its own slave, then slave to home);
+	// OpTransfer tells the current owner to send them to Node; OpValues
+	// carries their values (and Versions) to the new owner.
+	OpLocalize
+	OpTransfer
+	OpValues
 )
 
-var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range", "scan"}
+var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range", "scan", "localize", "transfer", "values"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -56,6 +63,12 @@ type Message struct {
 	// DType (little-endian): AppendMessage copies it as is. DecodeRaw
 	// leaves values there (a slice of the input) instead of converting.
 	Raw []byte
+	// Pos, when set, are the positions in the client's original request
+	// of this message's keys: a request a non-owner forwarded carries
+	// them, and the reply names which of the reader's values it answers.
+	Pos      []int
+	Versions []uint64 // OpTransfer/OpValues: each key's move count
+	Node     int32    // OpLocalize: requester; OpTransfer: destination (shard index)
 }
 
 // ErrCodec is wrapped by every decoding error.
@@ -70,6 +83,8 @@ var ErrCodec = errors.New("kvstore codec")
 //	[flagRange] uvarint First | uvarint N
 //	[flagVals]  uvarint count, count x 4 or 8 bytes little-endian
 //	[flagErr]   uvarint len + Err
+//	[flagOwn]   uvarint Node | uvarint count, count x uvarint Pos |
+//	            uvarint count, count x uvarint Versions
 //
 // dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
 const codecVersion = 1
@@ -79,7 +94,8 @@ const (
 	flagRange
 	flagVals
 	flagErr
-	flagAll = flagKeys | flagRange | flagVals | flagErr
+	flagOwn
+	flagAll = flagKeys | flagRange | flagVals | flagErr | flagOwn
 )
 
 func dtypeByte(d DType) byte {
@@ -107,6 +123,9 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	}
 	if m.Err != "" {
 		flags |= flagErr
+	}
+	if m.Node != 0 || len(m.Pos) > 0 || len(m.Versions) > 0 {
+		flags |= flagOwn
 	}
 	dt := dtypeByte(m.DType)
 	dst = append(dst, codecVersion, byte(m.Op), flags, dt)
@@ -155,6 +174,17 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	if flags&flagErr != 0 {
 		dst = appendString(dst, m.Err)
 	}
+	if flags&flagOwn != 0 {
+		dst = binary.AppendUvarint(dst, uint64(m.Node))
+		dst = binary.AppendUvarint(dst, uint64(len(m.Pos)))
+		for _, p := range m.Pos {
+			dst = binary.AppendUvarint(dst, uint64(p))
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(m.Versions)))
+		for _, v := range m.Versions {
+			dst = binary.AppendUvarint(dst, v)
+		}
+	}
 	return dst
 }
 
@@ -180,7 +210,8 @@ func encodedSize(m *Message) int {
 		binary.MaxVarintLen64 + binary.MaxVarintLen64*len(m.Keys) +
 		2*binary.MaxVarintLen64 + // range
 		binary.MaxVarintLen64 + 8*len(m.Vals) +
-		binary.MaxVarintLen64 + len(m.Err)
+		binary.MaxVarintLen64 + len(m.Err) +
+		binary.MaxVarintLen64*(3+len(m.Pos)+len(m.Versions))
 	return n
 }
 
@@ -242,7 +273,7 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		return fmt.Errorf("%w: unknown version %d", ErrCodec, b[0])
 	}
 	op, flags, dt := Op(b[1]), b[2], b[3]
-	if op < OpGet || op > OpScan {
+	if op < OpGet || op > OpValues {
 		return fmt.Errorf("%w: bad op %d", ErrCodec, b[1])
 	}
 	if flags&^flagAll != 0 {
@@ -317,11 +348,25 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 			d.fail("err flag with empty error")
 		}
 	}
+	m.Node, m.Pos, m.Versions = 0, m.Pos[:0], m.Versions[:0]
+	if flags&flagOwn != 0 {
+		m.Node = int32(d.uvarintMax("node", math.MaxInt32))
+		n := d.count("pos", 1)
+		m.Pos = grow(m.Pos, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			m.Pos[i] = int(d.uvarintMax("pos", math.MaxInt32))
+		}
+		n = d.count("versions", 1)
+		m.Versions = grow(m.Versions, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			m.Versions[i] = d.uvarint("version")
+		}
+	}
 	if d.err == nil && d.i != len(b) {
 		d.fail("%d trailing bytes", len(b)-d.i)
 	}
 	if d.err != nil {
-		m.Keys, m.Vals, m.Raw = m.Keys[:0], m.Vals[:0], nil
+		m.Keys, m.Vals, m.Raw, m.Pos, m.Versions = m.Keys[:0], m.Vals[:0], nil, m.Pos[:0], m.Versions[:0]
 	}
 	return d.err
 }

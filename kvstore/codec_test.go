@@ -16,7 +16,11 @@ func sameMessage(a, b *Message) bool {
 	if a.Op != b.Op || a.Task != b.Task || a.Table != b.Table || a.Stage != b.Stage ||
 		a.Worker != b.Worker || a.Clock != b.Clock || a.First != b.First || a.N != b.N ||
 		a.Width != b.Width || a.DType != b.DType || a.Err != b.Err ||
-		len(a.Keys) != len(b.Keys) || len(a.Vals) != len(b.Vals) {
+		len(a.Keys) != len(b.Keys) || len(a.Vals) != len(b.Vals) || a.Node != b.Node ||
+		len(a.Pos) != len(b.Pos) || len(a.Versions) != len(b.Versions) {
+		return false
+	}
+	if len(a.Pos) > 0 && !reflect.DeepEqual(a.Pos, b.Pos) || len(a.Versions) > 0 && !reflect.DeepEqual(a.Versions, b.Versions) {
 		return false
 	}
 	if len(a.Keys) > 0 && !reflect.DeepEqual(a.Keys, b.Keys) {
@@ -48,6 +52,11 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"error", Message{Op: OpError, Err: "shard moved"}},
 		{"set", Message{Op: OpSet, Table: "ü", Keys: []uint64{9}, Vals: []float64{math.Copysign(0, -1)}, DType: Float64, Width: 1}},
 		{"no dtype", Message{Op: OpReply, Vals: []float64{1.25}}},
+		{"forwarded get", Message{Op: OpGet, Table: "w", Keys: []uint64{5, 2}, Pos: []int{7, 0}, Clock: 3}},
+		{"partial reply", Message{Op: OpReply, DType: Float32, Vals: []float64{1, 2}, Pos: []int{3, 1}}},
+		{"localize", Message{Op: OpLocalize, Table: "w", Keys: []uint64{1, 9}, Node: 2}},
+		{"transfer", Message{Op: OpTransfer, Table: "w", Keys: []uint64{1, 9}, Node: 1, Versions: []uint64{1, 1 << 40}}},
+		{"values", Message{Op: OpValues, Table: "w", Keys: []uint64{9}, Width: 2, DType: Float64, Vals: []float64{1, 2}, Versions: []uint64{3}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,7 +113,7 @@ func TestCodecErrors(t *testing.T) {
 		{"short header", good[:3]},
 		{"version", mut(func(b []byte) []byte { b[0] = 9; return b })},
 		{"op zero", mut(func(b []byte) []byte { b[1] = 0; return b })},
-		{"op high", mut(func(b []byte) []byte { b[1] = byte(OpScan) + 1; return b })},
+		{"op high", mut(func(b []byte) []byte { b[1] = byte(OpValues) + 1; return b })},
 		{"flags", mut(func(b []byte) []byte { b[2] |= 0x80; return b })},
 		{"dtype", mut(func(b []byte) []byte { b[3] = 7; return b })},
 		{"trailing", append(bytes.Clone(good), 0)},

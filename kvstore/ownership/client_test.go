@@ -9,14 +9,14 @@ import (
 type op struct {
 	client int
 	seq    int
-	add    float32
+	add    float64
 }
 
 type delivery struct {
 	client     int
 	req        uint64
 	keys       []uint64
-	vals       []float32
+	vals       []float64
 	spawned    int
 	from       NodeID
 	isGet      bool
@@ -35,10 +35,10 @@ func TestClientsProperty(t *testing.T) {
 		const keys = 5
 		home := func(k uint64) NodeID { return NodeID(int(k) % nn) }
 		nodes := make([]*Node, nn)
-		stores := make([]map[uint64]float32, nn)
+		stores := make([]map[uint64]float64, nn)
 		for i := range nodes {
 			nodes[i] = NewNode(NodeID(i), home)
-			stores[i] = map[uint64]float32{}
+			stores[i] = map[uint64]float64{}
 		}
 		for k := uint64(0); k < keys; k++ {
 			stores[home(k)][k] = 0
@@ -59,13 +59,13 @@ func TestClientsProperty(t *testing.T) {
 		}
 		log := map[uint64][]op{}
 		lastSeq := map[[2]int]int{}     // (client,key) -> last applied seq
-		ownAdds := map[[2]int]float32{} // (client,key) -> adds applied
-		lastRead := map[[2]int]float32{}
-		want := map[uint64]float32{}
+		ownAdds := map[[2]int]float64{} // (client,key) -> adds applied
+		lastRead := map[[2]int]float64{}
+		want := map[uint64]float64{}
 		seqs := make([]int, nc)
 		blocked := make([]bool, nc) // waiting for a synchronous Get
 		reqSeq := map[uint64]int{}
-		getVals := map[uint64]map[int]float32{}
+		getVals := map[uint64]map[int]float64{}
 		getKeys := map[uint64][]uint64{}
 		var nextReq uint64
 		var run func(at NodeID, acts []Action)
@@ -88,7 +88,7 @@ func TestClientsProperty(t *testing.T) {
 							t.Fatalf("client %d key %d: op %d applied after op %d", m.Client, k, s, lastSeq[ck])
 						}
 						lastSeq[ck] = s
-						var sum float32
+						var sum float64
 						for _, o := range log[k] {
 							sum += o.add
 						}
@@ -120,7 +120,7 @@ func TestClientsProperty(t *testing.T) {
 						if !ok {
 							t.Fatalf("node %d extracts key %d it does not hold", at, k)
 						}
-						m.Vals = append(m.Vals, []float32{v})
+						m.Vals = append(m.Vals, []float64{v})
 						delete(stores[at], k)
 					}
 					push(env{at, a.To}, m)
@@ -152,7 +152,7 @@ func TestClientsProperty(t *testing.T) {
 				m.Keys = append(m.Keys, k)
 				m.Positions = append(m.Positions, i)
 				if kind == Add {
-					m.Vals = append(m.Vals, []float32{1})
+					m.Vals = append(m.Vals, []float64{1})
 					want[k]++
 				}
 				byNode[to] = m
@@ -160,7 +160,7 @@ func TestClientsProperty(t *testing.T) {
 			cl.Sent(req, len(ks), len(order))
 			if kind == Get {
 				blocked[c] = true
-				getVals[req] = map[int]float32{}
+				getVals[req] = map[int]float64{}
 				getKeys[req] = ks
 			}
 			for _, to := range order {

@@ -25,6 +25,7 @@ type Kind int
 const (
 	Get Kind = iota
 	Add
+	Set // routed like Add: applied by the owner of the moment
 	Localize
 	Transfer
 	Values
@@ -36,11 +37,14 @@ type Msg struct {
 	Kind      Kind
 	Keys      []uint64
 	Positions []int
-	Vals      [][]float32
+	Vals      [][]float64
 	Versions  []uint64
 	Node      NodeID // Localize: requester; Transfer: destination
 	Client    int
 	Req       uint64
+	// Ctx is the caller's context of a Get/Add/Set (where to answer, the
+	// reader's clock); split and queued copies keep it.
+	Ctx any
 }
 
 // ActionKind says what the caller must do.
@@ -138,7 +142,7 @@ func (n *Node) StartLocalize(keys []uint64) []Action {
 // Step handles one delivered message.
 func (n *Node) Step(m Msg) []Action {
 	switch m.Kind {
-	case Get, Add:
+	case Get, Add, Set:
 		return n.request(m)
 	case Localize:
 		return n.localize(m)
@@ -151,7 +155,7 @@ func (n *Node) Step(m Msg) []Action {
 }
 
 func sub(m Msg, idx []int) Msg {
-	s := Msg{Kind: m.Kind, Client: m.Client, Req: m.Req, Node: m.Node}
+	s := Msg{Kind: m.Kind, Client: m.Client, Req: m.Req, Node: m.Node, Ctx: m.Ctx}
 	for _, i := range idx {
 		s.Keys = append(s.Keys, m.Keys[i])
 		s.Positions = append(s.Positions, m.Positions[i])

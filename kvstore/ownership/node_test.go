@@ -16,17 +16,17 @@ func TestRelocationProperty(t *testing.T) {
 		const keys = 6
 		home := func(k uint64) NodeID { return NodeID(int(k) % nn) }
 		nodes := make([]*Node, nn)
-		stores := make([]map[uint64]float32, nn)
+		stores := make([]map[uint64]float64, nn)
 		for i := range nodes {
 			nodes[i] = NewNode(NodeID(i), home)
-			stores[i] = map[uint64]float32{}
+			stores[i] = map[uint64]float64{}
 		}
 		for k := uint64(0); k < keys; k++ {
 			stores[home(k)][k] = 0
 		}
 		queues := map[env][]Msg{}
 		var pairs []env
-		want := map[uint64]float32{}
+		want := map[uint64]float64{}
 		var run func(at NodeID, acts []Action)
 		run = func(at NodeID, acts []Action) {
 			for _, a := range acts {
@@ -54,7 +54,7 @@ func TestRelocationProperty(t *testing.T) {
 						if !ok {
 							t.Fatalf("node %d extracts key %d it does not hold", at, k)
 						}
-						m.Vals = append(m.Vals, []float32{v})
+						m.Vals = append(m.Vals, []float64{v})
 						delete(stores[at], k)
 					}
 					run(at, []Action{{Kind: Send, To: a.To, Msg: m}})
@@ -93,7 +93,7 @@ func TestRelocationProperty(t *testing.T) {
 				run(e.to, nodes[e.to].Step(m))
 			case c == 1:
 				want[k]++
-				run(at, nodes[at].Step(Msg{Kind: Add, Keys: []uint64{k}, Positions: []int{0}, Vals: [][]float32{{1}}}))
+				run(at, nodes[at].Step(Msg{Kind: Add, Keys: []uint64{k}, Positions: []int{0}, Vals: [][]float64{{1}}}))
 			default:
 				run(at, nodes[at].StartLocalize([]uint64{k}))
 			}

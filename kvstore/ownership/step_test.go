@@ -25,7 +25,7 @@ func TestStepBasics(t *testing.T) {
 			if len(acts) != 1 || acts[0].Kind != Extract || acts[0].To != 1 || n[0].Owns(0) {
 				t.Fatalf("home: %+v", acts)
 			}
-			acts = n[1].Step(Msg{Kind: Values, Keys: []uint64{0}, Vals: [][]float32{{5}}, Versions: acts[0].Msg.Versions})
+			acts = n[1].Step(Msg{Kind: Values, Keys: []uint64{0}, Vals: [][]float64{{5}}, Versions: acts[0].Msg.Versions})
 			if got := kinds(acts); len(got) != 2 || got[0] != Install || got[1] != LocalizeDone || !n[1].Owns(0) {
 				t.Fatalf("install: %v", got)
 			}
@@ -55,11 +55,11 @@ func TestStepBasics(t *testing.T) {
 		}},
 		{"request queued while incoming", func(t *testing.T, n []*Node) {
 			n[1].StartLocalize([]uint64{0})
-			acts := n[1].Step(Msg{Kind: Add, Keys: []uint64{0}, Positions: []int{0}, Vals: [][]float32{{1}}})
+			acts := n[1].Step(Msg{Kind: Add, Keys: []uint64{0}, Positions: []int{0}, Vals: [][]float64{{1}}})
 			if len(acts) != 1 || acts[0].Kind != Apply || len(acts[0].Msg.Keys) != 0 || acts[0].Spawned != 1 || n[1].Stats.Queued != 1 {
 				t.Fatalf("queue: %+v", acts)
 			}
-			acts = n[1].Step(Msg{Kind: Values, Keys: []uint64{0}, Vals: [][]float32{{0}}, Versions: []uint64{1}})
+			acts = n[1].Step(Msg{Kind: Values, Keys: []uint64{0}, Vals: [][]float64{{0}}, Versions: []uint64{1}})
 			if got := kinds(acts); len(got) != 3 || got[2] != Apply {
 				t.Fatalf("replay: %v", got)
 			}
@@ -72,7 +72,7 @@ func TestStepBasics(t *testing.T) {
 			if len(acts) != 0 {
 				t.Fatalf("transfer ran early: %+v", acts)
 			}
-			acts = n[1].Step(Msg{Kind: Values, Keys: []uint64{0}, Vals: [][]float32{{0}}, Versions: []uint64{1}})
+			acts = n[1].Step(Msg{Kind: Values, Keys: []uint64{0}, Vals: [][]float64{{0}}, Versions: []uint64{1}})
 			if got := kinds(acts); len(got) != 3 || got[2] != Extract || acts[2].To != 2 {
 				t.Fatalf("forwarded transfer: %+v", acts)
 			}
@@ -90,5 +90,5 @@ func move(t *testing.T, n []*Node, k uint64, to NodeID) {
 	t.Helper()
 	acts := n[to].StartLocalize([]uint64{k})
 	acts = n[0].Step(acts[0].Msg)
-	n[to].Step(Msg{Kind: Values, Keys: []uint64{k}, Vals: [][]float32{{0}}, Versions: acts[0].Msg.Versions})
+	n[to].Step(Msg{Kind: Values, Keys: []uint64{k}, Vals: [][]float64{{0}}, Versions: acts[0].Msg.Versions})
 }
