@@ -42,7 +42,8 @@ type Client struct {
 	in       transport.Inbox   // where replies and acknowledgements arrive
 	ackAddr  map[string]string // host -> its acknowledgement address
 	ackHost  []string          // host of acknowledgement address "a<i>"
-	inflight int
+	inflight int // units (keys, or 1 per clock/finish/localize) sent and not yet acknowledged
+	window   int // most units in flight
 	clock    int64
 	seq      uint64
 	err      error // first asynchronous error (a failed Add), sticky
@@ -87,7 +88,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	// One acknowledgement address per host: a no-responders status names
 	// the host that is gone.
-	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), ackAddr: make(map[string]string, len(cfg.Hosts))}
+	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), ackAddr: make(map[string]string, len(cfg.Hosts)),
+		window: cfg.Window * max(MaxKeysPerMessage(cfg.MaxPayload, 1, Float32), 1)}
 	for _, h := range cfg.Hosts {
 		c.ackTo(h)
 	}
@@ -159,16 +161,17 @@ func (c *Client) sendAll(op Op) error {
 			continue
 		}
 		c.msg = Message{Op: op, Task: c.cfg.Task, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock}
-		if err := c.publishAcked(h); err != nil {
+		if err := c.publishAcked(h, 1); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Flush waits until every Add and Clock sent so far is acknowledged.
+// Flush waits until every Add and Clock sent so far is acknowledged (an
+// error answer ends the wait: the client is broken from then on).
 func (c *Client) Flush() error {
-	for c.inflight > 0 {
+	for c.inflight > 0 && c.err == nil {
 		if err := c.receive(nil); err != nil {
 			return err
 		}
@@ -176,13 +179,19 @@ func (c *Client) Flush() error {
 	return c.err
 }
 
-// publishAcked sends c.msg to host with an acknowledgement, keeping at most
-// Window of them in flight.
-func (c *Client) publishAcked(host string) error {
-	for c.inflight >= c.cfg.Window {
+// publishAcked sends c.msg to host with an acknowledgement of units (its
+// keys, 1 for a clock), keeping at most Window messages' worth in flight.
+// The units are counted, not the messages, because a node that forwards
+// part of a request to the keys' owners (relocation) lets each of them
+// acknowledge its own part.
+func (c *Client) publishAcked(host string, units int) error {
+	for c.inflight >= c.window && c.err == nil {
 		if err := c.receive(nil); err != nil {
 			return err
 		}
+	}
+	if c.err != nil {
+		return c.err
 	}
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
 	if err := c.send(host, c.ackTo(host), c.enc); err != nil {
@@ -190,7 +199,7 @@ func (c *Client) publishAcked(host string) error {
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))
-	c.inflight++
+	c.inflight += units
 	return nil
 }
 
@@ -215,11 +224,19 @@ func (p *pending) note(clock int64) {
 }
 
 // part is where one reply's values go: out[pos[i]] for keyed reads, or
-// out[off:] for range reads.
+// out[off:] for range reads (n values).
 type part struct {
 	pos []int32
 	off int
 	n   int
+}
+
+// size is the number of keys the part reads.
+func (pt part) size(width int) int {
+	if pt.pos != nil {
+		return len(pt.pos)
+	}
+	return pt.n / max(width, 1)
 }
 
 // receive handles one message on the inbox: an acknowledgement or a reply
@@ -246,12 +263,19 @@ func (c *Client) receive(p *pending) error {
 		return c.gone(c.hostOf(tail, p))
 	}
 	if strings.HasPrefix(tail, "a") {
-		c.inflight--
-		if len(msg.Data) > 1 && Op(msg.Data[1]) == OpError {
-			if err := DecodeMessage(msg.Data, &c.reply); err == nil && c.err == nil {
+		if err := decodeRaw(msg.Data, &c.reply); err != nil {
+			if c.err == nil {
+				c.err = fmt.Errorf("kvstore: acknowledgement from slave %s: %w", c.hostOf(tail, p), err)
+			}
+			return nil
+		}
+		if c.reply.Op == OpError {
+			if c.err == nil {
 				c.err = errors.New(c.reply.Err)
 			}
+			return nil
 		}
+		c.inflight -= int(c.reply.N)
 		return nil
 	}
 	if strings.HasPrefix(tail, "s") {
@@ -278,9 +302,15 @@ func (c *Client) receive(p *pending) error {
 	if c.reply.Op == OpError {
 		return fmt.Errorf("kvstore: slave %s: %s", p.host[idx], c.reply.Err)
 	}
-	p.left--
 	p.note(c.reply.Clock)
-	return c.scatter(p.parts[idx], c.reply.Raw, c.reply.DType)
+	pt := p.parts[idx]
+	if len(c.reply.Pos) > 0 {
+		// A part answered piecewise by the keys' owners of the moment.
+		p.left -= len(c.reply.Pos)
+		return c.scatterPos(pt, c.reply.Pos, c.reply.Raw, c.reply.DType)
+	}
+	p.left -= pt.size(c.width)
+	return c.scatter(pt, c.reply.Raw, c.reply.DType)
 }
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
@@ -359,6 +389,33 @@ func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
 	}
 	for i, p := range pt.pos {
 		rawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
+	}
+	return nil
+}
+
+// scatterPos converts a partial reply: value row i answers the part's key
+// at position pos[i].
+func (c *Client) scatterPos(pt part, pos []int, raw []byte, dtype DType) error {
+	size := 8
+	if dtype == Float32 {
+		size = 4
+	}
+	w := c.width
+	if len(raw)/size != len(pos)*w {
+		return errShortReply
+	}
+	n := pt.size(w)
+	for i, q := range pos {
+		if q < 0 || q >= n {
+			return fmt.Errorf("kvstore: reply position %d outside a part of %d keys", q, n)
+		}
+		var dst []float64
+		if pt.pos != nil {
+			dst = c.out[int(pt.pos[q])*w : int(pt.pos[q]+1)*w]
+		} else {
+			dst = c.out[pt.off+q*w : pt.off+(q+1)*w]
+		}
+		rawInto(dst, raw[i*w*size:], dtype)
 	}
 	return nil
 }

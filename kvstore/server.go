@@ -32,6 +32,8 @@ type Server struct {
 	raw  []byte    // reused by answer for values encoded from storage
 	conv []float64 // reused for decoded request values
 	keys []uint64  // reused by scan
+	lsc   liveScratch // reused by the handler for dynamic tables
+	later []func()    // gated reads of dynamic tables, parked after the move lock is released
 }
 
 type hostedTask struct {
@@ -42,10 +44,12 @@ type hostedTask struct {
 }
 
 type hostedTable struct {
+	task  string
 	spec  TableSpec
 	dir   Directory
 	shard int
 	store Store
+	live  *live // ownership of the table's keys (Localize)
 }
 
 // Placement says where a table's shards live: shard i on slave Hosts[i].
@@ -100,7 +104,12 @@ func (s *Server) CreateTables(task, self string, tables []Placement) error {
 					return err
 				}
 			}
-			ht.tables[spec.Name] = &hostedTable{spec: spec, dir: dir, shard: i, store: NewStore(spec, dir, i)}
+			store := NewStore(spec, dir, i)
+			lv, err := newLive(spec, dir, i, p.Hosts, store)
+			if err != nil {
+				return err
+			}
+			ht.tables[spec.Name] = &hostedTable{task: task, spec: spec, dir: dir, shard: i, store: store, live: lv}
 		}
 	}
 	s.mu.Lock()
@@ -220,6 +229,16 @@ func (s *Server) handle(data []byte, reply string) {
 		}
 	}
 	switch m.Op {
+	case OpLocalize, OpTransfer, OpValues:
+		s.relocate(reply, t, ht, m)
+		return
+	case OpGet, OpAdd, OpSet, OpGetRange, OpAddRange, OpSetRange:
+		if ht.live.dynamic.Load() {
+			s.routed(reply, t, ht, m)
+			return
+		}
+	}
+	switch m.Op {
 	case OpAdd:
 		s.vals(m)
 		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
@@ -227,7 +246,7 @@ func (s *Server) handle(data []byte, reply string) {
 			return
 		}
 		ht.store.Add(m.Keys, m.Vals)
-		s.ack(reply)
+		s.ack(reply, len(m.Keys))
 	case OpAddRange:
 		if rawLen(m) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
 			s.fail(reply, fmt.Errorf("kvstore: add_range to %q: bad range or values", m.Table))
@@ -237,7 +256,7 @@ func (s *Server) handle(data []byte, reply string) {
 			s.vals(m)
 			ht.store.AddRange(m.First, int(m.N), m.Vals)
 		}
-		s.ack(reply)
+		s.ack(reply, int(m.N))
 	case OpSet:
 		s.vals(m)
 		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
@@ -245,7 +264,7 @@ func (s *Server) handle(data []byte, reply string) {
 			return
 		}
 		ht.store.Set(m.Keys, m.Vals)
-		s.ack(reply)
+		s.ack(reply, len(m.Keys))
 	case OpSetRange:
 		s.vals(m)
 		if len(m.Vals) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
@@ -253,7 +272,7 @@ func (s *Server) handle(data []byte, reply string) {
 			return
 		}
 		ht.store.SetRange(m.First, int(m.N), m.Vals)
-		s.ack(reply)
+		s.ack(reply, int(m.N))
 	case OpGet, OpGetRange:
 		s.get(reply, t, ht, m)
 	case OpScan:
@@ -262,12 +281,12 @@ func (s *Server) handle(data []byte, reply string) {
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Advance(int(m.Worker), m.Clock)
 		}
-		s.ack(reply)
+		s.ack(reply, 1)
 	case OpFinish:
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Finish(int(m.Worker))
 		}
-		s.ack(reply)
+		s.ack(reply, 1)
 	default:
 		s.fail(reply, fmt.Errorf("kvstore: unexpected op %s", m.Op))
 	}
@@ -361,13 +380,15 @@ func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable,
 	return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals, raw
 }
 
-func (s *Server) ack(reply string) {
+// ack acknowledges n units of a request: the keys it applied (a request
+// forwarded in parts is acknowledged by each node for its part), or 1 for
+// a clock or finish. The client counts units, not messages.
+func (s *Server) ack(reply string, n int) {
 	if reply != "" {
-		s.send(reply, ackPayload)
+		s.out = AppendMessage(s.out[:0], &Message{Op: OpReply, N: uint32(n)})
+		s.send(reply, s.out)
 	}
 }
-
-var ackPayload = AppendMessage(nil, &Message{Op: OpReply})
 
 func (s *Server) fail(reply string, err error) {
 	s.log.Warn().Err(err).Msg("kv request failed")
@@ -400,7 +421,11 @@ func (s *Server) scan(reply string, ht *hostedTable, m *Message) {
 	var next uint64
 	var more bool
 	var err error
-	s.keys, s.tmp, next, more, err = scanStore(ht.store, m.First, page, s.keys[:0], s.tmp[:0])
+	if ht.live.dynamic.Load() {
+		s.keys, s.tmp, next, more, err = s.scanLive(ht, m.First, page)
+	} else {
+		s.keys, s.tmp, next, more, err = scanStore(ht.store, m.First, page, s.keys[:0], s.tmp[:0])
+	}
 	if err != nil {
 		s.fail(reply, fmt.Errorf("kvstore: scan of %q shard %d: %w", m.Table, ht.shard, err))
 		return

@@ -237,7 +237,7 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
 				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
-			if err := c.publishAcked(t.hosts[s]); err != nil {
+			if err := c.publishAcked(t.hosts[s], j-i); err != nil {
 				return err
 			}
 		}
@@ -279,7 +279,7 @@ func (t *TableClient) set(keys []uint64, vals []float64) error {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpSet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker,
 				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
-			if err := c.publishAcked(t.hosts[s]); err != nil {
+			if err := c.publishAcked(t.hosts[s], j-i); err != nil {
 				return err
 			}
 		}
@@ -311,7 +311,7 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 	c.stats.BytesSent += int64(len(c.enc))
 	p.parts = append(p.parts, pt)
 	p.host = append(p.host, host)
-	p.left++
+	p.left += pt.size(t.spec.Width)
 	return nil
 }
 

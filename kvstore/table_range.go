@@ -229,7 +229,7 @@ func (t *TableClient) writeSpans(op Op, vals []float64) error {
 			m := min(t.maxKeys, sp.n-i)
 			c.msg = Message{Op: op, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
 				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: vals[(sp.off+i)*w : (sp.off+i+m)*w]}
-			if err := c.publishAcked(t.hosts[sp.shard]); err != nil {
+			if err := c.publishAcked(t.hosts[sp.shard], m); err != nil {
 				return err
 			}
 		}

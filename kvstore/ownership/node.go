@@ -108,6 +108,9 @@ func (n *Node) Owns(k uint64) bool {
 	return ok
 }
 
+// Counts are the keys this node holds as a guest and its home keys owned elsewhere.
+func (n *Node) Counts() (guests, away int) { return len(n.guests), len(n.moved) }
+
 // Incoming reports whether the node waits for the key's value.
 func (n *Node) Incoming(k uint64) bool { _, ok := n.incoming[k]; return ok }
 
