@@ -63,6 +63,8 @@ type ClientStats struct {
 	LocalKeys, RemoteKeys int64 // keys read or written, by where they live
 	Requests              int64 // messages sent
 	BytesSent             int64
+	Localized             int64 // keys asked to move here
+	Flushes               int64 // waits for in-flight Adds because keys moved (relocation)
 }
 
 // NewClient opens a worker's client.

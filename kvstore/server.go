@@ -178,6 +178,17 @@ func (s *Server) Local(task, table string) (Store, bool) {
 	return ht.store, true
 }
 
+// hosted is a table hosted here (nil if not).
+func (s *Server) hosted(task, table string) *hostedTable {
+	t := s.task(task)
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.tables[table]
+}
+
 // Gate returns a stage's gate (nil under ASP).
 func (s *Server) Gate(task string, stage int32) *Gate {
 	t := s.task(task)

@@ -25,6 +25,10 @@ type TableClient struct {
 	g       grouper
 	buf     []float64
 	spans   []span
+
+	lv     *live       // this slave's ownership state of the table (nil: hosts no shard)
+	synced uint64      // lv.moves when the worker last had no Add in flight across a move
+	lsc    liveScratch // scratch for in-memory access to a dynamic table
 }
 
 type span struct {
@@ -48,11 +52,11 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 	t.allHere = true
 	for i, h := range p.Hosts {
 		if h == c.cfg.Self && c.cfg.Server != nil {
-			st, ok := c.cfg.Server.Local(c.cfg.Task, spec.Name)
-			if !ok {
+			ht := c.cfg.Server.hosted(c.cfg.Task, spec.Name)
+			if ht == nil {
 				return nil, fmt.Errorf("kvstore: slave %s should host table %q of task %s but does not", h, spec.Name, c.cfg.Task)
 			}
-			t.local[i] = st
+			t.local[i], t.lv = ht.store, ht.live
 		} else {
 			t.allHere = false
 		}
@@ -144,6 +148,9 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 	if err := t.checkKeys(keys, out, "get"); err != nil {
 		return -1, err
 	}
+	if t.dyn() {
+		return t.getLive(keys, out, stamped)
+	}
 	if t.allHere && len(t.local) == 1 {
 		if err := t.waitLocal(keys); err != nil {
 			return -1, err
@@ -187,7 +194,18 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 			p.note(t.localStamp())
 		}
 		t.buf = grow(t.buf, len(ks)*w)
-		st.Get(ks, t.buf)
+		if !t.readStatic(func() { st.Get(ks, t.buf) }) {
+			// Keys started moving meanwhile: the home knows where they are.
+			pos := t.g.Pos(s)
+			for i := 0; i < len(ks); i += t.maxKeys {
+				j := min(i+t.maxKeys, len(ks))
+				c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
+				if err := t.request(p, s, part{pos: pos[i:j]}); err != nil {
+					return -1, err
+				}
+			}
+			continue
+		}
 		for i, ps := range t.g.Pos(s) {
 			copy(out[int(ps)*w:int(ps+1)*w], t.buf[i*w:(i+1)*w])
 		}
@@ -212,6 +230,9 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 	if err := t.checkKeys(keys, deltas, "add"); err != nil {
 		return err
 	}
+	if t.dyn() {
+		return t.writeLive(keys, deltas, OpAdd)
+	}
 	if t.allHere && len(t.local) == 1 {
 		t.local[0].Add(keys, deltas)
 		c.stats.LocalKeys += int64(len(keys))
@@ -228,8 +249,7 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 		for i, ps := range t.g.Pos(s) {
 			copy(t.buf[i*w:(i+1)*w], deltas[int(ps)*w:int(ps+1)*w])
 		}
-		if st := t.local[s]; st != nil {
-			st.Add(ks, t.buf)
+		if st := t.local[s]; st != nil && t.readStatic(func() { st.Add(ks, t.buf) }) {
 			c.stats.LocalKeys += int64(len(ks))
 			continue
 		}
@@ -260,6 +280,9 @@ func (t *TableClient) set(keys []uint64, vals []float64) error {
 	if err := t.checkKeys(keys, vals, "set"); err != nil {
 		return err
 	}
+	if t.dyn() {
+		return t.writeLive(keys, vals, OpSet)
+	}
 	w := t.spec.Width
 	t.g.Group(t.dir, keys)
 	for s := range t.hosts {
@@ -271,8 +294,7 @@ func (t *TableClient) set(keys []uint64, vals []float64) error {
 		for i, ps := range t.g.Pos(s) {
 			copy(t.buf[i*w:(i+1)*w], vals[int(ps)*w:int(ps+1)*w])
 		}
-		if st := t.local[s]; st != nil {
-			st.Set(ks, t.buf)
+		if st := t.local[s]; st != nil && t.readStatic(func() { st.Set(ks, t.buf) }) {
 			continue
 		}
 		for i := 0; i < len(ks); i += t.maxKeys {
@@ -285,6 +307,24 @@ func (t *TableClient) set(keys []uint64, vals []float64) error {
 		}
 	}
 	return nil
+}
+
+// readStatic runs fn (an in-memory access to this slave's home shard)
+// under the move lock if the table is still static here, and reports
+// whether it ran. When keys started moving through this slave, the caller
+// sends the request to the home instead (always correct).
+func (t *TableClient) readStatic(fn func()) bool {
+	if t.lv == nil {
+		fn()
+		return true
+	}
+	t.lv.mu.RLock()
+	defer t.lv.mu.RUnlock()
+	if t.lv.dynamic.Load() {
+		return false
+	}
+	fn()
+	return true
 }
 
 // begin starts a read into out.

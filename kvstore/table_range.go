@@ -33,7 +33,7 @@ func (t *TableClient) ChunkValues(chunks []uint64) (int, error) {
 
 // GetChunk reads whole chunks, concatenated in the order given, into out.
 func (t *TableClient) GetChunk(chunks []uint64, out []float64) error {
-	if t.keyed {
+	if t.keyed || t.dyn() {
 		if err := t.chunkKeys(chunks, out); err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ func (t *TableClient) GetChunk(chunks []uint64, out []float64) error {
 
 // AddChunk adds to whole chunks; deltas are laid out as GetChunk's out.
 func (t *TableClient) AddChunk(chunks []uint64, deltas []float64) error {
-	if t.keyed {
+	if t.keyed || t.dyn() {
 		if err := t.chunkKeys(chunks, deltas); err != nil {
 			return err
 		}
@@ -62,7 +62,7 @@ func (t *TableClient) AddChunk(chunks []uint64, deltas []float64) error {
 
 // GetRange reads keys first..first+n-1.
 func (t *TableClient) GetRange(first uint64, n int, out []float64) error {
-	if t.keyed {
+	if t.keyed || t.dyn() {
 		if err := t.rangeKeys(first, n, out); err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func (t *TableClient) GetRange(first uint64, n int, out []float64) error {
 
 // AddRange adds to keys first..first+n-1.
 func (t *TableClient) AddRange(first uint64, n int, deltas []float64) error {
-	if t.keyed {
+	if t.keyed || t.dyn() {
 		if err := t.rangeKeys(first, n, deltas); err != nil {
 			return err
 		}
@@ -89,8 +89,8 @@ func (t *TableClient) AddRange(first uint64, n int, deltas []float64) error {
 	return t.writeSpans(OpAddRange, deltas)
 }
 
-// chunkKeys expands chunks into t.rk.
-func (t *TableClient) chunkKeys(chunks []uint64, vals []float64) error {
+// expandChunks puts the keys of chunks into t.rk.
+func (t *TableClient) expandChunks(chunks []uint64) error {
 	t.rk = t.rk[:0]
 	for _, id := range chunks {
 		first, n, err := t.Chunk(id)
@@ -100,6 +100,14 @@ func (t *TableClient) chunkKeys(chunks []uint64, vals []float64) error {
 		for k := first; k < first+uint64(n); k++ {
 			t.rk = append(t.rk, k)
 		}
+	}
+	return nil
+}
+
+// chunkKeys expands chunks into t.rk.
+func (t *TableClient) chunkKeys(chunks []uint64, vals []float64) error {
+	if err := t.expandChunks(chunks); err != nil {
+		return err
 	}
 	if len(t.rk)*t.spec.Width != len(vals) {
 		return fmt.Errorf("kvstore: chunks of %q hold %d values, got a slice of %d", t.spec.Name, len(t.rk)*t.spec.Width, len(vals))
@@ -200,7 +208,18 @@ func (t *TableClient) getSpans(out []float64) error {
 		if err := t.waitLocal(nil); err != nil {
 			return err
 		}
-		st.GetRange(sp.first, sp.n, out[sp.off*w:(sp.off+sp.n)*w])
+		if !t.readStatic(func() { st.GetRange(sp.first, sp.n, out[sp.off*w:(sp.off+sp.n)*w]) }) {
+			// Keys started moving meanwhile: ask the home (this slave).
+			for i := 0; i < sp.n; i += t.maxKeys {
+				m := min(t.maxKeys, sp.n-i)
+				c.msg = Message{Op: OpGetRange, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+					First: sp.first + uint64(i), N: uint32(m)}
+				if err := t.request(p, sp.shard, part{off: (sp.off + i) * w, n: m * w}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		c.stats.LocalKeys += int64(sp.n)
 	}
 	return t.wait(p)
@@ -215,13 +234,14 @@ func (t *TableClient) writeSpans(op Op, vals []float64) error {
 	}
 	w := t.spec.Width
 	for _, sp := range t.spans {
-		if st := t.local[sp.shard]; st != nil {
+		if st := t.local[sp.shard]; st != nil && t.readStatic(func() {
 			v := vals[sp.off*w : (sp.off+sp.n)*w]
 			if op == OpSetRange {
 				st.SetRange(sp.first, sp.n, v)
 			} else {
 				st.AddRange(sp.first, sp.n, v)
 			}
+		}) {
 			c.stats.LocalKeys += int64(sp.n)
 			continue
 		}
@@ -241,7 +261,7 @@ func (t *TableClient) writeSpans(op Op, vals []float64) error {
 // SetRange overwrites keys first..first+n-1 (a model written back after
 // a direct transfer), asynchronously acknowledged like Add.
 func (t *TableClient) SetRange(first uint64, n int, vals []float64) error {
-	if t.keyed {
+	if t.keyed || t.dyn() {
 		if err := t.rangeKeys(first, n, vals); err != nil {
 			return err
 		}

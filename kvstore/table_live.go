@@ -1,0 +1,254 @@
+package kvstore
+
+import (
+	"fmt"
+)
+
+// dyn reports whether keys of this table have moved through this slave:
+// then every access consults the slave's ownership state.
+func (t *TableClient) dyn() bool { return t.lv != nil && t.lv.dynamic.Load() }
+
+// Localize moves keys to this worker's slave and returns when they are
+// there: from then on the slave's workers read and write them in memory
+// (until another slave localizes them). Keys already here cost nothing.
+// Adds this worker sent before are applied first, wherever the keys were.
+func (t *TableClient) Localize(keys []uint64) error {
+	if err := t.LocalizeAsync(keys); err != nil {
+		return err
+	}
+	return t.c.Flush()
+}
+
+// LocalizeAsync starts moving keys to this worker's slave and returns at
+// once; Flush (or the next Localize, or the end of the stage) waits for
+// them. Accesses in between are correct wherever the keys are: a request
+// for a key in flight waits at its new owner, in order.
+func (t *TableClient) LocalizeAsync(keys []uint64) error {
+	c := t.c
+	if c.err != nil {
+		return c.err
+	}
+	if t.allHere || len(keys) == 0 {
+		return nil // one slave holds the whole table: nothing can move
+	}
+	if t.lv == nil {
+		return fmt.Errorf("kvstore: localize on %q: slave %q hosts no shard of the table", t.spec.Name, c.cfg.Self)
+	}
+	for _, k := range keys {
+		if k >= t.spec.Size {
+			return fmt.Errorf("kvstore: localize on %q: key %d out of range [0, %d)", t.spec.Name, k, t.spec.Size)
+		}
+	}
+	self := t.hosts[t.lv.self]
+	per := max(t.maxKeys, 1)
+	for i := 0; i < len(keys); i += per {
+		j := min(i+per, len(keys))
+		c.msg = Message{Op: OpLocalize, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Keys: keys[i:j], Node: int32(t.lv.self)}
+		if err := c.publishAcked(self, 1); err != nil {
+			return err
+		}
+		c.stats.Localized += int64(j - i)
+	}
+	return nil
+}
+
+// LocalizeChunks is Localize (wait) or LocalizeAsync of every key of the chunks.
+func (t *TableClient) LocalizeChunks(chunks []uint64, wait bool) error {
+	if err := t.expandChunks(chunks); err != nil {
+		return err
+	}
+	if wait {
+		return t.Localize(t.rk)
+	}
+	return t.LocalizeAsync(t.rk)
+}
+
+// syncRoutes is called with the move lock held for reading. When keys
+// moved into or out of this slave since the worker last looked, and it
+// has Adds in flight, it must wait for them before it serves anything
+// from memory (an Add on the old route could otherwise land after a read
+// that should see it): syncRoutes then reports false and the caller
+// releases the lock, flushes and tries again.
+func (t *TableClient) syncRoutes() bool {
+	m := t.lv.moves.Load()
+	if m == t.synced {
+		return true
+	}
+	if t.c.inflight > 0 {
+		return false
+	}
+	t.synced = m
+	return true
+}
+
+// lockRoutes takes the move lock for reading with routes in sync.
+func (t *TableClient) lockRoutes() error {
+	for {
+		t.lv.mu.RLock()
+		if t.syncRoutes() {
+			return nil
+		}
+		t.lv.mu.RUnlock()
+		t.c.stats.Flushes++
+		if err := t.c.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// byHome groups positions idx of keys by their home shard.
+func (t *TableClient) byHome(keys []uint64, idx []int) map[int][]int {
+	g := map[int][]int{}
+	for _, i := range idx {
+		h := t.dir.Owner(keys[i])
+		g[h] = append(g[h], i)
+	}
+	return g
+}
+
+// getLive reads keys of a dynamic table: keys this slave owns from
+// memory, the others from their homes (which forward to the owner).
+func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (int64, error) {
+	c := t.c
+	lv := t.lv
+	w := t.spec.Width
+	if err := t.lockRoutes(); err != nil {
+		return -1, err
+	}
+	var local, remote []int
+	for i, k := range keys {
+		if lv.node.Owns(k) {
+			local = append(local, i)
+		} else {
+			remote = append(remote, i)
+		}
+	}
+	lv.mu.RUnlock()
+	p := t.begin(out)
+	if err := t.sendGets(p, keys, remote); err != nil {
+		return -1, err
+	}
+	if len(local) > 0 {
+		lk := make([]uint64, len(local))
+		for j, i := range local {
+			lk[j] = keys[i]
+		}
+		if err := t.waitLocal(lk); err != nil {
+			return -1, err
+		}
+		if stamped {
+			p.note(t.localStamp())
+		}
+		// Keys that left while the read waited go to their homes.
+		var here []uint64
+		var herePos, gone []int
+		lv.mu.RLock()
+		for j, i := range local {
+			if lv.node.Owns(lk[j]) {
+				here, herePos = append(here, lk[j]), append(herePos, i)
+			} else {
+				gone = append(gone, i)
+			}
+		}
+		buf := make([]float64, len(here)*w)
+		lv.get(here, buf, w, &t.lsc)
+		lv.mu.RUnlock()
+		for j, i := range herePos {
+			copy(out[i*w:(i+1)*w], buf[j*w:(j+1)*w])
+		}
+		c.stats.LocalKeys += int64(len(here))
+		if err := t.sendGets(p, keys, gone); err != nil {
+			return -1, err
+		}
+	}
+	if err := t.wait(p); err != nil {
+		return -1, err
+	}
+	if !p.stamped {
+		return -1, nil
+	}
+	return p.stamp, nil
+}
+
+// sendGets asks the homes of keys[idx] for them, as parts of read p.
+func (t *TableClient) sendGets(p *pending, keys []uint64, idx []int) error {
+	c := t.c
+	for h, is := range t.byHome(keys, idx) {
+		for a := 0; a < len(is); a += t.maxKeys {
+			b := min(a+t.maxKeys, len(is))
+			ks := make([]uint64, b-a)
+			pos := make([]int32, b-a)
+			for j, i := range is[a:b] {
+				ks[j], pos[j] = keys[i], int32(i)
+			}
+			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks}
+			if err := t.request(p, h, part{pos: pos}); err != nil {
+				return err
+			}
+		}
+		c.stats.RemoteKeys += int64(len(is))
+	}
+	return nil
+}
+
+// writeLive adds (or sets) keys of a dynamic table: owned keys in memory
+// under the move lock, the others through their homes, acknowledged.
+func (t *TableClient) writeLive(keys []uint64, vals []float64, op Op) error {
+	c := t.c
+	lv := t.lv
+	w := t.spec.Width
+	if err := t.lockRoutes(); err != nil {
+		return err
+	}
+	var local, remote []int
+	for i, k := range keys {
+		if lv.node.Owns(k) {
+			local = append(local, i)
+		} else {
+			remote = append(remote, i)
+		}
+	}
+	if len(local) > 0 {
+		lk := make([]uint64, len(local))
+		lvals := make([]float64, len(local)*w)
+		for j, i := range local {
+			lk[j] = keys[i]
+			copy(lvals[j*w:(j+1)*w], vals[i*w:(i+1)*w])
+		}
+		lv.add(lk, lvals, w, op == OpSet, &t.lsc)
+	}
+	lv.mu.RUnlock()
+	c.stats.LocalKeys += int64(len(local))
+	for h, is := range t.byHome(keys, remote) {
+		for a := 0; a < len(is); a += t.maxKeys {
+			b := min(a+t.maxKeys, len(is))
+			ks := make([]uint64, b-a)
+			vs := make([]float64, (b-a)*w)
+			for j, i := range is[a:b] {
+				ks[j] = keys[i]
+				copy(vs[j*w:(j+1)*w], vals[i*w:(i+1)*w])
+			}
+			c.msg = Message{Op: op, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+				Keys: ks, Width: uint16(w), DType: t.spec.DType, Vals: vs}
+			if err := c.publishAcked(t.hosts[h], b-a); err != nil {
+				return err
+			}
+		}
+		c.stats.RemoteKeys += int64(len(is))
+	}
+	return nil
+}
+
+// Owned reports whether key's value is in this slave's memory now (its
+// home shard is here and it did not move away, or it moved here).
+func (t *TableClient) Owned(key uint64) bool {
+	if t.lv == nil {
+		return false
+	}
+	if !t.lv.dynamic.Load() {
+		return t.Local(key)
+	}
+	t.lv.mu.RLock()
+	defer t.lv.mu.RUnlock()
+	return t.lv.node.Owns(key)
+}
