@@ -42,8 +42,8 @@ type Client struct {
 	in       transport.Inbox   // where replies and acknowledgements arrive
 	ackAddr  map[string]string // host -> its acknowledgement address
 	ackHost  []string          // host of acknowledgement address "a<i>"
-	inflight int // units (keys, or 1 per clock/finish/localize) sent and not yet acknowledged
-	window   int // most units in flight
+	inflight int               // units (keys, or 1 per clock/finish/localize) sent and not yet acknowledged
+	window   int               // most units in flight
 	clock    int64
 	seq      uint64
 	err      error // first asynchronous error (a failed Add), sticky

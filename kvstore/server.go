@@ -25,13 +25,13 @@ type Server struct {
 	mu    sync.RWMutex
 	tasks map[string]*hostedTask
 
-	svc  io.Closer
-	msg  Message   // reused by the handler goroutine
-	out  []byte    // reused by the handler goroutine
-	tmp  []float64 // reused by the handler goroutine for reads answered at once
-	raw  []byte    // reused by answer for values encoded from storage
-	conv []float64 // reused for decoded request values
-	keys []uint64  // reused by scan
+	svc   io.Closer
+	msg   Message     // reused by the handler goroutine
+	out   []byte      // reused by the handler goroutine
+	tmp   []float64   // reused by the handler goroutine for reads answered at once
+	raw   []byte      // reused by answer for values encoded from storage
+	conv  []float64   // reused for decoded request values
+	keys  []uint64    // reused by scan
 	lsc   liveScratch // reused by the handler for dynamic tables
 	later []func()    // gated reads of dynamic tables, parked after the move lock is released
 }
