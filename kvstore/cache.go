@@ -543,3 +543,35 @@ func (x *slotIndex) del(k uint64) {
 		}
 	}
 }
+
+// Localize moves keys to the worker's slave (see TableClient.Localize).
+// Cached copies stay valid: they are bounded by the stage's staleness,
+// wherever the keys live.
+func (ct *CachedTable) Localize(keys []uint64) error {
+	if l, ok := ct.t.(localizer); ok {
+		return l.Localize(keys)
+	}
+	return nil
+}
+
+// LocalizeAsync starts moving keys (see TableClient.LocalizeAsync).
+func (ct *CachedTable) LocalizeAsync(keys []uint64) (Pending, error) {
+	if l, ok := ct.t.(localizer); ok {
+		return l.LocalizeAsync(keys)
+	}
+	return Done{}, nil
+}
+
+// LocalizeChunks moves whole chunks (see TableClient.LocalizeChunks).
+func (ct *CachedTable) LocalizeChunks(chunks []uint64) error {
+	if l, ok := ct.t.(localizer); ok {
+		return l.LocalizeChunks(chunks)
+	}
+	return nil
+}
+
+type localizer interface {
+	Localize(keys []uint64) error
+	LocalizeAsync(keys []uint64) (Pending, error)
+	LocalizeChunks(chunks []uint64) error
+}

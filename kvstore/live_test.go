@@ -170,7 +170,7 @@ func TestLocalizeStressExactSums(t *testing.T) {
 							if rng.IntN(2) == 0 {
 								err = tab.Localize(keys)
 							} else {
-								err = tab.LocalizeAsync(keys)
+								_, err = tab.LocalizeAsync(keys)
 							}
 							if err != nil {
 								t.Error(err)

@@ -13,17 +13,38 @@ func (t *TableClient) dyn() bool { return t.lv != nil && t.lv.dynamic.Load() }
 // (until another slave localizes them). Keys already here cost nothing.
 // Adds this worker sent before are applied first, wherever the keys were.
 func (t *TableClient) Localize(keys []uint64) error {
-	if err := t.LocalizeAsync(keys); err != nil {
+	if err := t.localizeAsync(keys); err != nil {
 		return err
 	}
 	return t.c.Flush()
 }
 
+// Pending is a relocation under way: Wait returns when its keys are on
+// the worker's slave (and every Add the worker sent before is applied).
+type Pending interface{ Wait() error }
+
+type flushWait struct{ c *Client }
+
+func (f flushWait) Wait() error { return f.c.Flush() }
+
+// Done is a Pending with nothing to wait for.
+type Done struct{}
+
+// Wait implements Pending.
+func (Done) Wait() error { return nil }
+
 // LocalizeAsync starts moving keys to this worker's slave and returns at
-// once; Flush (or the next Localize, or the end of the stage) waits for
-// them. Accesses in between are correct wherever the keys are: a request
-// for a key in flight waits at its new owner, in order.
-func (t *TableClient) LocalizeAsync(keys []uint64) error {
+// once; Wait on the result (or Flush, the next Localize, the end of the
+// stage) waits for them. Accesses in between are correct wherever the
+// keys are: a request for a key in flight waits at its new owner, in order.
+func (t *TableClient) LocalizeAsync(keys []uint64) (Pending, error) {
+	if err := t.localizeAsync(keys); err != nil {
+		return nil, err
+	}
+	return flushWait{t.c}, nil
+}
+
+func (t *TableClient) localizeAsync(keys []uint64) error {
 	c := t.c
 	if c.err != nil {
 		return c.err
@@ -52,15 +73,12 @@ func (t *TableClient) LocalizeAsync(keys []uint64) error {
 	return nil
 }
 
-// LocalizeChunks is Localize (wait) or LocalizeAsync of every key of the chunks.
-func (t *TableClient) LocalizeChunks(chunks []uint64, wait bool) error {
+// LocalizeChunks is Localize of every key of the chunks.
+func (t *TableClient) LocalizeChunks(chunks []uint64) error {
 	if err := t.expandChunks(chunks); err != nil {
 		return err
 	}
-	if wait {
-		return t.Localize(t.rk)
-	}
-	return t.LocalizeAsync(t.rk)
+	return t.Localize(t.rk)
 }
 
 // syncRoutes is called with the move lock held for reading. When keys

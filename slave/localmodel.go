@@ -319,3 +319,12 @@ func (t *localTable) chunks(chunks []uint64, vals []float64, op func(uint64, int
 	}
 	return nil
 }
+
+// Localize is a no-op: a local table is in the worker's memory already.
+func (t *localTable) Localize([]uint64) error { return nil }
+
+// LocalizeAsync is a no-op (see Localize).
+func (t *localTable) LocalizeAsync([]uint64) (kvstore.Pending, error) { return kvstore.Done{}, nil }
+
+// LocalizeChunks is a no-op (see Localize).
+func (t *localTable) LocalizeChunks([]uint64) error { return nil }

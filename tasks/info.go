@@ -21,6 +21,20 @@ type Table interface {
 	Add(keys []uint64, deltas []float64) error
 	GetChunk(chunks []uint64, out []float64) error
 	AddChunk(chunks []uint64, deltas []float64) error
+	// Localize moves keys to the worker's slave (Lapse-style dynamic
+	// allocation) and returns when they are there: from then on the
+	// slave's workers read and write them in memory, with no message,
+	// until another slave localizes them. Every Add the worker made before
+	// is applied first. A no-op for tables already in the worker's memory
+	// (local, hogwild and single kinds, a one-slave stage).
+	Localize(keys []uint64) error
+	// LocalizeAsync starts the move and returns at once (latency hiding:
+	// localize the next batch's keys while computing this one); Wait on
+	// the result returns when they are here. Accesses in between are
+	// correct wherever the keys are.
+	LocalizeAsync(keys []uint64) (kvstore.Pending, error)
+	// LocalizeChunks is Localize of whole chunks.
+	LocalizeChunks(chunks []uint64) error
 }
 
 // Runtime is what the engine gives a worker; Info wraps it.

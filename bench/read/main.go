@@ -314,6 +314,11 @@ func (t *memTable) Add(keys []uint64, deltas []float64) error {
 
 func (t *memTable) GetChunk([]uint64, []float64) error { return errors.New("memTable: no chunks") }
 func (t *memTable) AddChunk([]uint64, []float64) error { return errors.New("memTable: no chunks") }
+func (t *memTable) Localize([]uint64) error            { return nil }
+func (t *memTable) LocalizeChunks([]uint64) error      { return nil }
+func (t *memTable) LocalizeAsync([]uint64) (kvstore.Pending, error) {
+	return kvstore.Done{}, nil
+}
 
 // trainBatches runs MiniBatch.Step over one parsed batch, as lr.sgd does.
 func trainBatches(m *lr.MiniBatch, r *datastore.Records, o options, st *lr.Stats) error {

@@ -18,6 +18,11 @@ func (t localTable) Add(keys []uint64, deltas []float64) error {
 }
 func (t localTable) GetChunk([]uint64, []float64) error { panic("unused") }
 func (t localTable) AddChunk([]uint64, []float64) error { panic("unused") }
+func (t localTable) Localize([]uint64) error            { return nil }
+func (t localTable) LocalizeChunks([]uint64) error      { return nil }
+func (t localTable) LocalizeAsync([]uint64) (kvstore.Pending, error) {
+	return kvstore.Done{}, nil
+}
 
 var _ tasks.Table = localTable{}
 
