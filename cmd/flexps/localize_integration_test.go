@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/flexps/flexps/internal/clustertest"
+	"github.com/flexps/flexps/internal/testkit"
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+)
+
+// Lapse's stress test on real processes: six workers on three slave
+// processes add known values to a table while they localize random key
+// sets every 200 operations (moves overlapping accesses, across slaves,
+// under ASP and SSP). Each stage checks every key against the exact sum;
+// the written model, read back from wherever the keys ended up, must hold
+// the same sums.
+func TestLocalizeStressOnProcesses(t *testing.T) {
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 3, Slots: 2})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "model.bin")
+	const ops, every, nkeys, size = 3000, 200, 24, 500
+	job := filepath.Join(dir, "stress.toml")
+	stage := func(name, table, consistency string, seed int) string {
+		return fmt.Sprintf(`[[stage]]
+name = %q
+func = %q
+workers = 6
+consistency = %q
+%s
+[stage.params]
+table = %q
+ops = %d
+every = %d
+keys = %d
+seed = %d
+`, name, testkit.LocalizeStress, consistency, extra(consistency, 2), table, ops, every, nkeys, seed)
+	}
+	spec := fmt.Sprintf(`name = "stress"
+output = %q
+[[table]]
+name = "w"
+size = %d
+[[table]]
+name = "v"
+size = %d
+storage = "sparse"
+partition = "hash"
+`, out, size, size) + stage("asp", "w", "asp", 1) + stage("ssp", "v", "ssp", 2)
+	if err := os.WriteFile(job, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	submitOK(t, c, job)
+	st := lastTask(t, c)
+	if st.State != status.Done || len(st.Results) != 2 {
+		t.Fatalf("task: %+v", st)
+	}
+	for _, r := range st.Results {
+		if len(r.Epochs) != 1 || r.Epochs[0].Metrics[testkit.KeysChecked] != size {
+			t.Fatalf("stage %s: %+v", r.Name, r.Epochs)
+		}
+	}
+	m, err := tasks.LoadModel(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"w", "v"} {
+		want := testkit.StressSums(uint64(i+1), 6, ops, every, nkeys, size)
+		tb, ok := m.Table(name)
+		if !ok {
+			t.Fatalf("model has no table %s", name)
+		}
+		got := tb.DenseValues()
+		for k := range want {
+			if got[k] != want[k] {
+				t.Fatalf("model table %s key %d = %v, want %v", name, k, got[k], want[k])
+			}
+		}
+	}
+}
