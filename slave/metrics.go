@@ -29,6 +29,8 @@ var counted = map[string]string{
 	tasks.MetricKVLocalKeys:      "Keys read or written in this slave's memory.",
 	tasks.MetricKVRemoteKeys:     "Keys read or written on other slaves.",
 	tasks.MetricKVRequests:       "KV data-plane messages sent.",
+	tasks.MetricKVLocalized:      "Keys workers asked to move to this slave (Localize).",
+	tasks.MetricKVRelocated:      "Keys that moved to this slave.",
 }
 
 // metrics is a slave's Prometheus collector. Worker counters are added when

@@ -37,6 +37,7 @@ type worker struct {
 	lastReport time.Time
 	epochStart time.Time
 	reads      []datastore.PassStats
+	installed0 int64 // keys relocated to this slave when the worker started (first local worker)
 }
 
 func (w *worker) run() {
@@ -122,6 +123,9 @@ func (w *worker) setup() error {
 	}
 	w.client = c
 	w.tables = map[string]tasks.Table{}
+	if w.localRank == 0 {
+		w.installed0, _, _ = w.ownership()
+	}
 	return nil
 }
 
@@ -288,8 +292,26 @@ func (w *worker) readMetrics() map[string]float64 {
 		m[tasks.MetricKVLocalKeys] = float64(st.LocalKeys)
 		m[tasks.MetricKVRemoteKeys] = float64(st.RemoteKeys)
 		m[tasks.MetricKVRequests] = float64(st.Requests)
+		m[tasks.MetricKVLocalized] = float64(st.Localized)
+		m[tasks.MetricKVFlushes] = float64(st.Flushes)
+	}
+	if w.localRank == 0 && w.local == nil && w.s.kv != nil {
+		installed, owned, guests := w.ownership()
+		m[tasks.MetricKVRelocated] = float64(installed - w.installed0)
+		m[tasks.MetricKVOwnedKeys] = float64(owned)
+		m[tasks.MetricKVGuestKeys] = float64(guests)
 	}
 	return m
+}
+
+// ownership sums this slave's ownership counters over the task's tables.
+func (w *worker) ownership() (installed, owned, guests int64) {
+	for _, st := range w.s.kv.OwnershipStats(w.req.Task) {
+		installed += st.Installed
+		owned += int64(st.Owned)
+		guests += int64(st.Guests)
+	}
+	return
 }
 
 // Input implements tasks.Runtime.

@@ -123,6 +123,14 @@ type WorkerStat struct {
 	WaitSecs   float64 `json:"wait_seconds"`
 	Blocks     int64   `json:"blocks"`
 	Cached     int64   `json:"cached_blocks"`
+	// Key accesses by where the key was, and relocation: keys the worker
+	// localized; for the slave's first worker, the keys its slave held at
+	// the end (OwnedKeys) and how many of them had moved there.
+	LocalKeys  int64 `json:"local_keys,omitempty"`
+	RemoteKeys int64 `json:"remote_keys,omitempty"`
+	Localized  int64 `json:"localized_keys,omitempty"`
+	OwnedKeys  int64 `json:"owned_keys,omitempty"`
+	GuestKeys  int64 `json:"guest_keys,omitempty"`
 }
 
 // Epoch is an epoch's metrics summed over a stage's workers.

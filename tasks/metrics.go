@@ -57,6 +57,13 @@ const (
 	MetricKVLocalKeys  = "kv_local_keys"  // keys read or written in this slave's memory
 	MetricKVRemoteKeys = "kv_remote_keys" // keys read or written on other slaves
 	MetricKVRequests   = "kv_requests"    // data-plane messages sent
+	// Relocation (Localize). The slave-wide ones are reported once per
+	// slave (by its first worker of the stage).
+	MetricKVLocalized = "kv_localized_keys" // keys workers asked to move to their slave
+	MetricKVFlushes   = "kv_route_flushes"  // waits for in-flight Adds because keys moved
+	MetricKVRelocated = "kv_relocated_keys" // keys that arrived on the slaves during the stage
+	MetricKVOwnedKeys = "kv_owned_keys"     // keys in the slaves' memory at the stage's end
+	MetricKVGuestKeys = "kv_guest_keys"     // of which moved there from their home slave
 
 	MetricModelLoadSeconds      = "model_load_seconds"      // one-slave stages: loading the model
 	MetricModelWritebackSeconds = "model_writeback_seconds" // one-slave stages: writing it back

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/flexps/flexps/internal/clustertest"
@@ -54,7 +55,11 @@ partition = "hash"
 	if err := os.WriteFile(job, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	submitOK(t, c, job)
+	r := submitOK(t, c, job)
+	t.Logf("flexps submit:\n%s", r.Stdout)
+	if !strings.Contains(r.Stdout, "keys relocated") {
+		t.Error("the stage summary does not report relocations")
+	}
 	st := lastTask(t, c)
 	if st.State != status.Done || len(st.Results) != 2 {
 		t.Fatalf("task: %+v", st)

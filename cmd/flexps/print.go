@@ -145,6 +145,31 @@ func truncate(s string, n int) string {
 }
 
 // Summary prints a finished task's stages.
+// printKV is a stage's key accesses and, when keys moved, relocation
+// per slave.
+func (p *Printer) printKV(r status.StageResult) {
+	local, remote := r.Metrics[tasks.MetricKVLocalKeys], r.Metrics[tasks.MetricKVRemoteKeys]
+	if local+remote == 0 {
+		return
+	}
+	fmt.Fprintf(p.Out, "      kv: %.1f%% of %s key accesses in the slave's memory", 100*local/(local+remote), human(local+remote))
+	moved := r.Metrics[tasks.MetricKVRelocated]
+	if moved == 0 && r.Metrics[tasks.MetricKVLocalized] == 0 {
+		fmt.Fprintln(p.Out)
+		return
+	}
+	rate := 0.0
+	if r.Seconds > 0 {
+		rate = moved / r.Seconds
+	}
+	fmt.Fprintf(p.Out, "; %s keys relocated (%s/s), %s asked for\n", human(moved), human(rate), human(r.Metrics[tasks.MetricKVLocalized]))
+	for _, w := range r.WorkerStats {
+		if w.OwnedKeys > 0 {
+			fmt.Fprintf(p.Out, "        %s holds %d keys, %d of them moved there\n", w.Slave, w.OwnedKeys, w.GuestKeys)
+		}
+	}
+}
+
 func (p *Printer) Summary(s status.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -191,6 +216,7 @@ func (p *Printer) Summary(s status.Task) {
 			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions)\n",
 				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions])
 		}
+		p.printKV(r)
 		if r.Note != "" {
 			fmt.Fprintf(p.Out, "      %s\n", r.Note)
 		}

@@ -309,7 +309,9 @@ func (s *Stage) workerDone(ev WorkerDone) []Action {
 	m := ev.Metrics
 	s.res.WorkerStats = append(s.res.WorkerStats, status.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
 		ReadBytes: int64(m[tasks.MetricReadBytes]), LocalBytes: int64(m[tasks.MetricReadLocalBytes]),
-		WaitSecs: m[tasks.MetricReadWaitSeconds], Blocks: int64(m[tasks.MetricReadBlocks]), Cached: int64(m[tasks.MetricReadCachedBlocks])})
+		WaitSecs: m[tasks.MetricReadWaitSeconds], Blocks: int64(m[tasks.MetricReadBlocks]), Cached: int64(m[tasks.MetricReadCachedBlocks]),
+		LocalKeys: int64(m[tasks.MetricKVLocalKeys]), RemoteKeys: int64(m[tasks.MetricKVRemoteKeys]), Localized: int64(m[tasks.MetricKVLocalized]),
+		OwnedKeys: int64(m[tasks.MetricKVOwnedKeys]), GuestKeys: int64(m[tasks.MetricKVGuestKeys])})
 	for _, l := range ev.BadLines {
 		if len(s.res.BadLines) < 5 {
 			s.res.BadLines = append(s.res.BadLines, l)
