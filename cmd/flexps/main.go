@@ -35,6 +35,7 @@ import (
 	_ "github.com/flexps/flexps/examples/kmeans"
 	_ "github.com/flexps/flexps/examples/lr"
 	_ "github.com/flexps/flexps/examples/mf"
+	_ "github.com/flexps/flexps/examples/mfblock"
 	_ "github.com/flexps/flexps/examples/svrg"
 	"github.com/flexps/flexps/internal/logging"
 	"github.com/rs/zerolog"

@@ -1,0 +1,244 @@
+// Package mfblock is matrix factorization with parameter blocking, the
+// way Lapse trains it (DSGD-style, on dynamic parameter allocation): the
+// item factors are split into as many blocks as the stage has workers; in
+// sub-epoch s, worker r trains on its ratings whose item falls in block
+// (r+s) mod workers, after localizing that block's item factors to its
+// slave. At any time each item block is used by exactly one worker, so
+// every access to an item factor is in the worker's memory, and the users
+// a worker holds ratings of are localized once, at the start. With data
+// grouped by user (rating exports usually are) the users of different
+// workers hardly overlap, and almost every access is local.
+//
+// A rating r(u, i) is predicted as p_u . q_i (table "users" and "items",
+// width = rank), trained by SGD with L2 over mini-batches: a batch reads
+// the rows of its distinct users and items (in memory once localized),
+// updates a local copy rating by rating and adds the change back.
+//
+// Stage function registered here:
+//
+//	mf.blocked  params: rank (the tables' width), epochs (10), batch (1000),
+//	            lr (0.01), l2 (0.05), decay (0: lr/(1+decay*epoch)),
+//	            localize (true: false runs the same schedule on the static
+//	            directory, for comparison), users ("users"), items ("items"),
+//	            train ("train"), test ("test", optional input)
+//
+// Each worker reads its share of the training input once and keeps it in
+// memory (the schedule needs the same ratings in every epoch). Sub-epochs
+// end at a stage barrier. It reports what mf.sgd reports (samples,
+// sq_err_sum and loss_sum: the job table prints RMSE), and
+// localize_seconds / localize_calls (time workers spent in Localize).
+// The model kind is "mf": flexps eval prints its RMSE on a ratings file.
+package mfblock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// Func is the stage function's registered name.
+const Func = "mf.blocked"
+
+// Metric names mf.blocked reports besides the standard ones.
+const (
+	MetricLocalizeSeconds = "localize_seconds"
+	MetricLocalizeCalls   = "localize_calls"
+)
+
+func init() { tasks.Register(Func, Blocked) }
+
+type config struct {
+	rank, epochs, batch int
+	lr, l2, decay       float64
+	localize            bool
+	users, items        string
+	train, test         string
+}
+
+func configFrom(p tasks.Params) (config, error) {
+	if err := p.Check("rank", "epochs", "batch", "lr", "l2", "decay"); err != nil {
+		return config{}, fmt.Errorf("%s: %w", Func, err)
+	}
+	c := config{rank: p.Int("rank", 0), epochs: p.Int("epochs", 10), batch: p.Int("batch", 1000),
+		lr: p.Float("lr", 0.01), l2: p.Float("l2", 0.05), decay: p.Float("decay", 0), localize: p.Bool("localize", true),
+		users: p.String("users", "users"), items: p.String("items", "items"), train: p.String("train", "train"), test: p.String("test", "test")}
+	switch {
+	case c.epochs < 1:
+		return c, fmt.Errorf("%s: epochs must be >= 1, got %d", Func, c.epochs)
+	case c.batch < 1:
+		return c, fmt.Errorf("%s: batch must be >= 1, got %d", Func, c.batch)
+	case !(c.lr > 0) || math.IsInf(c.lr, 0):
+		return c, fmt.Errorf("%s: lr must be a positive number, got %v", Func, c.lr)
+	case c.l2 < 0 || c.decay < 0:
+		return c, fmt.Errorf("%s: l2 and decay must be >= 0", Func)
+	}
+	return c, nil
+}
+
+// rating is one training record.
+type rating struct {
+	u, i uint64
+	r    float64
+}
+
+// Blocked is mf.blocked.
+func Blocked(info *tasks.Info) error {
+	cfg, err := configFrom(info.Params)
+	if err != nil {
+		return err
+	}
+	users, err := info.Table(cfg.users)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Func, err)
+	}
+	items, err := info.Table(cfg.items)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Func, err)
+	}
+	if cfg.rank == 0 {
+		cfg.rank = users.Spec().Width
+	}
+	if users.Spec().Width != cfg.rank || items.Spec().Width != cfg.rank {
+		return fmt.Errorf("%s: tables %q and %q must have width = rank = %d (got %d and %d)", Func, cfg.users, cfg.items,
+			cfg.rank, users.Spec().Width, items.Spec().Width)
+	}
+	in, err := info.Input(cfg.train)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Func, err)
+	}
+	test, _ := info.Input(cfg.test) // optional
+	data, err := readAll(info, in, users.Spec().Size, items.Spec().Size, cfg.train)
+	if err != nil {
+		return err
+	}
+	nItems := items.Spec().Size
+	blocks := uint64(max(info.Workers, 1))
+	blockOf := func(i uint64) int { return int(i * blocks / nItems) }
+	byBlock := make([][]rating, blocks)
+	blockItems := make([][]uint64, blocks) // distinct items of the worker's ratings, per block
+	var myUsers []uint64
+	seenU, seenI := map[uint64]bool{}, map[uint64]bool{}
+	for _, r := range data {
+		b := blockOf(r.i)
+		byBlock[b] = append(byBlock[b], r)
+		if !seenU[r.u] {
+			seenU[r.u] = true
+			myUsers = append(myUsers, r.u)
+		}
+		if !seenI[r.i] {
+			seenI[r.i] = true
+			blockItems[b] = append(blockItems[b], r.i)
+		}
+	}
+	var locSecs, locCalls float64
+	localize := func(t tasks.Table, keys []uint64) error {
+		if !cfg.localize || len(keys) == 0 {
+			return nil
+		}
+		start := time.Now()
+		err := t.Localize(keys)
+		locSecs += time.Since(start).Seconds()
+		locCalls++
+		return err
+	}
+	if err := localize(users, myUsers); err != nil {
+		return err
+	}
+	st := newStepper(users, items, cfg.rank)
+	for epoch := 1; epoch <= cfg.epochs; epoch++ {
+		h := hyper{lr: cfg.lr / (1 + cfg.decay*float64(epoch-1)), l2: cfg.l2}
+		var n int64
+		var sq float64
+		for s := range int(blocks) {
+			b := (info.Rank + s) % int(blocks)
+			// Only the item factors this worker's ratings of the block use.
+			if err := localize(items, blockItems[b]); err != nil {
+				return err
+			}
+			rs := byBlock[b]
+			for a := 0; a < len(rs); a += cfg.batch {
+				bn, bsq, err := st.step(rs[a:min(a+cfg.batch, len(rs))], h)
+				if err != nil {
+					return err
+				}
+				n += bn
+				sq += bsq
+				info.Report(bn, bsq)
+				if err := info.Clock(); err != nil {
+					return err
+				}
+			}
+			if err := info.Barrier(); err != nil {
+				return err
+			}
+		}
+		if math.IsNaN(sq) || math.IsInf(sq, 0) {
+			return fmt.Errorf("%s: stage %q epoch %d: the training error is not finite (lr %v too large?)", Func, info.StageName, epoch, h.lr)
+		}
+		m := map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricSqErrSum: sq, tasks.MetricLossSum: sq,
+			MetricLocalizeSeconds: locSecs, MetricLocalizeCalls: locCalls}
+		locSecs, locCalls = 0, 0
+		if test != nil {
+			tn, tsq, err := evaluate(info, test, st, cfg.test)
+			if err != nil {
+				return err
+			}
+			m[tasks.MetricTestSamples], m[tasks.MetricTestSqErrSum], m[tasks.MetricTestLossSum] = float64(tn), tsq, tsq
+		}
+		info.ReportEpoch(epoch, m)
+	}
+	return nil
+}
+
+// readAll reads the worker's share of the ratings once.
+func readAll(info *tasks.Info, in tasks.Input, nUsers, nItems uint64, name string) ([]rating, error) {
+	var out []rating
+	err := tasks.EachRecords(info.Ctx, in, func(r *datastore.Records) error {
+		for i := 0; i < r.Len(); i++ {
+			a := r.Offsets[i]
+			if r.Offsets[i+1]-a != 2 {
+				return fmt.Errorf("record has %d ids, want user and item (format = \"ratings\")", r.Offsets[i+1]-a)
+			}
+			u, it := r.Keys[a], r.Keys[a+1]
+			if u >= nUsers || it >= nItems {
+				return fmt.Errorf("rating (%d, %d) is beyond the tables' sizes (%d users, %d items)", u, it, nUsers, nItems)
+			}
+			out = append(out, rating{u: u, i: it, r: r.Labels[i]})
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: input %q: %w", Func, name, err)
+	}
+	return out, nil
+}
+
+// evaluate sums the squared error of the worker's share of test.
+func evaluate(info *tasks.Info, test tasks.Input, st *stepper, name string) (int64, float64, error) {
+	var n int64
+	var sq float64
+	var rs []rating
+	err := tasks.EachBatch(info.Ctx, test, 4096, func(r *datastore.Records, lo, hi int) error {
+		rs = rs[:0]
+		for i := lo; i < hi; i++ {
+			a := r.Offsets[i]
+			if r.Offsets[i+1]-a != 2 {
+				return fmt.Errorf("record has %d ids, want user and item", r.Offsets[i+1]-a)
+			}
+			rs = append(rs, rating{u: r.Keys[a], i: r.Keys[a+1], r: r.Labels[i]})
+		}
+		bn, bsq, err := st.eval(rs)
+		n += bn
+		sq += bsq
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: input %q: %w", Func, name, err)
+	}
+	return n, sq, nil
+}
