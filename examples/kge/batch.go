@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -119,6 +120,39 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 	if err != nil {
 		return Stats{}, err
 	}
+	return m.train(b, h)
+}
+
+// Prepared is a sampled batch whose entity rows are on their way to the
+// worker's slave (Prepare), to be trained by Train.
+type Prepared struct {
+	b       *batch
+	pending kvstore.Pending
+}
+
+// Prepare draws the batch of records lo..hi and starts moving its
+// entities' rows to the worker's slave (LocalizeAsync), so that they are
+// local by the time Train reads them: call it for the next batch before
+// training the current one. Relations are few and used by every batch of
+// every worker: they stay where they are.
+func (m *MiniBatch) Prepare(r *datastore.Records, lo, hi int) (*Prepared, error) {
+	b, err := m.sample(r, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	ents, _ := batchKeys(b)
+	p, err := m.ents.LocalizeAsync(ents)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{b: b, pending: p}, nil
+}
+
+// Train trains a prepared batch (its rows are read wherever they are; a
+// move still under way only makes the read wait at the new owner).
+func (m *MiniBatch) Train(p *Prepared, h Hyper) (Stats, error) { return m.train(p.b, h) }
+
+func (m *MiniBatch) train(b *batch, h Hyper) (Stats, error) {
 	ents, rels := batchKeys(b)
 	w := 2 * m.dim
 	m.entIdx.Reset()

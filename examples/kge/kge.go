@@ -36,7 +36,9 @@
 //	             lr (0.1), l2 (0.0001), decay (0: lr/(1+decay*epoch)), seed (1),
 //	             entities ("entities"), relations ("relations"), train ("train"),
 //	             test ("test", optional input), filter (paths of triple files whose
-//	             triples are filtered from the test ranking, e.g. train and valid)
+//	             triples are filtered from the test ranking, e.g. train and valid),
+//	             localize (false: true moves each batch's entity rows to the worker's
+//	             slave while the previous batch trains, Lapse's latency hiding)
 //
 // Each epoch reports samples and loss_sum (training) and, with a test
 // input, test_samples (ranked heads and tails: two per test triple) and the
@@ -80,6 +82,7 @@ type Config struct {
 	Train     string
 	Test      string
 	Filter    []string
+	Localize  bool // move each batch's entities to the worker's slave ahead of use
 }
 
 // ConfigFrom reads and checks the stage parameters.
@@ -90,7 +93,7 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	c := Config{Dim: p.Int("dim", 0), Epochs: p.Int("epochs", 50), Batch: p.Int("batch", 256), Neg: p.Int("neg", 16),
 		LR: p.Float("lr", 0.1), L2: p.Float("l2", 0.0001), Decay: p.Float("decay", 0), Seed: p.Int("seed", 1),
 		Entities: p.String("entities", "entities"), Relations: p.String("relations", "relations"),
-		Train: p.String("train", "train"), Test: p.String("test", "test")}
+		Train: p.String("train", "train"), Test: p.String("test", "test"), Localize: p.Bool("localize", false)}
 	if f, ok := p["filter"]; ok {
 		paths, err := stringList(f)
 		if err != nil {
@@ -190,15 +193,33 @@ func ComplEx(info *tasks.Info) error {
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2}
 		var st Stats
-		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
-			bs, err := m.Step(r, lo, hi, h)
+		step := func(bs Stats, err error) error {
 			if err != nil {
 				return err
 			}
 			st.Add(bs)
 			info.Report(bs.N, bs.LossSum)
 			return info.Clock()
+		}
+		var next *Prepared // localize=true: the batch whose rows are moving here
+		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+			if !cfg.Localize {
+				return step(m.Step(r, lo, hi, h))
+			}
+			p, err := m.Prepare(r, lo, hi)
+			if err != nil {
+				return err
+			}
+			cur := next
+			next = p
+			if cur == nil {
+				return nil
+			}
+			return step(m.Train(cur, h))
 		})
+		if err == nil && next != nil {
+			err = step(m.Train(next, h))
+		}
 		if err != nil {
 			return fmt.Errorf("kge: input %q: %w", cfg.Train, err)
 		}

@@ -50,6 +50,12 @@ func TestClusterComplEx(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on a local cluster")
 	}
+	for _, localize := range []bool{false, true} {
+		t.Run(fmt.Sprintf("localize=%v", localize), func(t *testing.T) { clusterComplEx(t, localize) })
+	}
+}
+
+func clusterComplEx(t *testing.T, localize bool) {
 	const n, dim, epochs = 40, 16, 80
 	dir := t.TempDir()
 	trainPath, testPath := writePlanted(t, dir, n)
@@ -67,11 +73,11 @@ func TestClusterComplEx(t *testing.T) {
 		SetInput("train", tasks.InputSpec{Path: trainPath, Format: "ratings"}).
 		SetInput("test", tasks.InputSpec{Path: testPath, Format: "ratings"}).
 		SetStages(tasks.Stage{Name: "train", Func: "kge.complex", Workers: 2, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
-			Params: tasks.Params{"dim": dim, "epochs": epochs, "batch": 16, "neg": 8, "lr": 0.2, "filter": []any{trainPath, testPath}}})
+			Params: tasks.Params{"dim": dim, "epochs": epochs, "batch": 16, "neg": 8, "lr": 0.2, "filter": []any{trainPath, testPath}, "localize": localize}})
 	task.Kind, task.Output = "kge", out
 	var mu sync.Mutex
 	mrr := make([]float64, epochs)
-	_, err = local.SubmitAndWait(ctx, task, func(ev status.Event) {
+	st, err := local.SubmitAndWait(ctx, task, func(ev status.Event) {
 		if ev.Kind != "epoch" || ev.Epoch == nil {
 			return
 		}
@@ -84,6 +90,9 @@ func TestClusterComplEx(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if moved := st.Results[0].Metrics[tasks.MetricKVRelocated]; localize != (moved > 0) {
+		t.Fatalf("localize=%v: %v keys relocated", localize, moved)
 	}
 	// Random ranking: the true entity is equally likely at each of the
 	// n - (filtered) places; at most n places gives E[1/rank] >= H_n/n.
