@@ -231,6 +231,10 @@ type part struct {
 	pos []int32
 	off int
 	n   int
+	// keys and lc, on a dynamic table's read: the keys asked for, and
+	// the location cache that learns who answered them.
+	keys []uint64
+	lc   *locCache
 }
 
 // size is the number of keys the part reads.
@@ -309,6 +313,13 @@ func (c *Client) receive(p *pending) error {
 	if len(c.reply.Pos) > 0 {
 		// A part answered piecewise by the keys' owners of the moment.
 		p.left -= len(c.reply.Pos)
+		if pt.lc != nil && c.reply.Node > 0 {
+			for _, q := range c.reply.Pos {
+				if q >= 0 && q < len(pt.keys) {
+					pt.lc.learn(pt.keys[q], int(c.reply.Node-1))
+				}
+			}
+		}
 		return c.scatterPos(pt, c.reply.Pos, c.reply.Raw, c.reply.DType)
 	}
 	p.left -= pt.size(c.width)

@@ -68,7 +68,10 @@ type Message struct {
 	// them, and the reply names which of the reader's values it answers.
 	Pos      []int
 	Versions []uint64 // OpTransfer/OpValues: each key's move count
-	Node     int32    // OpLocalize: requester; OpTransfer: destination (shard index)
+	// Node is a shard index: OpLocalize's requester, OpTransfer's
+	// destination; in a reply, the serving node's index + 1 (0: not said),
+	// which the reader's location cache learns.
+	Node int32
 }
 
 // ErrCodec is wrapped by every decoding error.

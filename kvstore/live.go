@@ -365,7 +365,7 @@ func (s *Server) apply(t *hostedTask, ht *hostedTable, m ownership.Msg) {
 	if g == nil {
 		out := make([]float64, len(m.Keys)*w)
 		lv.get(m.Keys, out, w, &s.lsc)
-		s.send(rc.reply, AppendMessage(nil, &Message{Op: OpReply, Clock: -1, Width: uint16(w), DType: ht.spec.DType, Vals: out, Pos: m.Positions}))
+		s.send(rc.reply, AppendMessage(nil, &Message{Op: OpReply, Clock: -1, Width: uint16(w), DType: ht.spec.DType, Vals: out, Pos: m.Positions, Node: int32(lv.self) + 1}))
 		return
 	}
 	// The gate may hold the read (and may answer it at once, on this
@@ -405,7 +405,7 @@ func (s *Server) parkLive(ht *hostedTable, g *Gate, rc *reqCtx, m ownership.Msg)
 		lv.get(keys, out, w, &sc)
 		lv.mu.RUnlock()
 		if len(keys) > 0 {
-			s.send(rc.reply, AppendMessage(nil, &Message{Op: OpReply, Clock: stamp, Width: uint16(w), DType: ht.spec.DType, Vals: out, Pos: pos}))
+			s.send(rc.reply, AppendMessage(nil, &Message{Op: OpReply, Clock: stamp, Width: uint16(w), DType: ht.spec.DType, Vals: out, Pos: pos, Node: int32(lv.self) + 1}))
 		}
 		for h, idx := range away {
 			fm := &Message{Op: OpGet, Task: ht.task, Table: ht.spec.Name, Stage: rc.stage, Worker: rc.worker, Clock: rc.clock}

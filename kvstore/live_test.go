@@ -91,6 +91,18 @@ func TestLocalizeMovesKeysAndEveryoneFindsThem(t *testing.T) {
 					same(t, []float64{float64(k) + 110, 111}, got[2*i:2*i+2], "key %d", k)
 				}
 			}
+			// Worker 0 learned where the moved keys live: its next reads go
+			// straight to slave 2, no home forwards them.
+			forwarded := func() (n int64) {
+				for i := range c.servers {
+					n += ownership(t, c, i).Forwarded
+				}
+				return n
+			}
+			before := forwarded()
+			got0 := make([]float64, 2*len(moved))
+			ok(t, w0.Get(moved, got0))
+			same(t, before, forwarded(), "forwards after worker 0 learned the owners")
 			// Move one on again: slave 1 takes it from slave 2 (three messages).
 			ok(t, w1.Localize(moved[:1]))
 			same(t, true, w1.Owned(moved[0]), "key %d owned by slave 1", moved[0])

@@ -27,6 +27,7 @@ type TableClient struct {
 	spans   []span
 
 	lv     *live       // this slave's ownership state of the table (nil: hosts no shard)
+	lc     *locCache   // where moved keys were last found
 	synced uint64      // lv.moves when the worker last had no Add in flight across a move
 	lsc    liveScratch // scratch for in-memory access to a dynamic table
 }
@@ -47,6 +48,7 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 	}
 	t := &TableClient{c: c, spec: spec, dir: dir, hosts: p.Hosts, local: make([]Store, len(p.Hosts)),
 		maxKeys: MaxKeysPerMessage(c.cfg.MaxPayload, spec.Width, spec.DType)}
+	t.lc = newLocCache(dir.Owner)
 	_, _, contiguous := dir.Bounds(0)
 	t.keyed = !contiguous
 	t.allHere = true

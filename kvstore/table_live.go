@@ -4,9 +4,66 @@ import (
 	"fmt"
 )
 
-// dyn reports whether keys of this table have moved through this slave:
-// then every access consults the slave's ownership state.
-func (t *TableClient) dyn() bool { return t.lv != nil && t.lv.dynamic.Load() }
+// dyn reports whether keys of this table have moved through this slave,
+// or the worker learned where moved keys live: then every access consults
+// the slave's ownership state and the location cache.
+func (t *TableClient) dyn() bool {
+	return t.lv != nil && (t.lv.dynamic.Load() || len(t.lc.route) > 0 || len(t.lc.pending) > 0)
+}
+
+// locCache is a worker's location cache of one table: keys that live away
+// from their home, and the node that last answered for them, so requests
+// go straight there instead of through the home. A stale entry costs a
+// forward (the node passes the request to the home), never an error. A
+// learned location is applied only when the worker has no Add in flight
+// (rule 5: a request on the new route must not overtake one still
+// travelling the old route); until then it waits in pending.
+type locCache struct {
+	home    func(uint64) int
+	route   map[uint64]int
+	pending map[uint64]int
+	max     int
+	learned int64
+}
+
+const locCacheMax = 1 << 16
+
+func newLocCache(home func(uint64) int) *locCache {
+	return &locCache{home: home, route: map[uint64]int{}, pending: map[uint64]int{}, max: locCacheMax}
+}
+
+// learn notes that node answered for k.
+func (lc *locCache) learn(k uint64, node int) {
+	if cur, ok := lc.route[k]; ok && cur == node || !ok && node == lc.home(k) {
+		delete(lc.pending, k)
+		return
+	}
+	lc.pending[k] = node
+}
+
+// apply installs the pending locations (only with nothing in flight).
+func (lc *locCache) apply() {
+	for k, n := range lc.pending {
+		if n == lc.home(k) {
+			delete(lc.route, k)
+			continue
+		}
+		if len(lc.route) >= lc.max {
+			clear(lc.route) // falling back to the homes is always correct
+		}
+		lc.route[k] = n
+		lc.learned++
+	}
+	clear(lc.pending)
+}
+
+// to is the node a request for k goes to now.
+func (lc *locCache) to(k uint64) int {
+	if n, ok := lc.route[k]; ok {
+		return n
+	}
+	return lc.home(k)
+}
 
 // Localize moves keys to this worker's slave and returns when they are
 // there: from then on the slave's workers read and write them in memory
@@ -102,6 +159,9 @@ func (t *TableClient) syncRoutes() bool {
 // lockRoutes takes the move lock for reading with routes in sync.
 func (t *TableClient) lockRoutes() error {
 	for {
+		if t.c.inflight == 0 && len(t.lc.pending) > 0 {
+			t.lc.apply()
+		}
 		t.lv.mu.RLock()
 		if t.syncRoutes() {
 			return nil
@@ -114,11 +174,12 @@ func (t *TableClient) lockRoutes() error {
 	}
 }
 
-// byHome groups positions idx of keys by their home shard.
-func (t *TableClient) byHome(keys []uint64, idx []int) map[int][]int {
+// byRoute groups positions idx of keys by the node their requests go
+// to: the last owner the worker learned, else the home.
+func (t *TableClient) byRoute(keys []uint64, idx []int) map[int][]int {
 	g := map[int][]int{}
 	for _, i := range idx {
-		h := t.dir.Owner(keys[i])
+		h := t.lc.to(keys[i])
 		g[h] = append(g[h], i)
 	}
 	return g
@@ -191,7 +252,7 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (int64
 // sendGets asks the homes of keys[idx] for them, as parts of read p.
 func (t *TableClient) sendGets(p *pending, keys []uint64, idx []int) error {
 	c := t.c
-	for h, is := range t.byHome(keys, idx) {
+	for h, is := range t.byRoute(keys, idx) {
 		for a := 0; a < len(is); a += t.maxKeys {
 			b := min(a+t.maxKeys, len(is))
 			ks := make([]uint64, b-a)
@@ -200,7 +261,7 @@ func (t *TableClient) sendGets(p *pending, keys []uint64, idx []int) error {
 				ks[j], pos[j] = keys[i], int32(i)
 			}
 			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks}
-			if err := t.request(p, h, part{pos: pos}); err != nil {
+			if err := t.request(p, h, part{pos: pos, keys: ks, lc: t.lc}); err != nil {
 				return err
 			}
 		}
@@ -237,7 +298,7 @@ func (t *TableClient) writeLive(keys []uint64, vals []float64, op Op) error {
 	}
 	lv.mu.RUnlock()
 	c.stats.LocalKeys += int64(len(local))
-	for h, is := range t.byHome(keys, remote) {
+	for h, is := range t.byRoute(keys, remote) {
 		for a := 0; a < len(is); a += t.maxKeys {
 			b := min(a+t.maxKeys, len(is))
 			ks := make([]uint64, b-a)
