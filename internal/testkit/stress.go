@@ -138,3 +138,37 @@ func StressSums(seed uint64, workers, ops, every, nkeys int, size uint64) []floa
 	}
 	return want
 }
+
+// CheckStress reads table params.table whole (on any worker kind: a
+// local stage loads it from wherever its keys live) and fails unless it
+// holds StressSums of params.seed, params.workers, params.ops,
+// params.every and params.keys. It reports KeysChecked.
+const CheckStress = "testkit.check_stress"
+
+func init() { tasks.Register(CheckStress, checkStress) }
+
+func checkStress(info *tasks.Info) error {
+	name := info.Params.String("table", "w")
+	t, err := info.Table(name)
+	if err != nil {
+		return err
+	}
+	size := t.Spec().Size
+	want := StressSums(uint64(info.Params.Int("seed", 1)), info.Params.Int("workers", 1), info.Params.Int("ops", 10000),
+		info.Params.Int("every", 1000), info.Params.Int("keys", 16), size)
+	keys := make([]uint64, size)
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	got := make([]float64, size)
+	if err := t.Get(keys, got); err != nil {
+		return err
+	}
+	for k := range got {
+		if got[k] != want[k] {
+			return fmt.Errorf("table %s key %d = %v, want %v", name, k, got[k], want[k])
+		}
+	}
+	info.ReportEpoch(1, map[string]float64{tasks.MetricSamples: float64(size), KeysChecked: float64(size)})
+	return nil
+}
