@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/flexps/flexps/kvstore/ownership"
 )
@@ -51,11 +52,30 @@ type live struct {
 // liveStats count relocation work on one node (guarded by mu).
 type liveStats struct {
 	installed, extracted, forwarded, queued int64
+	localizes                               int64 // worker Localize requests that had to move keys
+	// latency of those requests, from arrival here to the last key
+	// installed: bucket i counts [2^i, 2^(i+1)) microseconds.
+	latency [LatencyBuckets]int64
 }
+
+// LatencyBuckets is the number of Localize latency buckets (bucket i
+// counts requests of [2^i, 2^(i+1)) microseconds; the last one all above).
+const LatencyBuckets = 32
 
 type localizeWaiter struct {
 	left  int
 	reply string
+	start time.Time
+}
+
+func latencyBucket(d time.Duration) int {
+	us := d.Microseconds()
+	b := 0
+	for us > 1 && b < LatencyBuckets-1 {
+		us >>= 1
+		b++
+	}
+	return b
 }
 
 // reqCtx is what an Apply needs of the request a (possibly forwarded or
@@ -256,12 +276,15 @@ func (s *Server) relocate(reply string, t *hostedTask, ht *hostedTable, m *Messa
 	keys := slices.Clone(m.Keys)
 	switch {
 	case m.Op == OpLocalize && reply != "":
-		wt := &localizeWaiter{reply: reply}
+		wt := &localizeWaiter{reply: reply, start: time.Now()}
 		for _, k := range keys {
 			if !lv.node.Owns(k) {
 				wt.left++
 				lv.waiters[k] = append(lv.waiters[k], wt)
 			}
+		}
+		if wt.left > 0 {
+			lv.stats.localizes++
 		}
 		s.run(t, ht, lv.node.StartLocalize(keys))
 		if wt.left == 0 {
@@ -326,6 +349,7 @@ func (s *Server) run(t *hostedTask, ht *hostedTable, acts []ownership.Action) {
 			for _, k := range a.Msg.Keys {
 				for _, wt := range lv.waiters[k] {
 					if wt.left--; wt.left == 0 {
+						lv.stats.latency[latencyBucket(time.Since(wt.start))]++
 						s.send(wt.reply, ackUnits(1))
 					}
 				}
@@ -504,7 +528,9 @@ type OwnershipStats struct {
 	Guests                                int   // of which not home here
 	Away                                  int   // home keys owned by other slaves
 	Relocations                           int64 // moves this slave ordered as home
-	Installed, Extracted, Forwarded, Sent int64
+	Installed, Extracted, Forwarded, Sent int64 // keys in and out, requests forwarded, protocol messages sent
+	Localizes                             int64 // worker Localize requests here that moved keys
+	Latency                               [LatencyBuckets]int64
 }
 
 // OwnershipStats reports the task's tables on this slave.
@@ -525,7 +551,7 @@ func (s *Server) OwnershipStats(task string) []OwnershipStats {
 		g, away := lv.node.Counts()
 		out = append(out, OwnershipStats{Table: name, Owned: ht.store.Len() - away + g, Guests: g, Away: away,
 			Relocations: int64(lv.node.Stats.Relocations), Installed: lv.stats.installed, Extracted: lv.stats.extracted,
-			Forwarded: lv.stats.forwarded, Sent: int64(lv.node.Stats.RelocationMsgs)})
+			Forwarded: lv.stats.forwarded, Sent: int64(lv.node.Stats.RelocationMsgs), Localizes: lv.stats.localizes, Latency: lv.stats.latency})
 		lv.mu.RUnlock()
 	}
 	slices.SortFunc(out, func(a, b OwnershipStats) int {

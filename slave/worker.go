@@ -37,7 +37,7 @@ type worker struct {
 	lastReport time.Time
 	epochStart time.Time
 	reads      []datastore.PassStats
-	installed0 int64 // keys relocated to this slave when the worker started (first local worker)
+	own0       kvstore.OwnershipStats // this slave's relocation counters when the worker started (first local worker)
 }
 
 func (w *worker) run() {
@@ -124,7 +124,7 @@ func (w *worker) setup() error {
 	w.client = c
 	w.tables = map[string]tasks.Table{}
 	if w.localRank == 0 {
-		w.installed0, _, _ = w.ownership()
+		w.own0 = w.ownership()
 	}
 	return nil
 }
@@ -296,22 +296,35 @@ func (w *worker) readMetrics() map[string]float64 {
 		m[tasks.MetricKVFlushes] = float64(st.Flushes)
 	}
 	if w.localRank == 0 && w.local == nil && w.s.kv != nil {
-		installed, owned, guests := w.ownership()
-		m[tasks.MetricKVRelocated] = float64(installed - w.installed0)
-		m[tasks.MetricKVOwnedKeys] = float64(owned)
-		m[tasks.MetricKVGuestKeys] = float64(guests)
+		o := w.ownership()
+		m[tasks.MetricKVRelocated] = float64(o.Installed - w.own0.Installed)
+		m[tasks.MetricKVOwnedKeys] = float64(o.Owned)
+		m[tasks.MetricKVGuestKeys] = float64(o.Guests)
+		m[tasks.MetricKVLocalizes] = float64(o.Localizes - w.own0.Localizes)
+		m[tasks.MetricKVRelocMsgs] = float64(o.Sent - w.own0.Sent)
+		for b, n := range o.Latency {
+			if d := n - w.own0.Latency[b]; d > 0 {
+				m[fmt.Sprintf("%s%02d", tasks.MetricKVLocalizeLatency, b)] = float64(d)
+			}
+		}
 	}
 	return m
 }
 
 // ownership sums this slave's ownership counters over the task's tables.
-func (w *worker) ownership() (installed, owned, guests int64) {
+func (w *worker) ownership() kvstore.OwnershipStats {
+	var sum kvstore.OwnershipStats
 	for _, st := range w.s.kv.OwnershipStats(w.req.Task) {
-		installed += st.Installed
-		owned += int64(st.Owned)
-		guests += int64(st.Guests)
+		sum.Installed += st.Installed
+		sum.Owned += st.Owned
+		sum.Guests += st.Guests
+		sum.Localizes += st.Localizes
+		sum.Sent += st.Sent
+		for b, n := range st.Latency {
+			sum.Latency[b] += n
+		}
 	}
-	return
+	return sum
 }
 
 // Input implements tasks.Runtime.

@@ -59,12 +59,46 @@ const (
 	MetricKVRequests   = "kv_requests"    // data-plane messages sent
 	// Relocation (Localize). The slave-wide ones are reported once per
 	// slave (by its first worker of the stage).
-	MetricKVLocalized = "kv_localized_keys" // keys workers asked to move to their slave
-	MetricKVFlushes   = "kv_route_flushes"  // waits for in-flight Adds because keys moved
-	MetricKVRelocated = "kv_relocated_keys" // keys that arrived on the slaves during the stage
-	MetricKVOwnedKeys = "kv_owned_keys"     // keys in the slaves' memory at the stage's end
-	MetricKVGuestKeys = "kv_guest_keys"     // of which moved there from their home slave
+	MetricKVLocalized = "kv_localized_keys"      // keys workers asked to move to their slave
+	MetricKVFlushes   = "kv_route_flushes"       // waits for in-flight Adds because keys moved
+	MetricKVRelocated = "kv_relocated_keys"      // keys that arrived on the slaves during the stage
+	MetricKVOwnedKeys = "kv_owned_keys"          // keys in the slaves' memory at the stage's end
+	MetricKVGuestKeys = "kv_guest_keys"          // of which moved there from their home slave
+	MetricKVLocalizes = "kv_localize_requests"   // Localize calls that moved keys
+	MetricKVRelocMsgs = "kv_relocation_messages" // protocol messages (localize, transfer, values) sent
+	// MetricKVLocalizeLatency + "NN" counts Localize calls that took
+	// [2^NN, 2^(NN+1)) microseconds (a histogram the master sums over
+	// slaves; tasks.LatencyQuantile reads it).
+	MetricKVLocalizeLatency = "kv_localize_us_b"
 
 	MetricModelLoadSeconds      = "model_load_seconds"      // one-slave stages: loading the model
 	MetricModelWritebackSeconds = "model_writeback_seconds" // one-slave stages: writing it back
 )
+
+// LatencyQuantile is the q-quantile (0..1) in microseconds of the
+// Localize latency histogram in metrics (MetricKVLocalizeLatency
+// buckets), as the upper edge of the bucket that holds it; 0 when empty.
+func LatencyQuantile(metrics map[string]float64, q float64) float64 {
+	var counts [64]float64
+	var total float64
+	for k, v := range metrics {
+		if len(k) == len(MetricKVLocalizeLatency)+2 && k[:len(MetricKVLocalizeLatency)] == MetricKVLocalizeLatency {
+			b := int(k[len(k)-2]-'0')*10 + int(k[len(k)-1]-'0')
+			if b >= 0 && b < len(counts) {
+				counts[b] += v
+				total += v
+			}
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	need, seen := q*total, 0.0
+	for b, n := range counts {
+		seen += n
+		if seen >= need && n > 0 {
+			return float64(uint64(1) << (b + 1))
+		}
+	}
+	return 0
+}

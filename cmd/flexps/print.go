@@ -163,11 +163,26 @@ func (p *Printer) printKV(r status.StageResult) {
 		rate = moved / r.Seconds
 	}
 	fmt.Fprintf(p.Out, "; %s keys relocated (%s/s), %s asked for\n", human(moved), human(rate), human(r.Metrics[tasks.MetricKVLocalized]))
+	if n := r.Metrics[tasks.MetricKVLocalizes]; n > 0 {
+		fmt.Fprintf(p.Out, "      localize: %s calls, %.1f protocol messages each, latency p50 <= %s, p99 <= %s\n", human(n),
+			r.Metrics[tasks.MetricKVRelocMsgs]/n, micros(tasks.LatencyQuantile(r.Metrics, 0.5)), micros(tasks.LatencyQuantile(r.Metrics, 0.99)))
+	}
 	for _, w := range r.WorkerStats {
 		if w.OwnedKeys > 0 {
 			fmt.Fprintf(p.Out, "        %s holds %d keys, %d of them moved there\n", w.Slave, w.OwnedKeys, w.GuestKeys)
 		}
 	}
+}
+
+// micros formats microseconds.
+func micros(us float64) string {
+	switch {
+	case us >= 1e6:
+		return fmt.Sprintf("%.1fs", us/1e6)
+	case us >= 1e3:
+		return fmt.Sprintf("%.1fms", us/1e3)
+	}
+	return fmt.Sprintf("%.0fµs", us)
 }
 
 func (p *Printer) Summary(s status.Task) {
