@@ -29,6 +29,14 @@ type ClientConfig struct {
 	MaxPayload  int           // default: the transport's MaxPayload
 	Window      int           // unacknowledged Adds/Clocks in flight, default 64
 	Ctx         context.Context
+	// Observer, when set, sees every Get and Add of a table: how long the
+	// call took and whether any of its keys lived on another slave.
+	Observer Observer
+}
+
+// Observer receives per-call measurements of a client (metrics).
+type Observer interface {
+	ObserveKV(table string, op Op, remote bool, d time.Duration)
 }
 
 // ErrTimeout is wrapped when a shard does not answer within the timeout.

@@ -3,6 +3,7 @@ package kvstore
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // TableClient is a worker's handle on one table: it routes each key to its
@@ -119,6 +120,14 @@ func (t *TableClient) Get(keys []uint64, out []float64) error {
 	return err
 }
 
+// observe reports a call to the client's Observer: remote when the call
+// sent messages (requests grew since before).
+func (t *TableClient) observe(op Op, start time.Time, requestsBefore int64) {
+	if o := t.c.cfg.Observer; o != nil {
+		o.ObserveKV(t.spec.Name, op, t.c.stats.Requests > requestsBefore, time.Since(start))
+	}
+}
+
 // GetStamped is Get that also returns the read's stamp: the smallest of
 // the stage's minimum worker clocks that the shards read (each before the
 // values). The values reflect every Add of every iteration below the
@@ -144,6 +153,9 @@ func (t *TableClient) localStamp() int64 {
 
 func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, error) {
 	c := t.c
+	if c.cfg.Observer != nil {
+		defer t.observe(OpGet, time.Now(), c.stats.Requests)
+	}
 	if c.err != nil {
 		return -1, c.err
 	}
@@ -226,6 +238,9 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 // acknowledged asynchronously; Flush (or the end of the stage) waits.
 func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 	c := t.c
+	if c.cfg.Observer != nil {
+		defer t.observe(OpAdd, time.Now(), c.stats.Requests)
+	}
 	if c.err != nil {
 		return c.err
 	}

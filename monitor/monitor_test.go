@@ -264,6 +264,14 @@ func TestSlaveProcessMetrics(t *testing.T) {
 			t.Errorf("%s{slave=%q} = %v (present %v), want >= %v", tc.name, id, v, ok, tc.min)
 		}
 	}
+	h, ok := fams["flexps_slave_kv_call_seconds"]
+	if !ok || len(h.GetMetric()) == 0 || h.GetMetric()[0].GetHistogram().GetSampleCount() == 0 {
+		t.Errorf("no KV call latency histogram on the slave: %v", h)
+	} else {
+		for _, m := range h.GetMetric() {
+			t.Logf("kv calls %v: %d", m.GetLabel(), m.GetHistogram().GetSampleCount())
+		}
+	}
 	if v, _ := counter(fams, "flexps_slave_workers_ended_total", map[string]string{"slave": id, "outcome": "done"}); v != 2 {
 		t.Errorf("workers ended done = %v, want 2", v)
 	}

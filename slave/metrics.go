@@ -4,6 +4,9 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/flexps/flexps/kvstore"
 
 	"github.com/flexps/flexps/tasks"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +32,7 @@ var counted = map[string]string{
 	tasks.MetricKVLocalKeys:      "Keys read or written in this slave's memory.",
 	tasks.MetricKVRemoteKeys:     "Keys read or written on other slaves.",
 	tasks.MetricKVRequests:       "KV data-plane messages sent.",
+	tasks.MetricKVBytesSent:      "KV data-plane bytes sent by workers.",
 	tasks.MetricKVLocalized:      "Keys workers asked to move to this slave (Localize).",
 	tasks.MetricKVRelocated:      "Keys that moved to this slave.",
 }
@@ -43,6 +47,8 @@ type metrics struct {
 	heartbeats atomic.Int64
 	samples    atomic.Int64 // reported by workers as they go
 	tasks      func() int
+
+	kv *prometheus.HistogramVec // Get/Add call latency by table, op, local/remote
 
 	descs   map[string]*prometheus.Desc
 	workers *prometheus.Desc
@@ -62,7 +68,19 @@ func newMetrics(slave string, tasksNow func() int) *metrics {
 	for name, help := range counted {
 		m.descs[name] = prometheus.NewDesc("flexps_slave_"+name+"_total", help, nil, labels)
 	}
+	m.kv = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flexps_slave_kv_call_seconds",
+		Help:        "Duration of workers' Get and Add calls by table, op and where the keys were (local: all in this slave's memory).",
+		ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12)}, []string{"table", "op", "where"})
 	return m
+}
+
+// ObserveKV implements kvstore.Observer.
+func (m *metrics) ObserveKV(table string, op kvstore.Op, remote bool, d time.Duration) {
+	where := "local"
+	if remote {
+		where = "remote"
+	}
+	m.kv.WithLabelValues(table, op.String(), where).Observe(d.Seconds())
 }
 
 // workerEnded adds a worker's final counters.
@@ -89,6 +107,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.beats
 	ch <- m.running
 	ch <- m.done
+	m.kv.Describe(ch)
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -108,6 +127,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.beats, prometheus.CounterValue, float64(m.heartbeats.Load()))
 	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(m.tasks()))
 	ch <- prometheus.MustNewConstMetric(m.done, prometheus.CounterValue, float64(m.samples.Load()))
+	m.kv.Collect(ch)
 }
 
 // Collector exports the slave's counters to Prometheus, labelled with its id.

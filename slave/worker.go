@@ -116,7 +116,7 @@ func (w *worker) setup() error {
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
 		Transport: transport.NewNATS(w.s.nc, w.s.subj.SlaveKV), Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
 		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency,
-		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx,
+		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx, Observer: w.s.metrics,
 	})
 	if err != nil {
 		return err
@@ -292,6 +292,7 @@ func (w *worker) readMetrics() map[string]float64 {
 		m[tasks.MetricKVLocalKeys] = float64(st.LocalKeys)
 		m[tasks.MetricKVRemoteKeys] = float64(st.RemoteKeys)
 		m[tasks.MetricKVRequests] = float64(st.Requests)
+		m[tasks.MetricKVBytesSent] = float64(st.BytesSent)
 		m[tasks.MetricKVLocalized] = float64(st.Localized)
 		m[tasks.MetricKVFlushes] = float64(st.Flushes)
 	}

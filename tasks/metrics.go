@@ -57,6 +57,7 @@ const (
 	MetricKVLocalKeys  = "kv_local_keys"  // keys read or written in this slave's memory
 	MetricKVRemoteKeys = "kv_remote_keys" // keys read or written on other slaves
 	MetricKVRequests   = "kv_requests"    // data-plane messages sent
+	MetricKVBytesSent  = "kv_bytes_sent"  // data-plane bytes sent
 	// Relocation (Localize). The slave-wide ones are reported once per
 	// slave (by its first worker of the stage).
 	MetricKVLocalized = "kv_localized_keys"      // keys workers asked to move to their slave
