@@ -56,6 +56,32 @@ func lookupTables(name string) (TablesFunc, bool) {
 	return fn, ok
 }
 
+// ParamsFunc checks a stage's params (types, ranges, unknown names) the
+// way the stage function will read them, without running anything.
+type ParamsFunc func(Params) error
+
+var paramHooks = struct {
+	sync.RWMutex
+	m map[string]ParamsFunc
+}{m: map[string]ParamsFunc{}}
+
+// RegisterParams makes Validate check the params of every stage of
+// function name with fn, so a mistyped or out-of-range param is refused
+// when the task is submitted (naming the stage and the key), not when the
+// stage starts after the earlier stages ran.
+func RegisterParams(name string, fn ParamsFunc) {
+	paramHooks.Lock()
+	defer paramHooks.Unlock()
+	paramHooks.m[name] = fn
+}
+
+func lookupParams(name string) (ParamsFunc, bool) {
+	paramHooks.RLock()
+	defer paramHooks.RUnlock()
+	fn, ok := paramHooks.m[name]
+	return fn, ok
+}
+
 // Lookup finds a registered stage function.
 func Lookup(name string) (StageFunc, bool) {
 	registry.RLock()

@@ -267,6 +267,11 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	if _, ok := Lookup(s.Func); registry && !ok {
 		return fmt.Errorf("func: no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
 	}
+	if check, ok := lookupParams(s.Func); ok {
+		if err := check(s.Params); err != nil {
+			return fmt.Errorf("params: %w", err)
+		}
+	}
 	if s.AutoTrialSeconds < 0 {
 		return fmt.Errorf("auto_trial_seconds: must be > 0, got %v", s.AutoTrialSeconds)
 	}

@@ -60,6 +60,10 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 			wants: []string{"nope.libsvm", "no such file"}},
 		{name: "malformed libsvm line", job: strings.ReplaceAll(goodJob, "TRAIN", badData), wants: []string{"bad.libsvm line 3", "3:x"}},
 		{name: "bad lr parameter", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = -1", 1)), wants: []string{"lr must be > 0"}},
+		// Checked at submission: the first stage never runs.
+		{name: "bad param of a later stage", job: job(goodJob + "[[table]]\nname = \"entities\"\nsize = 4\nwidth = 4\n[[table]]\nname = \"relations\"\nsize = 2\nwidth = 4\n" +
+			"[[stage]]\nname = \"emb\"\nfunc = \"kge.complex\"\nworkers = 1\n[stage.params]\nlr = \"fast\"\n"),
+			wants: []string{"stage 1 (emb)", "params", "lr", "fast"}},
 		{name: "missing job file", args: []string{"run", filepath.Join(dir, "none.toml")}, wants: []string{"none.toml", "no such file"}},
 		{name: "unreachable nats", args: []string{"submit", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", closed), "x.toml"},
 			wants: []string{fmt.Sprintf("127.0.0.1:%d", closed), "unreachable"}},

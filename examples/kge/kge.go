@@ -65,6 +65,7 @@ const (
 
 func init() {
 	tasks.Register("kge.complex", ComplEx)
+	tasks.RegisterParams("kge.complex", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 }
 
 // Config is kge.complex's parameters.

@@ -50,7 +50,10 @@ const (
 	MetricLocalizeCalls   = "localize_calls"
 )
 
-func init() { tasks.Register(Func, Blocked) }
+func init() {
+	tasks.Register(Func, Blocked)
+	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
+}
 
 type config struct {
 	rank, epochs, batch int
