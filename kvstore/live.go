@@ -221,6 +221,12 @@ func (s *Server) routed(reply string, t *hostedTask, ht *hostedTable, m *Message
 		s.fail(reply, fmt.Errorf("kvstore: %s on %q: %d positions for %d keys", m.Op, m.Table, len(pos), len(keys)))
 		return
 	}
+	for _, k := range keys {
+		if k >= ht.spec.Size {
+			s.fail(reply, fmt.Errorf("kvstore: %s on %q: key %d out of range [0, %d)", m.Op, m.Table, k, ht.spec.Size))
+			return
+		}
+	}
 	op := keyedOp(m.Op)
 	om := ownership.Msg{Kind: ownershipKind(op), Keys: keys, Positions: pos,
 		Ctx: &reqCtx{op: op, reply: reply, stage: m.Stage, worker: m.Worker, clock: m.Clock}}
