@@ -66,17 +66,25 @@ func TestEndedTasksArePruned(t *testing.T) {
 		ids = append(ids, id)
 	}
 	last := h.submit(oneStage("last", 1, nil))
-	cl, err := h.m.Status("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.wait(last, "ended", status.Task.Ended)
+	want := []string{ids[4], ids[5], last} // the KeepTasks most recently ended
 	var got []string
-	for _, tk := range cl.Tasks {
-		got = append(got, tk.ID)
-	}
-	want := []string{ids[4], ids[5], last} // KeepTasks-1 ended tasks make room for the new one
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("tasks after pruning: %v, want %v", got, want)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		cl, err := h.m.Status("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, tk := range cl.Tasks {
+			got = append(got, tk.ID)
+		}
+		if strings.Join(got, ",") == strings.Join(want, ",") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks after pruning: %v, want %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if _, err := h.m.Status(ids[0]); err == nil {
 		t.Fatal("a pruned task still answers")

@@ -403,10 +403,10 @@ func (m *Master) pruneLocked() {
 			ended++
 		}
 	}
-	if ended < m.cfg.KeepTasks {
+	if ended <= m.cfg.KeepTasks {
 		return
 	}
-	drop := ended - m.cfg.KeepTasks + 1
+	drop := ended - m.cfg.KeepTasks
 	kept := m.order[:0]
 	for _, id := range m.order {
 		if drop > 0 && m.tasks[id].isEnded() {

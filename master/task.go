@@ -157,9 +157,11 @@ func (t *taskRun) run() {
 	t.mu.Unlock()
 	close(t.ended)
 	t.cancel(nil)
-	// The task no longer counts as running: let waiting tasks start.
+	// The task no longer counts as running: let waiting tasks start, and
+	// forget the oldest ended tasks beyond keep_tasks.
 	t.m.mu.Lock()
 	t.m.scheduleLocked()
+	t.m.pruneLocked()
 	t.m.mu.Unlock()
 	if err != nil {
 		t.m.log.Error().Str("task", t.spec.ID).Err(err).Msg("task " + state)
