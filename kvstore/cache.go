@@ -575,3 +575,11 @@ type localizer interface {
 	LocalizeAsync(keys []uint64) (Pending, error)
 	LocalizeChunks(chunks []uint64) error
 }
+
+// GetAsync reads through the cache at once (see TableClient.GetAsync).
+func (ct *CachedTable) GetAsync(keys []uint64, out []float64) (Pending, error) {
+	if err := ct.Get(keys, out); err != nil {
+		return nil, err
+	}
+	return Done{}, nil
+}

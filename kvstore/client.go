@@ -60,10 +60,9 @@ type Client struct {
 	reply    Message // decoded replies; its Vals keep their capacity
 	stats    ClientStats
 
-	out   []float64 // the current read's destination
-	width int       // the current read's table width
-	p     pending   // the current read's outstanding replies
-	scan  *scan     // the scan under way, if any
+	reads map[uint64]*pending // reads with replies outstanding, by sequence number
+	free  []*pending          // finished reads, for reuse
+	scan  *scan               // the scan under way, if any
 }
 
 // ClientStats count what a client did.
@@ -98,7 +97,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	// One acknowledgement address per host: a no-responders status names
 	// the host that is gone.
-	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), ackAddr: make(map[string]string, len(cfg.Hosts)),
+	c := &Client{cfg: cfg, in: in, inbox: in.Addr(), ackAddr: make(map[string]string, len(cfg.Hosts)), reads: map[uint64]*pending{},
 		window: cfg.Window * max(MaxKeysPerMessage(cfg.MaxPayload, 1, Float32), 1)}
 	for _, h := range cfg.Hosts {
 		c.ackTo(h)
@@ -216,7 +215,10 @@ func (c *Client) publishAcked(host string, units int) error {
 // pending tracks the outstanding replies of one read.
 type pending struct {
 	seq   uint64
-	left  int
+	out   []float64 // the read's destination
+	width int       // its table's width
+	err   error     // a failed reply of this read (when another read was waited for)
+	left  int       // keys not answered yet
 	parts []part
 	host  []string // host of each part, for errors
 	// stamp is the smallest Clock of the replies (and local gate reads)
@@ -298,8 +300,8 @@ func (c *Client) receive(p *pending) error {
 		}
 		return nil // a late page of an abandoned scan
 	}
-	if p == nil || !strings.HasPrefix(tail, "g") {
-		return nil // a late reply to an abandoned read
+	if !strings.HasPrefix(tail, "g") {
+		return nil
 	}
 	dot := strings.IndexByte(tail, '.')
 	if dot < 0 {
@@ -307,20 +309,34 @@ func (c *Client) receive(p *pending) error {
 	}
 	seq, err1 := strconv.ParseUint(tail[1:dot], 10, 64)
 	idx, err2 := strconv.Atoi(tail[dot+1:])
-	if err1 != nil || err2 != nil || seq != p.seq || idx >= len(p.parts) {
+	r := c.reads[seq]
+	if err1 != nil || err2 != nil || r == nil || idx >= len(r.parts) {
+		return nil // a late reply to an abandoned read
+	}
+	err = c.deliver(r, idx, msg.Data)
+	if err != nil && r != p {
+		// A read nobody waits for right now keeps its error for its Wait.
+		if r.err == nil {
+			r.err = err
+		}
 		return nil
 	}
-	if err := decodeRaw(msg.Data, &c.reply); err != nil {
+	return err
+}
+
+// deliver puts a reply to part idx of read r in place.
+func (c *Client) deliver(r *pending, idx int, data []byte) error {
+	if err := decodeRaw(data, &c.reply); err != nil {
 		return err
 	}
 	if c.reply.Op == OpError {
-		return fmt.Errorf("kvstore: slave %s: %s", p.host[idx], c.reply.Err)
+		return fmt.Errorf("kvstore: slave %s: %s", r.host[idx], c.reply.Err)
 	}
-	p.note(c.reply.Clock)
-	pt := p.parts[idx]
+	r.note(c.reply.Clock)
+	pt := r.parts[idx]
 	if len(c.reply.Pos) > 0 {
 		// A part answered piecewise by the keys' owners of the moment.
-		p.left -= len(c.reply.Pos)
+		r.left -= len(c.reply.Pos)
 		if pt.lc != nil && c.reply.Node > 0 {
 			for _, q := range c.reply.Pos {
 				if q >= 0 && q < len(pt.keys) {
@@ -328,10 +344,20 @@ func (c *Client) receive(p *pending) error {
 				}
 			}
 		}
-		return c.scatterPos(pt, c.reply.Pos, c.reply.Raw, c.reply.DType)
+		return r.scatterPos(pt, c.reply.Pos, c.reply.Raw, c.reply.DType)
 	}
-	p.left -= pt.size(c.width)
-	return c.scatter(pt, c.reply.Raw, c.reply.DType)
+	r.left -= pt.size(r.width)
+	return r.scatter(pt, c.reply.Raw, c.reply.DType)
+}
+
+// release forgets a finished (or abandoned) read: replies still on their
+// way are dropped, never written into a buffer its caller got back.
+func (c *Client) release(p *pending) {
+	delete(c.reads, p.seq)
+	p.out, p.err = nil, nil
+	if len(c.free) < 8 {
+		c.free = append(c.free, p)
+	}
 }
 
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
@@ -391,7 +417,7 @@ func (c *Client) send(host, reply string, data []byte) error {
 
 // scatter converts a reply's raw values straight into their place in the
 // read's destination: one pass over the bytes, no intermediate slice.
-func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
+func (c *pending) scatter(pt part, raw []byte, dtype DType) error {
 	size := 8
 	if dtype == Float32 {
 		size = 4
@@ -416,7 +442,7 @@ func (c *Client) scatter(pt part, raw []byte, dtype DType) error {
 
 // scatterPos converts a partial reply: value row i answers the part's key
 // at position pos[i].
-func (c *Client) scatterPos(pt part, pos []int, raw []byte, dtype DType) error {
+func (c *pending) scatterPos(pt part, pos []int, raw []byte, dtype DType) error {
 	size := 8
 	if dtype == Float32 {
 		size = 4

@@ -236,3 +236,61 @@ func TestLocalizeStressExactSums(t *testing.T) {
 		})
 	}
 }
+
+// GetAsync reads overlap other operations: two reads in flight at once, an
+// Add and a synchronous Get between issuing and waiting; every value lands
+// in its own buffer, static and after keys moved.
+func TestGetAsyncOverlapsOtherOperations(t *testing.T) {
+	for _, useNATS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nats=%v", useNATS), func(t *testing.T) {
+			spec := kvstore.TableSpec{Name: "w", Size: 40, Width: 2}.WithDefaults()
+			c := startCluster(t, 2, useNATS, spec)
+			cl := c.client(0, 0, 0, asp)
+			w := c.table(cl, spec)
+			all := make([]uint64, spec.Size)
+			vals := make([]float64, 2*spec.Size)
+			for i := range all {
+				all[i] = uint64(i)
+				vals[2*i], vals[2*i+1] = float64(i), -float64(i)
+			}
+			ok(t, w.Add(all, vals))
+			ok(t, cl.Flush())
+			check := func(keys []uint64, got []float64, plus float64) {
+				t.Helper()
+				for i, k := range keys {
+					if got[2*i] != float64(k)+plus || got[2*i+1] != -float64(k)+plus {
+						t.Fatalf("key %d: %v, want %v", k, got[2*i:2*i+2], []float64{float64(k) + plus, -float64(k) + plus})
+					}
+				}
+			}
+			for round := range 2 {
+				if round == 1 {
+					// Move half of slave 1's keys to slave 0: the reads
+					// now take the dynamic path.
+					ok(t, w.Localize([]uint64{21, 23, 25, 27}))
+				}
+				a, b := []uint64{1, 22, 35, 3}, []uint64{39, 21, 0, 27, 25}
+				outA, outB := make([]float64, 2*len(a)), make([]float64, 2*len(b))
+				pa, err := w.GetAsync(a, outA)
+				ok(t, err)
+				pb, err := w.GetAsync(b, outB)
+				ok(t, err)
+				mid := make([]float64, 4)
+				ok(t, w.Get([]uint64{30, 2}, mid))
+				check([]uint64{30, 2}, mid, float64(round))
+				ok(t, pb.Wait())
+				ok(t, pa.Wait())
+				check(a, outA, float64(round))
+				check(b, outB, float64(round))
+				ok(t, pa.Wait()) // a second Wait is harmless
+				// One more to every key for the next round.
+				ones := make([]float64, 2*spec.Size)
+				for i := range ones {
+					ones[i] = 1
+				}
+				ok(t, w.Add(all, ones))
+				ok(t, cl.Flush())
+			}
+		})
+	}
+}

@@ -156,18 +156,40 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 	if c.cfg.Observer != nil {
 		defer t.observe(OpGet, time.Now(), c.stats.Requests)
 	}
-	if c.err != nil {
-		return -1, c.err
+	p, stamp, err := t.startGet(keys, out, stamped, false)
+	if err != nil || p == nil {
+		return stamp, err
 	}
-	if err := t.checkKeys(keys, out, "get"); err != nil {
+	defer c.release(p)
+	if err := t.wait(p); err != nil {
 		return -1, err
 	}
+	if !p.stamped {
+		return -1, nil
+	}
+	return p.stamp, nil
+}
+
+// startGet issues a read: requests for remote keys are sent, keys in this
+// slave's memory are read into out now. It returns the read to wait for
+// (nil when every key was local, with the read's stamp). With keep, the
+// read's bookkeeping does not borrow the client's scratch buffers, so the
+// caller may run other operations before it waits (GetAsync).
+func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool) (*pending, int64, error) {
+	c := t.c
+	if c.err != nil {
+		return nil, -1, c.err
+	}
+	if err := t.checkKeys(keys, out, "get"); err != nil {
+		return nil, -1, err
+	}
 	if t.dyn() {
-		return t.getLive(keys, out, stamped)
+		p, err := t.getLive(keys, out, stamped)
+		return p, -1, err
 	}
 	if t.allHere && len(t.local) == 1 {
 		if err := t.waitLocal(keys); err != nil {
-			return -1, err
+			return nil, -1, err
 		}
 		stamp := int64(-1)
 		if stamped && len(keys) > 0 {
@@ -175,22 +197,31 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 		}
 		t.local[0].Get(keys, out)
 		c.stats.LocalKeys += int64(len(keys))
-		return stamp, nil
+		return nil, stamp, nil
 	}
 	w := t.spec.Width
 	t.g.Group(t.dir, keys)
 	p := t.begin(out)
+	fail := func(err error) (*pending, int64, error) {
+		c.release(p)
+		return nil, -1, err
+	}
+	posOf := func(s, i, j int) []int32 {
+		if keep {
+			return append([]int32(nil), t.g.Pos(s)[i:j]...)
+		}
+		return t.g.Pos(s)[i:j]
+	}
 	for s := range t.hosts {
 		ks := t.g.Keys(s)
 		if len(ks) == 0 || t.local[s] != nil {
 			continue
 		}
-		pos := t.g.Pos(s)
 		for i := 0; i < len(ks); i += t.maxKeys {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
-			if err := t.request(p, s, part{pos: pos[i:j]}); err != nil {
-				return -1, err
+			if err := t.request(p, s, part{pos: posOf(s, i, j)}); err != nil {
+				return fail(err)
 			}
 		}
 		c.stats.RemoteKeys += int64(len(ks))
@@ -202,7 +233,7 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 			continue
 		}
 		if err := t.waitLocal(ks); err != nil {
-			return -1, err
+			return fail(err)
 		}
 		if stamped {
 			p.note(t.localStamp())
@@ -210,12 +241,11 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 		t.buf = grow(t.buf, len(ks)*w)
 		if !t.readStatic(func() { st.Get(ks, t.buf) }) {
 			// Keys started moving meanwhile: the home knows where they are.
-			pos := t.g.Pos(s)
 			for i := 0; i < len(ks); i += t.maxKeys {
 				j := min(i+t.maxKeys, len(ks))
 				c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
-				if err := t.request(p, s, part{pos: pos[i:j]}); err != nil {
-					return -1, err
+				if err := t.request(p, s, part{pos: posOf(s, i, j)}); err != nil {
+					return fail(err)
 				}
 			}
 			continue
@@ -225,13 +255,7 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 		}
 		c.stats.LocalKeys += int64(len(ks))
 	}
-	if err := t.wait(p); err != nil {
-		return -1, err
-	}
-	if !p.stamped {
-		return -1, nil
-	}
-	return p.stamp, nil
+	return p, -1, nil
 }
 
 // Add adds deltas (len(keys)*Width values) to keys. Remote Adds are
@@ -344,14 +368,21 @@ func (t *TableClient) readStatic(fn func()) bool {
 	return true
 }
 
-// begin starts a read into out.
+// begin starts a read into out; the caller releases it (c.release) when
+// done, whatever happened.
 func (t *TableClient) begin(out []float64) *pending {
 	c := t.c
 	c.seq++
-	c.out, c.width = out, t.spec.Width
-	p := &c.p
+	var p *pending
+	if n := len(c.free); n > 0 {
+		p, c.free = c.free[n-1], c.free[:n-1]
+	} else {
+		p = &pending{}
+	}
 	p.seq, p.left, p.parts, p.host = c.seq, 0, p.parts[:0], p.host[:0]
+	p.out, p.width, p.err = out, t.spec.Width, nil
 	p.stamp, p.stamped = -1, false
+	c.reads[p.seq] = p
 	return p
 }
 
@@ -373,10 +404,13 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 }
 
 func (t *TableClient) wait(p *pending) error {
-	for p.left > 0 {
+	for p.left > 0 && p.err == nil {
 		if err := t.c.receive(p); err != nil {
 			return err
 		}
+	}
+	if p.err != nil {
+		return p.err
 	}
 	return t.c.err
 }

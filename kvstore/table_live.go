@@ -185,14 +185,15 @@ func (t *TableClient) byRoute(keys []uint64, idx []int) map[int][]int {
 	return g
 }
 
-// getLive reads keys of a dynamic table: keys this slave owns from
-// memory, the others from their homes (which forward to the owner).
-func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (int64, error) {
+// getLive issues a read of a dynamic table: keys this slave owns from
+// memory now, the others from their homes (which forward to the owner)
+// or the owners the worker learned; the caller waits for the read.
+func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pending, error) {
 	c := t.c
 	lv := t.lv
 	w := t.spec.Width
 	if err := t.lockRoutes(); err != nil {
-		return -1, err
+		return nil, err
 	}
 	var local, remote []int
 	for i, k := range keys {
@@ -204,8 +205,12 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (int64
 	}
 	lv.mu.RUnlock()
 	p := t.begin(out)
+	fail := func(err error) (*pending, error) {
+		c.release(p)
+		return nil, err
+	}
 	if err := t.sendGets(p, keys, remote); err != nil {
-		return -1, err
+		return fail(err)
 	}
 	if len(local) > 0 {
 		lk := make([]uint64, len(local))
@@ -213,7 +218,7 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (int64
 			lk[j] = keys[i]
 		}
 		if err := t.waitLocal(lk); err != nil {
-			return -1, err
+			return fail(err)
 		}
 		if stamped {
 			p.note(t.localStamp())
@@ -237,16 +242,10 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (int64
 		}
 		c.stats.LocalKeys += int64(len(here))
 		if err := t.sendGets(p, keys, gone); err != nil {
-			return -1, err
+			return fail(err)
 		}
 	}
-	if err := t.wait(p); err != nil {
-		return -1, err
-	}
-	if !p.stamped {
-		return -1, nil
-	}
-	return p.stamp, nil
+	return p, nil
 }
 
 // sendGets asks the homes of keys[idx] for them, as parts of read p.
@@ -330,4 +329,40 @@ func (t *TableClient) Owned(key uint64) bool {
 	t.lv.mu.RLock()
 	defer t.lv.mu.RUnlock()
 	return t.lv.node.Owns(key)
+}
+
+// GetAsync starts reading keys into out and returns at once: requests for
+// remote keys are on their way, keys in this slave's memory are read now.
+// out holds the values when Wait on the result returns (do not read it
+// before). Other operations may run in between (the worker trains on the
+// previous batch while this one's parameters travel: latency hiding). The
+// read is gated at the worker's clock when it is issued, so a read issued
+// before Clock may be one iteration staler than a Get issued after it.
+func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
+	p, _, err := t.startGet(keys, out, false, true)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return Done{}, nil
+	}
+	return &asyncRead{t: t, p: p}, nil
+}
+
+type asyncRead struct {
+	t    *TableClient
+	p    *pending
+	done bool
+	err  error
+}
+
+// Wait returns when every value of the read is in place.
+func (r *asyncRead) Wait() error {
+	if r.done {
+		return r.err
+	}
+	r.done = true
+	r.err = r.t.wait(r.p)
+	r.t.c.release(r.p)
+	return r.err
 }

@@ -186,6 +186,7 @@ func (t *TableClient) getSpans(out []float64) error {
 	}
 	w := t.spec.Width
 	p := t.begin(out)
+	defer c.release(p)
 	for _, sp := range t.spans {
 		if t.local[sp.shard] != nil {
 			continue

@@ -328,3 +328,11 @@ func (t *localTable) LocalizeAsync([]uint64) (kvstore.Pending, error) { return k
 
 // LocalizeChunks is a no-op (see Localize).
 func (t *localTable) LocalizeChunks([]uint64) error { return nil }
+
+// GetAsync reads at once: the table is in the worker's memory.
+func (t *localTable) GetAsync(keys []uint64, out []float64) (kvstore.Pending, error) {
+	if err := t.Get(keys, out); err != nil {
+		return nil, err
+	}
+	return kvstore.Done{}, nil
+}

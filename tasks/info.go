@@ -35,6 +35,12 @@ type Table interface {
 	LocalizeAsync(keys []uint64) (kvstore.Pending, error)
 	// LocalizeChunks is Localize of whole chunks.
 	LocalizeChunks(chunks []uint64) error
+	// GetAsync starts a Get and returns at once; out holds the values
+	// when Wait on the result returns (latency hiding: read the next
+	// batch's parameters while computing this one). The read is gated at
+	// the worker's clock when issued. Tables in the worker's memory (and
+	// the process cache) read at once.
+	GetAsync(keys []uint64, out []float64) (kvstore.Pending, error)
 }
 
 // Runtime is what the engine gives a worker; Info wraps it.

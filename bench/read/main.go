@@ -319,6 +319,9 @@ func (t *memTable) LocalizeChunks([]uint64) error      { return nil }
 func (t *memTable) LocalizeAsync([]uint64) (kvstore.Pending, error) {
 	return kvstore.Done{}, nil
 }
+func (t *memTable) GetAsync(keys []uint64, out []float64) (kvstore.Pending, error) {
+	return kvstore.Done{}, t.Get(keys, out)
+}
 
 // trainBatches runs MiniBatch.Step over one parsed batch, as lr.sgd does.
 func trainBatches(m *lr.MiniBatch, r *datastore.Records, o options, st *lr.Stats) error {

@@ -23,6 +23,9 @@ func (t localTable) LocalizeChunks([]uint64) error      { return nil }
 func (t localTable) LocalizeAsync([]uint64) (kvstore.Pending, error) {
 	return kvstore.Done{}, nil
 }
+func (t localTable) GetAsync(keys []uint64, out []float64) (kvstore.Pending, error) {
+	return kvstore.Done{}, t.Get(keys, out)
+}
 
 var _ tasks.Table = localTable{}
 
