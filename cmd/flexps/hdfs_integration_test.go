@@ -43,8 +43,10 @@ func miniHDFS(t *testing.T) *hdfstest.Cluster {
 }
 
 // hdfsConfig is the [hdfs] table that points master and slaves at c.
+// A generous timeout: a cold MiniHDFS JVM on a loaded machine may take
+// over 10 s for its first WebHDFS answer; a healthy one answers at once.
 func hdfsConfig(c *hdfstest.Cluster) string {
-	return fmt.Sprintf("[hdfs]\nnamenodes = [%q]\nuser = %q\nhttp = %q\ntimeout = \"10s\"\n", c.Namenode, c.Superuser, c.HTTP)
+	return fmt.Sprintf("[hdfs]\nnamenodes = [%q]\nuser = %q\nhttp = %q\ntimeout = \"60s\"\n", c.Namenode, c.Superuser, c.HTTP)
 }
 
 // hdfsBlocks lists url's blocks as the master does.

@@ -35,7 +35,9 @@ func miniHDFS(t *testing.T) *hdfstest.Cluster {
 
 func hdfsSource(t *testing.T, c *hdfstest.Cluster, user string) *Source {
 	t.Helper()
-	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: user, Timeout: 10 * time.Second})
+	// Generous: a cold JVM on a loaded machine may take over 10 s to answer
+	// its first WebHDFS call; a healthy cluster answers at once.
+	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: user, Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

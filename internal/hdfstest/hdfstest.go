@@ -334,11 +334,24 @@ func (c *Cluster) Upload(t testing.TB, localPath, hdfsPath string) {
 	if err := cl.MkdirAll(pathDir(p), 0o755); err != nil {
 		t.Fatalf("hdfstest: mkdir for %s: %v", p, err)
 	}
-	if err := cl.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("hdfstest: replace %s: %v", p, err)
-	}
-	if err := copyToRemote(cl, localPath, p); err != nil {
-		t.Fatalf("hdfstest: upload %s to %s: %v", localPath, p, err)
+	// A namenode refuses a file's next block until the previous one has
+	// its minimum replicas (NotReplicatedYetException); Java clients retry
+	// addBlock, this client cannot resume a file: write it again.
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if err := cl.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("hdfstest: replace %s: %v", p, err)
+		}
+		err := copyToRemote(cl, localPath, p)
+		if err == nil {
+			return
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "NotReplicatedYetException") {
+			t.Fatalf("hdfstest: upload %s to %s (attempt %d): %v", localPath, p, attempt, err)
+		}
+		t.Logf("hdfstest: upload %s: %v; writing it again", p, err)
+		time.Sleep(wait)
+		wait *= 2
 	}
 }
 
