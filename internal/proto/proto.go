@@ -58,6 +58,9 @@ type SubmitRequest struct {
 type SubmitReply struct {
 	ID    string `json:"id,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Warnings are what a resume skipped (newer checkpoints that were
+	// torn or corrupt), each naming its file.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // StatusRequest asks for one task ("" for all).
