@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/checkpoint"
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// ckJob is lrJob with a [checkpoint] table.
+func ckJob(t *testing.T, dir, name, train, test, output string, epochs int, every, ckdir string) string {
+	t.Helper()
+	path := lrJob(t, dir, name, train, test, output, 500, 2, epochs, "bsp")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "[checkpoint]\nevery = %q\ndir = %q\n", every, ckdir); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runFlexps runs the CLI to its end and returns its output and exit code.
+func runFlexps(t *testing.T, argv ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	command, env := cli()
+	cmd := exec.Command(command[0], append(command[1:], argv...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+func logloss(t *testing.T, model, data string) float64 {
+	t.Helper()
+	ev, err := tasks.Evaluate(context.Background(), model, data, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev.Metrics["logloss"]
+}
+
+// epochRows are the epoch numbers of the epoch table a run printed.
+func epochRows(out string) []int {
+	eps, _ := epochLosses(out)
+	return eps
+}
+
+// epochLosses are the epoch numbers and training log-losses of the epoch
+// table a run printed.
+func epochLosses(out string) ([]int, []float64) {
+	var eps []int
+	var losses []float64
+	for _, m := range regexp.MustCompile(`(?m)^\s+0 sgd\s+(\d+)\s+([0-9.]+)\s`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		l, _ := strconv.ParseFloat(m[2], 64)
+		eps, losses = append(eps, n), append(losses, l)
+	}
+	return eps, losses
+}
+
+// TestDrill4CtrlCCheckpointResume is drill 4 of "nothing lost when a node
+// dies": Ctrl-C during flexps run writes a final checkpoint and prints the
+// resume command; that command finishes the task from the saved epoch;
+// the model is within noise of an undisturbed run of the same job.
+func TestDrill4CtrlCCheckpointResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 3000, 500)
+	const epochs = 40
+	ckdir := filepath.Join(dir, "ck")
+	// No periodic checkpoint falls due: the one written is Ctrl-C's.
+	job := ckJob(t, dir, "stopped", train, test, filepath.Join(dir, "stopped.model"), epochs, "1h", ckdir)
+
+	command, env := cli()
+	cmd := exec.Command(command[0], append(command[1:], "run", job, "--log-level", "error")...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for !strings.Contains(stdout.String(), "test_acc") {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended before it was interrupted: %v\n%s\n%s", err, stdout.String(), stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("run still going after SIGINT:\n%s", stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Fatalf("exit %d, want 130\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	m := regexp.MustCompile(`resume with:\n\s+(flexps run --resume .*)\n`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no resume command printed:\n%s", stderr.String())
+	}
+	if want := "flexps run --resume " + ckdir + " --slaves 2 --slots 2"; m[1] != want {
+		t.Fatalf("resume command %q, want %q", m[1], want)
+	}
+	ck, path, skipped, err := checkpoint.Latest(context.Background(), datastore.NewSources(), ckdir)
+	if err != nil || len(skipped) != 0 {
+		t.Fatalf("checkpoint after Ctrl-C: %v (skipped %v)", err, skipped)
+	}
+	saved := ck.Progress.Epoch
+	if ck.Progress.Stage != 0 || saved < 1 || saved >= epochs {
+		t.Fatalf("checkpoint %s at stage %d epoch %d, want stage 0 and 1 <= epoch < %d", path, ck.Progress.Stage, saved, epochs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "stopped.model")); err == nil {
+		t.Fatal("the interrupted run wrote its model")
+	}
+
+	// The printed command, run as printed (argv after "flexps").
+	out, errOut, code := runFlexps(t, append(strings.Fields(m[1])[1:], "--log-level", "error")...)
+	if code != 0 {
+		t.Fatalf("resume exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "resumed from checkpoint "+path) {
+		t.Fatalf("resumed run does not say where from:\n%s", out)
+	}
+	rows, losses := epochLosses(out)
+	if len(rows) != epochs-saved || rows[0] != saved+1 || rows[len(rows)-1] != epochs {
+		t.Fatalf("resumed run's epochs %v, want %d..%d", rows, saved+1, epochs)
+	}
+	// The tables came back: the first resumed epoch trains on the saved
+	// model, not from zero (the first epoch from zero has a much higher
+	// loss).
+	_, before := epochLosses(stdout.String())
+	if len(before) == 0 || losses[0] > before[0]-0.03 {
+		t.Fatalf("resumed epoch %d's training loss %.4f, the interrupted run's first epoch %v: the model was not restored", saved+1, losses[0], before)
+	}
+
+	// The same job, undisturbed.
+	plain := lrJob(t, dir, "plain", train, test, filepath.Join(dir, "plain.model"), 500, 2, epochs, "bsp")
+	if out, errOut, code := runFlexps(t, "run", plain, "--log-level", "error"); code != 0 {
+		t.Fatalf("undisturbed run exit %d\n%s\n%s", code, out, errOut)
+	}
+	resumed, undisturbed := logloss(t, filepath.Join(dir, "stopped.model"), test), logloss(t, filepath.Join(dir, "plain.model"), test)
+	t.Logf("test logloss: resumed %.4f, undisturbed %.4f (checkpoint at epoch %d of %d)", resumed, undisturbed, saved, epochs)
+	// Pulled blocks make every run's batch order differ: runs of this job
+	// land within about 0.005 of each other.
+	if math.Abs(resumed-undisturbed) > 0.02 {
+		t.Fatalf("resumed model's test logloss %.4f, undisturbed %.4f: more than noise apart", resumed, undisturbed)
+	}
+}
+
+// TestDrill5CorruptCheckpointFallsBack is drill 5: the newest checkpoint
+// file is torn or corrupted; resume detects it by its checksum, warns
+// naming the file, and resumes from the one before.
+func TestDrill5CorruptCheckpointFallsBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 2000, 300)
+	for _, tc := range []struct {
+		name  string
+		spoil func(data []byte) []byte
+	}{
+		{"truncated", func(b []byte) []byte { return b[:len(b)*2/3] }},
+		{"bit flipped", func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }},
+		{"trailer cut", func(b []byte) []byte { return b[:len(b)-3] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ckdir := filepath.Join(t.TempDir(), "ck")
+			output := filepath.Join(t.TempDir(), "m.model")
+			// Checkpoints after epochs 1, 2 and 3 (the last epoch is the
+			// stage's end); two are kept.
+			job := ckJob(t, dir, "drill5", train, test, output, 4, "1 epoch", ckdir)
+			if out, errOut, code := runFlexps(t, "run", job, "--log-level", "error"); code != 0 {
+				t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+			}
+			newest, older := filepath.Join(ckdir, checkpoint.Name(3)), filepath.Join(ckdir, checkpoint.Name(2))
+			data, err := os.ReadFile(newest)
+			if err != nil {
+				t.Fatalf("%v (files: %v)", err, lsDir(t, ckdir))
+			}
+			if _, err := os.Stat(filepath.Join(ckdir, checkpoint.Name(1))); err == nil {
+				t.Fatalf("checkpoint 1 kept beyond keep = 2: %v", lsDir(t, ckdir))
+			}
+			if err := os.WriteFile(newest, tc.spoil(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code := runFlexps(t, "run", "--resume", ckdir, "--log-level", "error")
+			if code != 0 {
+				t.Fatalf("resume exit %d\n%s\n%s", code, out, errOut)
+			}
+			if !strings.Contains(errOut, "warning: skipping checkpoint "+newest+":") {
+				t.Fatalf("no warning naming %s:\n%s", newest, errOut)
+			}
+			if !strings.Contains(out, "resumed from checkpoint "+older) {
+				t.Fatalf("not resumed from %s:\n%s", older, out)
+			}
+			if rows := epochRows(out); len(rows) != 2 || rows[0] != 3 {
+				t.Fatalf("resumed epochs %v, want [3 4]", rows)
+			}
+			if _, err := os.Stat(output); err != nil {
+				t.Fatalf("no model after the resumed run: %v", err)
+			}
+		})
+	}
+}
+
+func lsDir(t *testing.T, dir string) []string {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
