@@ -16,6 +16,7 @@ import (
 
 	"github.com/flexps/flexps/checkpoint"
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -242,4 +243,66 @@ func lsDir(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// TestSlaveDeathThenSubmitResume: on a cluster of real processes, a slave
+// dies mid-task and the task fails; `flexps submit --resume DIR` on the
+// same master continues it from its last checkpoint on the survivor and
+// finishes it.
+func TestSlaveDeathThenSubmitResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 3000, 500)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "1500ms"})
+	ckdir, output := filepath.Join(dir, "ck"), filepath.Join(dir, "m.model")
+	const epochs = 80
+	job := ckJob(t, dir, "killed", train, test, output, epochs, "1 epoch", ckdir)
+
+	done := make(chan clustertest.Result, 1)
+	go func() { done <- c.Run(2*time.Minute, "submit", job) }()
+	st := datastore.NewSources()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		paths, err := checkpoint.List(context.Background(), st, ckdir)
+		if err == nil && len(paths) > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("task ended before its first checkpoint (%d):\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint within a minute")
+		}
+	}
+	c.Slaves[1].Kill()
+	r := <-done
+	if r.Exit == 0 {
+		t.Fatalf("the task finished although a slave died; make it longer:\n%s", r.Stdout)
+	}
+	if !strings.Contains(r.Stdout+r.Stderr, "died") {
+		t.Fatalf("submit output does not say the slave died:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+	ck, path, _, err := checkpoint.Latest(context.Background(), st, ckdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = c.Run(2*time.Minute, "submit", "--resume", ckdir)
+	if r.Exit != 0 {
+		t.Fatalf("submit --resume failed (%d):\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
+	}
+	if !strings.Contains(r.Stdout, "resumed from checkpoint "+path) {
+		t.Fatalf("not resumed from %s:\n%s", path, r.Stdout)
+	}
+	rows := epochRows(r.Stdout)
+	if len(rows) == 0 || rows[0] != ck.Progress.Epoch+1 || rows[len(rows)-1] != epochs {
+		t.Fatalf("resumed epochs %v, the checkpoint had %d of %d", rows, ck.Progress.Epoch, epochs)
+	}
+	if a := accuracy(t, output, test); a < 0.75 {
+		t.Fatalf("resumed model's accuracy %.3f", a)
+	}
 }
