@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -304,5 +305,78 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	}
 	if a := accuracy(t, output, test); a < 0.75 {
 		t.Fatalf("resumed model's accuracy %.3f", a)
+	}
+}
+
+// TestResumeAtStageBoundary: a checkpoint between two stages resumes at
+// the second: the first is not run again (its result comes back from the
+// checkpoint) and the second starts at its first epoch.
+func TestResumeAtStageBoundary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 2000, 300)
+	ckdir, output := filepath.Join(dir, "ck"), filepath.Join(dir, "m.model")
+	stage := `[[stage]]
+name = %q
+func = "lr.sgd"
+workers = 2
+consistency = "bsp"
+[stage.params]
+epochs = 2
+batch = 50
+`
+	job := filepath.Join(dir, "two.toml")
+	writeFile := func(p, s string) {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(job, fmt.Sprintf(`name = "two"
+kind = "lr"
+output = %q
+[[table]]
+name = "w"
+size = 300
+[input.train]
+path = %q
+[input.test]
+path = %q
+[checkpoint]
+every = "1 epoch"
+dir = %q
+`, output, train, test, ckdir)+fmt.Sprintf(stage, "first")+fmt.Sprintf(stage, "second"))
+	if out, errOut, code := runFlexps(t, "run", job, "--log-level", "error"); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	// Checkpoints: 1 after epoch 1 of "first", 2 between the stages, 3
+	// after epoch 1 of "second"; 1 was deleted (keep 2). Spoil 3.
+	boundary := filepath.Join(ckdir, checkpoint.Name(2))
+	ck, err := checkpoint.Load(context.Background(), datastore.NewSources(), boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Progress.Stage != 1 || ck.Progress.Epoch != 0 || len(ck.Progress.Results) != 1 || ck.Progress.Results[0].Name != "first" {
+		t.Fatalf("checkpoint 2's progress %+v", ck.Progress)
+	}
+	writeFile(filepath.Join(ckdir, checkpoint.Name(3)), "torn")
+	out, errOut, code := runFlexps(t, "run", "--resume", ckdir, "--log-level", "error")
+	if code != 0 {
+		t.Fatalf("resume exit %d\n%s\n%s", code, out, errOut)
+	}
+	var ran []string
+	for _, m := range regexp.MustCompile(`(?m)^\s+(\d+ \w+)\s+(\d+)\s+[0-9.]+\s`).FindAllStringSubmatch(out, -1) {
+		ran = append(ran, m[1]+" epoch "+m[2])
+	}
+	if want := []string{"1 second epoch 1", "1 second epoch 2"}; !slices.Equal(ran, want) {
+		t.Fatalf("epochs run on resume %v, want %v\n%s", ran, want, out)
+	}
+	// The summary lists both stages: "first" from the checkpoint.
+	if !regexp.MustCompile(`(?m)^\s+0 first\s+lr.sgd`).MatchString(out) || !regexp.MustCompile(`(?m)^\s+1 second\s+lr.sgd`).MatchString(out) {
+		t.Fatalf("summary lacks a stage:\n%s", out)
+	}
+	if a := accuracy(t, output, test); a < 0.7 {
+		t.Fatalf("accuracy %.3f", a)
 	}
 }
