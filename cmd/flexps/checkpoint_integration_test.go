@@ -265,7 +265,7 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(2*time.Minute, "submit", job) }()
 	st := datastore.NewSources()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		paths, err := checkpoint.List(context.Background(), st, ckdir)
 		if err == nil && len(paths) > 0 {
@@ -287,6 +287,26 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	}
 	if !strings.Contains(r.Stdout+r.Stderr, "died") {
 		t.Fatalf("submit output does not say the slave died:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+	// A worker's failed request may end the task before the master
+	// declared the slave dead; resume once it has, or the new task would
+	// place tables on it.
+	cl := c.Client()
+	for dead := false; !dead; {
+		rep, err := cl.Status(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = true
+		for _, s := range rep.Slaves {
+			if s.ID == "slave-1" && s.Alive {
+				dead = false
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("slave-1 not declared dead")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	ck, path, _, err := checkpoint.Latest(context.Background(), st, ckdir)
 	if err != nil {
