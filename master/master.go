@@ -113,6 +113,10 @@ func (m *Master) Start(ctx context.Context) error {
 	}
 	m.wg.Add(1)
 	go m.detect()
+	if m.cfg.StateDir != "" {
+		m.wg.Add(1)
+		go m.recoverTasks()
+	}
 	m.log.Info().Str("policy", m.policy.Name()).Dur("dead_after", m.cfg.DeadAfter).Msg("master started")
 	return nil
 }

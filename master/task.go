@@ -127,7 +127,13 @@ func (t *taskRun) publish(kind string, ep *status.Epoch) {
 
 func (t *taskRun) run() {
 	defer t.m.wg.Done()
+	if err := t.persist(); err != nil {
+		t.m.log.Error().Err(err).Str("task", t.spec.ID).Msg("task record not written: a restarted master will not resume this task")
+	}
 	err := t.execute()
+	if t.m.ctx.Err() == nil {
+		t.unpersist()
+	} // else the master is going away: its successor resumes the task
 	t.mu.Lock()
 	slaves := make([]string, 0, len(t.used))
 	for s := range t.used {

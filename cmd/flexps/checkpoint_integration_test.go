@@ -18,6 +18,7 @@ import (
 	"github.com/flexps/flexps/checkpoint"
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/clustertest"
+	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -398,5 +399,83 @@ dir = %q
 	}
 	if a := accuracy(t, output, test); a < 0.7 {
 		t.Fatalf("accuracy %.3f", a)
+	}
+}
+
+// TestDrill3MasterRestartResumesTask is drill 3: the master is killed
+// (kill -9, its embedded NATS server with it) in the middle of a task
+// with checkpoints and started again; the slaves rejoin, the new master
+// finds the task in its state directory and resumes it from its last
+// checkpoint under the same id, and the task finishes with its model.
+func TestDrill3MasterRestartResumesTask(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 3000, 500)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "1500ms"})
+	ckdir, output := filepath.Join(dir, "ck"), filepath.Join(dir, "m.model")
+	const epochs = 60
+	job := ckJob(t, dir, "restarted", train, test, output, epochs, "1 epoch", ckdir)
+	r := c.Run(time.Minute, "submit", "--detach", job)
+	if r.Exit != 0 {
+		t.Fatalf("submit failed (%d):\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
+	}
+	id := strings.TrimSpace(r.Stdout)
+	st := datastore.NewSources()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		paths, err := checkpoint.List(context.Background(), st, ckdir)
+		if err == nil && len(paths) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.RestartMaster()
+	killedAt, _, _, err := checkpoint.Latest(context.Background(), st, ckdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitSlaves(2, time.Minute)
+	cl := c.Client()
+	var task status.Task
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		rep, err := cl.Status(context.Background(), id)
+		if err == nil && len(rep.Tasks) == 1 {
+			task = rep.Tasks[0]
+			if task.Ended() {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s not finished two minutes after the restart: %+v (%v)", id, task, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if task.State != status.Done || task.Resumed == "" {
+		t.Fatalf("task after the restart: state %s, resumed from %q, reason %q", task.State, task.Resumed, task.Reason)
+	}
+	// The resumed-from file may be deleted since (keep 2): its name and
+	// the epochs run tell where the task went on from.
+	seq, ok := checkpoint.ParseName(task.Resumed)
+	if !ok || seq < killedAt.Seq {
+		t.Fatalf("resumed from %s, checkpoint %d existed at the restart", task.Resumed, killedAt.Seq)
+	}
+	epochsRun := task.Results[len(task.Results)-1].Epochs
+	if len(epochsRun) == 0 || epochsRun[0].Epoch-1 < killedAt.Progress.Epoch || epochsRun[len(epochsRun)-1].Epoch != epochs {
+		t.Fatalf("epochs after the restart %v, want from after epoch %d to %d", epochsRun, killedAt.Progress.Epoch, epochs)
+	}
+	t.Logf("master killed at checkpoint %d (epoch %d); resumed from %s, ran epochs %d..%d",
+		killedAt.Seq, killedAt.Progress.Epoch, filepath.Base(task.Resumed), epochsRun[0].Epoch, epochs)
+	if a := accuracy(t, output, test); a < 0.75 {
+		t.Fatalf("accuracy %.3f", a)
+	}
+	// The record is gone: another restart resumes nothing.
+	if recs, _ := filepath.Glob(filepath.Join(c.Dir, "state", "tasks", "*.json")); len(recs) != 0 {
+		t.Fatalf("task records left after the task ended: %v", recs)
 	}
 }
