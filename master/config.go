@@ -41,8 +41,8 @@ type Config struct {
 	// [checkpoint] dir, so a restarted master resumes it from its last
 	// checkpoint; empty: off (flexps run's in-process master).
 	StateDir string
-	Log            zerolog.Logger
-	Now            func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
+	Log      zerolog.Logger
+	Now      func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
 func (c *Config) defaults() error {
