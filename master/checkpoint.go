@@ -96,6 +96,15 @@ type epochWaiter struct {
 	stage, epoch int
 }
 
+// firstEpochWaiter reports whether a released barrier ends an epoch.
+func firstEpochWaiter(ws []any) (epochWaiter, bool) {
+	if len(ws) == 0 {
+		return epochWaiter{}, false
+	}
+	e, ok := ws[0].(epochWaiter)
+	return e, ok
+}
+
 // waiterMsg is the request message behind a barrier waiter.
 func waiterMsg(w any) *nats.Msg {
 	if e, ok := w.(epochWaiter); ok {
@@ -117,6 +126,8 @@ func (t *taskRun) epochEnd(k int, st *tasks.Stage, epoch int, waiters []any) {
 	if due && epoch < plannedEpochs(st) {
 		path, err := t.takeCheckpoint(checkpoint.Progress{Stage: k, Epoch: epoch}, st)
 		switch {
+		case err != nil && t.ctx.Err() != nil:
+			// The task is ending anyway; its end says why.
 		case err != nil && stop:
 			reply = proto.CtlReply{Error: "the final checkpoint failed: " + err.Error()}
 			defer t.cancel(t.finalFailed(err))

@@ -173,7 +173,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 		case lifecycle.Publish:
 			t.publish(a.Kind, a.Epoch)
 		case lifecycle.ReleaseBarrier:
-			if e, ok := a.Waiters[0].(epochWaiter); ok && a.Err == "" {
+			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" {
 				st := &t.spec.Stages[e.stage]
 				t.m.wg.Add(1)
 				go func() {
