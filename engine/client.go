@@ -106,9 +106,20 @@ func (c *Client) ResumeAndWait(ctx context.Context, dir, id string, warn func(st
 		return status.Task{}, err
 	}
 	defer f.Unsubscribe()
+	id, err = c.Resume(ctx, dir, id, warn)
+	if err != nil {
+		return status.Task{}, err
+	}
+	return c.wait(ctx, id, f, fn)
+}
+
+// Resume resumes the task of the newest valid checkpoint in dir as task
+// id ("": the master picks one) and returns its id without following it;
+// warn as for ResumeAndWait.
+func (c *Client) Resume(ctx context.Context, dir, id string, warn func(string)) (string, error) {
 	var rep proto.SubmitReply
 	if err := c.request(ctx, c.subj.Submit(), proto.SubmitRequest{Task: tasks.MultiStageTask{ID: id}, Resume: dir}, &rep); err != nil {
-		return status.Task{}, err
+		return "", err
 	}
 	if warn != nil {
 		for _, w := range rep.Warnings {
@@ -116,9 +127,9 @@ func (c *Client) ResumeAndWait(ctx context.Context, dir, id string, warn func(st
 		}
 	}
 	if rep.Error != "" {
-		return status.Task{}, fmt.Errorf("resume %s: %s", dir, rep.Error)
+		return "", fmt.Errorf("resume %s: %s", dir, rep.Error)
 	}
-	return c.wait(ctx, rep.ID, f, fn)
+	return rep.ID, nil
 }
 
 // NewTaskID returns a fresh task id.

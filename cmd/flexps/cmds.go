@@ -279,6 +279,14 @@ func submitCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if resume != "" && detach {
+				id, err := c.Resume(ctx, resume, "", func(w string) { fmt.Fprintln(os.Stderr, "flexps submit: warning: "+w) })
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+				return nil
+			}
 			if resume != "" {
 				return submitResume(ctx, c, g, resume, metricsOut)
 			}
