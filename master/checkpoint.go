@@ -316,6 +316,21 @@ func (t *taskRun) stopAtCheckpoint() {
 	t.m.log.Info().Str("task", t.spec.ID).Msg("stop requested: writing a checkpoint at the next epoch or stage end")
 }
 
+// Resume resumes the task of the newest valid checkpoint in dir under the
+// id given ("" : a new one); its checkpoints go on in dir. The warnings
+// name the newer checkpoint files that were skipped as torn or corrupt.
+func (m *Master) Resume(ctx context.Context, dir, id string) (string, []string, error) {
+	ck, path, warnings, err := m.resumeFrom(ctx, dir)
+	if err != nil {
+		return "", warnings, err
+	}
+	spec := ck.Task
+	spec.ID = id
+	spec.Checkpoint.Dir = dir
+	tid, err := m.submit(ctx, &spec, ck, path)
+	return tid, warnings, err
+}
+
 // resumeFrom loads the newest valid checkpoint in dir for a resumed task.
 // Newer files that are torn or corrupt are skipped; warnings names each.
 func (m *Master) resumeFrom(ctx context.Context, dir string) (ck *checkpoint.Checkpoint, path string, warnings []string, err error) {

@@ -326,21 +326,6 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	return m.submit(ctx, spec, nil, "")
 }
 
-// Resume resumes the task of the newest valid checkpoint in dir under the
-// id given ("" : a new one); its checkpoints go on in dir. The warnings
-// name the newer checkpoint files that were skipped as torn or corrupt.
-func (m *Master) Resume(ctx context.Context, dir, id string) (string, []string, error) {
-	ck, path, warnings, err := m.resumeFrom(ctx, dir)
-	if err != nil {
-		return "", warnings, err
-	}
-	spec := ck.Task
-	spec.ID = id
-	spec.Checkpoint.Dir = dir
-	tid, err := m.submit(ctx, &spec, ck, path)
-	return tid, warnings, err
-}
-
 func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume *checkpoint.Checkpoint, resumePath string) (string, error) {
 	spec.Normalize()
 	if err := spec.ValidateShape(); err != nil {
