@@ -467,4 +467,3 @@ func evalCmd(g *globals) *cobra.Command {
 	fs.StringVar(&kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf)")
 	return c
 }
-
