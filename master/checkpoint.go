@@ -119,11 +119,14 @@ func waiterMsg(w any) *nats.Msg {
 // not held while the tables are read.
 func (t *taskRun) epochEnd(k int, st *tasks.Stage, epoch int, waiters []any) {
 	reply := proto.CtlReply{OK: true}
-	due, stop := t.ckpt.epochDone(t.m.cfg.Now())
-	// The last epoch is checkpointed at the stage's end: the stage may
-	// still change its tables after its last epoch (lr writes its
-	// weights back to raw scale).
-	if due && epoch < plannedEpochs(st) {
+	// The last epoch counts, and is checkpointed, at the stage's end: the
+	// stage may still change its tables after it (lr writes its weights
+	// back to raw scale).
+	due, stop := false, false
+	if epoch < plannedEpochs(st) {
+		due, stop = t.ckpt.epochDone(t.m.cfg.Now())
+	}
+	if due {
 		path, err := t.takeCheckpoint(checkpoint.Progress{Stage: k, Epoch: epoch}, st)
 		switch {
 		case err != nil && t.ctx.Err() != nil:
