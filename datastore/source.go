@@ -199,6 +199,36 @@ func (s *Sources) Create(ctx context.Context, path string) (io.WriteCloser, erro
 	return c.Create(ctx, path)
 }
 
+// Remover is implemented by sources that can delete files (old
+// checkpoints).
+type Remover interface {
+	Remove(ctx context.Context, path string) error
+}
+
+// Remove deletes the file at path on its source.
+func (s *Sources) Remove(ctx context.Context, path string) error {
+	if err := s.Check(path); err != nil {
+		return err
+	}
+	src, err := s.For(path)
+	if err != nil {
+		return err
+	}
+	r, ok := src.(Remover)
+	if !ok {
+		return fmt.Errorf("datastore: remove %s: the %s source cannot delete files", path, Scheme(path))
+	}
+	return r.Remove(ctx, path)
+}
+
+// Remove deletes path on the local disk.
+func (s *LocalSource) Remove(ctx context.Context, path string) error {
+	if err := os.Remove(trimFileScheme(path)); err != nil {
+		return fmt.Errorf("datastore: %w", err)
+	}
+	return nil
+}
+
 // Close closes every source this router opened.
 func (s *Sources) Close() error {
 	s.mu.Lock()
@@ -275,6 +305,15 @@ func (f *atomicFile) Close() error {
 	if err := os.Rename(f.Name(), f.final); err != nil {
 		os.Remove(f.Name())
 		return fmt.Errorf("datastore: write %s: %w", f.final, err)
+	}
+	// The rename itself is durable only once the directory is synced.
+	d, err := os.Open(filepath.Dir(f.final))
+	if err != nil {
+		return fmt.Errorf("datastore: write %s: sync directory: %w", f.final, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("datastore: write %s: sync directory: %w", f.final, err)
 	}
 	return nil
 }

@@ -92,6 +92,63 @@ func (c *Client) Submit(ctx context.Context, t *tasks.MultiStageTask) (string, e
 	return rep.ID, nil
 }
 
+// ResumeAndWait resumes the task of the newest valid checkpoint in dir (a
+// directory the master can read: local to it, or hdfs://) and follows it
+// to its end, like SubmitAndWait, as task id ("": a new one). warn (may be nil) hears, before the
+// task starts, each newer checkpoint file that was skipped as torn or
+// corrupt.
+func (c *Client) ResumeAndWait(ctx context.Context, dir, id string, warn func(string), fn func(status.Event)) (status.Task, error) {
+	if id == "" {
+		id = NewTaskID()
+	}
+	f, err := c.follow(id)
+	if err != nil {
+		return status.Task{}, err
+	}
+	defer f.Unsubscribe()
+	id, err = c.Resume(ctx, dir, id, warn)
+	if err != nil {
+		return status.Task{}, err
+	}
+	return c.wait(ctx, id, f, fn)
+}
+
+// Resume resumes the task of the newest valid checkpoint in dir as task
+// id ("": the master picks one) and returns its id without following it;
+// warn as for ResumeAndWait.
+func (c *Client) Resume(ctx context.Context, dir, id string, warn func(string)) (string, error) {
+	var rep proto.SubmitReply
+	if err := c.request(ctx, c.subj.Submit(), proto.SubmitRequest{Task: tasks.MultiStageTask{ID: id}, Resume: dir}, &rep); err != nil {
+		return "", err
+	}
+	if warn != nil {
+		for _, w := range rep.Warnings {
+			warn(w)
+		}
+	}
+	if rep.Error != "" {
+		return "", fmt.Errorf("resume %s: %s", dir, rep.Error)
+	}
+	return rep.ID, nil
+}
+
+// NewTaskID returns a fresh task id.
+func NewTaskID() string { return "t" + nuid.Next()[10:] }
+
+// StopAtCheckpoint asks the master to stop a task at its next consistent
+// point (an epoch or stage end) after writing a checkpoint there; a task
+// without [checkpoint] stops at once, as with Cancel.
+func (c *Client) StopAtCheckpoint(ctx context.Context, id string) error {
+	var rep proto.CtlReply
+	if err := c.request(ctx, c.subj.Cancel(), proto.CancelRequest{ID: id, Checkpoint: true}, &rep); err != nil {
+		return err
+	}
+	if !rep.OK {
+		return errors.New(rep.Error)
+	}
+	return nil
+}
+
 // Status asks the master for one task ("" for all) and the slaves.
 func (c *Client) Status(ctx context.Context, id string) (status.Cluster, error) {
 	var rep proto.StatusReply

@@ -293,7 +293,15 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 	n.nc = nc
 	var paths *datastore.PathPolicy
 	if paths, err = cfg.pathPolicy(); err == nil {
-		n.Master, err = master.New(nc, cfg.masterConfig(log, paths))
+		mc := cfg.masterConfig(log, paths)
+		// Running tasks with checkpoints are recorded in the cluster's
+		// state directory, so a restarted master resumes them.
+		if dir, derr := cfg.stateDir(); derr == nil {
+			mc.StateDir = dir
+		} else {
+			log.Warn().Err(derr).Msg("no state directory: a restarted master will not resume running tasks")
+		}
+		n.Master, err = master.New(nc, mc)
 	}
 	if err == nil {
 		err = n.Master.Start(ctx)

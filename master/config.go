@@ -37,8 +37,12 @@ type Config struct {
 	HDFS           hdfs.Config
 	Paths          *datastore.PathPolicy // where tasks may read and write (nil: anywhere)
 	KeepTasks      int                   // ended tasks kept for status, oldest dropped first; default 1000
-	Log            zerolog.Logger
-	Now            func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
+	// StateDir keeps a record of each queued or running task that has a
+	// [checkpoint] dir, so a restarted master resumes it from its last
+	// checkpoint; empty: off (flexps run's in-process master).
+	StateDir string
+	Log      zerolog.Logger
+	Now      func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
 func (c *Config) defaults() error {

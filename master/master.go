@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flexps/flexps/checkpoint"
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/internal/bus"
@@ -112,6 +113,10 @@ func (m *Master) Start(ctx context.Context) error {
 	}
 	m.wg.Add(1)
 	go m.detect()
+	if m.cfg.StateDir != "" {
+		m.wg.Add(1)
+		go m.recoverTasks()
+	}
 	m.log.Info().Str("policy", m.policy.Name()).Dur("dead_after", m.cfg.DeadAfter).Msg("master started")
 	return nil
 }
@@ -297,6 +302,15 @@ func (m *Master) onSubmit(msg *nats.Msg) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		if req.Resume != "" {
+			id, warnings, err := m.Resume(m.ctx, req.Resume, req.Task.ID)
+			if err != nil {
+				m.reply(msg, proto.SubmitReply{Error: err.Error(), Warnings: warnings})
+				return
+			}
+			m.reply(msg, proto.SubmitReply{ID: id, Warnings: warnings})
+			return
+		}
 		id, err := m.Submit(m.ctx, &req.Task)
 		if err != nil {
 			m.reply(msg, proto.SubmitReply{Error: err.Error()})
@@ -309,9 +323,26 @@ func (m *Master) onSubmit(msg *nats.Msg) {
 // Submit queues a task and returns its id. The task's inputs are listed
 // now, so a missing file fails the submission, not the run.
 func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string, error) {
+	return m.submit(ctx, spec, nil, "")
+}
+
+func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume *checkpoint.Checkpoint, resumePath string) (string, error) {
 	spec.Normalize()
 	if err := spec.ValidateShape(); err != nil {
 		return "", err
+	}
+	ckpt, err := newCheckpointer(spec.Checkpoint, m.cfg.Now())
+	if err != nil {
+		return "", fmt.Errorf("task %q: %w", spec.Name, err)
+	}
+	if ckpt != nil {
+		// A directory the policy refuses or nobody can write fails now,
+		// not at the first checkpoint.
+		w, err := m.sources.Create(ctx, strings.TrimRight(ckpt.dir, "/")+"/.flexps-probe")
+		if err != nil {
+			return "", fmt.Errorf("task %q: checkpoint dir %s: %w", spec.Name, ckpt.dir, err)
+		}
+		datastore.Abort(w)
 	}
 	if spec.Output != "" {
 		// Refused or unwritable outputs fail now, not after training: a
@@ -364,9 +395,14 @@ func (m *Master) Submit(ctx context.Context, spec *tasks.MultiStageTask) (string
 	m.pruneLocked()
 	tr := newTaskRun(m, spec, blocks)
 	tr.seq = m.seq
+	tr.ckpt, tr.resume = ckpt, resume
+	tr.status.Resumed = resumePath
+	if resume != nil && resume.Progress.Stage > 0 {
+		tr.first = nil // the first stage to run is not stage 0
+	}
 	m.tasks[spec.ID] = tr
 	m.order = append(m.order, spec.ID)
-	if st := &spec.Stages[0]; !st.Auto {
+	if st := &spec.Stages[0]; !st.Auto && (resume == nil || resume.Progress.Stage == 0) {
 		// Queue the first stage now, under the same lock that ordered the
 		// submission: the scheduler sees tasks in submission order however
 		// their goroutines are scheduled. A request that cannot fit is left
@@ -476,7 +512,11 @@ func (m *Master) onCancel(msg *nats.Msg) {
 		m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.ID)})
 		return
 	}
-	tr.cancelRun(errCancelled)
+	if req.Checkpoint {
+		tr.stopAtCheckpoint()
+	} else {
+		tr.cancelRun(errCancelled)
+	}
 	m.reply(msg, proto.CtlReply{OK: true})
 }
 

@@ -30,19 +30,8 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	stageErr := func(err error) (status.StageResult, bool, error) {
 		return res, false, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
 	}
-	if t.hosts == nil {
-		t.mu.Lock()
-		t.hosts = m.aliveSlaves()
-		for _, h := range t.hosts {
-			t.used[h] = true
-		}
-		t.mu.Unlock()
-		if len(t.hosts) == 0 {
-			return stageErr(errors.New("no live slave to host the tables"))
-		}
-		if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
-			return stageErr(err)
-		}
+	if err := t.createTables(); err != nil {
+		return stageErr(err)
 	}
 	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
 		Consistency: st.Consistency, Workers: workers}); err != nil {
@@ -50,6 +39,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	}
 	mach := lifecycle.New(lifecycle.Config{Task: t.spec.ID, Stage: k, Name: st.Name, Func: st.Func, Workers: workers,
 		Placement: placement, Hosts: t.hosts, Epochs: st.Params.Int("epochs", 0), Trial: trial})
+	epochBarrier := t.epochBarriers(st, trial)
 	// The FileAssigner knows where each rank runs.
 	var ws []assign.Worker
 	for _, a := range placement {
@@ -86,7 +76,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	start := func(a lifecycle.StartWorkers) error {
 		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
 			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
-			Retain: retain, TransferFrom: from})
+			Retain: retain, TransferFrom: from, StartEpoch: t.startEpoch, EpochBarrier: epochBarrier})
 	}
 	stop := func(a lifecycle.StopWorkers) error {
 		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStopStage, Task: t.spec.ID, Stage: k})
@@ -141,7 +131,9 @@ func (t *taskRun) awaitStage(inputs []assignKey, start func(lifecycle.StartWorke
 			return <-t.stageEnd
 		case <-ticker.C:
 			t.mu.Lock()
-			epoch := t.stage.Progress().Epoch
+			// Passes over the inputs count from 0 in every run, epochs
+			// from where a resumed stage starts.
+			epoch := max(0, t.stage.Progress().Epoch-t.startEpoch)
 			t.mu.Unlock()
 			t.stepWith(lifecycle.Tick{Now: t.m.cfg.Now(), Handed: t.m.handed(inputs, epoch)}, start, stop)
 		}
@@ -181,8 +173,17 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 		case lifecycle.Publish:
 			t.publish(a.Kind, a.Epoch)
 		case lifecycle.ReleaseBarrier:
+			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" {
+				st := &t.spec.Stages[e.stage]
+				t.m.wg.Add(1)
+				go func() {
+					defer t.m.wg.Done()
+					t.epochEnd(e.stage, st, e.epoch, a.Waiters)
+				}()
+				continue
+			}
 			for _, w := range a.Waiters {
-				t.m.reply(w.(*nats.Msg), proto.CtlReply{OK: a.Err == "", Error: a.Err})
+				t.m.reply(waiterMsg(w), proto.CtlReply{OK: a.Err == "", Error: a.Err})
 			}
 		case lifecycle.StageFinished:
 			end <- a
@@ -219,7 +220,43 @@ func (t *taskRun) ctlErr(err error) error {
 
 // barrier hands a worker's barrier arrival to the running stage.
 func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
-	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: msg})
+	var w any = msg
+	if req.Epoch > 0 && t.ckpt != nil && req.Stage >= 0 && req.Stage < len(t.spec.Stages) {
+		w = epochWaiter{msg: msg, stage: req.Stage, epoch: req.Epoch}
+	}
+	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: w})
+}
+
+// createTables creates the task's tables on the live slaves the first
+// time a stage needs them, and loads a resumed task's checkpoint into
+// them.
+func (t *taskRun) createTables() error {
+	if t.hosts != nil {
+		return nil
+	}
+	m := t.m
+	hosts := m.aliveSlaves()
+	if len(hosts) == 0 {
+		return errors.New("no live slave to host the tables")
+	}
+	t.mu.Lock()
+	t.hosts = hosts
+	for _, h := range t.hosts {
+		t.used[h] = true
+	}
+	t.mu.Unlock()
+	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
+		return err
+	}
+	if ck := t.resume; ck != nil {
+		start := time.Now()
+		if err := t.restoreTables(ck); err != nil {
+			return fmt.Errorf("loading checkpoint %s: %w", t.status.Resumed, err)
+		}
+		t.resume = nil
+		m.log.Info().Str("task", t.spec.ID).Str("checkpoint", t.status.Resumed).Dur("took", time.Since(start)).Msg("tables loaded from the checkpoint")
+	}
+	return nil
 }
 
 // handed is the share of the input blocks of pass epoch (the pass after

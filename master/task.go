@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flexps/flexps/checkpoint"
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
@@ -47,6 +48,13 @@ type taskRun struct {
 	// hands its one StageFinished to the task's goroutine.
 	stage    *lifecycle.Stage
 	stageEnd chan lifecycle.StageFinished
+
+	// ckpt is the task's checkpoint state (nil: no [checkpoint]);
+	// resume the checkpoint a resumed task starts from (nil once its
+	// tables are loaded), startEpoch the epochs of its stage done.
+	ckpt       *checkpointer
+	resume     *checkpoint.Checkpoint
+	startEpoch int
 
 	// first is stage 0's slot request, queued at submission so the
 	// scheduler sees tasks in submission order (nil for auto stages).
@@ -119,7 +127,13 @@ func (t *taskRun) publish(kind string, ep *status.Epoch) {
 
 func (t *taskRun) run() {
 	defer t.m.wg.Done()
+	if err := t.persist(); err != nil {
+		t.m.log.Error().Err(err).Str("task", t.spec.ID).Msg("task record not written: a restarted master will not resume this task")
+	}
 	err := t.execute()
+	if t.m.ctx.Err() == nil {
+		t.unpersist()
+	} // else the master is going away: its successor resumes the task
 	t.mu.Lock()
 	slaves := make([]string, 0, len(t.used))
 	for s := range t.used {
@@ -188,7 +202,23 @@ func (t *taskRun) cause() error {
 }
 
 func (t *taskRun) execute() error {
-	for k := range t.spec.Stages {
+	first := 0
+	if t.resume != nil {
+		p := t.resume.Progress
+		first, t.startEpoch = p.Stage, p.Epoch
+		t.mu.Lock()
+		t.status.Results = append([]status.StageResult(nil), p.Results...)
+		t.status.Progress.Samples = p.Samples
+		t.mu.Unlock()
+		if first == len(t.spec.Stages) {
+			// Checkpointed after the last stage: only the output is left,
+			// read from the restored tables.
+			if err := t.createTables(); err != nil {
+				return err
+			}
+		}
+	}
+	for k := first; k < len(t.spec.Stages); k++ {
 		st := &t.spec.Stages[k]
 		t.mu.Lock()
 		t.status.Stage, t.status.StageName = k, st.Name
@@ -202,6 +232,10 @@ func (t *taskRun) execute() error {
 			if res != nil { // a trial ran the whole stage
 				res.Note = why
 				t.record(*res)
+				t.startEpoch = 0
+				if err := t.afterStage(k); err != nil {
+					return err
+				}
 				continue
 			}
 			workers, note = best, why
@@ -221,6 +255,10 @@ func (t *taskRun) execute() error {
 			res.Note = note
 		}
 		t.record(res)
+		t.startEpoch = 0
+		if err := t.afterStage(k); err != nil {
+			return err
+		}
 	}
 	return t.writeOutput()
 }

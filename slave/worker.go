@@ -49,7 +49,7 @@ func (w *worker) run() {
 			Ctx: w.ctx, Task: w.req.Task, TaskName: w.req.Spec.Name, Stage: w.req.Stage, StageName: w.stage.Name,
 			Rank: w.rank, Workers: w.req.Workers, LocalRank: w.localRank, LocalCount: w.localCount,
 			Slave: w.s.cfg.ID, Params: w.stage.Params, Log: log, Runtime: w,
-			Consistency: w.req.Consistency, WorkerKind: w.stage.WorkerKind,
+			Consistency: w.req.Consistency, WorkerKind: w.stage.WorkerKind, StartEpoch: w.req.StartEpoch,
 		}
 		w.epochStart, w.lastReport = time.Now(), time.Now()
 		err = call(w.fn, info)
@@ -180,7 +180,11 @@ func (w *worker) Clock() error {
 // Barrier implements tasks.Runtime: this worker's Adds are applied first
 // (one-slave stages write to shared memory directly), then the master
 // releases the barrier once every worker of the stage arrived.
-func (w *worker) Barrier() error {
+func (w *worker) Barrier() error { return w.barrier(0) }
+
+// barrier is Barrier; epoch > 0 tells the master it ends that epoch, so
+// it may take a checkpoint before releasing it.
+func (w *worker) barrier(epoch int) error {
 	w.barriers++
 	// Workers reach a barrier after different numbers of iterations (they
 	// pull their blocks), so under BSP/SSP one waiting here at clock c
@@ -202,7 +206,7 @@ func (w *worker) Barrier() error {
 			g.Advance(w.rank, w.localClock)
 		}
 	}
-	req, err := json.Marshal(proto.BarrierRequest{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seq: w.barriers})
+	req, err := json.Marshal(proto.BarrierRequest{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seq: w.barriers, Epoch: epoch})
 	if err != nil {
 		return err
 	}
@@ -249,7 +253,15 @@ func (w *worker) ReportEpoch(epoch int, metrics map[string]float64) {
 	now := time.Now()
 	w.s.report(w.gen, proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerEpoch,
 		Epoch: epoch, Seconds: now.Sub(w.epochStart).Seconds(), Metrics: metrics})
-	w.epochStart = now
+	if w.req.EpochBarrier && w.local == nil {
+		// A checkpoint point: wait while the master may snapshot the
+		// tables. A failure means the stage is ending; the worker's next
+		// table access or clock reports why.
+		if err := w.barrier(epoch); err != nil {
+			w.s.log.Debug().Err(err).Str("task", w.req.Task).Int("stage", w.req.Stage).Int("worker", w.rank).Msg("checkpoint barrier")
+		}
+	}
+	w.epochStart = time.Now()
 }
 
 // readMetrics sums what the worker's passes read, for the stage summary.

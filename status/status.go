@@ -51,6 +51,10 @@ type Task struct {
 	Progress  Progress       `json:"progress"`
 	Results   []StageResult  `json:"results,omitempty"`
 	Output    string         `json:"output,omitempty"`
+	// Checkpoint is the task's newest checkpoint file ("" before the
+	// first); Resumed the checkpoint the task was resumed from.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Resumed    string `json:"resumed,omitempty"`
 }
 
 // Ended reports whether the task reached a final state.

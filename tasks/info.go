@@ -91,8 +91,13 @@ type Info struct {
 	Consistency kvstore.Consistency
 	WorkerKind  string
 	Params      Params
-	Log         zerolog.Logger
-	Runtime     Runtime
+	// StartEpoch is how many epochs of this stage are already done: 0 on
+	// a fresh run, the checkpoint's epoch when the task was resumed. A
+	// stage function that counts epochs starts at StartEpoch+1 (its
+	// tables already hold the model after StartEpoch epochs).
+	StartEpoch int
+	Log        zerolog.Logger
+	Runtime    Runtime
 }
 
 // RequireBSP returns an error unless the stage runs under BSP or has a
@@ -130,6 +135,10 @@ func (i *Info) Report(samples int64, lossSum float64) {
 }
 
 // ReportEpoch sends metrics for an epoch; they are summed over workers.
+// When the task takes checkpoints and the stage is a ps stage, it is
+// also a barrier: it returns once every worker of the stage reported the
+// epoch and the master, if a checkpoint is due, has snapshot the tables.
+// So every worker must report every epoch, after its last Add of it.
 // Conventional keys: samples, loss_sum, correct, test_samples,
 // test_correct, test_loss_sum, sq_err_sum, test_sq_err_sum, objective.
 func (i *Info) ReportEpoch(epoch int, metrics map[string]float64) {

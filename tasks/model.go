@@ -26,6 +26,10 @@ type Model struct {
 	Name   string            `json:"name"`
 	Meta   map[string]string `json:"meta,omitempty"`
 	Tables []ModelTable      `json:"tables"`
+	// Checkpoint is set in checkpoint files (package checkpoint): the
+	// task, its progress and the format version. A model reader ignores
+	// it, so a checkpoint can be scored with flexps eval.
+	Checkpoint json.RawMessage `json:"checkpoint,omitempty"`
 }
 
 // ModelTable is one table of a model. Keys is nil for a dense table that

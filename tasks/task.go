@@ -45,6 +45,7 @@ type MultiStageTask struct {
 	Output        string               `json:"output,omitempty"` // model path (local or hdfs://); empty: not written
 	ModelTransfer string               `json:"model_transfer,omitempty"`
 	Meta          map[string]string    `json:"meta,omitempty"`
+	Checkpoint    Checkpoint           `json:"checkpoint,omitzero"`
 }
 
 // InputSpec names data a stage reads.
@@ -220,6 +221,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 	case "", TransferKVStore, TransferDirect:
 	default:
 		return bad("model_transfer must be %q or %q, got %q", TransferKVStore, TransferDirect, t.ModelTransfer)
+	}
+	if err := t.Checkpoint.validate(); err != nil {
+		return bad("%v", err)
 	}
 	seen := map[string]bool{}
 	for _, spec := range t.Tables {

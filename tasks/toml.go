@@ -26,6 +26,7 @@ type JobFile struct {
 	ModelTransfer string               `toml:"model_transfer"`
 	Repeat        int                  `toml:"repeat"` // run the list of stages this many times (default 1), e.g. SVRG rounds
 	Local         LocalSection         `toml:"local"`
+	Checkpoint    Checkpoint           `toml:"checkpoint"`
 	Tables        []kvstore.TableSpec  `toml:"table"`
 	Inputs        map[string]InputFile `toml:"input"`
 	Stages        []StageFile          `toml:"stage"`
@@ -168,6 +169,7 @@ func ParseJob(path string, data []byte) (*JobFile, *MultiStageTask, error) {
 func (jf *JobFile) Task() (*MultiStageTask, error) {
 	t := NewTask(jf.Name)
 	t.Kind, t.Priority, t.Output, t.ModelTransfer = jf.Kind, jf.Priority, jf.Output, jf.ModelTransfer
+	t.Checkpoint = jf.Checkpoint
 	t.Tables = append(t.Tables, jf.Tables...)
 	names := make([]string, 0, len(jf.Inputs))
 	for n := range jf.Inputs {

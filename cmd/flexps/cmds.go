@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -19,15 +20,18 @@ import (
 
 func runCmd(g *globals) *cobra.Command {
 	var (
-		config, cpuprofile, metricsOut string
-		slaves, slots                  int
-		mon                            clusterFlags
+		config, cpuprofile, metricsOut, resume string
+		slaves, slots                          int
+		mon                                    clusterFlags
 	)
 	c := &cobra.Command{
-		Use:   "run JOB.toml",
+		Use:   "run JOB.toml | run --resume DIR",
 		Short: "Train in local mode (embedded NATS, master and slaves in-process)",
-		Args:  args(func(n int) bool { return n == 1 }, "exactly one job file"),
+		Args:  args(func(n int) bool { return n <= 1 }, "exactly one job file, or --resume DIR"),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if (len(a) == 1) == (resume != "") {
+				return usageError{"want exactly one job file, or --resume DIR without one: " + cmd.UseLine()}
+			}
 			ctx := cmd.Context()
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
@@ -49,12 +53,14 @@ func runCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			jf, task, err := tasks.LoadJob(a[0])
-			if err != nil {
-				return err
-			}
-			if err := ensureInputs(jf, log); err != nil {
-				return err
+			jf, task := &tasks.JobFile{}, (*tasks.MultiStageTask)(nil)
+			if resume == "" {
+				if jf, task, err = tasks.LoadJob(a[0]); err != nil {
+					return err
+				}
+				if err := ensureInputs(jf, log); err != nil {
+					return err
+				}
 			}
 			mw, err := openMetricsOut(metricsOut)
 			if err != nil {
@@ -67,7 +73,17 @@ func runCmd(g *globals) *cobra.Command {
 			if slots > 0 {
 				opt.Slots = slots
 			}
-			local, err := engine.StartLocal(ctx, opt)
+			// With checkpoints the first Ctrl-C must not take the cluster
+			// down: the task stops at its next checkpoint first.
+			ckDir := resume
+			if task != nil {
+				ckDir = task.Checkpoint.Dir
+			}
+			clusterCtx := ctx
+			if ckDir != "" {
+				clusterCtx = context.WithoutCancel(ctx)
+			}
+			local, err := engine.StartLocal(clusterCtx, opt)
 			if err != nil {
 				return errors.Join(err, mw.Close())
 			}
@@ -76,7 +92,19 @@ func runCmd(g *globals) *cobra.Command {
 			p.ShareTerminal = logging.IsTerminal(os.Stdout)
 			p.Logs = &g.logs
 			p.Metrics = mw
-			st, err := local.SubmitAndWait(ctx, task, p.Event)
+			id := engine.NewTaskID()
+			var st status.Task
+			if resume != "" {
+				st, err = local.ResumeAndWait(ctx, resume, id, func(w string) { fmt.Fprintln(os.Stderr, "flexps run: warning: "+w) }, p.Event)
+			} else {
+				task.ID = id
+				st, err = local.SubmitAndWait(ctx, task, p.Event)
+			}
+			if ctx.Err() != nil && ckDir != "" {
+				rc := resumeCommand(ckDir, opt.Slaves, opt.Slots, config)
+				err = finalCheckpoint(local.Client, id, p, rc)
+				return errors.Join(err, mw.Close())
+			}
 			if st.ID != "" {
 				p.Summary(st)
 			}
@@ -89,6 +117,7 @@ func runCmd(g *globals) *cobra.Command {
 	fs.IntVar(&slots, "slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
+	fs.StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (the job's [checkpoint] dir) instead of running a job file")
 	mon.registerMonitor(fs, true)
 	return c
 }
@@ -231,21 +260,35 @@ const clientNATSHelp = "NATS URL of the cluster (default: [nats] url, else nats:
 
 func submitCmd(g *globals) *cobra.Command {
 	var (
-		cf         clusterFlags
-		detach     bool
-		metricsOut string
+		cf                 clusterFlags
+		detach             bool
+		metricsOut, resume string
 	)
 	c := &cobra.Command{
-		Use:   "submit JOB.toml...",
+		Use:   "submit JOB.toml... | submit --resume DIR",
 		Short: "Submit tasks to a running master and follow them",
-		Args:  args(func(n int) bool { return n > 0 }, "one or more job files"),
+		Args:  args(func(n int) bool { return true }, "one or more job files"),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if (len(a) > 0) == (resume != "") {
+				return usageError{"want one or more job files, or --resume DIR without any: " + cmd.UseLine()}
+			}
 			ctx := cmd.Context()
 			c, err := cf.dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			if resume != "" && detach {
+				id, err := c.Resume(ctx, resume, "", func(w string) { fmt.Fprintln(os.Stderr, "flexps submit: warning: "+w) })
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+				return nil
+			}
+			if resume != "" {
+				return submitResume(ctx, c, g, resume, metricsOut)
+			}
 			var jobs []*tasks.MultiStageTask
 			for _, path := range a {
 				_, t, err := tasks.LoadJob(path)
@@ -306,6 +349,7 @@ func submitCmd(g *globals) *cobra.Command {
 	}
 	cf.register(c.Flags(), clientNATSHelp)
 	c.Flags().BoolVar(&detach, "detach", false, "submit and print the task ids without following")
+	c.Flags().StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (as the master sees it: local to it, or hdfs://)")
 	c.Flags().StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
 	return c
 }

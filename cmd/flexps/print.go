@@ -239,6 +239,12 @@ func (p *Printer) Summary(s status.Task) {
 	if s.State == status.Done && s.Output != "" {
 		fmt.Fprintf(p.Out, "model written to %s\n", s.Output)
 	}
+	if s.Resumed != "" {
+		fmt.Fprintf(p.Out, "resumed from checkpoint %s\n", s.Resumed)
+	}
+	if s.Checkpoint != "" {
+		fmt.Fprintf(p.Out, "last checkpoint %s\n", s.Checkpoint)
+	}
 }
 
 func placement(m map[string]int) string {

@@ -628,6 +628,22 @@ func (s *Source) Create(ctx context.Context, path string) (io.WriteCloser, error
 	return &hdfsWriter{s: s, c: c, w: w, tmp: tmp, final: u.path, url: path}, nil
 }
 
+// Remove deletes the file at an hdfs:// URL.
+func (s *Source) Remove(ctx context.Context, path string) error {
+	u, err := s.parse(path)
+	if err != nil {
+		return err
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return err
+	}
+	if err := c.Remove(u.path); err != nil {
+		return s.fsErr("remove", path, err)
+	}
+	return nil
+}
+
 type hdfsWriter struct {
 	s          *Source
 	c          *gohdfs.Client

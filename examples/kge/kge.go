@@ -191,7 +191,7 @@ func ComplEx(info *tasks.Info) error {
 		}
 	}
 	m := NewMiniBatch(ents, rels, cfg.Dim, cfg.Neg, uint64(cfg.Seed)*1000003+uint64(info.Rank))
-	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+	for epoch := info.StartEpoch + 1; epoch <= cfg.Epochs; epoch++ {
 		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2}
 		var st Stats
 		step := func(bs Stats, err error) error {

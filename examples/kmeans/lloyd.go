@@ -41,7 +41,7 @@ func Lloyd(info *tasks.Info) error {
 	if info.Rank == 0 {
 		read, delta = make([]float64, k*w), make([]float64, k*dims)
 	}
-	for it := 1; it <= cfg.Iterations; it++ {
+	for it := info.StartEpoch + 1; it <= cfg.Iterations; it++ {
 		// Clock 2(it-1): a BSP read waits for every worker's previous
 		// clock, so it sees worker 0's update of the last iteration.
 		if err := ct.Get(keys, cs.C); err != nil {

@@ -158,12 +158,15 @@ func SGD(info *tasks.Info) error {
 			return err
 		}
 		// The table holds raw-space weights between stages; train on
-		// scaled features with scaled weights.
-		if err := rescale(info, w, m.scale, true); err != nil {
-			return err
+		// scaled features with scaled weights. A stage resumed from a
+		// checkpoint taken mid-stage holds scaled weights already.
+		if info.StartEpoch == 0 {
+			if err := rescale(info, w, m.scale, true); err != nil {
+				return err
+			}
 		}
 	}
-	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+	for epoch := info.StartEpoch + 1; epoch <= cfg.Epochs; epoch++ {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
 		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {

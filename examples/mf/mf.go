@@ -159,7 +159,7 @@ func SGD(info *tasks.Info) error {
 	test, _ := info.Input(cfg.Test) // optional
 	m := NewMiniBatch(tabs, cfg.Rank)
 	m.BiasShare = 1 / float64(max(info.Workers, 1))
-	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+	for epoch := info.StartEpoch + 1; epoch <= cfg.Epochs; epoch++ {
 		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2, L2Bias: cfg.L2Bias}
 		var st Stats
 		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {

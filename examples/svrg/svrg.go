@@ -349,7 +349,7 @@ func SGD(info *tasks.Info) error {
 	defer in.close()
 	var batch datastore.Records
 	steps := int64(0)
-	for epoch := 1; epoch <= cfg.EpochsInner; epoch++ {
+	for epoch := info.StartEpoch + 1; epoch <= cfg.EpochsInner; epoch++ {
 		var st lr.Stats
 		for range perEpoch {
 			if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {

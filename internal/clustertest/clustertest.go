@@ -56,6 +56,8 @@ type Cluster struct {
 	URL    string // nats://127.0.0.1:port
 	Master *Proc
 	Slaves []*Proc
+
+	restarts int // of the master
 }
 
 // Proc is one process of the cluster.
@@ -163,6 +165,16 @@ func (c *Cluster) spawn(name string, args ...string) *Proc {
 		close(p.done)
 	}()
 	return p
+}
+
+// RestartMaster kills the master with SIGKILL (its embedded NATS server
+// goes with it) and starts a new one on the same configuration, port and
+// state directory; its log is master-N.log.
+func (c *Cluster) RestartMaster() {
+	c.t.Helper()
+	c.Master.Kill()
+	c.restarts++
+	c.Master = c.spawn(fmt.Sprintf("master-%d", c.restarts+1), "master", "--config", c.Config)
 }
 
 // WorkDir is the working directory of the process name ("master",

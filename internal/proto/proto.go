@@ -49,12 +49,18 @@ type Heartbeat struct {
 // SubmitRequest sends a task to the master.
 type SubmitRequest struct {
 	Task tasks.MultiStageTask `json:"task"`
+	// Resume is a checkpoint directory: the master resumes the task of
+	// its newest valid checkpoint (Task then carries only the ID to use).
+	Resume string `json:"resume,omitempty"`
 }
 
 // SubmitReply acknowledges a submission.
 type SubmitReply struct {
 	ID    string `json:"id,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Warnings are what a resume skipped (newer checkpoints that were
+	// torn or corrupt), each naming its file.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // StatusRequest asks for one task ("" for all).
@@ -71,6 +77,9 @@ type StatusReply struct {
 // CancelRequest stops a task.
 type CancelRequest struct {
 	ID string `json:"id"`
+	// Checkpoint stops the task at its next consistent point after
+	// writing a checkpoint (tasks with [checkpoint]); otherwise at once.
+	Checkpoint bool `json:"checkpoint,omitempty"`
 }
 
 // Kinds of WorkerEvent.
@@ -105,6 +114,9 @@ type BarrierRequest struct {
 	Stage int    `json:"stage"`
 	Rank  int    `json:"rank"`
 	Seq   int    `json:"seq"`
+	// Epoch > 0 marks the barrier that ends the worker's epoch Epoch
+	// (a checkpoint point, SlaveCtl.EpochBarrier).
+	Epoch int `json:"epoch,omitempty"`
 }
 
 // BlockRequest asks the master's FileAssigner for a worker's next block.
@@ -153,6 +165,12 @@ type SlaveCtl struct {
 	// TransferFrom names the slave holding the previous stage's retained
 	// model; the stage takes it from there instead of the KV-store.
 	TransferFrom string `json:"transfer_from,omitempty"`
+	// StartEpoch is how many epochs of the stage a resumed task already
+	// did (tasks.Info.StartEpoch).
+	StartEpoch int `json:"start_epoch,omitempty"`
+	// EpochBarrier makes every worker's ReportEpoch a barrier at which the
+	// master may take a checkpoint (tasks with [checkpoint], ps stages).
+	EpochBarrier bool `json:"epoch_barrier,omitempty"`
 }
 
 // ModelInfo describes a retained model for a direct transfer.

@@ -1,0 +1,139 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+)
+
+// Store is where checkpoints live: *datastore.Sources, which routes local
+// paths and hdfs:// URLs, writes atomically (temporary name, fsync,
+// rename) and enforces the cluster's allowed paths.
+type Store interface {
+	Create(ctx context.Context, path string) (io.WriteCloser, error)
+	Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error)
+	Blocks(ctx context.Context, pattern string, blockSize int64) ([]datastore.Block, error)
+	Remove(ctx context.Context, path string) error
+}
+
+// List returns the paths of the checkpoint files in dir (none when dir
+// does not exist yet).
+func List(ctx context.Context, st Store, dir string) ([]string, error) {
+	blocks, err := st.Blocks(ctx, join(dir, pattern), 1<<62)
+	if errors.Is(err, datastore.ErrNoInput) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s: %w", dir, err)
+	}
+	var out []string
+	for _, b := range blocks {
+		if len(out) == 0 || out[len(out)-1] != b.Path {
+			out = append(out, b.Path)
+		}
+	}
+	return out, nil
+}
+
+// Written describes a checkpoint Write produced.
+type Written struct {
+	Path    string
+	Bytes   int64
+	Seconds float64 // encoding and writing, after the tables were read
+	Removed []string
+	// RemoveErrs are old checkpoints that could not be deleted: the new
+	// one is written all the same.
+	RemoveErrs []error
+}
+
+// Write stores c in dir as the newest checkpoint (its Seq is set here),
+// atomically, then deletes all but the newest keep. A failure to delete
+// an old checkpoint is not an error of the write (Written.RemoveErrs).
+func Write(ctx context.Context, st Store, dir string, c *Checkpoint, keep int, now time.Time) (Written, error) {
+	start := time.Now()
+	paths, err := List(ctx, st, dir)
+	if err != nil {
+		return Written{}, err
+	}
+	c.Seq = NextSeq(paths)
+	c.Created = now
+	p := join(dir, Name(c.Seq))
+	w, err := st.Create(ctx, p)
+	if err != nil {
+		return Written{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	n, err := Encode(w, c)
+	if err != nil {
+		datastore.Abort(w)
+		return Written{}, fmt.Errorf("checkpoint: write %s: %w", p, err)
+	}
+	if err := w.Close(); err != nil {
+		return Written{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	out := Written{Path: p, Bytes: n, Seconds: time.Since(start).Seconds()}
+	for _, e := range Stale(append(paths, p), keep) {
+		if err := st.Remove(ctx, e.Path); err != nil {
+			out.RemoveErrs = append(out.RemoveErrs, fmt.Errorf("checkpoint: delete old %s: %w", e.Path, err))
+			continue
+		}
+		out.Removed = append(out.Removed, e.Path)
+	}
+	return out, nil
+}
+
+// Load reads the checkpoint at path.
+func Load(ctx context.Context, st Store, path string) (*Checkpoint, error) {
+	r, err := st.Open(ctx, path, 0)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	defer r.Close()
+	c, err := Decode(r)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ErrNone is wrapped when a directory holds no usable checkpoint.
+var ErrNone = errors.New("no usable checkpoint")
+
+// Latest loads the newest valid checkpoint in dir and returns it with its
+// path and the newer files it skipped (torn, corrupt), each with why.
+func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []Skipped, error) {
+	paths, err := List(ctx, st, dir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	entries := Newest(paths)
+	if len(entries) == 0 {
+		return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: the directory holds no %s files", dir, ErrNone, pattern)
+	}
+	var got *Checkpoint
+	i, skipped := Pick(entries, func(e Entry) error {
+		c, err := Load(ctx, st, e.Path)
+		if err != nil {
+			return err
+		}
+		if c.Seq != e.Seq {
+			return fmt.Errorf("checkpoint %s: %w: it records sequence number %d (renamed?)", e.Path, ErrFormat, c.Seq)
+		}
+		got = c
+		return nil
+	})
+	if i < 0 {
+		var why []string
+		for _, s := range skipped {
+			why = append(why, s.Err.Error())
+		}
+		sort.Strings(why)
+		return nil, "", skipped, fmt.Errorf("checkpoint: %s: %w: %s", dir, ErrNone, strings.Join(why, "; "))
+	}
+	return got, entries[i].Path, skipped, nil
+}

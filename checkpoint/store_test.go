@@ -1,0 +1,172 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+)
+
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestWriteKeepsTheNewestAndLatestLoadsIt(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "ck") // created by the first Write
+	st := datastore.NewSources()
+	if _, _, _, err := Latest(ctx, st, dir); !errors.Is(err, ErrNone) {
+		t.Fatalf("empty dir: %v", err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for epoch := 1; epoch <= 4; epoch++ {
+		c := sample()
+		c.Progress.Epoch = epoch
+		w, err := Write(ctx, st, dir, c, 2, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Path != filepath.Join(dir, Name(epoch)) || w.Bytes <= 0 || len(w.RemoveErrs) != 0 {
+			t.Fatalf("write %d: %+v", epoch, w)
+		}
+	}
+	if got, want := files(t, dir), []string{Name(3), Name(4)}; !slices.Equal(got, want) {
+		t.Fatalf("files %v, want %v (keep 2, no temporary files)", got, want)
+	}
+	c, path, skipped, err := Latest(ctx, st, dir)
+	if err != nil || len(skipped) != 0 {
+		t.Fatal(err, skipped)
+	}
+	if path != filepath.Join(dir, Name(4)) || c.Progress.Epoch != 4 || c.Seq != 4 {
+		t.Fatalf("latest %s epoch %d seq %d", path, c.Progress.Epoch, c.Seq)
+	}
+}
+
+func TestLatestSkipsTornAndForeignFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := datastore.NewSources()
+	for epoch := 1; epoch <= 2; epoch++ {
+		c := sample()
+		c.Progress.Epoch = epoch
+		if _, err := Write(ctx, st, dir, c, 5, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A newer file torn in half, and one renamed from another sequence
+	// number; a temporary file left by a crash mid-write is not listed.
+	data, err := os.ReadFile(filepath.Join(dir, Name(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, Name(4)), data[:len(data)/2])
+	writeFile(t, filepath.Join(dir, Name(3)), data)
+	writeFile(t, filepath.Join(dir, "."+Name(5)+".tmp123"), data)
+	c, path, skipped, err := Latest(ctx, st, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != filepath.Join(dir, Name(2)) || c.Progress.Epoch != 2 {
+		t.Fatalf("resumed from %s epoch %d", path, c.Progress.Epoch)
+	}
+	if len(skipped) != 2 || skipped[0].Seq != 4 || skipped[1].Seq != 3 {
+		t.Fatalf("skipped %v", skipped)
+	}
+	for _, s := range skipped {
+		if !errors.Is(s.Err, ErrFormat) || !strings.Contains(s.Err.Error(), s.Path) {
+			t.Fatalf("skip reason %q does not name %s", s.Err, s.Path)
+		}
+	}
+}
+
+func writeFile(t *testing.T, p string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingStore is the real local store whose files fail after n bytes, as
+// a full disk would.
+type failingStore struct {
+	*datastore.Sources
+	n int
+}
+
+func (f failingStore) Create(ctx context.Context, p string) (io.WriteCloser, error) {
+	w, err := f.Sources.Create(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return &failingWriter{WriteCloser: w, left: f.n}, nil
+}
+
+type failingWriter struct {
+	io.WriteCloser
+	left int
+}
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.left {
+		n, _ := w.WriteCloser.Write(p[:w.left])
+		w.left = 0
+		return n, errors.New("no space left on device")
+	}
+	w.left -= len(p)
+	return w.WriteCloser.Write(p)
+}
+
+func (w *failingWriter) Abort() { datastore.Abort(w.WriteCloser) }
+
+// A write that fails midway leaves the previous checkpoints as they were
+// and nothing else: no partial file under a checkpoint name, no temporary
+// file.
+func TestFailedWriteLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := datastore.NewSources()
+	if _, err := Write(ctx, st, dir, sample(), 2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	before := files(t, dir)
+	if _, err := Write(ctx, failingStore{st, 100}, dir, sample(), 2, time.Now()); err == nil || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("err %v", err)
+	}
+	if got := files(t, dir); !slices.Equal(got, before) {
+		t.Fatalf("files after a failed write %v, before %v", got, before)
+	}
+	if _, path, _, err := Latest(ctx, st, dir); err != nil || path != filepath.Join(dir, Name(1)) {
+		t.Fatalf("latest %s, %v", path, err)
+	}
+}
+
+func TestWriteRespectsAllowedPaths(t *testing.T) {
+	ok := t.TempDir()
+	policy, err := datastore.NewPathPolicy([]string{ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := datastore.NewSources().Restrict(policy)
+	if _, err := Write(context.Background(), st, t.TempDir(), sample(), 2, time.Now()); !errors.Is(err, datastore.ErrPathNotAllowed) {
+		t.Fatalf("outside the allowed paths: %v", err)
+	}
+	if _, err := Write(context.Background(), st, filepath.Join(ok, "ck"), sample(), 2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/checkpoint"
+	"github.com/flexps/flexps/datastore/hdfs"
+	"github.com/flexps/flexps/internal/clustertest"
+)
+
+// TestHDFSCheckpointsAndResume: checkpoints go to hdfs:// (atomic
+// create-and-rename there, old ones deleted past keep); a torn newest file
+// on HDFS is skipped with a warning naming it, and `flexps submit
+// --resume hdfs://...` finishes the task from the one before.
+func TestHDFSCheckpointsAndResume(t *testing.T) {
+	h := miniHDFS(t)
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 2000, 300)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, ExtraConfig: hdfsConfig(h)})
+	ckdir := h.URL("/ck/" + strings.ReplaceAll(t.Name(), "/", "_"))
+	output := filepath.Join(dir, "m.model")
+	submitOK(t, c, ckJob(t, dir, "hdfsck", train, test, output, 4, "1 epoch", ckdir))
+
+	st := hdfs.NewSources(hdfs.Config{Namenodes: []string{h.Namenode}, HTTPAddr: h.HTTP, User: h.Superuser, Timeout: 10 * time.Second})
+	defer st.Close()
+	ctx := context.Background()
+	paths, err := checkpoint.List(ctx, st, ckdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, older := ckdir+"/"+checkpoint.Name(3), ckdir+"/"+checkpoint.Name(2)
+	if len(paths) != 2 || paths[0] != older || paths[1] != newest {
+		t.Fatalf("checkpoints on HDFS %v, want %s and %s (keep 2)", paths, older, newest)
+	}
+	// Tear the newest: rewrite it with its first half.
+	r, err := st.Open(ctx, newest, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head [4096]byte
+	n, _ := r.Read(head[:])
+	r.Close()
+	w, err := st.Create(ctx, newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(head[:n/2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res := c.Run(2*time.Minute, "submit", "--resume", ckdir)
+	if res.Exit != 0 {
+		t.Fatalf("submit --resume failed (%d):\n%s\n%s", res.Exit, res.Stdout, lastBytes(res.Stderr, 4000))
+	}
+	if !strings.Contains(res.Stderr, "warning: skipping checkpoint "+newest+":") || !strings.Contains(res.Stdout, "resumed from checkpoint "+older) {
+		t.Fatalf("no fallback to %s with a warning naming %s:\n%s\n%s", older, newest, res.Stdout, res.Stderr)
+	}
+	if rows := epochRows(res.Stdout); len(rows) != 2 || rows[0] != 3 {
+		t.Fatalf("resumed epochs %v, want [3 4]", rows)
+	}
+}
