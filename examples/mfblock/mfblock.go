@@ -153,7 +153,7 @@ func Blocked(info *tasks.Info) error {
 		return err
 	}
 	st := newStepper(users, items, cfg.rank)
-	for epoch := 1; epoch <= cfg.epochs; epoch++ {
+	for epoch := info.StartEpoch + 1; epoch <= cfg.epochs; epoch++ {
 		h := hyper{lr: cfg.lr / (1 + cfg.decay*float64(epoch-1)), l2: cfg.l2}
 		var n int64
 		var sq float64
