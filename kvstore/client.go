@@ -245,6 +245,9 @@ func (c *Client) receive(p *pending) error {
 	if msg.NoResponder {
 		return c.gone(c.hostOf(tail, p))
 	}
+	if msg.Err != nil {
+		return fmt.Errorf("kvstore: request to slave %s: %w", c.hostOf(tail, p), msg.Err)
+	}
 	if strings.HasPrefix(tail, "a") {
 		c.inflight--
 		if len(msg.Data) > 1 && Op(msg.Data[1]) == OpError {

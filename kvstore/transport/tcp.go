@@ -1,0 +1,718 @@
+package transport
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// TCP carries requests over direct TCP connections between endpoints (one
+// per slave process), with NATS as the control plane and the fallback.
+//
+// Discovery: every endpoint listens on a TCP address and answers, on the
+// bus, a hello request for its own name and for every node it serves with
+// that address and a random key of its own. A sender that first needs node
+// n asks hello(n), dials the address and proves it holds the key (an
+// HMAC challenge both ways, see tcp_auth.go); the key only reaches those
+// the bus lets request hello subjects (slaves and the master when the bus
+// is authenticated), so the data plane is exactly as closed as the bus and
+// a connection from anyone else is refused.
+//
+// One connection per (sender endpoint, node) carries all of that sender's
+// requests to the node, so one sender's requests stay in order. Requests
+// are pipelined: a writer goroutine per connection sends whatever frames
+// queued up since its last write in one system call, and a reader
+// goroutine per connection hands requests to the node's handler straight
+// from its read buffer and answers to the inboxes. A request's reply
+// address is rewritten on arrival to name the endpoint it came from
+// ("_DP|<endpoint>|<address>"), so whoever finally answers it, the node or
+// one it forwarded the request to, sends the answer straight back to that
+// endpoint (over a connection, or over NATS to the plain address when no
+// connection can be made).
+//
+// A node whose endpoint does not answer hello (it runs the NATS transport,
+// or is not up) is sent to over NATS; one whose endpoint answers but cannot
+// be dialed falls back to NATS for good, with one warning naming it. A
+// connection that breaks fails every request it carried that is still
+// unanswered (an answer with Err set) and is dialed again on the next
+// request. The node's handler also serves requests arriving over NATS (the
+// master's model reads, peers on the fallback path), one at a time with
+// the TCP ones.
+type TCP struct {
+	cfg  TCPConfig
+	fb   *NATS
+	nc   *nats.Conn
+	log  zerolog.Logger
+	key  []byte
+	ln   net.Listener
+	addr string // what hello answers: where peers dial
+
+	mu      sync.Mutex
+	peers   map[string]*tcpPeer // route of requests, by node
+	inbound map[string]*tcpConn // latest connection from each endpoint, by its name
+	conns   map[*tcpConn]struct{}
+	hellos  map[string]*nats.Subscription // by name answered
+	warned  map[string]bool
+	closed  bool
+
+	smu    sync.RWMutex
+	served map[string]*tcpServed
+
+	imu     sync.RWMutex
+	inboxes map[string]*natsInbox
+
+	pmu     sync.Mutex
+	pending map[string][]*tcpConn // unanswered requests sent over connections, by reply address
+
+	direct, bus, dials atomic.Uint64
+
+	wg sync.WaitGroup
+}
+
+// TCPStats count what an endpoint did.
+type TCPStats struct {
+	DirectSends uint64 // requests sent over connections
+	BusSends    uint64 // requests sent over NATS (no reachable endpoint)
+	Dials       uint64 // connections opened (reconnections included)
+	Conns       int    // connections open now, both directions
+}
+
+// Stats returns the endpoint's counters.
+func (t *TCP) Stats() TCPStats {
+	t.mu.Lock()
+	n := len(t.conns)
+	t.mu.Unlock()
+	return TCPStats{DirectSends: t.direct.Load(), BusSends: t.bus.Load(), Dials: t.dials.Load(), Conns: n}
+}
+
+// TCPConfig configures an endpoint.
+type TCPConfig struct {
+	// Self names the endpoint (the slave id): answers to requests it sends
+	// come back to it by this name, so it must be unique in the cluster.
+	Self string
+	// Listen is the address to accept connections on; default
+	// "127.0.0.1:0" (loopback, any free port).
+	Listen string
+	// Advertise is the host:port peers dial; default the listener's
+	// address (the host name when listening on every interface).
+	Advertise string
+	// Hello is the subject where the endpoint of node answers discovery.
+	Hello func(node string) string
+	// DialTimeout bounds discovery, dialing and the handshake; default 5s.
+	DialTimeout time.Duration
+	Log         zerolog.Logger
+}
+
+// DefaultTCPListen is where an endpoint listens unless told otherwise.
+const DefaultTCPListen = "127.0.0.1:0"
+
+// ErrConnLost is wrapped by the Err of an answer that will never come: the
+// connection that carried its request broke first.
+var ErrConnLost = errors.New("transport: data-plane connection lost")
+
+var errTCPClosed = errors.New("transport: TCP endpoint closed")
+
+// maxQueued is how many bytes of requests a connection queues before Send
+// waits for its writer: a bound on memory, far above what keeps the
+// connection busy. Answers are never held back (they are what lets the
+// other end make progress).
+const maxQueued = 32 << 20
+
+// noHelloRetry is how long a node whose endpoint did not answer hello is
+// sent to over NATS before hello is asked again.
+const noHelloRetry = 5 * time.Second
+
+// dpPrefix marks a reply address rewritten to name the requester's
+// endpoint: "_DP|<endpoint>|<address>". NATS inbox addresses hold no '|'.
+const dpPrefix = "_DP|"
+
+type tcpPeer struct {
+	ready chan struct{} // closed once resolved
+	conn  *tcpConn      // nil: over NATS
+	until time.Time     // over NATS until then (zero: for good)
+}
+
+type tcpServed struct {
+	mu     sync.Mutex // one request at a time, whichever path it came by
+	h      Handler
+	closed bool
+	sub    *nats.Subscription
+	hello  *nats.Subscription // when the node is not the endpoint itself
+}
+
+type helloReply struct {
+	Addr string `json:"addr"`
+	Key  []byte `json:"key"`
+}
+
+// NewTCP starts an endpoint: it listens, and answers hello for cfg.Self
+// on the bus of fallback. Close stops it.
+func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
+	if cfg.Self == "" || cfg.Hello == nil {
+		return nil, errors.New("transport: a TCP endpoint needs a name and a hello subject")
+	}
+	if strings.Contains(cfg.Self, "|") {
+		return nil, fmt.Errorf("transport: endpoint name %q may not contain '|'", cfg.Self)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultTCPListen
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	t := &TCP{cfg: cfg, fb: fallback, nc: fallback.nc, log: cfg.Log.With().Str("component", "dataplane").Logger(),
+		key: make([]byte, 32), peers: map[string]*tcpPeer{}, inbound: map[string]*tcpConn{}, conns: map[*tcpConn]struct{}{},
+		hellos: map[string]*nats.Subscription{}, warned: map[string]bool{}, served: map[string]*tcpServed{},
+		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}}
+	if _, err := rand.Read(t.key); err != nil {
+		return nil, fmt.Errorf("transport: data-plane key: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: data plane listen on %s: %w", cfg.Listen, err)
+	}
+	t.ln = ln
+	if t.addr, err = advertise(cfg.Advertise, ln.Addr()); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := t.answerHello(cfg.Self); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+func advertise(adv string, ln net.Addr) (string, error) {
+	if adv != "" {
+		if _, _, err := net.SplitHostPort(adv); err != nil {
+			return "", fmt.Errorf("transport: data plane advertise address %q: %w", adv, err)
+		}
+		return adv, nil
+	}
+	a := ln.(*net.TCPAddr)
+	if a.IP.IsUnspecified() {
+		host, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("transport: listening on every interface and no host name to advertise: %w", err)
+		}
+		return net.JoinHostPort(host, fmt.Sprint(a.Port)), nil
+	}
+	return a.String(), nil
+}
+
+// Addr is the address peers dial.
+func (t *TCP) Addr() string { return t.addr }
+
+func (t *TCP) answerHello(name string) error {
+	subj := t.cfg.Hello(name)
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		data, err := json.Marshal(helloReply{Addr: t.addr, Key: t.key})
+		if err == nil {
+			err = m.Respond(data)
+		}
+		if err != nil {
+			t.log.Warn().Err(err).Str("subject", subj).Msg("data-plane hello not answered")
+		}
+	})
+	if err == nil {
+		err = t.nc.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("transport: subscribe %s: %w", subj, err)
+	}
+	t.mu.Lock()
+	t.hellos[name] = sub
+	t.mu.Unlock()
+	return nil
+}
+
+// Close stops the endpoint: its listener, hello answers and connections
+// (requests they carried that are unanswered fail). Served nodes stop
+// too; inboxes stay open until their owners close them.
+func (t *TCP) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	var conns []*tcpConn
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	hellos := t.hellos
+	t.hellos = map[string]*nats.Subscription{}
+	t.mu.Unlock()
+	err := t.ln.Close()
+	for _, s := range hellos {
+		s.Unsubscribe()
+	}
+	t.smu.RLock()
+	var served []*tcpServed
+	for _, s := range t.served {
+		served = append(served, s)
+	}
+	t.smu.RUnlock()
+	for _, s := range served {
+		s.stop(t)
+	}
+	for _, c := range conns {
+		c.fail(errTCPClosed)
+	}
+	t.wg.Wait()
+	return err
+}
+
+// Serve delivers node's requests, from connections and from NATS, to h
+// one at a time.
+func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
+	s := &tcpServed{h: h}
+	t.smu.Lock()
+	if t.served[node] != nil {
+		t.smu.Unlock()
+		return nil, &servedError{node: node}
+	}
+	t.served[node] = s
+	t.smu.Unlock()
+	subj := t.fb.subject(node)
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) { s.call(m.Data, m.Reply) })
+	if err == nil {
+		// Never drop a request (see NATS.Serve).
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err == nil {
+		err = t.nc.Flush()
+	}
+	s.sub = sub
+	if err == nil && node != t.cfg.Self {
+		t.mu.Lock()
+		_, answered := t.hellos[node]
+		t.mu.Unlock()
+		if !answered {
+			err = t.answerHello(node)
+			t.mu.Lock()
+			s.hello = t.hellos[node]
+			t.mu.Unlock()
+		}
+	}
+	if err != nil {
+		s.stop(t)
+		return nil, fmt.Errorf("transport: serve %s: %w", node, err)
+	}
+	return &tcpService{t: t, node: node, s: s}, nil
+}
+
+func (s *tcpServed) call(data []byte, reply string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.h(data, reply)
+	return true
+}
+
+// stop unsubscribes and waits out a handler call under way.
+func (s *tcpServed) stop(t *TCP) error {
+	var err error
+	if s.sub != nil {
+		err = s.sub.Unsubscribe()
+		if ferr := t.nc.Flush(); err == nil && ferr != nil && !t.nc.IsClosed() {
+			err = ferr
+		}
+	}
+	if s.hello != nil {
+		s.hello.Unsubscribe()
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return err
+}
+
+type tcpService struct {
+	t    *TCP
+	node string
+	s    *tcpServed
+	once sync.Once
+}
+
+// Close stops serving: later requests get a no-responder answer, and the
+// handler is not called once Close returns.
+func (c *tcpService) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.t.smu.Lock()
+		if c.t.served[c.node] == c.s {
+			delete(c.t.served, c.node)
+		}
+		c.t.smu.Unlock()
+		if c.s.hello != nil {
+			c.t.mu.Lock()
+			delete(c.t.hellos, c.node)
+			c.t.mu.Unlock()
+		}
+		err = c.s.stop(c.t)
+	})
+	return err
+}
+
+// Send sends a request to node over its connection, dialing it first if
+// need be, or over NATS when node has no reachable endpoint.
+func (t *TCP) Send(node, reply string, data []byte) error {
+	if err := checkFrame(node, reply, data); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		c, err := t.route(node)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			if _, addr, ok := cutDP(reply); ok {
+				reply = addr // the NATS path answers the plain address
+			}
+			t.bus.Add(1)
+			return t.fb.Send(node, reply, data)
+		}
+		// Track the request before it leaves, so its answer cannot
+		// overtake the bookkeeping. Forwarded requests are answered to
+		// their requester's endpoint, not here: not tracked.
+		own := reply != "" && !strings.HasPrefix(reply, dpPrefix)
+		if own && !t.track(reply, c) {
+			if attempt == 0 {
+				continue // the connection broke before this request: dial again
+			}
+			return fmt.Errorf("transport: send to node %s: %w", node, c.cause())
+		}
+		err = c.write(frameRequest, node, reply, data, true)
+		t.direct.Add(1)
+		if err != nil && !own {
+			return fmt.Errorf("transport: send to node %s: %w", node, err)
+		}
+		// A tracked request on a connection that broke is answered with
+		// its Err by the connection's failure.
+		return nil
+	}
+}
+
+// Reply answers a request: over a connection to the requester's endpoint
+// when the address names one, else over NATS.
+func (t *TCP) Reply(addr string, data []byte) error {
+	name, plain, ok := cutDP(addr)
+	if !ok {
+		return t.fb.Reply(addr, data)
+	}
+	if name == t.cfg.Self {
+		t.deliver(plain, append([]byte(nil), data...), false, nil)
+		return nil
+	}
+	if c := t.replyConn(name); c != nil && c.write(frameReply, "", plain, data, false) == nil {
+		return nil
+	}
+	return t.fb.Reply(plain, data)
+}
+
+// MaxPayload is the bus's: a message may have to take the NATS path.
+func (t *TCP) MaxPayload() int { return t.fb.MaxPayload() }
+
+// Listen opens an inbox for answers arriving over connections and NATS.
+func (t *TCP) Listen() (Inbox, error) {
+	in := &natsInbox{addr: t.nc.NewRespInbox(), q: newQueue()}
+	sub, err := t.nc.Subscribe(in.addr+".>", func(m *nats.Msg) {
+		t.settle(m.Subject)
+		in.deliver(m)
+	})
+	if err == nil {
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err != nil {
+		if sub != nil {
+			sub.Unsubscribe()
+		}
+		return nil, fmt.Errorf("transport: reply inbox: %w", err)
+	}
+	in.sub = sub
+	t.imu.Lock()
+	t.inboxes[in.addr] = in
+	t.imu.Unlock()
+	return &tcpInbox{natsInbox: in, t: t}, nil
+}
+
+type tcpInbox struct {
+	*natsInbox
+	t *TCP
+}
+
+func (in *tcpInbox) Close() error {
+	in.t.imu.Lock()
+	delete(in.t.inboxes, in.addr)
+	in.t.imu.Unlock()
+	in.t.forget(in.addr + ".")
+	return in.natsInbox.Close()
+}
+
+// route is the connection requests for node go over, dialing it when
+// there is none; nil means NATS.
+func (t *TCP) route(node string) (*tcpConn, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, errTCPClosed
+		}
+		p := t.peers[node]
+		if p == nil {
+			p = &tcpPeer{ready: make(chan struct{})}
+			t.peers[node] = p
+			t.mu.Unlock()
+			t.resolve(node, p)
+			continue
+		}
+		t.mu.Unlock()
+		<-p.ready
+		if p.conn != nil {
+			if !p.conn.broken() {
+				return p.conn, nil
+			}
+		} else if p.until.IsZero() || time.Now().Before(p.until) {
+			return nil, nil
+		}
+		t.mu.Lock()
+		if t.peers[node] == p {
+			delete(t.peers, node)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// resolve finds node's endpoint on the bus and dials it.
+func (t *TCP) resolve(node string, p *tcpPeer) {
+	defer close(p.ready)
+	msg, err := t.nc.Request(t.cfg.Hello(node), nil, t.cfg.DialTimeout)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// No endpoint (the node runs the NATS transport, or is gone): NATS
+		// answers for it, and hello is asked again later.
+		p.until = time.Now().Add(noHelloRetry)
+		t.log.Debug().Str("peer", node).Msg("no data-plane endpoint answers for this node; using NATS")
+		return
+	}
+	var hr helloReply
+	if err == nil {
+		if err = json.Unmarshal(msg.Data, &hr); err == nil && (hr.Addr == "" || len(hr.Key) == 0) {
+			err = errors.New("hello without address or key")
+		}
+	}
+	var c *tcpConn
+	if err == nil {
+		c, err = t.dial(node, hr)
+	}
+	if err != nil {
+		t.warnOnce(node, hr.Addr, err)
+		return
+	}
+	p.conn = c
+}
+
+func (t *TCP) warnOnce(node, addr string, err error) {
+	t.mu.Lock()
+	first := !t.warned[node]
+	t.warned[node] = true
+	t.mu.Unlock()
+	if first {
+		t.log.Warn().Err(err).Str("peer", node).Str("addr", addr).
+			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS")
+	}
+}
+
+func (t *TCP) dial(node string, hr helloReply) (*tcpConn, error) {
+	nc, err := net.DialTimeout("tcp", hr.Addr, t.cfg.DialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	if err := dialHandshake(nc, hr.Key, node, t.cfg.Self); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	t.dials.Add(1)
+	c, ok := t.start(nc, node, node)
+	if !ok {
+		return nil, errTCPClosed
+	}
+	return c, nil
+}
+
+func (t *TCP) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		nc, err := t.ln.Accept()
+		if err != nil {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			t.log.Warn().Err(err).Msg("data plane: accept failed")
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.accept(nc)
+		}()
+	}
+}
+
+func (t *TCP) accept(nc net.Conn) {
+	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	node, dialer, err := acceptHandshake(nc, t.key)
+	if err != nil {
+		nc.Close()
+		t.log.Warn().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("refused a data-plane connection")
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	if c, ok := t.start(nc, dialer, node); ok {
+		t.mu.Lock()
+		t.inbound[dialer] = c
+		t.mu.Unlock()
+	}
+}
+
+// replyConn is a connection to endpoint name for answers: the one its
+// requests came in on, else one this endpoint dials.
+func (t *TCP) replyConn(name string) *tcpConn {
+	t.mu.Lock()
+	c := t.inbound[name]
+	t.mu.Unlock()
+	if c != nil && !c.broken() {
+		return c
+	}
+	c, _ = t.route(name)
+	return c
+}
+
+// track notes a request sent on c whose answer comes to addr; false if c
+// broke already.
+func (t *TCP) track(addr string, c *tcpConn) bool {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	if c.dead {
+		return false
+	}
+	t.pending[addr] = append(t.pending[addr], c)
+	return true
+}
+
+// settle notes an answer to addr, whichever path it came by.
+func (t *TCP) settle(addr string) {
+	t.pmu.Lock()
+	if q, ok := t.pending[addr]; ok {
+		if len(q) <= 1 {
+			delete(t.pending, addr)
+		} else {
+			q[0] = nil
+			t.pending[addr] = q[1:]
+		}
+	}
+	t.pmu.Unlock()
+}
+
+// forget drops the requests answered below prefix (a closed inbox).
+func (t *TCP) forget(prefix string) {
+	t.pmu.Lock()
+	for a := range t.pending {
+		if strings.HasPrefix(a, prefix) {
+			delete(t.pending, a)
+		}
+	}
+	t.pmu.Unlock()
+}
+
+// deliver puts an answer into the inbox addr is below.
+func (t *TCP) deliver(addr string, data []byte, noResponder bool, err error) {
+	if err == nil {
+		t.settle(addr)
+	}
+	t.imu.RLock()
+	var in *natsInbox
+	var tail string
+	for i := len(addr); i > 0; i-- {
+		if i == len(addr) || addr[i] == '.' {
+			if in = t.inboxes[addr[:i]]; in != nil {
+				tail = addr[min(i+1, len(addr)):]
+				break
+			}
+		}
+	}
+	t.imu.RUnlock()
+	if in != nil {
+		in.q.push(Msg{Tail: tail, Data: data, NoResponder: noResponder, Err: err})
+	}
+}
+
+// request hands a request that came in on c to its node's handler, with
+// the reply address rewritten to name c's endpoint.
+func (t *TCP) request(c *tcpConn, node, reply, data []byte) {
+	t.smu.RLock()
+	s := t.served[string(node)]
+	t.smu.RUnlock()
+	var addr string
+	switch {
+	case len(reply) == 0:
+	case strings.HasPrefix(string(reply), dpPrefix): // forwarded: already names its requester
+		addr = string(reply)
+	default:
+		addr = dpPrefix + c.remote + "|" + string(reply)
+	}
+	if s != nil && s.call(data, addr) {
+		return
+	}
+	if len(reply) == 0 {
+		return
+	}
+	// Nothing serves node here: tell the requester, as NATS would.
+	name, plain, _ := cutDP(addr)
+	switch {
+	case name == c.remote:
+		c.write(frameNoResponder, "", plain, nil, false)
+	case name == t.cfg.Self:
+		t.deliver(plain, nil, true, nil)
+	default: // a forwarded request: its requester is elsewhere
+		if rc := t.replyConn(name); rc != nil {
+			rc.write(frameNoResponder, "", plain, nil, false)
+		}
+	}
+}
+
+// cutDP splits a rewritten reply address into the requester's endpoint
+// and its plain address.
+func cutDP(addr string) (name, plain string, ok bool) {
+	rest, ok := strings.CutPrefix(addr, dpPrefix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '|')
+	if i < 0 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
