@@ -212,6 +212,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	return l, nil
 }
 
+// Slaves are the cluster's slaves.
+func (l *Local) Slaves() []*slave.Slave { return l.slaves }
+
 // Close stops everything in reverse order.
 func (l *Local) Close() {
 	if l == nil {
