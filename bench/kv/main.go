@@ -68,6 +68,7 @@ func main() {
 	flag.IntVar(&o.window, "window", 64, "the KV client's Add window (acks in flight); the raw NATS Add baseline uses the same")
 	flag.StringVar(&transports, "transports", "nats,tcp", "transports of the remote rows: nats (through the bus), tcp (the direct data plane)")
 	flag.BoolVar(&o.procs, "procs", false, "remote rows only, with each shard server in a process of its own (the worker's client stays here), all over loopback TCP")
+	shards := flag.Int("shards", 2, "shard servers s0, s1, ... the remote tables are spread over (the local ones live on s0)")
 	serveAs := flag.String("serve", "", "internal: run as the shard server transport:host of a -procs run")
 	natsURL := flag.String("nats", "", "internal: the bus of a -procs run")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof -top)")
@@ -101,6 +102,13 @@ func main() {
 			fatal(fmt.Errorf("-transports: %q is neither nats nor tcp", t))
 		}
 		o.transports = append(o.transports, t)
+	}
+	if *shards < 1 {
+		fatal(fmt.Errorf("-shards: at least 1"))
+	}
+	hosts = nil
+	for i := range *shards {
+		hosts = append(hosts, fmt.Sprintf("s%d", i))
 	}
 	if *serveAs != "" {
 		if err := serveShard(*serveAs, *natsURL, o.widths); err != nil {
@@ -520,8 +528,12 @@ func newReporter(jsonOut bool) *reporter {
 const rowFormat = "%-16s %-4s %-6s %5s %6s %12s %10s %12s %7s  %s\n"
 
 func (r *reporter) header(o options, procs int) {
-	fmt.Fprintf(r.out, "# flexps kv bench: %s per row, GOMAXPROCS=%d, 2 shard servers on embedded NATS (remote rows via %s), float32 values, sparse keys from %d ids\n",
-		o.duration, procs, strings.Join(o.transports, " and "), o.sparseKeys)
+	where := "in this process"
+	if o.procs {
+		where = "in processes of their own"
+	}
+	fmt.Fprintf(r.out, "# flexps kv bench: %s per row, GOMAXPROCS=%d, %d shard servers %s on embedded NATS (remote rows via %s), float32 values, sparse keys from %d ids\n",
+		o.duration, procs, len(hosts), where, strings.Join(o.transports, " and "), o.sparseKeys)
 	fmt.Fprintf(r.out, rowFormat, "op", "via", "table", "width", "batch", "keys/s", "MB/s", "raw NATS MB/s", "ratio", "ratio is")
 }
 

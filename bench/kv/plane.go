@@ -21,6 +21,7 @@ type plane struct {
 	clientConn  *nats.Conn
 }
 
+// hosts are the shard servers (-shards).
 var hosts = []string{"s0", "s1"}
 
 // tableSpecs are the benchmark's tables: "l-*" live on one shard hosted by

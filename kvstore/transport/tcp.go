@@ -143,14 +143,6 @@ type tcpPeer struct {
 	until time.Time     // over NATS until then (zero: for good)
 }
 
-type tcpServed struct {
-	mu     sync.Mutex // one request at a time, whichever path it came by
-	h      Handler
-	closed bool
-	sub    *nats.Subscription
-	hello  *nats.Subscription // when the node is not the endpoint itself
-}
-
 type helloReply struct {
 	Addr string `json:"addr"`
 	Key  []byte `json:"key"`
@@ -280,7 +272,7 @@ func (t *TCP) Close() error {
 // Serve delivers node's requests, from connections and from NATS, to h
 // one at a time.
 func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
-	s := &tcpServed{h: h}
+	s := newServed(h)
 	t.smu.Lock()
 	if t.served[node] != nil {
 		t.smu.Unlock()
@@ -289,7 +281,7 @@ func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
 	t.served[node] = s
 	t.smu.Unlock()
 	subj := t.fb.subject(node)
-	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) { s.call(m.Data, m.Reply) })
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) { s.push(m.Data, m.Reply, nil, false) })
 	if err == nil {
 		// Never drop a request (see NATS.Serve).
 		err = sub.SetPendingLimits(-1, -1)
@@ -314,34 +306,6 @@ func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
 		return nil, fmt.Errorf("transport: serve %s: %w", node, err)
 	}
 	return &tcpService{t: t, node: node, s: s}, nil
-}
-
-func (s *tcpServed) call(data []byte, reply string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.h(data, reply)
-	return true
-}
-
-// stop unsubscribes and waits out a handler call under way.
-func (s *tcpServed) stop(t *TCP) error {
-	var err error
-	if s.sub != nil {
-		err = s.sub.Unsubscribe()
-		if ferr := t.nc.Flush(); err == nil && ferr != nil && !t.nc.IsClosed() {
-			err = ferr
-		}
-	}
-	if s.hello != nil {
-		s.hello.Unsubscribe()
-	}
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	return err
 }
 
 type tcpService struct {
@@ -669,9 +633,10 @@ func (t *TCP) deliver(addr string, data []byte, noResponder bool, err error) {
 	}
 }
 
-// request hands a request that came in on c to its node's handler, with
-// the reply address rewritten to name c's endpoint.
-func (t *TCP) request(c *tcpConn, node, reply, data []byte) {
+// request queues a request that came in on c for its node's handler, with
+// the reply address rewritten to name c's endpoint; buf (pooled) holds
+// data and goes back to the pool once handled.
+func (t *TCP) request(c *tcpConn, node, reply, data []byte, buf *[]byte) {
 	t.smu.RLock()
 	s := t.served[string(node)]
 	t.smu.RUnlock()
@@ -683,9 +648,10 @@ func (t *TCP) request(c *tcpConn, node, reply, data []byte) {
 	default:
 		addr = dpPrefix + c.remote + "|" + string(reply)
 	}
-	if s != nil && s.call(data, addr) {
+	if s != nil && s.push(data, addr, buf, true) {
 		return
 	}
+	putBuf(buf)
 	if len(reply) == 0 {
 		return
 	}

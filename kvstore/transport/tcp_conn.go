@@ -9,9 +9,12 @@ import (
 	"sync"
 )
 
-// readBuf is a connection's read buffer: frames that fit are handed to
-// the handler from it without a copy.
-const readBuf = 256 << 10
+// readBuf is a connection's read buffer; keepWriteBuf the largest write
+// buffer a connection keeps for its next batch (larger ones were a burst).
+const (
+	readBuf      = 256 << 10
+	keepWriteBuf = 8 << 20
+)
 
 // tcpConn is one authenticated connection: frames queued by any goroutine
 // go out in batches from its writer, frames coming in are dispatched by
@@ -109,7 +112,7 @@ func (c *tcpConn) writeLoop() {
 			c.fail(err)
 			return
 		}
-		if cap(buf) > 4*readBuf {
+		if cap(buf) > keepWriteBuf {
 			buf = nil // a burst's buffer is not kept
 		}
 		spare = buf
@@ -121,7 +124,6 @@ func (c *tcpConn) readLoop() {
 	defer c.t.wg.Done()
 	br := bufio.NewReaderSize(c.nc, readBuf)
 	var hdr [frameHeader]byte
-	var big []byte // reused for requests larger than the read buffer
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			c.fail(err)
@@ -132,46 +134,39 @@ func (c *tcpConn) readLoop() {
 			c.fail(err)
 			return
 		}
-		var body []byte
-		inBuf := n <= br.Size()
-		if inBuf {
-			body, err = br.Peek(n)
-		} else {
-			var k []byte
-			if k, err = br.Peek(1); err == nil {
-				if k[0] == frameRequest {
-					if cap(big) < n {
-						big = make([]byte, n)
-					}
-					body = big[:n]
-				} else {
-					body = make([]byte, n) // an answer: the inbox keeps it
-				}
-				_, err = io.ReadFull(br, body)
-			}
-		}
+		// A request goes into a pooled buffer the handler gives back; an
+		// answer into a slice of its own, which the inbox keeps.
+		k, err := br.Peek(1)
 		if err != nil {
+			c.fail(err)
+			return
+		}
+		var pooled *[]byte
+		var body []byte
+		if k[0] == frameRequest {
+			pooled = getBuf(n)
+			body = (*pooled)[:n]
+		} else {
+			body = make([]byte, n)
+		}
+		if _, err := io.ReadFull(br, body); err != nil {
+			putBuf(pooled)
 			c.fail(err)
 			return
 		}
 		kind, a, b, data, err := decodeFrame(body)
 		if err != nil {
+			putBuf(pooled)
 			c.fail(err)
 			return
 		}
 		switch kind {
 		case frameRequest:
-			c.t.request(c, a, b, data)
+			c.t.request(c, a, b, data, pooled)
 		case frameReply:
-			if inBuf {
-				data = append([]byte(nil), data...)
-			}
 			c.t.deliver(string(b), data, false, nil)
 		case frameNoResponder:
 			c.t.deliver(string(b), nil, true, nil)
-		}
-		if inBuf {
-			br.Discard(n)
 		}
 	}
 }
