@@ -52,6 +52,7 @@ type options struct {
 	rounds     int
 	transports []string
 	procs      bool
+	cpuprofile string // the shard processes of -procs write theirs to <this>.<transport>-<host>
 }
 
 func main() {
@@ -73,6 +74,7 @@ func main() {
 	natsURL := flag.String("nats", "", "internal: the bus of a -procs run")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof -top)")
 	flag.Parse()
+	o.cpuprofile = cpuprofile
 	var err error
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)

@@ -32,7 +32,11 @@ func spawnShards(tr, url string, o options) (stop func(), err error) {
 		widths[i] = fmt.Sprint(w)
 	}
 	for _, h := range hosts {
-		cmd := exec.Command(os.Args[0], "-serve", tr+":"+h, "-nats", url, "-widths", strings.Join(widths, ","), "-shards", fmt.Sprint(len(hosts)))
+		args := []string{"-serve", tr + ":" + h, "-nats", url, "-widths", strings.Join(widths, ","), "-shards", fmt.Sprint(len(hosts))}
+		if o.cpuprofile != "" {
+			args = append(args, "-cpuprofile", o.cpuprofile+"."+tr+"-"+h)
+		}
+		cmd := exec.Command(os.Args[0], args...)
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
