@@ -76,6 +76,7 @@ type TCP struct {
 	pending map[string][]*tcpConn // unanswered requests sent over connections, by reply address
 
 	direct, bus, dials atomic.Uint64
+	handshakes         chan struct{} // a token per handshake under way
 
 	wg sync.WaitGroup
 }
@@ -129,6 +130,9 @@ var errTCPClosed = errors.New("transport: TCP endpoint closed")
 // other end make progress).
 const maxQueued = 32 << 20
 
+// maxHandshakes bounds the connections an endpoint authenticates at once.
+const maxHandshakes = 64
+
 // noHelloRetry is how long a node whose endpoint did not answer hello is
 // sent to over NATS before hello is asked again.
 const noHelloRetry = 5 * time.Second
@@ -166,7 +170,7 @@ func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
 	t := &TCP{cfg: cfg, fb: fallback, nc: fallback.nc, log: cfg.Log.With().Str("component", "dataplane").Logger(),
 		key: make([]byte, 32), peers: map[string]*tcpPeer{}, inbound: map[string]*tcpConn{}, conns: map[*tcpConn]struct{}{},
 		hellos: map[string]*nats.Subscription{}, warned: map[string]bool{}, served: map[string]*tcpServed{},
-		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}}
+		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}, handshakes: make(chan struct{}, maxHandshakes)}
 	if _, err := rand.Read(t.key); err != nil {
 		return nil, fmt.Errorf("transport: data-plane key: %w", err)
 	}
@@ -253,6 +257,10 @@ func (t *TCP) Close() error {
 	for _, s := range hellos {
 		s.Unsubscribe()
 	}
+	// Connections first: a handler waiting to forward on one is released.
+	for _, c := range conns {
+		c.fail(errTCPClosed)
+	}
 	t.smu.RLock()
 	var served []*tcpServed
 	for _, s := range t.served {
@@ -261,9 +269,6 @@ func (t *TCP) Close() error {
 	t.smu.RUnlock()
 	for _, s := range served {
 		s.stop(t)
-	}
-	for _, c := range conns {
-		c.fail(errTCPClosed)
 	}
 	t.wg.Wait()
 	return err
@@ -486,7 +491,9 @@ func (t *TCP) resolve(node string, p *tcpPeer) {
 		c, err = t.dial(node, hr)
 	}
 	if err != nil {
-		t.warnOnce(node, hr.Addr, err)
+		if !errors.Is(err, errTCPClosed) {
+			t.warnOnce(node, hr.Addr, err)
+		}
 		return
 	}
 	p.conn = c
@@ -537,9 +544,19 @@ func (t *TCP) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		// Unauthenticated connections cost a goroutine each until their
+		// handshake deadline: bound how many may wait at once.
+		select {
+		case t.handshakes <- struct{}{}:
+		default:
+			nc.Close()
+			t.log.Warn().Str("remote", nc.RemoteAddr().String()).Msg("refused a data-plane connection: too many handshakes under way")
+			continue
+		}
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
+			defer func() { <-t.handshakes }()
 			t.accept(nc)
 		}()
 	}

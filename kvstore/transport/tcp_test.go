@@ -337,3 +337,59 @@ func TestTCPCloseFailsPendingRequests(t *testing.T) {
 		t.Fatal("a closed endpoint sent")
 	}
 }
+
+// A request forwarded to another node is answered straight to the
+// requester, over a connection or over NATS; either way the answer settles
+// it, so the first connection dropping later fails nothing.
+func TestTCPForwardedAnswerSettlesTheRequest(t *testing.T) {
+	for _, final := range []string{"tcp", "nats"} {
+		t.Run(final, func(t *testing.T) {
+			srv := tcpBus(t)
+			a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+			var b transport.Transport
+			if final == "tcp" {
+				b = newTCP(t, srv, "b")
+			} else {
+				nc, err := srv.Connect(bus.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nc.Close()
+				b = transport.NewNATS(nc, kvSubject)
+			}
+			serve(t, b, "b", echo(b, "b"))
+			serve(t, a, "a", func(data []byte, reply string) {
+				if string(data) == "fwd" {
+					if err := a.Send("b", reply, data); err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				a.Reply(reply, []byte("pong"))
+			})
+			in, err := cli.Listen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			if err := cli.Send("a", in.Addr()+".f1", []byte("fwd")); err != nil {
+				t.Fatal(err)
+			}
+			if m := next(t, in); m.Tail != "f1" || string(m.Data) != "b:fwd" {
+				t.Fatalf("got %+v (%q)", m, m.Data)
+			}
+			transport.DropConns(cli)
+			for deadline := time.Now().Add(10 * time.Second); cli.Stats().Conns > 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the dropped connections never closed")
+				}
+			}
+			if err := cli.Send("a", in.Addr()+".p1", []byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			if m := next(t, in); m.Tail != "p1" || m.Err != nil {
+				t.Fatalf("after the drop got %+v, want the ping's answer and no failure of the forwarded request", m)
+			}
+		})
+	}
+}
