@@ -246,7 +246,7 @@ func (c *Client) receive(p *pending) error {
 		return c.gone(c.hostOf(tail, p))
 	}
 	if msg.Err != nil {
-		return fmt.Errorf("kvstore: request to slave %s: %w", c.hostOf(tail, p), msg.Err)
+		return fmt.Errorf("kvstore: slave %s died or became unreachable: %w", c.hostOf(tail, p), msg.Err)
 	}
 	if strings.HasPrefix(tail, "a") {
 		c.inflight--

@@ -506,7 +506,7 @@ func (t *TCP) warnOnce(node, addr string, err error) {
 	t.mu.Unlock()
 	if first {
 		t.log.Warn().Err(err).Str("peer", node).Str("addr", addr).
-			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS")
+			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS (a slave on another host must listen where its peers can reach it: [kv] listen)")
 	}
 }
 
