@@ -32,3 +32,8 @@ const (
 	FrameReply       = frameReply
 	FrameNoResponder = frameNoResponder
 )
+
+// AcceptHandshake runs the listener's side of the handshake with key.
+func AcceptHandshake(rw io.ReadWriter, key []byte) (node, dialer string, err error) {
+	return acceptHandshake(rw, key)
+}

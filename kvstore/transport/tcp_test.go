@@ -393,3 +393,45 @@ func TestTCPForwardedAnswerSettlesTheRequest(t *testing.T) {
 		})
 	}
 }
+
+// rw reads from r and throws writes away: one side of a handshake.
+type rw struct{ io.Reader }
+
+func (rw) Write(p []byte) (int, error) { return len(p), nil }
+
+// FuzzAcceptHandshake: whatever a stranger sends, the listener fails
+// cleanly (no panic, no huge allocation) and never admits it without the
+// key; a dialer holding the key always gets in.
+func FuzzAcceptHandshake(f *testing.F) {
+	key := bytes.Repeat([]byte{42}, 32)
+	f.Add([]byte("FXDP\x01" + strings.Repeat("n", 32) + "\x01\x00a\x03\x00cli" + strings.Repeat("m", 32)))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if _, _, err := transport.AcceptHandshake(rw{bytes.NewReader(in)}, key); err == nil {
+			t.Fatalf("admitted %x without the key", in)
+		}
+	})
+}
+
+func TestHandshakeAdmitsKeyHolder(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	type res struct {
+		node, dialer string
+		err          error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, d, err := transport.AcceptHandshake(b, key)
+		done <- res{n, d, err}
+	}()
+	if err := transport.DialHandshake(a, key, "slave-1", "slave-0"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.node != "slave-1" || r.dialer != "slave-0" {
+		t.Fatalf("listener: %+v", r)
+	}
+}
