@@ -32,8 +32,10 @@ import (
 // requests to the node, so one sender's requests stay in order. Requests
 // are pipelined: a writer goroutine per connection sends whatever frames
 // queued up since its last write in one system call, and a reader
-// goroutine per connection hands requests to the node's handler straight
-// from its read buffer and answers to the inboxes. A request's reply
+// goroutine per connection reads each request into a pooled buffer queued
+// for the node's handler goroutine (so reading the next request overlaps
+// handling this one; the buffer is reused once handled) and each answer
+// into the waiting inbox. A request's reply
 // address is rewritten on arrival to name the endpoint it came from
 // ("_DP|<endpoint>|<address>"), so whoever finally answers it, the node or
 // one it forwarded the request to, sends the answer straight back to that
