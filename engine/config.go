@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ type ClusterConfig struct {
 	NATS    NATSConfig `toml:"nats"`
 	Master  MasterSect `toml:"master"`
 	Slave   SlaveSect  `toml:"slave"`
+	KV      KVSect     `toml:"kv"`
 	Data    DataSect   `toml:"data"`
 	HDFS    HDFSSect   `toml:"hdfs"`
 	Log     LogSect    `toml:"log"`
@@ -81,6 +83,36 @@ type SlaveSect struct {
 	JoinTimeout Duration `toml:"join_timeout"` // wait this long for a master; default 30s
 	KVTimeout   Duration `toml:"kv_timeout"`   // data-plane round trip; default 60s
 	KVWindow    int      `toml:"kv_window"`    // unacknowledged Adds in flight per worker; default 64
+}
+
+// KVSect says how KV requests travel between slaves.
+type KVSect struct {
+	// Transport: "tcp" sends them over direct, pipelined connections
+	// between slave processes, found and authenticated through the bus
+	// (NATS stays the control plane and the fallback for a peer that
+	// cannot be dialed); "nats" sends them through the bus; "auto"
+	// (default) is tcp between processes and nats inside `flexps run`,
+	// whose slaves share one process.
+	Transport string `toml:"transport"`
+	// Listen is where a slave accepts its peers' connections; default
+	// "127.0.0.1:0" (loopback, any free port). Slaves on several hosts
+	// listen on a routable address ("0.0.0.0:0" or a fixed port).
+	Listen string `toml:"listen"`
+	// Advertise is the host:port peers dial; default the listener's
+	// address (the host name when listening on every interface).
+	Advertise string `toml:"advertise"`
+}
+
+// kvTransport resolves [kv] transport for slaves in their own process
+// (local false) or sharing one (local true).
+func (k KVSect) kvTransport(local bool) string {
+	if k.Transport == "" || k.Transport == "auto" {
+		if local {
+			return "nats"
+		}
+		return "tcp"
+	}
+	return k.Transport
 }
 
 // DataSect configures reading.
@@ -149,6 +181,19 @@ func (c *ClusterConfig) Validate() error {
 	case "", "auto", "none":
 	default:
 		return fmt.Errorf("nats.auth: must be auto or none, got %q", c.NATS.Auth)
+	}
+	switch c.KV.Transport {
+	case "", "auto", "tcp", "nats":
+	default:
+		return fmt.Errorf("kv.transport: must be auto, tcp or nats, got %q", c.KV.Transport)
+	}
+	for key, addr := range map[string]string{"kv.listen": c.KV.Listen, "kv.advertise": c.KV.Advertise} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s: %q is not host:port: %w", key, addr, err)
+		}
 	}
 	if strings.ContainsAny(c.Cluster, ".*> ") {
 		return fmt.Errorf("cluster: name %q may not contain '.', '*', '>' or spaces", c.Cluster)

@@ -40,6 +40,7 @@ func (c *ClusterConfig) slaveConfig(log zerolog.Logger, paths *datastore.PathPol
 		Cluster: c.Cluster, ID: c.Slave.ID, Host: c.Slave.Host, Slots: c.Slave.Slots, JoinTimeout: time.Duration(c.Slave.JoinTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), KVWindow: c.Slave.KVWindow, ReadBuffer: int64(c.Data.ReadBuffer),
 		ReadProducers: c.Data.ReadProducers, DataCache: int64(c.Data.Cache), HDFS: c.HDFSConfig(), Log: log,
+		KVTransport: c.KV.kvTransport(false), KVListen: c.KV.Listen, KVAdvertise: c.KV.Advertise,
 	}
 }
 
@@ -193,6 +194,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 		}
 		scfg := cfg.slaveConfig(o.Log, paths)
 		scfg.ID, scfg.Slots = fmt.Sprintf("slave-%d", i), o.Slots
+		scfg.KVTransport = cfg.KV.kvTransport(true)
 		s := slave.New(sc, scfg)
 		if err := s.Start(ctx); err != nil {
 			return nil, err
@@ -209,6 +211,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	}
 	return l, nil
 }
+
+// Slaves are the cluster's slaves.
+func (l *Local) Slaves() []*slave.Slave { return l.slaves }
 
 // Close stops everything in reverse order.
 func (l *Local) Close() {

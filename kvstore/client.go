@@ -278,6 +278,9 @@ func (c *Client) receive(p *pending) error {
 	if msg.NoResponder {
 		return c.gone(c.hostOf(tail, p))
 	}
+	if msg.Err != nil {
+		return fmt.Errorf("kvstore: slave %s died or became unreachable: %w", c.hostOf(tail, p), msg.Err)
+	}
 	if strings.HasPrefix(tail, "a") {
 		if err := decodeRaw(msg.Data, &c.reply); err != nil {
 			if c.err == nil {

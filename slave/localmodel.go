@@ -8,7 +8,6 @@ import (
 
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
-	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -75,7 +74,7 @@ func newLocalModel(s *Slave, req proto.SlaveCtl, st tasks.Stage, workers int) *l
 // loader opens a consistency-free client for bulk reads and writes.
 func (m *localModel) loader(ctx context.Context) (*kvstore.Client, error) {
 	return kvstore.NewClient(kvstore.ClientConfig{
-		Transport: transport.NewNATS(m.s.nc, m.s.subj.SlaveKV), Task: m.req.Task, Stage: int32(m.req.Stage), Worker: -1,
+		Transport: m.s.tr, Task: m.req.Task, Stage: int32(m.req.Stage), Worker: -1,
 		Self: m.s.cfg.ID, Server: m.s.kv, Hosts: m.req.Hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP},
 		Timeout: m.s.cfg.KVTimeout, Ctx: ctx,
 	})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/kvstore"
-
+	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -47,6 +47,7 @@ type metrics struct {
 	heartbeats atomic.Int64
 	samples    atomic.Int64 // reported by workers as they go
 	tasks      func() int
+	dataplane  func() (transport.TCPStats, bool) // the direct data plane's counters, when there is one
 
 	kv *prometheus.HistogramVec // Get/Add call latency by table, op, local/remote
 
@@ -55,6 +56,9 @@ type metrics struct {
 	beats   *prometheus.Desc
 	running *prometheus.Desc
 	done    *prometheus.Desc
+	dpSends *prometheus.Desc
+	dpDials *prometheus.Desc
+	dpConns *prometheus.Desc
 }
 
 func newMetrics(slave string, tasksNow func() int) *metrics {
@@ -64,6 +68,9 @@ func newMetrics(slave string, tasksNow func() int) *metrics {
 		beats:   prometheus.NewDesc("flexps_slave_heartbeats_total", "Heartbeats sent to the master.", nil, labels),
 		running: prometheus.NewDesc("flexps_slave_tasks", "Tasks this slave holds (workers, shards or both).", nil, labels),
 		done:    prometheus.NewDesc("flexps_slave_samples_total", "Training records processed by this slave's workers (as they report progress).", nil, labels),
+		dpSends: prometheus.NewDesc("flexps_slave_kv_sends_total", "KV requests sent to other slaves, by path: direct (TCP data plane) or bus (NATS).", []string{"path"}, labels),
+		dpDials: prometheus.NewDesc("flexps_slave_kv_dials_total", "Direct data-plane connections this slave opened.", nil, labels),
+		dpConns: prometheus.NewDesc("flexps_slave_kv_connections", "Direct data-plane connections open, both directions.", nil, labels),
 	}
 	for name, help := range counted {
 		m.descs[name] = prometheus.NewDesc("flexps_slave_"+name+"_total", help, nil, labels)
@@ -108,6 +115,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.running
 	ch <- m.done
 	m.kv.Describe(ch)
+	ch <- m.dpSends
+	ch <- m.dpDials
+	ch <- m.dpConns
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -128,6 +138,15 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(m.tasks()))
 	ch <- prometheus.MustNewConstMetric(m.done, prometheus.CounterValue, float64(m.samples.Load()))
 	m.kv.Collect(ch)
+	if m.dataplane == nil {
+		return
+	}
+	if st, ok := m.dataplane(); ok {
+		ch <- prometheus.MustNewConstMetric(m.dpSends, prometheus.CounterValue, float64(st.DirectSends), "direct")
+		ch <- prometheus.MustNewConstMetric(m.dpSends, prometheus.CounterValue, float64(st.BusSends), "bus")
+		ch <- prometheus.MustNewConstMetric(m.dpDials, prometheus.CounterValue, float64(st.Dials))
+		ch <- prometheus.MustNewConstMetric(m.dpConns, prometheus.GaugeValue, float64(st.Conns))
+	}
 }
 
 // Collector exports the slave's counters to Prometheus, labelled with its id.

@@ -41,9 +41,15 @@ type Config struct {
 	ReadProducers int           // AsyncReader producers per worker and input; default 2
 	ProgressEvery time.Duration // progress report interval; default 250ms
 	DataCache     int64         // bytes of parsed input blocks kept for later epochs; default 1 GiB, <0 disables
-	HDFS          hdfs.Config
-	Paths         *datastore.PathPolicy // where tasks may read (nil: anywhere)
-	Log           zerolog.Logger
+	// KVTransport carries KV requests between slaves: "nats" (default)
+	// through the bus, or "tcp" over direct connections found through the
+	// bus (KVListen, KVAdvertise; see kvstore/transport.TCP).
+	KVTransport string
+	KVListen    string // "tcp": address to accept peers on; default 127.0.0.1:0
+	KVAdvertise string // "tcp": address peers dial; default the listener's
+	HDFS        hdfs.Config
+	Paths       *datastore.PathPolicy // where tasks may read (nil: anywhere)
+	Log         zerolog.Logger
 }
 
 func (c *Config) defaults() {
@@ -86,6 +92,9 @@ type Slave struct {
 	subj    bus.Subjects
 	log     zerolog.Logger
 	kv      *kvstore.Server
+	tr      transport.Transport // what the KV server and clients talk through
+	dpmu    sync.Mutex
+	tcp     *transport.TCP // the direct data plane, when KVTransport is "tcp"; guarded by dpmu (metrics read it)
 	sources *datastore.Sources
 	cache   *datastore.BlockCache
 	// cacheLogged: the cache's choice (fits or re-read) was logged once.
@@ -139,7 +148,20 @@ func New(nc *nats.Conn, cfg Config) *Slave {
 		defer s.mu.Unlock()
 		return len(s.tasks)
 	})
+	s.metrics.dataplane = s.DataPlane
 	return s
+}
+
+// DataPlane returns the direct data plane's counters; false when KV
+// requests go through the bus only.
+func (s *Slave) DataPlane() (transport.TCPStats, bool) {
+	s.dpmu.Lock()
+	tcp := s.tcp
+	s.dpmu.Unlock()
+	if tcp == nil {
+		return transport.TCPStats{}, false
+	}
+	return tcp.Stats(), true
 }
 
 // ID is the slave's id.
@@ -149,8 +171,25 @@ func (s *Slave) ID() string { return s.cfg.ID }
 // JoinTimeout for one to answer) and starts beating.
 func (s *Slave) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	kv, err := kvstore.NewServer(transport.NewNATS(s.nc, s.subj.SlaveKV), s.cfg.ID, s.log)
+	s.tr = transport.NewNATS(s.nc, s.subj.SlaveKV)
+	switch s.cfg.KVTransport {
+	case "", "nats":
+	case "tcp":
+		tcp, err := transport.NewTCP(transport.NewNATS(s.nc, s.subj.SlaveKV), transport.TCPConfig{Self: s.cfg.ID,
+			Listen: s.cfg.KVListen, Advertise: s.cfg.KVAdvertise, Hello: s.subj.SlaveDP, Log: s.log})
+		if err != nil {
+			return fmt.Errorf("slave %s: %w", s.cfg.ID, err)
+		}
+		s.dpmu.Lock()
+		s.tr, s.tcp = tcp, tcp
+		s.dpmu.Unlock()
+		s.log.Info().Str("addr", tcp.Addr()).Msg("direct data plane listening")
+	default:
+		return fmt.Errorf("slave %s: unknown KV transport %q (want nats or tcp)", s.cfg.ID, s.cfg.KVTransport)
+	}
+	kv, err := kvstore.NewServer(s.tr, s.cfg.ID, s.log)
 	if err != nil {
+		s.Close()
 		return err
 	}
 	s.kv = kv
@@ -280,6 +319,11 @@ func (s *Slave) Close() {
 	s.wg.Wait()
 	if s.kv != nil {
 		s.kv.Close()
+	}
+	if st, ok := s.DataPlane(); ok {
+		s.tcp.Close()
+		s.log.Info().Uint64("direct_sends", st.DirectSends).Uint64("bus_sends", st.BusSends).Uint64("dials", st.Dials).
+			Msg("direct data plane closed")
 	}
 	s.sources.Close()
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
-	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -114,7 +113,7 @@ func call(fn tasks.StageFunc, info *tasks.Info) (err error) {
 
 func (w *worker) setup() error {
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
-		Transport: transport.NewNATS(w.s.nc, w.s.subj.SlaveKV), Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
+		Transport: w.s.tr, Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
 		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency,
 		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx, Observer: w.s.metrics,
 	})

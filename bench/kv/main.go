@@ -6,8 +6,11 @@
 // have) against raw NATS request-reply carrying messages of exactly the
 // sizes the kvstore sends, in the same pattern: every read's requests
 // outstanding at once, Adds acknowledged asynchronously with a window of 64.
+// The remote rows run over each transport of -transports (default: the
+// bus, NATS, and the direct TCP data plane, interleaved in the same
+// measurement); a tcp row's ratio is to the same row over NATS.
 //
-//	go run ./bench/kv [-duration 2s] [-json] [-only regexp]
+//	go run ./bench/kv [-duration 2s] [-json] [-only regexp] [-transports nats,tcp]
 //
 // Nothing here asserts a timing: each row prints a ratio to its baseline
 // and, where the project set one, the target.
@@ -28,9 +31,7 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/kvstore"
-	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 )
 
 // Targets the project set (see bench/README.md).
@@ -49,11 +50,14 @@ type options struct {
 	chunks     []int
 	window     int
 	rounds     int
+	transports []string
+	procs      bool
+	cpuprofile string // the shard processes of -procs write theirs to <this>.<transport>-<host>
 }
 
 func main() {
 	var o options
-	var only, batches, widths, chunks, cpuprofile string
+	var only, batches, widths, chunks, cpuprofile, transports string
 	flag.DurationVar(&o.duration, "duration", 2*time.Second, "how long each measurement runs (after a short warm-up)")
 	flag.BoolVar(&o.jsonOut, "json", false, "write one JSON line per measurement to stdout (the table goes to stderr)")
 	flag.StringVar(&only, "only", "", "run only rows whose \"op storage width\" matches this regexp, e.g. 'remote' or 'sparse'")
@@ -63,8 +67,14 @@ func main() {
 	flag.StringVar(&chunks, "chunks", "1,8", "chunks (of 1024 keys) per GetChunk/AddChunk call")
 	flag.IntVar(&o.rounds, "rounds", 3, "each row alternates its subject and baseline this many times and keeps the best of each")
 	flag.IntVar(&o.window, "window", 64, "the KV client's Add window (acks in flight); the raw NATS Add baseline uses the same")
+	flag.StringVar(&transports, "transports", "nats,tcp", "transports of the remote rows: nats (through the bus), tcp (the direct data plane)")
+	flag.BoolVar(&o.procs, "procs", false, "remote rows only, with each shard server in a process of its own (the worker's client stays here), all over loopback TCP")
+	shards := flag.Int("shards", 2, "shard servers s0, s1, ... the remote tables are spread over (the local ones live on s0)")
+	serveAs := flag.String("serve", "", "internal: run as the shard server transport:host of a -procs run")
+	natsURL := flag.String("nats", "", "internal: the bus of a -procs run")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (read it with go tool pprof -top)")
 	flag.Parse()
+	o.cpuprofile = cpuprofile
 	var err error
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
@@ -87,6 +97,26 @@ func main() {
 	}
 	if err != nil {
 		fatal(err)
+	}
+	for _, t := range strings.Split(transports, ",") {
+		t = strings.TrimSpace(t)
+		if t != "nats" && t != "tcp" {
+			fatal(fmt.Errorf("-transports: %q is neither nats nor tcp", t))
+		}
+		o.transports = append(o.transports, t)
+	}
+	if *shards < 1 {
+		fatal(fmt.Errorf("-shards: at least 1"))
+	}
+	hosts = nil
+	for i := range *shards {
+		hosts = append(hosts, fmt.Sprintf("s%d", i))
+	}
+	if *serveAs != "" {
+		if err := serveShard(*serveAs, *natsURL, o.widths); err != nil {
+			fatal(err)
+		}
+		return
 	}
 	if err := run(o); err != nil {
 		pprof.StopCPUProfile()
@@ -114,6 +144,7 @@ func ints(s string) ([]int, error) {
 // row is one measurement.
 type row struct {
 	Op        string  `json:"op"`
+	Transport string  `json:"transport,omitempty"` // remote rows: nats or tcp
 	Storage   string  `json:"storage"`
 	Width     int     `json:"width"`
 	Batch     int     `json:"batch"` // keys per call
@@ -137,7 +168,11 @@ const (
 const valueBytes = 4 // every table here stores float32
 
 func run(o options) error {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	var eo bus.EmbeddedOptions
+	if o.procs {
+		eo.Listen = "127.0.0.1:0" // the shard processes connect over TCP
+	}
+	srv, err := bus.StartEmbedded(eo)
 	if err != nil {
 		return err
 	}
@@ -149,76 +184,45 @@ func run(o options) error {
 		}
 	}()
 	connect := func(name string) (*nats.Conn, error) {
-		nc, err := srv.Connect(bus.Options{Name: name})
+		var nc *nats.Conn
+		var err error
+		if o.procs {
+			nc, err = bus.Connect(bus.Options{URL: srv.URL(), Name: name})
+		} else {
+			nc, err = srv.Connect(bus.Options{Name: name})
+		}
 		if err == nil {
 			conns = append(conns, nc)
 		}
 		return nc, err
 	}
 
-	// Tables: "l-*" live on one shard hosted by s0 (the local worker's
-	// slave); "r-*" are spread over s0 and s1 (the remote worker hosts
-	// neither).
-	var local, remote []kvstore.TableSpec
-	for _, w := range o.widths {
-		size := uint64(max(1<<22/w, 1<<12)) // about 4M values per table
-		local = append(local, kvstore.TableSpec{Name: fmt.Sprintf("l-dense-%d", w), Size: size, Width: w, DType: kvstore.Float32})
-		remote = append(remote, kvstore.TableSpec{Name: fmt.Sprintf("r-dense-%d", w), Size: size, Width: w, DType: kvstore.Float32})
-	}
-	sparse := kvstore.TableSpec{Size: 1 << 40, Width: 1, DType: kvstore.Float32, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}
-	ls, rs := sparse, sparse
-	ls.Name, rs.Name = "l-sparse-1", "r-sparse-1"
-	local, remote = append(local, ls), append(remote, rs)
-	hosts := []string{"s0", "s1"}
-	var placements []kvstore.Placement
-	for _, s := range local {
-		placements = append(placements, kvstore.Placement{Spec: s.WithDefaults(), Hosts: hosts[:1]})
-	}
-	for _, s := range remote {
-		placements = append(placements, kvstore.Placement{Spec: s.WithDefaults(), Hosts: hosts})
-	}
-	subject := func(slave string) string { return "bench.slave." + slave + ".kv" }
-	var servers []*kvstore.Server
-	var serverConns []*nats.Conn
-	for _, h := range hosts {
-		nc, err := connect("slave-" + h)
+	local, remote, placements := tableSpecs(o.widths)
+	// One cluster per transport, each with its own servers (and shards),
+	// as separate slave processes would have: every endpoint on its own
+	// NATS connection (and, for tcp, its own listener). With -procs the
+	// servers are child processes and only the worker is here.
+	planes := map[string]*plane{}
+	for _, tr := range append([]string{"nats"}, o.transports...) {
+		if planes[tr] != nil {
+			continue
+		}
+		if o.procs {
+			stop, err := spawnShards(tr, srv.URL(), o)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
+		p, err := startPlane(tr, connect, hosts, placements, o.window, !o.procs)
 		if err != nil {
 			return err
 		}
-		s, err := kvstore.NewServer(transport.NewNATS(nc, subject), h, zerolog.Nop())
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := s.CreateTables("bench", h, placements); err != nil {
-			return err
-		}
-		servers = append(servers, s)
-		serverConns = append(serverConns, nc)
+		defer p.close()
+		planes[tr] = p
 	}
-	newClient := func(self int) (*kvstore.Client, *nats.Conn, error) {
-		nc, err := connect("worker")
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg := kvstore.ClientConfig{Transport: transport.NewNATS(nc, subject), Task: "bench", Hosts: hosts,
-			Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: 30 * time.Second, Window: o.window}
-		if self >= 0 {
-			cfg.Self, cfg.Server = hosts[self], servers[self]
-		}
-		c, err := kvstore.NewClient(cfg)
-		return c, nc, err
-	}
-	localClient, _, err := newClient(0)
-	if err != nil {
-		return err
-	}
-	defer localClient.Close()
-	remoteClient, remoteConn, err := newClient(-1)
-	if err != nil {
-		return err
-	}
-	defer remoteClient.Close()
+	servers, serverConns := planes["nats"].servers, planes["nats"].serverConns
+	remoteConn := planes["nats"].clientConn
 
 	rep := newReporter(o.jsonOut)
 	rep.header(o, runtime.GOMAXPROCS(0))
@@ -228,6 +232,18 @@ func run(o options) error {
 	}
 
 	// Local: the client's own slave hosts the only shard.
+	if o.procs {
+		local = nil // the shard servers are elsewhere
+	}
+	var localClient *kvstore.Client
+	if len(local) > 0 {
+		localClient, err = kvstore.NewClient(kvstore.ClientConfig{Transport: planes["nats"].serverTrs[0], Task: "bench", Hosts: hosts,
+			Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: 30 * time.Second, Window: o.window, Self: hosts[0], Server: servers[0]})
+		if err != nil {
+			return err
+		}
+		defer localClient.Close()
+	}
 	for _, spec := range local {
 		spec = spec.WithDefaults()
 		tc, err := localClient.Table(kvstore.Placement{Spec: spec, Hosts: hosts[:1]})
@@ -280,7 +296,7 @@ func run(o options) error {
 	}
 
 	// Remote: keys spread over both servers; the client hosts none.
-	raw, err := newRawNATS(remoteConn, serverConns, o.window)
+	raw, err := newRawNATS(remoteConn, serverConns, len(hosts), o.window)
 	if err != nil {
 		return err
 	}
@@ -289,13 +305,20 @@ func run(o options) error {
 	for _, spec := range remote {
 		spec = spec.WithDefaults()
 		p := kvstore.Placement{Spec: spec, Hosts: hosts}
-		tc, err := remoteClient.Table(p)
-		if err != nil {
-			return err
+		var tcs []*kvstore.TableClient // one per transport, in o.transports order
+		var flushes []func() error
+		for _, tr := range o.transports {
+			cl := planes[tr].client
+			tc, err := cl.Table(p)
+			if err != nil {
+				return err
+			}
+			if err := prefill(tc, cl.Flush); err != nil {
+				return err
+			}
+			tcs, flushes = append(tcs, tc), append(flushes, cl.Flush)
 		}
-		if err := prefill(tc, remoteClient.Flush); err != nil {
-			return err
-		}
+		tc := tcs[0]
 		dir, err := kvstore.NewDirectory(spec, len(hosts))
 		if err != nil {
 			return err
@@ -307,13 +330,15 @@ func run(o options) error {
 			fill(vals)
 			if want("remote get", spec) {
 				calls := msgs.calls(keys, msgs.keyedGet)
-				r := rates(o, kvLoop("remote get", spec, keys, func(k []uint64) error { return tc.Get(k, vals) }, nil), raw.loop(calls, false))
-				rep.add(withRaw(kvRow("remote get", spec, b, r[0]), r[1], calls))
+				remoteRows(rep, o, "remote get", spec, b, calls, raw.loop(calls, false), 0, func(i int) loop {
+					return kvLoop("remote get", spec, keys, func(k []uint64) error { return tcs[i].Get(k, vals) }, nil)
+				})
 			}
 			if want("remote add", spec) {
 				calls := msgs.calls(keys, msgs.keyedAdd)
-				r := rates(o, kvLoop("remote add", spec, keys, func(k []uint64) error { return tc.Add(k, vals) }, remoteClient.Flush), raw.loop(calls, true))
-				rep.add(withRaw(kvRow("remote add", spec, b, r[0]), r[1], calls))
+				remoteRows(rep, o, "remote add", spec, b, calls, raw.loop(calls, true), 0, func(i int) loop {
+					return kvLoop("remote add", spec, keys, func(k []uint64) error { return tcs[i].Add(k, vals) }, flushes[i])
+				})
 			}
 		}
 		if spec.Storage == kvstore.Sparse {
@@ -331,13 +356,15 @@ func run(o options) error {
 			b := n / spec.Width
 			if want("remote getchunk", spec) {
 				calls := msgs.calls(ids, msgs.chunkGet)
-				r := rates(o, kvLoop("remote getchunk", spec, ids, func(ch []uint64) error { return tc.GetChunk(ch, vals) }, nil), raw.loop(calls, false))
-				rep.add(withRaw(kvRow("remote getchunk", spec, b, r[0]), r[1], calls).withTarget(remoteRawTarget))
+				remoteRows(rep, o, "remote getchunk", spec, b, calls, raw.loop(calls, false), remoteRawTarget, func(i int) loop {
+					return kvLoop("remote getchunk", spec, ids, func(ch []uint64) error { return tcs[i].GetChunk(ch, vals) }, nil)
+				})
 			}
 			if want("remote addchunk", spec) {
 				calls := msgs.calls(ids, msgs.chunkAdd)
-				r := rates(o, kvLoop("remote addchunk", spec, ids, func(ch []uint64) error { return tc.AddChunk(ch, vals) }, remoteClient.Flush), raw.loop(calls, true))
-				rep.add(withRaw(kvRow("remote addchunk", spec, b, r[0]), r[1], calls).withTarget(remoteRawTarget))
+				remoteRows(rep, o, "remote addchunk", spec, b, calls, raw.loop(calls, true), remoteRawTarget, func(i int) loop {
+					return kvLoop("remote addchunk", spec, ids, func(ch []uint64) error { return tcs[i].AddChunk(ch, vals) }, flushes[i])
+				})
 			}
 		}
 	}
@@ -500,12 +527,16 @@ func newReporter(jsonOut bool) *reporter {
 	return r
 }
 
-const rowFormat = "%-16s %-6s %5s %6s %12s %10s %12s %7s  %s\n"
+const rowFormat = "%-16s %-4s %-6s %5s %6s %12s %10s %12s %7s  %s\n"
 
 func (r *reporter) header(o options, procs int) {
-	fmt.Fprintf(r.out, "# flexps kv bench: %s per row, GOMAXPROCS=%d, 2 shard servers on embedded NATS, float32 values, sparse keys from %d ids\n",
-		o.duration, procs, o.sparseKeys)
-	fmt.Fprintf(r.out, rowFormat, "op", "table", "width", "batch", "keys/s", "MB/s", "raw NATS MB/s", "ratio", "ratio is")
+	where := "in this process"
+	if o.procs {
+		where = "in processes of their own"
+	}
+	fmt.Fprintf(r.out, "# flexps kv bench: %s per row, GOMAXPROCS=%d, %d shard servers %s on embedded NATS (remote rows via %s), float32 values, sparse keys from %d ids\n",
+		o.duration, procs, len(hosts), where, strings.Join(o.transports, " and "), o.sparseKeys)
+	fmt.Fprintf(r.out, rowFormat, "op", "via", "table", "width", "batch", "keys/s", "MB/s", "raw NATS MB/s", "ratio", "ratio is")
 }
 
 func (r *reporter) add(x row) {
@@ -524,7 +555,7 @@ func (r *reporter) add(x row) {
 		}
 		note = fmt.Sprintf("%s (target >= %.2g: %s)", note, x.Target, mark)
 	}
-	fmt.Fprintf(r.out, rowFormat, x.Op, x.Storage, fmt.Sprint(x.Width), fmt.Sprint(x.Batch), human(x.KeysPerS),
+	fmt.Fprintf(r.out, rowFormat, x.Op, x.Transport, x.Storage, fmt.Sprint(x.Width), fmt.Sprint(x.Batch), human(x.KeysPerS),
 		fmt.Sprintf("%.1f", x.MBPerS), raw, ratio, note)
 	if r.enc != nil {
 		r.enc.Encode(x)
@@ -533,6 +564,7 @@ func (r *reporter) add(x row) {
 
 func (r *reporter) footer() {
 	fmt.Fprintln(r.out, "# MB/s counts value bytes (keys x width x 4); raw NATS MB/s is the same payload carried by plain request-reply messages of the kvstore's sizes")
+	fmt.Fprintln(r.out, "# via: the remote rows' transport; a tcp row's ratio is to the same calls over nats, measured in the same interleaved rounds")
 }
 
 func human(v float64) string {

@@ -151,20 +151,19 @@ type rawNATS struct {
 	subjects []string
 }
 
-func newRawNATS(client *nats.Conn, servers []*nats.Conn, window int) (*rawNATS, error) {
+// newRawNATS answers on servers (nil: shard processes answer) and sends
+// from client to shards responders.
+func newRawNATS(client *nats.Conn, servers []*nats.Conn, shards, window int) (*rawNATS, error) {
 	r := &rawNATS{nc: client, window: window, payload: make([]byte, 1<<20)}
+	for i := range shards {
+		r.subjects = append(r.subjects, rawSubject(i))
+	}
 	for i, nc := range servers {
-		reply := make([]byte, 1<<20)
-		sub, err := nc.Subscribe(fmt.Sprintf("bench.raw.%d", i), func(m *nats.Msg) {
-			n := binary.LittleEndian.Uint32(m.Data)
-			nc.Publish(m.Reply, reply[:n])
-		})
+		sub, err := rawResponder(nc, i)
 		if err != nil {
 			return nil, err
 		}
-		sub.SetPendingLimits(-1, -1)
 		r.subs = append(r.subs, sub)
-		r.subjects = append(r.subjects, sub.Subject)
 	}
 	inbox := client.NewRespInbox()
 	r.getSubj, r.ackSubj = inbox+".g", inbox+".a"
@@ -180,6 +179,23 @@ func newRawNATS(client *nats.Conn, servers []*nats.Conn, window int) (*rawNATS, 
 		}
 	}
 	return r, nil
+}
+
+func rawSubject(shard int) string { return fmt.Sprintf("bench.raw.%d", shard) }
+
+// rawResponder answers every request on shard's raw subject with a reply
+// of the size the request asks for.
+func rawResponder(nc *nats.Conn, shard int) (*nats.Subscription, error) {
+	reply := make([]byte, 1<<20)
+	sub, err := nc.Subscribe(rawSubject(shard), func(m *nats.Msg) {
+		n := binary.LittleEndian.Uint32(m.Data)
+		nc.Publish(m.Reply, reply[:n])
+	})
+	if err != nil {
+		return nil, err
+	}
+	sub.SetPendingLimits(-1, -1)
+	return sub, nil
 }
 
 func (r *rawNATS) close() {

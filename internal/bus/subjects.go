@@ -34,6 +34,12 @@ func (s Subjects) SlaveCtl(slave string) string {
 // SlaveKV is a slave's data-plane subject (binary codec).
 func (s Subjects) SlaveKV(slave string) string { return fmt.Sprintf("%s.slave.%s.kv", s.Prefix, slave) }
 
+// SlaveDP is where a slave's direct data-plane endpoint answers discovery
+// (its TCP address and the key that authenticates connections to it; see
+// kvstore/transport.TCP). Only roles that may use the slaves' subjects can
+// ask.
+func (s Subjects) SlaveDP(slave string) string { return fmt.Sprintf("%s.slave.%s.dp", s.Prefix, slave) }
+
 // TaskEvents is where the master publishes a task's status changes.
 func (s Subjects) TaskEvents(task string) string {
 	return fmt.Sprintf("%s.task.%s.events", s.Prefix, task)

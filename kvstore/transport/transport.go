@@ -16,8 +16,10 @@
 // handler then answers the original requester directly. Key relocation
 // uses this: a node that no longer owns a key passes the request on.
 //
-// NATS is the implementation a cluster runs on; Mem connects the nodes of
-// one process without a bus (tests, single-process runs).
+// NATS carries every request through the bus; TCP carries them over
+// direct connections between slave processes, found and authenticated
+// through the bus, with NATS as the fallback; Mem connects the nodes of one
+// process without a bus (tests, single-process runs).
 package transport
 
 import (
@@ -65,6 +67,10 @@ type Msg struct {
 	// NoResponder: the request sent with this reply address reached no
 	// server (its node is gone); Data is empty.
 	NoResponder bool
+	// Err: the request sent with this reply address may never be
+	// answered: the connection that carried it broke (wraps
+	// ErrConnLost). Data is empty.
+	Err error
 }
 
 // ErrUnreachable is wrapped by UnreachableError.

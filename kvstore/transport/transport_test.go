@@ -40,7 +40,38 @@ func each(t *testing.T, fn func(t *testing.T, endpoint func() transport.Transpor
 			return transport.NewNATS(nc, subject)
 		})
 	})
+	t.Run("tcp", func(t *testing.T) {
+		srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		n := 0
+		fn(t, func() transport.Transport {
+			n++
+			return newTCP(t, srv, fmt.Sprintf("ep%d", n))
+		})
+	})
 }
+
+// newTCP is a TCP endpoint named self with a connection of its own.
+func newTCP(t *testing.T, srv *bus.Embedded, self string) *transport.TCP {
+	t.Helper()
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	tr, err := transport.NewTCP(transport.NewNATS(nc, kvSubject), transport.TCPConfig{Self: self, Hello: helloSubject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+func kvSubject(node string) string    { return "t.node." + node }
+func helloSubject(node string) string { return "t.hello." + node }
 
 func next(t *testing.T, in transport.Inbox) transport.Msg {
 	t.Helper()

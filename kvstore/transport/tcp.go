@@ -1,0 +1,373 @@
+package transport
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// TCP carries requests over direct TCP connections between endpoints (one
+// per slave process), with NATS as the control plane and the fallback.
+//
+// Discovery: every endpoint listens on a TCP address and answers, on the
+// bus, a hello request for its own name and for every node it serves with
+// that address and a random key of its own. A sender that first needs node
+// n asks hello(n), dials the address and proves it holds the key (an
+// HMAC challenge both ways, see tcp_auth.go); the key only reaches those
+// the bus lets request hello subjects (slaves and the master when the bus
+// is authenticated), so the data plane is exactly as closed as the bus and
+// a connection from anyone else is refused.
+//
+// One connection per (sender endpoint, node) carries all of that sender's
+// requests to the node, so one sender's requests stay in order. Requests
+// are pipelined: a writer goroutine per connection sends whatever frames
+// queued up since its last write in one system call, and a reader
+// goroutine per connection reads each request into a pooled buffer queued
+// for the node's handler goroutine (so reading the next request overlaps
+// handling this one; the buffer is reused once handled) and each answer
+// into the waiting inbox. A request's reply
+// address is rewritten on arrival to name the endpoint it came from
+// ("_DP|<endpoint>|<address>"), so whoever finally answers it, the node or
+// one it forwarded the request to, sends the answer straight back to that
+// endpoint (over a connection, or over NATS to the plain address when no
+// connection can be made).
+//
+// A node whose endpoint does not answer hello (it runs the NATS transport,
+// or is not up) is sent to over NATS; one whose endpoint answers but cannot
+// be dialed falls back to NATS for good, with one warning naming it. A
+// connection that breaks fails every request it carried that is still
+// unanswered (an answer with Err set) and is dialed again on the next
+// request. The node's handler also serves requests arriving over NATS (the
+// master's model reads, peers on the fallback path), one at a time with
+// the TCP ones.
+type TCP struct {
+	cfg  TCPConfig
+	fb   *NATS
+	nc   *nats.Conn
+	log  zerolog.Logger
+	key  []byte
+	ln   net.Listener
+	addr string // what hello answers: where peers dial
+
+	mu      sync.Mutex
+	peers   map[string]*tcpPeer // route of requests, by node
+	inbound map[string]*tcpConn // latest connection from each endpoint, by its name
+	conns   map[*tcpConn]struct{}
+	hellos  map[string]*nats.Subscription // by name answered
+	warned  map[string]bool
+	closed  bool
+
+	smu    sync.RWMutex
+	served map[string]*tcpServed
+
+	imu     sync.RWMutex
+	inboxes map[string]*natsInbox
+
+	pmu     sync.Mutex
+	pending map[string][]*tcpConn // unanswered requests sent over connections, by reply address
+
+	direct, bus, dials atomic.Uint64
+	handshakes         chan struct{} // a token per handshake under way
+
+	wg sync.WaitGroup
+}
+
+// TCPStats count what an endpoint did.
+type TCPStats struct {
+	DirectSends uint64 // requests sent over connections
+	BusSends    uint64 // requests sent over NATS (no reachable endpoint)
+	Dials       uint64 // connections opened (reconnections included)
+	Conns       int    // connections open now, both directions
+}
+
+// Stats returns the endpoint's counters.
+func (t *TCP) Stats() TCPStats {
+	t.mu.Lock()
+	n := len(t.conns)
+	t.mu.Unlock()
+	return TCPStats{DirectSends: t.direct.Load(), BusSends: t.bus.Load(), Dials: t.dials.Load(), Conns: n}
+}
+
+// TCPConfig configures an endpoint.
+type TCPConfig struct {
+	// Self names the endpoint (the slave id): answers to requests it sends
+	// come back to it by this name, so it must be unique in the cluster.
+	Self string
+	// Listen is the address to accept connections on; default
+	// "127.0.0.1:0" (loopback, any free port).
+	Listen string
+	// Advertise is the host:port peers dial; default the listener's
+	// address (the host name when listening on every interface).
+	Advertise string
+	// Hello is the subject where the endpoint of node answers discovery.
+	Hello func(node string) string
+	// DialTimeout bounds discovery, dialing and the handshake; default 5s.
+	DialTimeout time.Duration
+	Log         zerolog.Logger
+}
+
+// DefaultTCPListen is where an endpoint listens unless told otherwise.
+const DefaultTCPListen = "127.0.0.1:0"
+
+// ErrConnLost is wrapped by the Err of an answer that will never come: the
+// connection that carried its request broke first.
+var ErrConnLost = errors.New("transport: data-plane connection lost")
+
+var errTCPClosed = errors.New("transport: TCP endpoint closed")
+
+// maxQueued is how many bytes of requests a connection queues before Send
+// waits for its writer: a bound on memory, far above what keeps the
+// connection busy. Answers are never held back (they are what lets the
+// other end make progress).
+const maxQueued = 32 << 20
+
+// maxHandshakes bounds the connections an endpoint authenticates at once.
+const maxHandshakes = 64
+
+// noHelloRetry is how long a node whose endpoint did not answer hello is
+// sent to over NATS before hello is asked again.
+const noHelloRetry = 5 * time.Second
+
+// dpPrefix marks a reply address rewritten to name the requester's
+// endpoint: "_DP|<endpoint>|<address>". NATS inbox addresses hold no '|'.
+const dpPrefix = "_DP|"
+
+type tcpPeer struct {
+	ready chan struct{} // closed once resolved
+	conn  *tcpConn      // nil: over NATS
+	until time.Time     // over NATS until then (zero: for good)
+}
+
+// NewTCP starts an endpoint: it listens, and answers hello for cfg.Self
+// on the bus of fallback. Close stops it.
+func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
+	if cfg.Self == "" || cfg.Hello == nil {
+		return nil, errors.New("transport: a TCP endpoint needs a name and a hello subject")
+	}
+	if strings.Contains(cfg.Self, "|") {
+		return nil, fmt.Errorf("transport: endpoint name %q may not contain '|'", cfg.Self)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultTCPListen
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	t := &TCP{cfg: cfg, fb: fallback, nc: fallback.nc, log: cfg.Log.With().Str("component", "dataplane").Logger(),
+		key: make([]byte, 32), peers: map[string]*tcpPeer{}, inbound: map[string]*tcpConn{}, conns: map[*tcpConn]struct{}{},
+		hellos: map[string]*nats.Subscription{}, warned: map[string]bool{}, served: map[string]*tcpServed{},
+		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}, handshakes: make(chan struct{}, maxHandshakes)}
+	if _, err := rand.Read(t.key); err != nil {
+		return nil, fmt.Errorf("transport: data-plane key: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: data plane listen on %s: %w", cfg.Listen, err)
+	}
+	t.ln = ln
+	if t.addr, err = advertise(cfg.Advertise, ln.Addr()); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := t.answerHello(cfg.Self); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+func advertise(adv string, ln net.Addr) (string, error) {
+	if adv != "" {
+		if _, _, err := net.SplitHostPort(adv); err != nil {
+			return "", fmt.Errorf("transport: data plane advertise address %q: %w", adv, err)
+		}
+		return adv, nil
+	}
+	a := ln.(*net.TCPAddr)
+	if a.IP.IsUnspecified() {
+		host, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("transport: listening on every interface and no host name to advertise: %w", err)
+		}
+		return net.JoinHostPort(host, fmt.Sprint(a.Port)), nil
+	}
+	return a.String(), nil
+}
+
+// Addr is the address peers dial.
+func (t *TCP) Addr() string { return t.addr }
+
+// Close stops the endpoint: its listener, hello answers and connections
+// (requests they carried that are unanswered fail). Served nodes stop
+// too; inboxes stay open until their owners close them.
+func (t *TCP) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	var conns []*tcpConn
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	hellos := t.hellos
+	t.hellos = map[string]*nats.Subscription{}
+	t.mu.Unlock()
+	err := t.ln.Close()
+	for _, s := range hellos {
+		s.Unsubscribe()
+	}
+	// Connections first: a handler waiting to forward on one is released.
+	for _, c := range conns {
+		c.fail(errTCPClosed)
+	}
+	t.smu.RLock()
+	var served []*tcpServed
+	for _, s := range t.served {
+		served = append(served, s)
+	}
+	t.smu.RUnlock()
+	for _, s := range served {
+		s.stop(t)
+	}
+	t.wg.Wait()
+	return err
+}
+
+// Serve delivers node's requests, from connections and from NATS, to h
+// one at a time.
+func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
+	s := newServed(h)
+	t.smu.Lock()
+	if t.served[node] != nil {
+		t.smu.Unlock()
+		return nil, &servedError{node: node}
+	}
+	t.served[node] = s
+	t.smu.Unlock()
+	subj := t.fb.subject(node)
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) { s.push(m.Data, m.Reply, nil, false) })
+	if err == nil {
+		// Never drop a request (see NATS.Serve).
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err == nil {
+		err = t.nc.Flush()
+	}
+	s.sub = sub
+	if err == nil && node != t.cfg.Self {
+		t.mu.Lock()
+		_, answered := t.hellos[node]
+		t.mu.Unlock()
+		if !answered {
+			err = t.answerHello(node)
+			t.mu.Lock()
+			s.hello = t.hellos[node]
+			t.mu.Unlock()
+		}
+	}
+	if err != nil {
+		s.stop(t)
+		return nil, fmt.Errorf("transport: serve %s: %w", node, err)
+	}
+	return &tcpService{t: t, node: node, s: s}, nil
+}
+
+type tcpService struct {
+	t    *TCP
+	node string
+	s    *tcpServed
+	once sync.Once
+}
+
+// Close stops serving: later requests get a no-responder answer, and the
+// handler is not called once Close returns.
+func (c *tcpService) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.t.smu.Lock()
+		if c.t.served[c.node] == c.s {
+			delete(c.t.served, c.node)
+		}
+		c.t.smu.Unlock()
+		if c.s.hello != nil {
+			c.t.mu.Lock()
+			delete(c.t.hellos, c.node)
+			c.t.mu.Unlock()
+		}
+		err = c.s.stop(c.t)
+	})
+	return err
+}
+
+// Send sends a request to node over its connection, dialing it first if
+// need be, or over NATS when node has no reachable endpoint.
+func (t *TCP) Send(node, reply string, data []byte) error {
+	if err := checkFrame(node, reply, data); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		c, err := t.route(node)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			if _, addr, ok := cutDP(reply); ok {
+				reply = addr // the NATS path answers the plain address
+			}
+			t.bus.Add(1)
+			return t.fb.Send(node, reply, data)
+		}
+		// Track the request before it leaves, so its answer cannot
+		// overtake the bookkeeping. Forwarded requests are answered to
+		// their requester's endpoint, not here: not tracked.
+		own := reply != "" && !strings.HasPrefix(reply, dpPrefix)
+		if own && !t.track(reply, c) {
+			if attempt == 0 {
+				continue // the connection broke before this request: dial again
+			}
+			return fmt.Errorf("transport: send to node %s: %w", node, c.cause())
+		}
+		err = c.write(frameRequest, node, reply, data, true)
+		t.direct.Add(1)
+		if err != nil && !own {
+			return fmt.Errorf("transport: send to node %s: %w", node, err)
+		}
+		// A tracked request on a connection that broke is answered with
+		// its Err by the connection's failure.
+		return nil
+	}
+}
+
+// Reply answers a request: over a connection to the requester's endpoint
+// when the address names one, else over NATS.
+func (t *TCP) Reply(addr string, data []byte) error {
+	name, plain, ok := cutDP(addr)
+	if !ok {
+		return t.fb.Reply(addr, data)
+	}
+	if name == t.cfg.Self {
+		t.deliver(plain, append([]byte(nil), data...), false, nil)
+		return nil
+	}
+	if c := t.replyConn(name); c != nil && c.write(frameReply, "", plain, data, false) == nil {
+		return nil
+	}
+	return t.fb.Reply(plain, data)
+}
+
+// MaxPayload is the bus's: a message may have to take the NATS path.
+func (t *TCP) MaxPayload() int { return t.fb.MaxPayload() }

@@ -1,0 +1,231 @@
+package transport
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// readBuf is a connection's read buffer; keepWriteBuf the largest write
+// buffer a connection keeps for its next batch (larger ones were a burst).
+const (
+	readBuf      = 256 << 10
+	keepWriteBuf = 8 << 20
+)
+
+// tcpConn is one authenticated connection: frames queued by any goroutine
+// go out in batches from its writer, frames coming in are dispatched by
+// its reader.
+type tcpConn struct {
+	t      *TCP
+	nc     net.Conn
+	remote string // the other endpoint's name
+	node   string // the node the connection was asked for
+
+	mu    sync.Mutex
+	space *sync.Cond // signalled when the writer took the queue
+	out   []byte     // frames waiting for the writer
+	err   error      // set once broken
+	wake  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	dead bool // guarded by t.pmu: no request may be tracked on it any more
+}
+
+// start runs a connection's reader and writer; false if the endpoint is
+// closing.
+func (t *TCP) start(nc net.Conn, remote, node string) (*tcpConn, bool) {
+	c := &tcpConn{t: t, nc: nc, remote: remote, node: node, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.space = sync.NewCond(&c.mu)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		nc.Close()
+		return nil, false
+	}
+	t.conns[c] = struct{}{}
+	t.wg.Add(2)
+	t.mu.Unlock()
+	go c.readLoop()
+	go c.writeLoop()
+	return c, true
+}
+
+// write queues a frame. A request (wait) waits while the queue is over
+// maxQueued; an answer never does.
+func (c *tcpConn) write(kind byte, a, b string, data []byte, wait bool) error {
+	c.mu.Lock()
+	for wait && len(c.out) >= maxQueued && c.err == nil {
+		c.space.Wait()
+	}
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.out = appendFrame(c.out, kind, a, b, data)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (c *tcpConn) broken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err != nil
+}
+
+func (c *tcpConn) cause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// writeLoop sends everything queued since its last write in one call:
+// while the connection is busy, frames pile up and leave together.
+func (c *tcpConn) writeLoop() {
+	defer c.t.wg.Done()
+	var spare []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		buf := c.out
+		c.out = spare[:0]
+		c.space.Broadcast()
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			spare = buf
+			continue
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			c.fail(err)
+			return
+		}
+		if cap(buf) > keepWriteBuf {
+			buf = nil // a burst's buffer is not kept
+		}
+		spare = buf
+	}
+}
+
+// readLoop dispatches incoming frames until the connection breaks.
+func (c *tcpConn) readLoop() {
+	defer c.t.wg.Done()
+	br := bufio.NewReaderSize(c.nc, readBuf)
+	var hdr [frameHeader]byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			c.fail(err)
+			return
+		}
+		n, err := frameLen(hdr[:])
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		// A request goes into a pooled buffer the handler gives back; an
+		// answer into a slice of its own, which the inbox keeps.
+		k, err := br.Peek(1)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		var pooled *[]byte
+		var body []byte
+		if k[0] == frameRequest {
+			pooled = getBuf(n)
+			body = (*pooled)[:n]
+		} else {
+			body = make([]byte, n)
+		}
+		if _, err := io.ReadFull(br, body); err != nil {
+			putBuf(pooled)
+			c.fail(err)
+			return
+		}
+		kind, a, b, data, err := decodeFrame(body)
+		if err != nil {
+			putBuf(pooled)
+			c.fail(err)
+			return
+		}
+		switch kind {
+		case frameRequest:
+			c.t.request(c, a, b, data, pooled)
+		case frameReply:
+			c.t.deliver(string(b), data, false, nil)
+		case frameNoResponder:
+			c.t.deliver(string(b), nil, true, nil)
+		}
+	}
+}
+
+// fail breaks the connection once: its socket closes, the endpoint
+// forgets it (the next request dials again), and every request it carried
+// that is still unanswered gets an answer with the error.
+func (c *tcpConn) fail(cause error) {
+	c.once.Do(func() {
+		t := c.t
+		err := fmt.Errorf("%w: to %s (%s): %v", ErrConnLost, c.remote, c.nc.RemoteAddr(), cause)
+		c.mu.Lock()
+		c.err = err
+		c.space.Broadcast()
+		c.mu.Unlock()
+		close(c.done)
+		c.nc.Close()
+		t.mu.Lock()
+		delete(t.conns, c)
+		if p := t.peers[c.node]; p != nil {
+			select {
+			case <-p.ready:
+				if p.conn == c {
+					delete(t.peers, c.node)
+				}
+			default:
+			}
+		}
+		if t.inbound[c.remote] == c {
+			delete(t.inbound, c.remote)
+		}
+		t.mu.Unlock()
+		t.pmu.Lock()
+		c.dead = true
+		var lost []string
+		for a, q := range t.pending {
+			kept := q[:0]
+			for _, x := range q {
+				if x == c {
+					lost = append(lost, a)
+				} else {
+					kept = append(kept, x)
+				}
+			}
+			if len(kept) == 0 {
+				delete(t.pending, a)
+			} else {
+				clear(q[len(kept):])
+				t.pending[a] = kept
+			}
+		}
+		t.pmu.Unlock()
+		for _, a := range lost {
+			t.deliver(a, nil, false, err)
+		}
+		ev := t.log.Warn()
+		if errors.Is(cause, errTCPClosed) || errors.Is(cause, io.EOF) {
+			ev = t.log.Debug()
+		}
+		ev.Err(cause).Str("peer", c.remote).Int("unanswered", len(lost)).Msg("data-plane connection closed")
+	})
+}

@@ -1,0 +1,253 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Discovery and connections: an endpoint answers hello for its name and
+// the nodes it serves; a sender resolves a node once (hello, dial,
+// handshake) and keeps the connection until it breaks.
+
+// helloReply is what an endpoint answers hello with: where to dial it and
+// the key a dialer must prove it holds.
+type helloReply struct {
+	Addr string `json:"addr"`
+	Key  []byte `json:"key"`
+}
+
+// answerHello answers discovery for name on the bus.
+func (t *TCP) answerHello(name string) error {
+	subj := t.cfg.Hello(name)
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		data, err := json.Marshal(helloReply{Addr: t.addr, Key: t.key})
+		if err == nil {
+			err = m.Respond(data)
+		}
+		if err != nil {
+			t.log.Warn().Err(err).Str("subject", subj).Msg("data-plane hello not answered")
+		}
+	})
+	if err == nil {
+		err = t.nc.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("transport: subscribe %s: %w", subj, err)
+	}
+	t.mu.Lock()
+	t.hellos[name] = sub
+	t.mu.Unlock()
+	return nil
+}
+
+// route is the connection requests for node go over, dialing it when
+// there is none; nil means NATS.
+func (t *TCP) route(node string) (*tcpConn, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, errTCPClosed
+		}
+		p := t.peers[node]
+		if p == nil {
+			p = &tcpPeer{ready: make(chan struct{})}
+			t.peers[node] = p
+			t.mu.Unlock()
+			t.resolve(node, p)
+			continue
+		}
+		t.mu.Unlock()
+		<-p.ready
+		if p.conn != nil {
+			if !p.conn.broken() {
+				return p.conn, nil
+			}
+		} else if p.until.IsZero() || time.Now().Before(p.until) {
+			return nil, nil
+		}
+		t.mu.Lock()
+		if t.peers[node] == p {
+			delete(t.peers, node)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// resolve finds node's endpoint on the bus and dials it.
+func (t *TCP) resolve(node string, p *tcpPeer) {
+	defer close(p.ready)
+	msg, err := t.nc.Request(t.cfg.Hello(node), nil, t.cfg.DialTimeout)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// No endpoint (the node runs the NATS transport, or is gone): NATS
+		// answers for it, and hello is asked again later.
+		p.until = time.Now().Add(noHelloRetry)
+		t.log.Debug().Str("peer", node).Msg("no data-plane endpoint answers for this node; using NATS")
+		return
+	}
+	var hr helloReply
+	if err == nil {
+		if err = json.Unmarshal(msg.Data, &hr); err == nil && (hr.Addr == "" || len(hr.Key) == 0) {
+			err = errors.New("hello without address or key")
+		}
+	}
+	var c *tcpConn
+	if err == nil {
+		c, err = t.dial(node, hr)
+	}
+	if err != nil {
+		if !errors.Is(err, errTCPClosed) {
+			t.warnOnce(node, hr.Addr, err)
+		}
+		return
+	}
+	p.conn = c
+}
+
+func (t *TCP) warnOnce(node, addr string, err error) {
+	t.mu.Lock()
+	first := !t.warned[node]
+	t.warned[node] = true
+	t.mu.Unlock()
+	if first {
+		t.log.Warn().Err(err).Str("peer", node).Str("addr", addr).
+			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS (a slave on another host must listen where its peers can reach it: [kv] listen)")
+	}
+}
+
+func (t *TCP) dial(node string, hr helloReply) (*tcpConn, error) {
+	nc, err := net.DialTimeout("tcp", hr.Addr, t.cfg.DialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	if err := dialHandshake(nc, hr.Key, node, t.cfg.Self); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	t.dials.Add(1)
+	c, ok := t.start(nc, node, node)
+	if !ok {
+		return nil, errTCPClosed
+	}
+	return c, nil
+}
+
+func (t *TCP) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		nc, err := t.ln.Accept()
+		if err != nil {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			t.log.Warn().Err(err).Msg("data plane: accept failed")
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		// Unauthenticated connections cost a goroutine each until their
+		// handshake deadline: bound how many may wait at once.
+		select {
+		case t.handshakes <- struct{}{}:
+		default:
+			nc.Close()
+			t.log.Warn().Str("remote", nc.RemoteAddr().String()).Msg("refused a data-plane connection: too many handshakes under way")
+			continue
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			defer func() { <-t.handshakes }()
+			t.accept(nc)
+		}()
+	}
+}
+
+func (t *TCP) accept(nc net.Conn) {
+	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	node, dialer, err := acceptHandshake(nc, t.key)
+	if err != nil {
+		nc.Close()
+		t.log.Warn().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("refused a data-plane connection")
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	if c, ok := t.start(nc, dialer, node); ok {
+		t.mu.Lock()
+		t.inbound[dialer] = c
+		t.mu.Unlock()
+	}
+}
+
+// replyConn is a connection to endpoint name for answers: the one its
+// requests came in on, else one this endpoint dials.
+func (t *TCP) replyConn(name string) *tcpConn {
+	t.mu.Lock()
+	c := t.inbound[name]
+	t.mu.Unlock()
+	if c != nil && !c.broken() {
+		return c
+	}
+	c, _ = t.route(name)
+	return c
+}
+
+// request queues a request that came in on c for its node's handler, with
+// the reply address rewritten to name c's endpoint; buf (pooled) holds
+// data and goes back to the pool once handled.
+func (t *TCP) request(c *tcpConn, node, reply, data []byte, buf *[]byte) {
+	t.smu.RLock()
+	s := t.served[string(node)]
+	t.smu.RUnlock()
+	var addr string
+	switch {
+	case len(reply) == 0:
+	case strings.HasPrefix(string(reply), dpPrefix): // forwarded: already names its requester
+		addr = string(reply)
+	default:
+		addr = dpPrefix + c.remote + "|" + string(reply)
+	}
+	if s != nil && s.push(data, addr, buf, true) {
+		return
+	}
+	putBuf(buf)
+	if len(reply) == 0 {
+		return
+	}
+	// Nothing serves node here: tell the requester, as NATS would.
+	name, plain, _ := cutDP(addr)
+	switch {
+	case name == c.remote:
+		c.write(frameNoResponder, "", plain, nil, false)
+	case name == t.cfg.Self:
+		t.deliver(plain, nil, true, nil)
+	default: // a forwarded request: its requester is elsewhere
+		if rc := t.replyConn(name); rc != nil {
+			rc.write(frameNoResponder, "", plain, nil, false)
+		}
+	}
+}
+
+// cutDP splits a rewritten reply address into the requester's endpoint
+// and its plain address.
+func cutDP(addr string) (name, plain string, ok bool) {
+	rest, ok := strings.CutPrefix(addr, dpPrefix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '|')
+	if i < 0 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}

@@ -1,0 +1,437 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/kvstore/transport"
+	"github.com/rs/zerolog"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind byte
+		a, b string
+		data []byte
+	}{
+		{"request", transport.FrameRequest, "slave-1", "_INBOX.slave.x.g1.0", []byte{1, 2, 3}},
+		{"request without reply", transport.FrameRequest, "n", "", nil},
+		{"reply", transport.FrameReply, "", "_INBOX.slave.x.a0", bytes.Repeat([]byte{7}, 70000)},
+		{"no responder", transport.FrameNoResponder, "", "_INBOX.x.g2.1", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := transport.AppendFrame([]byte("junk"), tc.kind, tc.a, tc.b, tc.data)[4:]
+			n, err := transport.FrameLen(f)
+			if err != nil || n != len(f)-4 {
+				t.Fatalf("length %d, %v; frame has %d", n, err, len(f)-4)
+			}
+			kind, a, b, data, err := transport.DecodeFrame(f[4:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind != tc.kind || string(a) != tc.a || string(b) != tc.b || !bytes.Equal(data, tc.data) {
+				t.Fatalf("got %d %q %q %d bytes", kind, a, b, len(data))
+			}
+		})
+	}
+}
+
+func TestFrameDecodeRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"empty", nil},
+		{"unknown kind", []byte{9, 0, 0, 0, 0}},
+		{"name past the end", []byte{1, 5, 0, 'a'}},
+		{"request for no node", []byte{1, 0, 0, 0, 0}},
+		{"reply to no address", []byte{2, 0, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, _, _, err := transport.DecodeFrame(tc.body); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	for _, n := range []uint32{0, 4, 64<<20 + 1, 1<<32 - 1} {
+		hdr := []byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)}
+		if _, err := transport.FrameLen(hdr); err == nil {
+			t.Fatalf("length %d accepted", n)
+		}
+	}
+}
+
+// FuzzDecodeFrame: any bytes decode or fail cleanly, and what decodes
+// encodes back to the same bytes.
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add(transport.AppendFrame(nil, transport.FrameRequest, "a", "r.1", []byte("x"))[4:])
+	f.Add(transport.AppendFrame(nil, transport.FrameReply, "", "r.1", nil)[4:])
+	f.Add([]byte{3, 0, 0, 1, 0, 'z'})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		kind, a, b, data, err := transport.DecodeFrame(body)
+		if err != nil {
+			return
+		}
+		again := transport.AppendFrame(nil, kind, string(a), string(b), data)[4:]
+		if !bytes.Equal(again, body) {
+			t.Fatalf("re-encoded %x as %x", body, again)
+		}
+	})
+}
+
+func tcpBus(t *testing.T) *bus.Embedded {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// Between TCP endpoints requests go over connections, not the bus.
+func TestTCPRequestsGoDirect(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	serve(t, a, "a", echo(a, "a"))
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	for i := range 3 {
+		if err := cli.Send("a", in.Addr()+".x", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if m := next(t, in); string(m.Data) != "a:"+string([]byte{byte(i)}) {
+			t.Fatalf("got %q", m.Data)
+		}
+	}
+	if st := cli.Stats(); st.DirectSends != 3 || st.BusSends != 0 || st.Dials != 1 || st.Conns != 1 {
+		t.Fatalf("client stats %+v", st)
+	}
+}
+
+// A connection that breaks while a request is unanswered fails that
+// request with ErrConnLost; the next request dials again.
+func TestTCPConnectionDropFailsRequestAndReconnects(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	held := make(chan struct{}, 1)
+	serve(t, a, "a", func(data []byte, reply string) {
+		if string(data) == "hold" {
+			held <- struct{}{} // never answered
+			return
+		}
+		a.Reply(reply, []byte("pong"))
+	})
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := cli.Send("a", in.Addr()+".h1", []byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	transport.DropConns(cli)
+	m := next(t, in)
+	if m.Tail != "h1" || !errors.Is(m.Err, transport.ErrConnLost) || !strings.Contains(m.Err.Error(), "a") {
+		t.Fatalf("got %+v, want the held request failed with ErrConnLost", m)
+	}
+	if err := cli.Send("a", in.Addr()+".p1", []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, in); m.Tail != "p1" || string(m.Data) != "pong" || m.Err != nil {
+		t.Fatalf("after reconnecting got %+v", m)
+	}
+	if st := cli.Stats(); st.Dials != 2 {
+		t.Fatalf("stats %+v, want a second dial", st)
+	}
+}
+
+// Only a dialer holding the endpoint's key gets a connection: a wrong key,
+// a stranger's bytes, or frames without a handshake are refused before any
+// request reaches a handler.
+func TestTCPRefusesUnauthenticatedConnections(t *testing.T) {
+	srv := tcpBus(t)
+	a := newTCP(t, srv, "a")
+	var calls atomic.Int64
+	serve(t, a, "a", func([]byte, string) { calls.Add(1) })
+	for _, tc := range []struct {
+		name string
+		talk func(c net.Conn) error
+	}{
+		{"wrong key", func(c net.Conn) error {
+			return transport.DialHandshake(c, bytes.Repeat([]byte{1}, 32), "a", "mallory")
+		}},
+		{"http", func(c net.Conn) error {
+			_, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+			return err
+		}},
+		{"frames without handshake", func(c net.Conn) error {
+			_, err := c.Write(transport.AppendFrame(nil, transport.FrameRequest, "a", "", []byte("x")))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", a.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			herr := tc.talk(c)
+			if tc.name == "wrong key" && !errors.Is(herr, transport.ErrAuth) {
+				t.Fatalf("handshake with a wrong key: %v", herr)
+			}
+			// The listener hangs up without serving anything (at once once
+			// it has read everything: it waits for no more).
+			c.(*net.TCPConn).CloseWrite()
+			if _, err := io.Copy(io.Discard, c); err != nil {
+				t.Fatalf("reading until the listener hangs up: %v", err)
+			}
+		})
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("handler called %d times by unauthenticated connections", n)
+	}
+	if st := a.Stats(); st.Conns != 0 {
+		t.Fatalf("stats %+v: a refused connection was kept", st)
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A peer whose endpoint answers hello but cannot be dialed is served over
+// NATS, with one warning naming it.
+func TestTCPFallsBackToNATSWithOneWarning(t *testing.T) {
+	srv := tcpBus(t)
+	// A port nothing listens on: bind one, then free it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	a, err := transport.NewTCP(transport.NewNATS(nc, kvSubject), transport.TCPConfig{Self: "far", Advertise: dead, Hello: helloSubject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	serve(t, a, "far", echo(a, "far"))
+	var logs syncBuffer
+	cnc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cnc.Close()
+	cli, err := transport.NewTCP(transport.NewNATS(cnc, kvSubject), transport.TCPConfig{Self: "cli", Hello: helloSubject, Log: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	for i := range 3 {
+		if err := cli.Send("far", in.Addr()+".f", []byte{'0' + byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if m := next(t, in); string(m.Data) != "far:"+string([]byte{'0' + byte(i)}) {
+			t.Fatalf("got %+v", m)
+		}
+	}
+	if st := cli.Stats(); st.BusSends != 3 || st.DirectSends != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := strings.Count(logs.String(), "cannot reach this peer's data plane"); n != 1 || !strings.Contains(logs.String(), `"peer":"far"`) {
+		t.Fatalf("%d warnings, want one naming the peer:\n%s", n, logs.String())
+	}
+}
+
+// A node served by the plain NATS transport (no endpoint answers its
+// hello) is reached over NATS, and answers come back.
+func TestTCPTalksToNATSOnlyNode(t *testing.T) {
+	srv := tcpBus(t)
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	plain := transport.NewNATS(nc, kvSubject)
+	serve(t, plain, "old", echo(plain, "old"))
+	cli := newTCP(t, srv, "cli")
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := cli.Send("old", in.Addr()+".o", []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, in); string(m.Data) != "old:k" {
+		t.Fatalf("got %+v", m)
+	}
+	if st := cli.Stats(); st.BusSends != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Closing an endpoint fails the requests its connections carried, and a
+// closed endpoint refuses to send.
+func TestTCPCloseFailsPendingRequests(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	serve(t, a, "a", func([]byte, string) {})
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := cli.Send("a", in.Addr()+".w", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := in.Next(ctx)
+	if err != nil || !errors.Is(m.Err, transport.ErrConnLost) {
+		t.Fatalf("got %+v, %v", m, err)
+	}
+	if err := cli.Send("a", "", []byte("x")); err == nil {
+		t.Fatal("a closed endpoint sent")
+	}
+}
+
+// A request forwarded to another node is answered straight to the
+// requester, over a connection or over NATS; either way the answer settles
+// it, so the first connection dropping later fails nothing.
+func TestTCPForwardedAnswerSettlesTheRequest(t *testing.T) {
+	for _, final := range []string{"tcp", "nats"} {
+		t.Run(final, func(t *testing.T) {
+			srv := tcpBus(t)
+			a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+			var b transport.Transport
+			if final == "tcp" {
+				b = newTCP(t, srv, "b")
+			} else {
+				nc, err := srv.Connect(bus.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nc.Close()
+				b = transport.NewNATS(nc, kvSubject)
+			}
+			serve(t, b, "b", echo(b, "b"))
+			serve(t, a, "a", func(data []byte, reply string) {
+				if string(data) == "fwd" {
+					if err := a.Send("b", reply, data); err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				a.Reply(reply, []byte("pong"))
+			})
+			in, err := cli.Listen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			if err := cli.Send("a", in.Addr()+".f1", []byte("fwd")); err != nil {
+				t.Fatal(err)
+			}
+			if m := next(t, in); m.Tail != "f1" || string(m.Data) != "b:fwd" {
+				t.Fatalf("got %+v (%q)", m, m.Data)
+			}
+			transport.DropConns(cli)
+			for deadline := time.Now().Add(10 * time.Second); cli.Stats().Conns > 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the dropped connections never closed")
+				}
+			}
+			if err := cli.Send("a", in.Addr()+".p1", []byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			if m := next(t, in); m.Tail != "p1" || m.Err != nil {
+				t.Fatalf("after the drop got %+v, want the ping's answer and no failure of the forwarded request", m)
+			}
+		})
+	}
+}
+
+// rw reads from r and throws writes away: one side of a handshake.
+type rw struct{ io.Reader }
+
+func (rw) Write(p []byte) (int, error) { return len(p), nil }
+
+// FuzzAcceptHandshake: whatever a stranger sends, the listener fails
+// cleanly (no panic, no huge allocation) and never admits it without the
+// key; a dialer holding the key always gets in.
+func FuzzAcceptHandshake(f *testing.F) {
+	key := bytes.Repeat([]byte{42}, 32)
+	f.Add([]byte("FXDP\x01" + strings.Repeat("n", 32) + "\x01\x00a\x03\x00cli" + strings.Repeat("m", 32)))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if _, _, err := transport.AcceptHandshake(rw{bytes.NewReader(in)}, key); err == nil {
+			t.Fatalf("admitted %x without the key", in)
+		}
+	})
+}
+
+func TestHandshakeAdmitsKeyHolder(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	type res struct {
+		node, dialer string
+		err          error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, d, err := transport.AcceptHandshake(b, key)
+		done <- res{n, d, err}
+	}()
+	if err := transport.DialHandshake(a, key, "slave-1", "slave-0"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.node != "slave-1" || r.dialer != "slave-0" {
+		t.Fatalf("listener: %+v", r)
+	}
+}
