@@ -13,7 +13,8 @@ const chunkKeys = 1 << 14
 
 // countWidth is the width of the count tables: per id the number of
 // training ratings, their sum, and the scratch column refitBiases sums
-// residuals in (zero between refits).
+// residuals in (zero between refits); key Size holds the totals: ratings,
+// their sum and their sum of squares.
 const countWidth = 3
 
 // prepareCounts counts the ratings of every user and item into the count
@@ -22,21 +23,21 @@ const countWidth = 3
 // training rating and the biases to their first estimates (initBiases).
 // Every id is checked against its table here, before
 // any training.
-func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) error {
+func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) (float64, error) {
 	usize, isize := t.Users.Spec().Size, t.Items.Spec().Size
 	marker := make([]float64, countWidth)
 	if err := t.UserCount.Get([]uint64{usize}, marker); err != nil {
-		return fmt.Errorf("mf: counts: %w", err)
+		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
 	// Every worker has read the marker before anyone sets it.
 	if err := info.Barrier(); err != nil {
-		return fmt.Errorf("mf: counts: %w", err)
+		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
 	if marker[0] > 0 {
-		return nil
+		return ratingVariance(marker), nil
 	}
 	users, items := map[uint64]*[2]float64{}, map[uint64]*[2]float64{}
-	var n, sum float64
+	var n, sum, sum2 float64
 	add := func(m map[uint64]*[2]float64, k uint64, r float64) {
 		a := m[k]
 		if a == nil {
@@ -57,39 +58,53 @@ func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) er
 			add(items, it, y)
 			n++
 			sum += y
+			sum2 += y * y
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("mf: stage %q: input %q: %w", info.StageName, cfg.Train, err)
+		return 0, fmt.Errorf("mf: stage %q: input %q: %w", info.StageName, cfg.Train, err)
 	}
 	if err := writeCounts(t.UserCount, users); err != nil {
-		return fmt.Errorf("mf: counts: %w", err)
+		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
 	if err := writeCounts(t.ItemCount, items); err != nil {
-		return fmt.Errorf("mf: counts: %w", err)
+		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
 	for _, x := range []struct {
 		tab  tasks.Table
 		size uint64
 	}{{t.UserCount, usize}, {t.ItemCount, isize}} {
-		if err := x.tab.Add([]uint64{x.size}, []float64{n, sum, 0}); err != nil {
-			return fmt.Errorf("mf: counts: %w", err)
+		if err := x.tab.Add([]uint64{x.size}, []float64{n, sum, sum2}); err != nil {
+			return 0, fmt.Errorf("mf: counts: %w", err)
 		}
 	}
 	if err := info.Barrier(); err != nil {
-		return fmt.Errorf("mf: counts: %w", err)
+		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
 	if t.Bias != nil {
 		if err := initBiases(info, t, cfg); err != nil {
-			return fmt.Errorf("mf: stage %q: %w", info.StageName, err)
+			return 0, fmt.Errorf("mf: stage %q: %w", info.StageName, err)
 		}
 	}
 	// Nobody trains before the biases are in place.
 	if err := info.Barrier(); err != nil {
-		return fmt.Errorf("mf: counts: %w", err)
+		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
-	return nil
+	if err := t.UserCount.Get([]uint64{usize}, marker); err != nil {
+		return 0, fmt.Errorf("mf: counts: %w", err)
+	}
+	return ratingVariance(marker), nil
+}
+
+// ratingVariance is the variance of the training ratings from the count
+// table's totals row.
+func ratingVariance(tot []float64) float64 {
+	if tot[0] == 0 {
+		return 0
+	}
+	m := tot[1] / tot[0]
+	return max(tot[2]/tot[0]-m*m, 0)
 }
 
 func writeCounts(tab tasks.Table, acc map[uint64]*[2]float64) error {
@@ -147,6 +162,7 @@ func checkID(r *datastore.Records, i int, what string, id uint64, t tasks.Table)
 // refines, where from zero it would spend most epochs getting there.
 // Worker w sets the w-th share of each table's keys.
 func initBiases(info *tasks.Info, t Tables, cfg Config) error {
+	l2 := cfg.L2Bias // the first epoch's, before any residual is measured
 	usize := t.Users.Spec().Size
 	tot := make([]float64, countWidth)
 	if err := t.UserCount.Get([]uint64{usize}, tot); err != nil {
@@ -188,7 +204,7 @@ func initBiases(info *tasks.Info, t Tables, cfg Config) error {
 				return fmt.Errorf("table %q: %w", x.bias.Spec().Name, err)
 			}
 			for i := range b {
-				b[i] = (c[countWidth*i+1]-c[countWidth*i]*mu)/(c[countWidth*i]+cfg.L2Bias) - b[i]
+				b[i] = (c[countWidth*i+1]-c[countWidth*i]*mu)/(c[countWidth*i]+l2) - b[i]
 			}
 			if err := x.bias.Add(keys, b); err != nil {
 				return fmt.Errorf("table %q: %w", x.bias.Spec().Name, err)

@@ -23,7 +23,14 @@
 //	sum (r - pred)^2 + l2 (|p_u|^2 + |q_i|^2) + l2_bias (b_u^2 + b_i^2)
 //
 // where per-rating L2 (without counts) punishes the heavy raters' rows
-// hardest and barely touches the rows that overfit, the rare ones.
+// hardest and barely touches the rows that overfit, the rare ones. The
+// right strength depends on how noisy the ratings are (it is the noise
+// variance over the factors' prior variance), so l2 and l2_bias are
+// multiplied each epoch by the previous epoch's training MSE over the
+// variance of the ratings (1 in the first epoch): on InstEval, where
+// biases explain little and noise the rest, that keeps the factors from
+// fitting noise; on a low-rank matrix the regularization fades as the fit
+// improves. One set of defaults serves both.
 //
 // A batch reads the rows of its distinct users and items (one Get per
 // table), runs SGD over its ratings in order on that local copy, adds the
@@ -40,8 +47,8 @@
 //
 // Stage functions registered here:
 //
-//	mf.sgd   params: rank (the tables' width), epochs (20), batch (500), lr (0.01),
-//	         decay (0.1), l2 (10), l2_bias (10), biases (true),
+//	mf.sgd   params: rank (the tables' width), epochs (20), batch (500), lr (0.05),
+//	         decay (0.1), l2 (25), l2_bias (12), biases (true),
 //	         users ("users"), items ("items"), bias ("bias"), user_bias ("user_bias"),
 //	         item_bias ("item_bias"), train ("train"), test ("test", optional input)
 //
@@ -103,12 +110,12 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 			return Config{}, fmt.Errorf("mf: param \"biases\": want true or false, got %v", v)
 		}
 	}
-	c := Config{Rank: p.Int("rank", 0), Epochs: p.Int("epochs", 20), Batch: p.Int("batch", 500), LR: p.Float("lr", 0.01),
-		Decay: p.Float("decay", 0.1), L2: p.Float("l2", 10), Biases: p.Bool("biases", true),
+	c := Config{Rank: p.Int("rank", 0), Epochs: p.Int("epochs", 20), Batch: p.Int("batch", 500), LR: p.Float("lr", 0.05),
+		Decay: p.Float("decay", 0.1), L2: p.Float("l2", 25), Biases: p.Bool("biases", true),
 		Users: p.String("users", "users"), Items: p.String("items", "items"), Bias: p.String("bias", "bias"),
 		UserBias: p.String("user_bias", "user_bias"), ItemBias: p.String("item_bias", "item_bias"),
 		Train: p.String("train", "train"), Test: p.String("test", "test")}
-	c.L2Bias = p.Float("l2_bias", 10)
+	c.L2Bias = p.Float("l2_bias", 12)
 	switch {
 	case c.Rank < 0:
 		return c, fmt.Errorf("mf: rank must be >= 1, got %d", c.Rank)
@@ -214,6 +221,10 @@ func openTables(info *tasks.Info, cfg *Config) (Tables, error) {
 	return t, nil
 }
 
+// minNoise bounds the L2 scaling from below: a model that fits its
+// training ratings exactly keeps some regularization.
+const minNoise = 1e-3
+
 // ErrDiverged marks a stage stopped by a non-finite error or update.
 var ErrDiverged = errors.New("diverged")
 
@@ -232,13 +243,15 @@ func SGD(info *tasks.Info) error {
 		return fmt.Errorf("mf: %w", err)
 	}
 	test, _ := info.Input(cfg.Test) // optional
-	if err := prepareCounts(info, tabs, train, cfg); err != nil {
+	variance, err := prepareCounts(info, tabs, train, cfg)
+	if err != nil {
 		return err
 	}
 	m := NewMiniBatch(tabs, cfg.Rank)
 	m.BiasShare = 1 / float64(max(info.Workers, 1))
+	noise := 1.0 // residual variance / rating variance, measured each epoch
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
-		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2, L2Bias: cfg.L2Bias}
+		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2 * noise, L2Bias: cfg.L2Bias * noise}
 		var st Stats
 		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
 			bs, err := m.Step(r, lo, hi, h)
@@ -255,12 +268,15 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return fmt.Errorf("mf: stage %q epoch %d: input %q: %w", info.StageName, epoch, cfg.Train, err)
 		}
+		if st.N > 0 && variance > 0 {
+			noise = min(max(st.SqErr/float64(st.N)/variance, minNoise), 1)
+		}
 		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricSqErrSum: st.SqErr, tasks.MetricAbsErrSum: st.AbsErr}
 		if cfg.Biases {
 			if err := info.Barrier(); err != nil {
 				return fmt.Errorf("mf: stage %q epoch %d: %w", info.StageName, epoch, err)
 			}
-			if err := refitBiases(info, m, train, cfg); err != nil {
+			if err := refitBiases(info, m, train, cfg, h.L2Bias); err != nil {
 				return fmt.Errorf("mf: stage %q epoch %d: bias refit: %w", info.StageName, epoch, err)
 			}
 		}

@@ -20,7 +20,7 @@ import (
 // summed locally, then added into the count table's scratch column), a
 // barrier, each worker setting its share of the keys (and clearing the
 // scratch), and a barrier.
-func refitBiases(info *tasks.Info, m *MiniBatch, train tasks.Input, cfg Config) error {
+func refitBiases(info *tasks.Info, m *MiniBatch, train tasks.Input, cfg Config, l2 float64) error {
 	for _, s := range []*side{m.items, m.users} {
 		acc := map[uint64]float64{}
 		err := tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
@@ -46,7 +46,7 @@ func refitBiases(info *tasks.Info, m *MiniBatch, train tasks.Input, cfg Config) 
 		if err := info.Barrier(); err != nil {
 			return err
 		}
-		if err := setShare(info, s, cfg.L2Bias); err != nil {
+		if err := setShare(info, s, l2); err != nil {
 			return err
 		}
 		if err := info.Barrier(); err != nil {
