@@ -33,7 +33,7 @@ type mfRun struct {
 // bias and count tables) on an in-process cluster of 2 slaves.
 func train(t *testing.T, trainPath, testPath string, users, items, rank, workers int, cons kvstore.Consistency, kind string, params tasks.Params) mfRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
 	if err != nil {
@@ -85,16 +85,16 @@ func TestGeneratedLowRankBeatsBiasBaseline(t *testing.T) {
 	}
 	dir := t.TempDir()
 	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
-	const users, items, rank = 600, 400, 4
-	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 80000, Noise: 0.1, Seed: 3,
-		TestPath: testPath, TestRows: 10000}); err != nil {
+	const users, items, rank = 300, 200, 3
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 24000, Noise: 0.1, Seed: 3,
+		TestPath: testPath, TestRows: 3000}); err != nil {
 		t.Fatal(err)
 	}
 	base, itemMean := biasBaselineRMSE(t, trainPath, testPath, baselineLambda)
 	for _, kind := range []string{"ps", "hogwild"} {
 		t.Run(kind, func(t *testing.T) {
 			// The shipped defaults: only the rank and epochs are set.
-			r := train(t, trainPath, testPath, users, items, rank, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, kind,
+			r := train(t, trainPath, testPath, users, items, rank, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, kind,
 				tasks.Params{"epochs": 15})
 			if r.err != nil {
 				t.Fatal(r.err)
@@ -132,23 +132,24 @@ func insteval(t *testing.T) (string, string) {
 }
 
 // TestInstEvalBeatsBiasBaseline trains with configs/mf-insteval.toml's
-// settings (the defaults). InstEval's ratings are mostly noise: an ALS of
-// any rank (scripts/quality.sh) does not get below the bias baseline by
-// more than 1e-4 either, so the test asks MF not to lose to it, where the
-// old per-rating L2 without learned-in biases lost by 0.003-0.01.
+// settings (the defaults, 30 epochs) on one worker (the multi-worker
+// kinds are in scripts/quality.sh). InstEval's ratings are mostly noise:
+// an ALS of rank 8 with the best L2 gets only 0.0006 below the bias
+// baseline (scripts/quality.sh), MF about 0.0003; the old model (per-rating
+// L2, biases learned from zero) lost to it by 0.003.
 func TestInstEvalBeatsBiasBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a while")
 	}
 	trainPath, testPath := insteval(t)
 	base, itemMean := biasBaselineRMSE(t, trainPath, testPath, baselineLambda)
-	r := train(t, trainPath, testPath, 2972, 1128, 8, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, "ps", tasks.Params{})
+	r := train(t, trainPath, testPath, 2972, 1128, 8, 1, kvstore.Consistency{Kind: kvstore.BSP}, "single", tasks.Params{"epochs": 30})
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	t.Logf("test RMSE per epoch %.4f", r.testRMSE)
 	t.Logf("InstEval test RMSE: mf %.5f (evaluator), bias baseline %.5f, item mean %.5f", r.rmse, base, itemMean)
-	if r.rmse > base+2e-4 {
+	if r.rmse >= base {
 		t.Fatalf("mf test RMSE %.5f is above the bias baseline %.5f", r.rmse, base)
 	}
 	if r.rmse >= itemMean-0.02 {
