@@ -28,6 +28,7 @@ type side struct {
 	b, b0  []float64 // one per key, when bias != nil
 	inv    []float64 // 1 / ratings of the key (from count): its share of the row's L2
 	cnt    []float64 // count table rows
+	counts []float64 // every key's rating count, when loaded (loadCounts)
 	deltas []float64
 }
 
@@ -63,11 +64,17 @@ func (s *side) read(counts bool) error {
 	if !counts {
 		return nil
 	}
+	s.inv = grow(s.inv, len(s.keys))
+	if s.counts != nil {
+		for i, k := range s.keys {
+			s.inv[i] = 1 / max(s.counts[k], 1)
+		}
+		return nil
+	}
 	s.cnt = grow(s.cnt, countWidth*len(s.keys))
 	if err := s.count.Get(s.keys, s.cnt); err != nil {
 		return err
 	}
-	s.inv = grow(s.inv, len(s.keys))
 	for i := range s.inv {
 		s.inv[i] = 1 / max(s.cnt[countWidth*i], 1)
 	}
@@ -104,6 +111,36 @@ func (s *side) push() error {
 		}
 	}
 	return s.bias.Add(s.keys, s.deltas)
+}
+
+// maxLoadedCounts bounds the tables whose counts a worker keeps in
+// memory (8 bytes a key) instead of reading them with every batch.
+const maxLoadedCounts = 1 << 22
+
+// loadCounts reads every key's rating count once: they do not change
+// while training, and reading them per batch costs a round trip per side.
+func (s *side) loadCounts() error {
+	size := s.t.Spec().Size
+	if size > maxLoadedCounts {
+		return nil
+	}
+	counts := make([]float64, size)
+	keys := make([]uint64, 0, chunkKeys)
+	buf := make([]float64, countWidth*chunkKeys)
+	for lo := uint64(0); lo < size; lo += chunkKeys {
+		keys = keys[:0]
+		for k := lo; k < min(lo+chunkKeys, size); k++ {
+			keys = append(keys, k)
+		}
+		if err := s.count.Get(keys, buf[:countWidth*len(keys)]); err != nil {
+			return err
+		}
+		for i, k := range keys {
+			counts[k] = buf[countWidth*i]
+		}
+	}
+	s.counts = counts
+	return nil
 }
 
 // MiniBatch holds a worker's reusable buffers for both sides of the

@@ -249,6 +249,11 @@ func SGD(info *tasks.Info) error {
 	}
 	m := NewMiniBatch(tabs, cfg.Rank)
 	m.BiasShare = 1 / float64(max(info.Workers, 1))
+	for _, s := range []*side{m.users, m.items} {
+		if err := s.loadCounts(); err != nil {
+			return fmt.Errorf("mf: counts: %w", err)
+		}
+	}
 	noise := 1.0 // residual variance / rating variance, measured each epoch
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2 * noise, L2Bias: cfg.L2Bias * noise}
