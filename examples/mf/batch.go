@@ -17,19 +17,20 @@ type Hyper struct {
 // distinct ids, their factor rows, biases and rating counts as read, and
 // the working copies SGD updates.
 type side struct {
-	col    int // the id's position in a ratings record: 0 user, 1 item
-	t      tasks.Table
-	bias   tasks.Table // nil: no per-id bias
-	count  tasks.Table
-	rank   int
-	index  *tasks.KeyIndex
-	keys   []uint64
-	f, f0  []float64 // rank values per key
-	b, b0  []float64 // one per key, when bias != nil
-	inv    []float64 // 1 / ratings of the key (from count): its share of the row's L2
-	cnt    []float64 // count table rows
-	counts []float64 // every key's rating count, when loaded (loadCounts)
-	deltas []float64
+	col     int // the id's position in a ratings record: 0 user, 1 item
+	t       tasks.Table
+	bias    tasks.Table // nil: no per-id bias
+	count   tasks.Table
+	rank    int
+	index   *tasks.KeyIndex
+	keys    []uint64
+	f, f0   []float64 // rank values per key
+	b, b0   []float64 // one per key, when bias != nil
+	inv     []float64 // 1 / ratings of the key (from count): its share of the row's L2
+	cnt     []float64 // count table rows
+	counts  []float64 // every key's rating count, when loaded (loadCounts)
+	deltas  []float64
+	bdeltas []float64
 }
 
 func newSide(col int, t, bias, count tasks.Table, rank int) *side {
@@ -87,9 +88,10 @@ func (s *side) snapshot() {
 	s.b0 = append(s.b0[:0], s.b...)
 }
 
-// push adds the batch's change to the tables, after checking it is
-// finite: a diverged update never reaches the model.
-func (s *side) push() error {
+// diff computes the batch's change and checks it is finite: a diverged
+// update must never reach the model, and both sides are checked before
+// either is added.
+func (s *side) diff() error {
 	s.deltas = grow(s.deltas, len(s.f))
 	for i := range s.f {
 		s.deltas[i] = s.f[i] - s.f0[i]
@@ -97,20 +99,25 @@ func (s *side) push() error {
 			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.t.Spec().Name)
 		}
 	}
+	s.bdeltas = grow(s.bdeltas, len(s.b))
+	for i := range s.b {
+		s.bdeltas[i] = s.b[i] - s.b0[i]
+		if math.IsNaN(s.bdeltas[i]) || math.IsInf(s.bdeltas[i], 0) {
+			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.bias.Spec().Name)
+		}
+	}
+	return nil
+}
+
+// push adds the change diff computed to the tables.
+func (s *side) push() error {
 	if err := s.t.Add(s.keys, s.deltas); err != nil {
 		return err
 	}
 	if s.bias == nil {
 		return nil
 	}
-	s.deltas = s.deltas[:len(s.b)]
-	for i := range s.b {
-		s.deltas[i] = s.b[i] - s.b0[i]
-		if math.IsNaN(s.deltas[i]) || math.IsInf(s.deltas[i], 0) {
-			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.bias.Spec().Name)
-		}
-	}
-	return s.bias.Add(s.keys, s.deltas)
+	return s.bias.Add(s.keys, s.bdeltas)
 }
 
 // maxLoadedCounts bounds the tables whose counts a worker keeps in
@@ -251,17 +258,21 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 			fv[k] += lr * (e*x - li*y)
 		}
 	}
-	if err := m.users.push(); err != nil {
-		return st, err
+	m.biasVal[0] = (m.mu - m.mu0) * m.BiasShare
+	if m.bias != nil && (math.IsNaN(m.biasVal[0]) || math.IsInf(m.biasVal[0], 0)) {
+		return st, fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, m.bias.Spec().Name)
 	}
-	if err := m.items.push(); err != nil {
-		return st, err
+	for _, s := range []*side{m.users, m.items} {
+		if err := s.diff(); err != nil {
+			return st, err
+		}
+	}
+	for _, s := range []*side{m.users, m.items} {
+		if err := s.push(); err != nil {
+			return st, err
+		}
 	}
 	if m.bias != nil {
-		m.biasVal[0] = (m.mu - m.mu0) * m.BiasShare
-		if math.IsNaN(m.biasVal[0]) || math.IsInf(m.biasVal[0], 0) {
-			return st, fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, m.bias.Spec().Name)
-		}
 		if err := m.bias.Add(m.biasKey[:], m.biasVal[:]); err != nil {
 			return st, err
 		}
