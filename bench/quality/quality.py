@@ -7,7 +7,9 @@ each algorithm and data set it writes a job from the shipped config
 so changes to the defaults show up here), resized to the data, runs it with
 `flexps run --metrics-out` at every worker kind (ps, local, hogwild at 1,
 2 and 4 workers; single at 1), scores the written model with `flexps eval`
-and prints a markdown table with the reference figure beside it:
+and prints a markdown table with the reference figure beside it (one line
+per algorithm and data set, a column per worker layout; --long: one line
+per run, with its wall time):
 
   lr.sgd      test accuracy    vs liblinear-train -s 0 (C = 1, -B 1)
   svrg        objective        vs liblinear -s 0 with C = 1/(l2 n), its
@@ -131,17 +133,17 @@ def cluster_sets(work):
 
 
 def ratings_sets(work, flexps):
-    """(name, train, test, users, items)."""
+    """(name, shipped config, train, test, users, items)."""
     out = []
     d = os.path.join(ROOT, "data/insteval")
     if os.path.exists(os.path.join(d, "test.tsv")):
-        out.append(("InstEval (R lme4)", os.path.join(d, "train.tsv"), os.path.join(d, "test.tsv"), 2972, 1128))
+        out.append(("InstEval (R lme4)", "mf-insteval.toml", os.path.join(d, "train.tsv"), os.path.join(d, "test.tsv"), 2972, 1128))
     else:
         print("quality: data/insteval absent (scripts/insteval.sh): MF on InstEval skipped", file=sys.stderr)
     p = os.path.join(work, "gen-ratings")
     run([flexps, "gen", "ratings", "--out", p + ".train", "--test-out", p + ".test", "--users", "600", "--items", "400",
          "--rank", "4", "--rows", "80000", "--test-rows", "10000", "--noise", "0.1", "--seed", "3"])
-    out.append(("generated rank 4 (flexps gen ratings)", p + ".train", p + ".test", 600, 400))
+    out.append(("generated rank 4 (flexps gen ratings)", "mf.toml", p + ".train", p + ".test", 600, 400))
     return out
 
 
@@ -353,8 +355,8 @@ def kmeans_job(path, X, k):
     return job
 
 
-def mf_job(train, test, users, items):
-    job = shipped("mf.toml")
+def mf_job(config, train, test, users, items):
+    job = shipped(config)
     job["name"] = "quality-mf"
     job["table"] = [t for t in job["table"] if t["name"] in ("users", "items")]
     for t in job["table"]:
@@ -377,6 +379,7 @@ def main():
     ap.add_argument("--flexps", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--only", default="lr,svrg,kmeans,mf", help="comma-separated algorithms")
+    ap.add_argument("--long", action="store_true", help="one line per run, with seconds")
     ap.add_argument("--kinds", default="", help="e.g. ps:4,single:1 (default: every kind at 1, 2, 4 workers)")
     args = ap.parse_args()
     kinds = KINDS if not args.kinds else [(k, int(w)) for k, w in (x.split(":") for x in args.kinds.split(","))]
@@ -421,17 +424,33 @@ def main():
                 return last_value(rec, "objective", "loss_sum")
             matrix("k-means", name, lambda: kmeans_job(path, X, k), score, ref, f"objective, k={k} (scikit-learn n_init=10)")
     if "mf" in only:
-        for name, train, test, users, items in ratings_sets(args.work, args.flexps):
+        for name, config, train, test, users, items in ratings_sets(args.work, args.flexps):
             bias, (als, lam) = mf_refs(train, test, users, items)
-            matrix("mf.sgd", name, lambda: mf_job(train, test, users, items),
+            matrix("mf.sgd", name, lambda: mf_job(config, train, test, users, items),
                    lambda m, rec: flexps_eval(args.flexps, m, test).get("rmse"), bias,
                    f"test RMSE (bias baseline; ALS rank 8: {als:.4f} at l2={lam})")
 
-    print("| algorithm | data set | worker kind | workers | flexps | reference | metric (reference) | seconds |")
-    print("|---|---|---|---:|---:|---:|---|---:|")
-    for algo, data, kind, workers, got, ref, metric, secs in rows:
-        print(f"| {algo} | {data} | {kind} | {workers} | {fmt(got)} | {fmt(ref)} | {metric} | {fmt(secs, 1)} |")
+    if args.long:
+        print("| algorithm | data set | worker kind | workers | flexps | reference | metric (reference) | seconds |")
+        print("|---|---|---|---:|---:|---:|---|---:|")
+        for algo, data, kind, workers, got, ref, metric, secs in rows:
+            print(f"| {algo} | {data} | {kind} | {workers} | {fmt(got)} | {fmt(ref)} | {metric} | {fmt(secs, 1)} |")
+        return
+    print_wide(rows, kinds)
 
+
+def print_wide(rows, kinds):
+    """One line per algorithm and data set, a column per worker layout."""
+    cols = [f"{k} {w}" for k, w in kinds]
+    print("| algorithm | data set | metric (reference) | reference | " + " | ".join(cols) + " |")
+    print("|---|---|---|---:|" + "---:|" * len(cols))
+    lines = {}
+    for algo, data, kind, workers, got, ref, metric, secs in rows:
+        line = lines.setdefault((algo, data), {"metric": metric, "ref": ref})
+        line[f"{kind} {workers}"] = got
+    for (algo, data), line in lines.items():
+        cells = " | ".join(fmt(line.get(c)) for c in cols)
+        print(f"| {algo} | {data} | {line['metric']} | {fmt(line['ref'])} | {cells} |")
 
 if __name__ == "__main__":
     main()

@@ -132,8 +132,8 @@ func insteval(t *testing.T) (string, string) {
 }
 
 // TestInstEvalBeatsBiasBaseline trains with configs/mf-insteval.toml's
-// settings (the defaults, 30 epochs) on one worker (the multi-worker
-// kinds are in scripts/quality.sh). InstEval's ratings are mostly noise:
+// settings (the defaults, 30 epochs) on 2 hogwild workers (fast under
+// -race; every kind is in scripts/quality.sh). InstEval's ratings are mostly noise:
 // an ALS of rank 8 with the best L2 gets only 0.0006 below the bias
 // baseline (scripts/quality.sh), MF about 0.0003; the old model (per-rating
 // L2, biases learned from zero) lost to it by 0.003.
@@ -143,7 +143,7 @@ func TestInstEvalBeatsBiasBaseline(t *testing.T) {
 	}
 	trainPath, testPath := insteval(t)
 	base, itemMean := biasBaselineRMSE(t, trainPath, testPath, baselineLambda)
-	r := train(t, trainPath, testPath, 2972, 1128, 8, 1, kvstore.Consistency{Kind: kvstore.BSP}, "single", tasks.Params{"epochs": 30})
+	r := train(t, trainPath, testPath, 2972, 1128, 8, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, "hogwild", tasks.Params{"epochs": 30})
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
