@@ -33,7 +33,9 @@ type mfRun struct {
 // bias and count tables) on an in-process cluster of 2 slaves.
 func train(t *testing.T, trainPath, testPath string, users, items, rank, workers int, cons kvstore.Consistency, kind string, params tasks.Params) mfRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// Minutes under -race on a busy 2-core machine (InstEval: 30 epochs of
+	// 66k ratings, each with two bias-refit passes).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
 	if err != nil {
