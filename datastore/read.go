@@ -151,7 +151,12 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	}
 
 	_, text := f.(textFormat)
+	origin := Origin{Path: b.Path}
+	if !starts {
+		origin.Block = b.Offset
+	}
 	cur := newBatch(opt.BatchRecords, nil, text)
+	cur.Origins = []Origin{origin} // each batch its own: Reset reuses it
 	flush := func(last bool) error {
 		st.Records += int64(cur.Len())
 		te := time.Now()
@@ -167,6 +172,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 			return nil
 		}
 		cur = newBatch(opt.BatchRecords, cur, text)
+		cur.Origins = []Origin{origin} // each batch its own: Reset reuses it
 		return nil
 	}
 
@@ -182,6 +188,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 		start := pos
 		pos += int64(n)
 		lineNo++
+		before := cur.Len()
 		if perr := f.ParseLine(line, cur); perr != nil {
 			if opt.OnError == OnErrorSkip {
 				st.BadLines++
@@ -196,6 +203,9 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 				t = t[:maxErrText]
 			}
 			return st, &ParseError{Path: b.Path, Line: lineNo, Offset: start, Text: string(t), Err: perr}
+		}
+		for range cur.Len() - before {
+			cur.LineNo = append(cur.LineNo, lineNo)
 		}
 		if cur.Len() >= opt.BatchRecords {
 			if err := flush(false); err != nil {

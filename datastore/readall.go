@@ -19,10 +19,7 @@ func ReadAll(ctx context.Context, path, format string) (*Records, error) {
 	all := &Records{}
 	for _, b := range blocks {
 		_, err := ReadBlock(ctx, src, b, f, ReadOptions{}, func(r *Records) error {
-			for i := 0; i < r.Len(); i++ {
-				l, k, v := r.Row(i)
-				all.Append(l, k, v)
-			}
+			all.appendRows(r)
 			return nil
 		})
 		if err != nil {

@@ -16,6 +16,46 @@ func (r *Records) Reset() {
 	r.Keys = r.Keys[:0]
 	r.Vals = r.Vals[:0]
 	r.Lines = r.Lines[:0]
+	r.LineNo = r.LineNo[:0]
+	r.Origins = r.Origins[:0]
+}
+
+// Where locates record i for an error message: "path line N", "path line
+// N of the block at byte B" when the block does not start the file, or
+// "record i" for records without an origin.
+func (r *Records) Where(i int) string {
+	if i >= len(r.LineNo) || len(r.Origins) == 0 {
+		return fmt.Sprintf("record %d", i+1)
+	}
+	o := r.Origins[0]
+	for _, x := range r.Origins[1:] {
+		if x.First > i {
+			break
+		}
+		o = x
+	}
+	if o.Block > 0 {
+		return fmt.Sprintf("%s line %d of the block at byte %d", o.Path, r.LineNo[i], o.Block)
+	}
+	return fmt.Sprintf("%s line %d", o.Path, r.LineNo[i])
+}
+
+// appendRows appends src's records, with their origins, to r.
+func (r *Records) appendRows(src *Records) {
+	located := len(src.LineNo) == src.Len() && len(src.Origins) > 0 && len(r.LineNo) == r.Len()
+	base := r.Len()
+	for i := 0; i < src.Len(); i++ {
+		l, k, v := src.Row(i)
+		r.Append(l, k, v)
+	}
+	if !located {
+		return
+	}
+	r.LineNo = append(r.LineNo, src.LineNo...)
+	for _, o := range src.Origins {
+		o.First += base
+		r.Origins = append(r.Origins, o)
+	}
 }
 
 // Append adds a record. keys and vals must have the same length; a nil vals
@@ -66,7 +106,7 @@ func (r *Records) Row(i int) (label float64, keys []uint64, vals []float64) {
 // Bytes approximates the memory r holds (capacities, not lengths).
 func (r *Records) Bytes() int64 {
 	n := int64(cap(r.Labels))*8 + int64(cap(r.Offsets))*8 + int64(cap(r.Keys))*8 +
-		int64(cap(r.Vals))*8 + int64(cap(r.Lines))*16
+		int64(cap(r.Vals))*8 + int64(cap(r.Lines))*16 + int64(cap(r.LineNo))*8
 	for _, s := range r.Lines {
 		n += int64(len(s))
 	}
@@ -79,6 +119,7 @@ func newBatch(n int, prev *Records, text bool) *Records {
 	r := &Records{
 		Labels:  make([]float64, 0, n),
 		Offsets: make([]int, 0, n+1),
+		LineNo:  make([]int64, 0, n),
 	}
 	if text {
 		r.Lines = make([]string, 0, n)

@@ -43,6 +43,21 @@ type Records struct {
 	Keys    []uint64
 	Vals    []float64
 	Lines   []string
+	// LineNo and Origins locate each record in its file, for errors found
+	// after parsing (an id outside a table): LineNo[i] is record i's line,
+	// counted like ParseError.Line; Origins are the files, in record
+	// order. Both are empty for records built by hand.
+	LineNo  []int64
+	Origins []Origin
+}
+
+// Origin is where Records from First on (up to the next Origin) were read:
+// a file, and the byte offset of the block their line numbers count from
+// (0: the file's start, so the lines are the file's).
+type Origin struct {
+	Path  string
+	First int
+	Block int64
 }
 
 // Format parses one line (without its trailing newline) into out. A line

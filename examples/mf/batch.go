@@ -2,6 +2,7 @@ package mf
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
@@ -13,45 +14,44 @@ type Hyper struct {
 }
 
 // side is one side of the matrix (users or items) in a batch: its
-// distinct ids, their factor rows and biases as read, and the working
-// copies SGD updates.
+// distinct ids, their factor rows, biases and rating counts as read, and
+// the working copies SGD updates.
 type side struct {
-	name   string
-	col    int // the id's position in a ratings record: 0 user, 1 item
-	t      tasks.Table
-	bias   tasks.Table // nil: no per-id bias
-	size   uint64
-	rank   int
-	index  *tasks.KeyIndex
-	keys   []uint64
-	f, f0  []float64 // rank values per key
-	b, b0  []float64 // one per key, when bias != nil
-	deltas []float64
+	col     int // the id's position in a ratings record: 0 user, 1 item
+	t       tasks.Table
+	bias    tasks.Table // nil: no per-id bias
+	count   tasks.Table
+	rank    int
+	index   *tasks.KeyIndex
+	keys    []uint64
+	f, f0   []float64 // rank values per key
+	b, b0   []float64 // one per key, when bias != nil
+	inv     []float64 // 1 / ratings of the key (from count): its share of the row's L2
+	cnt     []float64 // count table rows
+	counts  []float64 // every key's rating count, when loaded (loadCounts)
+	deltas  []float64
+	bdeltas []float64
 }
 
-func newSide(name string, col int, t, bias tasks.Table, rank int) *side {
-	size := t.Spec().Size
-	return &side{name: name, col: col, t: t, bias: bias, size: size, rank: rank, index: tasks.NewKeyIndex(size)}
+func newSide(col int, t, bias, count tasks.Table, rank int) *side {
+	return &side{col: col, t: t, bias: bias, count: count, rank: rank, index: tasks.NewKeyIndex(t.Spec().Size)}
 }
 
-// gather collects the distinct ids of records lo..hi and reads their rows.
-func (s *side) gather(r *datastore.Records, lo, hi int) error {
+// collect records the distinct ids of records lo..hi (already checked).
+func (s *side) collect(r *datastore.Records, lo, hi int) {
 	s.index.Reset()
 	s.keys = s.keys[:0]
 	for i := lo; i < hi; i++ {
-		a := r.Offsets[i]
-		if r.Offsets[i+1]-a != 2 {
-			return fmt.Errorf("record has %d ids, want user and item (format = \"ratings\")", r.Offsets[i+1]-a)
-		}
-		k := r.Keys[a+s.col]
-		if k >= s.size {
-			return fmt.Errorf("%s id %d is beyond table %q's size %d", s.name, k, s.t.Spec().Name, s.size)
-		}
+		k := r.Keys[r.Offsets[i]+s.col]
 		if _, ok := s.index.Get(k); !ok {
 			s.index.Put(k, int32(len(s.keys)))
 			s.keys = append(s.keys, k)
 		}
 	}
+}
+
+// read fetches the batch's rows (and with counts, the L2 shares).
+func (s *side) read(counts bool) error {
 	s.f = grow(s.f, len(s.keys)*s.rank)
 	if err := s.t.Get(s.keys, s.f); err != nil {
 		return err
@@ -62,6 +62,23 @@ func (s *side) gather(r *datastore.Records, lo, hi int) error {
 			return err
 		}
 	}
+	if !counts {
+		return nil
+	}
+	s.inv = grow(s.inv, len(s.keys))
+	if s.counts != nil {
+		for i, k := range s.keys {
+			s.inv[i] = 1 / max(s.counts[k], 1)
+		}
+		return nil
+	}
+	s.cnt = grow(s.cnt, countWidth*len(s.keys))
+	if err := s.count.Get(s.keys, s.cnt); err != nil {
+		return err
+	}
+	for i := range s.inv {
+		s.inv[i] = 1 / max(s.cnt[countWidth*i], 1)
+	}
 	return nil
 }
 
@@ -71,29 +88,73 @@ func (s *side) snapshot() {
 	s.b0 = append(s.b0[:0], s.b...)
 }
 
-// push adds the batch's change to the tables.
-func (s *side) push() error {
+// diff computes the batch's change and checks it is finite: a diverged
+// update must never reach the model, and both sides are checked before
+// either is added.
+func (s *side) diff() error {
 	s.deltas = grow(s.deltas, len(s.f))
 	for i := range s.f {
 		s.deltas[i] = s.f[i] - s.f0[i]
+		if math.IsNaN(s.deltas[i]) || math.IsInf(s.deltas[i], 0) {
+			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.t.Spec().Name)
+		}
 	}
+	s.bdeltas = grow(s.bdeltas, len(s.b))
+	for i := range s.b {
+		s.bdeltas[i] = s.b[i] - s.b0[i]
+		if math.IsNaN(s.bdeltas[i]) || math.IsInf(s.bdeltas[i], 0) {
+			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.bias.Spec().Name)
+		}
+	}
+	return nil
+}
+
+// push adds the change diff computed to the tables.
+func (s *side) push() error {
 	if err := s.t.Add(s.keys, s.deltas); err != nil {
 		return err
 	}
 	if s.bias == nil {
 		return nil
 	}
-	s.deltas = s.deltas[:len(s.b)]
-	for i := range s.b {
-		s.deltas[i] = s.b[i] - s.b0[i]
+	return s.bias.Add(s.keys, s.bdeltas)
+}
+
+// maxLoadedCounts bounds the tables whose counts a worker keeps in
+// memory (8 bytes a key) instead of reading them with every batch.
+const maxLoadedCounts = 1 << 22
+
+// loadCounts reads every key's rating count once: they do not change
+// while training, and reading them per batch costs a round trip per side.
+func (s *side) loadCounts() error {
+	size := s.t.Spec().Size
+	if size > maxLoadedCounts {
+		return nil
 	}
-	return s.bias.Add(s.keys, s.deltas)
+	counts := make([]float64, size)
+	keys := make([]uint64, 0, chunkKeys)
+	buf := make([]float64, countWidth*chunkKeys)
+	for lo := uint64(0); lo < size; lo += chunkKeys {
+		keys = keys[:0]
+		for k := lo; k < min(lo+chunkKeys, size); k++ {
+			keys = append(keys, k)
+		}
+		if err := s.count.Get(keys, buf[:countWidth*len(keys)]); err != nil {
+			return err
+		}
+		for i, k := range keys {
+			counts[k] = buf[countWidth*i]
+		}
+	}
+	s.counts = counts
+	return nil
 }
 
 // MiniBatch holds a worker's reusable buffers for both sides of the
 // matrix and the global bias.
 type MiniBatch struct {
 	rank      int
+	tabs      Tables
 	users     *side
 	items     *side
 	bias      tasks.Table // nil: no global bias
@@ -105,16 +166,21 @@ type MiniBatch struct {
 
 // NewMiniBatch prepares buffers for the tables.
 func NewMiniBatch(t Tables, rank int) *MiniBatch {
-	return &MiniBatch{rank: rank, users: newSide("user", 0, t.Users, t.UserBias, rank), items: newSide("item", 1, t.Items, t.ItemBias, rank),
-		bias: t.Bias, BiasShare: 1}
+	return &MiniBatch{rank: rank, tabs: t, users: newSide(0, t.Users, t.UserBias, t.UserCount, rank),
+		items: newSide(1, t.Items, t.ItemBias, t.ItemCount, rank), bias: t.Bias, BiasShare: 1}
 }
 
-func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
-	if err := m.users.gather(r, lo, hi); err != nil {
-		return err
+func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, counts bool) error {
+	for i := lo; i < hi; i++ {
+		if _, _, err := ratingIDs(r, i, m.tabs); err != nil {
+			return err
+		}
 	}
-	if err := m.items.gather(r, lo, hi); err != nil {
-		return err
+	for _, s := range []*side{m.users, m.items} {
+		s.collect(r, lo, hi)
+		if err := s.read(counts); err != nil {
+			return err
+		}
 	}
 	m.mu = 0
 	if m.bias != nil {
@@ -149,45 +215,64 @@ func (m *MiniBatch) predict(r *datastore.Records, i int) (float64, int, int) {
 
 // Step trains on records lo..hi: one Get and one Add per table. The error
 // of each rating is measured just before its update (progressive
-// validation).
+// validation). Each rating of a user shrinks the user's row and bias by
+// its share 1/n_u of the per-row L2, likewise for items. A non-finite
+// error or update returns an error wrapping ErrDiverged and adds nothing.
 func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, error) {
-	if err := m.gather(r, lo, hi); err != nil {
+	if err := m.gather(r, lo, hi, true); err != nil {
 		return Stats{}, err
 	}
 	m.users.snapshot()
 	m.items.snapshot()
 	m.mu0 = m.mu
 	var st Stats
-	lr, l2, l2b := h.LR, h.L2, h.L2Bias
+	lr := h.LR
+	// mu is in every rating: a full step per rating would make it a random
+	// walk of step lr*|e|; one averaged step per batch is plain gradient
+	// descent on it.
+	lrMu := lr / float64(hi-lo)
 	for i := lo; i < hi; i++ {
 		p, u, v := m.predict(r, i)
 		e := r.Labels[i] - p
+		if math.IsNaN(e) || math.IsInf(e, 0) {
+			return st, fmt.Errorf("%w: non-finite prediction error (%s)", ErrDiverged, r.Where(i))
+		}
 		st.N++
 		st.SqErr += e * e
+		st.AbsErr += math.Abs(e)
+		su, si := m.users.inv[u], m.items.inv[v]
 		if m.bias != nil {
-			m.mu += lr * e
+			m.mu += lrMu * e
 		}
 		if m.users.bias != nil {
-			m.users.b[u] += lr * (e - l2b*m.users.b[u])
+			m.users.b[u] += lr * (e - h.L2Bias*su*m.users.b[u])
 		}
 		if m.items.bias != nil {
-			m.items.b[v] += lr * (e - l2b*m.items.b[v])
+			m.items.b[v] += lr * (e - h.L2Bias*si*m.items.b[v])
 		}
+		lu, li := h.L2*su, h.L2*si
 		fu, fv := m.users.f[u*m.rank:(u+1)*m.rank], m.items.f[v*m.rank:(v+1)*m.rank]
 		for k := range fu {
 			x, y := fu[k], fv[k]
-			fu[k] += lr * (e*y - l2*x)
-			fv[k] += lr * (e*x - l2*y)
+			fu[k] += lr * (e*y - lu*x)
+			fv[k] += lr * (e*x - li*y)
 		}
 	}
-	if err := m.users.push(); err != nil {
-		return st, err
+	m.biasVal[0] = (m.mu - m.mu0) * m.BiasShare
+	if m.bias != nil && (math.IsNaN(m.biasVal[0]) || math.IsInf(m.biasVal[0], 0)) {
+		return st, fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, m.bias.Spec().Name)
 	}
-	if err := m.items.push(); err != nil {
-		return st, err
+	for _, s := range []*side{m.users, m.items} {
+		if err := s.diff(); err != nil {
+			return st, err
+		}
+	}
+	for _, s := range []*side{m.users, m.items} {
+		if err := s.push(); err != nil {
+			return st, err
+		}
 	}
 	if m.bias != nil {
-		m.biasVal[0] = (m.mu - m.mu0) * m.BiasShare
 		if err := m.bias.Add(m.biasKey[:], m.biasVal[:]); err != nil {
 			return st, err
 		}
@@ -197,7 +282,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 
 // Eval scores records lo..hi without updating.
 func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
-	if err := m.gather(r, lo, hi); err != nil {
+	if err := m.gather(r, lo, hi, false); err != nil {
 		return Stats{}, err
 	}
 	var st Stats
@@ -206,6 +291,7 @@ func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
 		e := r.Labels[i] - p
 		st.N++
 		st.SqErr += e * e
+		st.AbsErr += math.Abs(e)
 	}
 	return st, nil
 }

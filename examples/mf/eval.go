@@ -15,7 +15,8 @@ func init() {
 
 // EvalModel scores a saved MF model (tables "users" and "items", and
 // "bias", "user_bias", "item_bias" when present) on ratings: rmse and mae.
-// A user or item beyond the model's tables gets zero factors and bias.
+// A user or item beyond the model's tables is an error naming the file,
+// line and table (a 1-based file scored by a model of 0-based ids).
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
 	ut, ok := model.Table("users")
 	if !ok {
@@ -50,15 +51,23 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	for i := 0; i < data.Len(); i++ {
 		label, keys, _ := data.Row(i)
 		if len(keys) != 2 {
-			return nil, fmt.Errorf("record %d has %d ids, want user and item (format ratings)", i, len(keys))
+			return nil, fmt.Errorf("%s: record has %d ids, want user and item (format ratings)", data.Where(i), len(keys))
 		}
 		a, b := keys[0], keys[1]
-		p := at(mu, 0) + at(bu, a) + at(bi, b)
-		if a < ut.Spec.Size && b < it.Spec.Size {
-			fu, fv := u[int(a)*rank:int(a+1)*rank], v[int(b)*rank:int(b+1)*rank]
-			for k := range fu {
-				p += fu[k] * fv[k]
+		for _, x := range []struct {
+			what string
+			id   uint64
+			size uint64
+			name string
+		}{{"user", a, ut.Spec.Size, "users"}, {"item", b, it.Spec.Size, "items"}} {
+			if x.id >= x.size {
+				return nil, fmt.Errorf("%s: %s id %d is outside the model's table %q (size %d: ids 0..%d)", data.Where(i), x.what, x.id, x.name, x.size, x.size-1)
 			}
+		}
+		p := at(mu, 0) + at(bu, a) + at(bi, b)
+		fu, fv := u[int(a)*rank:int(a+1)*rank], v[int(b)*rank:int(b+1)*rank]
+		for k := range fu {
+			p += fu[k] * fv[k]
 		}
 		e := label - p
 		sq += e * e

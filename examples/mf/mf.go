@@ -4,41 +4,82 @@
 //	mu + b_u + b_i + p_u . q_i
 //
 // with p_u a row of table "users" and q_i a row of table "items" (width =
-// rank); the global bias mu (table "bias", size 1), the user biases (table
-// "user_bias", size = users) and the item biases (table "item_bias", size =
-// items) are each used when the task declares the table. A batch reads the
-// rows of its distinct users and items (one Get per table), runs SGD with
-// L2 over its ratings in order on that local copy, adds the differences
-// back (one Add per table) and ends the iteration (Clock), so any
-// consistency model and worker kind applies. The global bias is shared by
-// every rating, so each worker adds 1/workers of its change: summed over
+// rank), the global mean mu (table "bias", size 1) and the user and item
+// biases (tables "user_bias" and "item_bias"). The stage adds the bias
+// tables to the task itself (tasks.RegisterTables), so they are part of
+// the saved model and the evaluator uses them; biases = false leaves them
+// out (p_u . q_i alone).
+//
+// Before the first epoch the workers count, in one pass over their share
+// of the training input, the ratings of every user and item into the
+// tables "users.count" and "items.count" (width 2: count and sum of
+// ratings; the extra key Size holds the totals and marks the counts as
+// gathered, so a later stage does not count again), and mu starts at the
+// mean training rating. The counts make the regularization data-set
+// independent: each rating of user u shrinks p_u by (l2/n_u), so over an
+// epoch every row is shrunk by l2 whatever its number of ratings, which is
+// SGD on the objective ALS minimizes:
+//
+//	sum (r - pred)^2 + l2 (|p_u|^2 + |q_i|^2) + l2_bias (b_u^2 + b_i^2)
+//
+// where per-rating L2 (without counts) punishes the heavy raters' rows
+// hardest and barely touches the rows that overfit, the rare ones. The
+// right strength depends on how noisy the ratings are (it is the noise
+// variance over the factors' prior variance), so l2 and l2_bias are
+// multiplied each epoch by the previous epoch's training MSE over the
+// variance of the ratings (1 in the first epoch): on InstEval, where
+// biases explain little and noise the rest, that keeps the factors from
+// fitting noise; on a low-rank matrix the regularization fades as the fit
+// improves. One set of defaults serves both.
+//
+// A batch reads the rows of its distinct users and items (one Get per
+// table), runs SGD over its ratings in order on that local copy, adds the
+// differences back (one Add per table) and ends the iteration (Clock), so
+// any consistency model and worker kind applies. mu is shared by every
+// rating, so each worker adds 1/workers of its change: summed over
 // concurrent workers that is their average, where the plain sum would
-// overshoot workers-fold.
+// overshoot workers-fold. The learning rate of epoch e (from 1) is
+// lr / (1 + decay (e-1)). A non-finite error or update stops the stage
+// with an error naming the stage, epoch and learning rate, before it
+// reaches the tables, so no model is written. Every epoch ends at a
+// barrier before the test input is scored, so the last epoch's test RMSE
+// is that of the model written.
 //
 // Stage functions registered here:
 //
-//	mf.sgd   params: rank (the tables' width), epochs (10), batch (1000), lr (0.01),
-//	         l2 (0.05), l2_bias (l2), decay (0: lr/(1+decay*epoch)),
+//	mf.sgd   params: rank (the tables' width), epochs (20), batch (500), lr (0.05),
+//	         decay (0.1), l2 (25), l2_bias (12), biases (true),
 //	         users ("users"), items ("items"), bias ("bias"), user_bias ("user_bias"),
 //	         item_bias ("item_bias"), train ("train"), test ("test", optional input)
 //
-// Each epoch reports samples and sq_err_sum (training error, measured on
-// each rating just before its update) and, with a test input,
-// test_samples and test_sq_err_sum: the job table prints their RMSE (and
-// their MSE as the loss, through loss_sum and test_loss_sum). The
-// model kind "mf" has an evaluator: RMSE and MAE on a ratings file.
+// Each epoch reports samples, sq_err_sum and abs_err_sum (training error,
+// measured on each rating just before its update) and, with a test input,
+// test_samples, test_sq_err_sum and test_abs_err_sum: the job table prints
+// rmse, mae, test_rmse and test_mae. The model kind "mf" has an evaluator:
+// RMSE and MAE on a ratings file.
+//
+// Ids are 0-based keys: a user or item id outside its table (a 1-based
+// file read into a table sized for 0-based ids) is an error naming the
+// input file, its line and the table.
 package mf
 
 import (
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
 func init() {
 	tasks.Register("mf.sgd", SGD)
+	tasks.RegisterTables("mf.sgd", AddTables)
 }
+
+// CountTable names the per-id rating counts mf.sgd keeps for factor table t.
+func CountTable(t string) string { return t + ".count" }
 
 // Config is mf.sgd's parameters.
 type Config struct {
@@ -46,9 +87,10 @@ type Config struct {
 	Epochs   int
 	Batch    int
 	LR       float64
-	L2       float64
-	L2Bias   float64
 	Decay    float64
+	L2       float64 // factor rows, per row and epoch (divided among the row's ratings)
+	L2Bias   float64 // user and item biases, likewise
+	Biases   bool
 	Users    string
 	Items    string
 	Bias     string
@@ -63,12 +105,17 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	if err := p.Check("rank", "epochs", "batch", "lr", "l2", "l2_bias", "decay"); err != nil {
 		return Config{}, fmt.Errorf("mf: %w", err)
 	}
-	c := Config{Rank: p.Int("rank", 0), Epochs: p.Int("epochs", 10), Batch: p.Int("batch", 1000), LR: p.Float("lr", 0.01),
-		L2: p.Float("l2", 0.05), Decay: p.Float("decay", 0),
+	if v, ok := p["biases"]; ok {
+		if _, isBool := v.(bool); !isBool {
+			return Config{}, fmt.Errorf("mf: param \"biases\": want true or false, got %v", v)
+		}
+	}
+	c := Config{Rank: p.Int("rank", 0), Epochs: p.Int("epochs", 20), Batch: p.Int("batch", 500), LR: p.Float("lr", 0.05),
+		Decay: p.Float("decay", 0.1), L2: p.Float("l2", 25), Biases: p.Bool("biases", true),
 		Users: p.String("users", "users"), Items: p.String("items", "items"), Bias: p.String("bias", "bias"),
 		UserBias: p.String("user_bias", "user_bias"), ItemBias: p.String("item_bias", "item_bias"),
 		Train: p.String("train", "train"), Test: p.String("test", "test")}
-	c.L2Bias = p.Float("l2_bias", c.L2)
+	c.L2Bias = p.Float("l2_bias", 12)
 	switch {
 	case c.Rank < 0:
 		return c, fmt.Errorf("mf: rank must be >= 1, got %d", c.Rank)
@@ -76,8 +123,8 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		return c, fmt.Errorf("mf: epochs must be >= 1, got %d", c.Epochs)
 	case c.Batch < 1:
 		return c, fmt.Errorf("mf: batch must be >= 1, got %d", c.Batch)
-	case !(c.LR > 0):
-		return c, fmt.Errorf("mf: lr must be > 0, got %v", c.LR)
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return c, fmt.Errorf("mf: lr must be a finite number > 0, got %v", c.LR)
 	case c.L2 < 0 || c.L2Bias < 0:
 		return c, fmt.Errorf("mf: l2 and l2_bias must be >= 0, got %v and %v", c.L2, c.L2Bias)
 	case c.Decay < 0:
@@ -86,16 +133,42 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	return c, nil
 }
 
+// AddTables is mf.sgd's tasks.TablesFunc: the bias tables (unless biases
+// = false) and the rating counts, sized after the declared factor tables.
+func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
+	users, items := st.Params.String("users", "users"), st.Params.String("items", "items")
+	var out []kvstore.TableSpec
+	if st.Params.Bool("biases", true) {
+		out = append(out, kvstore.TableSpec{Name: st.Params.String("bias", "bias"), Size: 1})
+	}
+	for _, t := range declared {
+		var bias string
+		switch t.Name {
+		case users:
+			bias = st.Params.String("user_bias", "user_bias")
+		case items:
+			bias = st.Params.String("item_bias", "item_bias")
+		default:
+			continue
+		}
+		if st.Params.Bool("biases", true) {
+			out = append(out, kvstore.TableSpec{Name: bias, Size: t.Size, Partition: t.Partition})
+		}
+		out = append(out, kvstore.TableSpec{Name: CountTable(t.Name), Size: t.Size + 1, Width: countWidth, Partition: t.Partition})
+	}
+	return out
+}
+
 // Tables are the model's tables as a worker holds them; the bias tables
-// are nil when the task does not declare them.
+// are nil with biases = false.
 type Tables struct {
 	Users, Items, Bias, UserBias, ItemBias tasks.Table
+	UserCount, ItemCount                   tasks.Table
 }
 
 // openTables opens and checks the tables: the factor tables must have
 // width rank (rank 0 takes the users table's width), the bias tables width
 // 1 and the per-user/per-item ones at least the factor tables' sizes.
-// A bias table named by an explicit parameter must exist.
 func openTables(info *tasks.Info, cfg *Config) (Tables, error) {
 	var t Tables
 	var err error
@@ -116,31 +189,44 @@ func openTables(info *tasks.Info, cfg *Config) (Tables, error) {
 			return t, fmt.Errorf("mf: table %q has width %d but rank = %d (the factor tables' width is the rank)", x.name, w, cfg.Rank)
 		}
 	}
-	opt := func(param, name string, size uint64) (tasks.Table, error) {
+	open := func(name string, width int, size uint64) (tasks.Table, error) {
 		tab, err := info.Table(name)
 		if err != nil {
-			if _, explicit := info.Params[param]; explicit {
-				return nil, fmt.Errorf("mf: %s: %w", param, err)
-			}
-			return nil, nil
+			return nil, fmt.Errorf("mf: %w", err)
 		}
 		spec := tab.Spec()
-		if spec.Width != 1 || spec.Size < size {
-			return nil, fmt.Errorf("mf: table %q has size %d width %d, want width 1 and size >= %d", name, spec.Size, spec.Width, size)
+		if spec.Width != width || spec.Size < size {
+			return nil, fmt.Errorf("mf: table %q has size %d width %d, want width %d and size >= %d", name, spec.Size, spec.Width, width, size)
 		}
 		return tab, nil
 	}
-	if t.Bias, err = opt("bias", cfg.Bias, 1); err != nil {
+	if t.UserCount, err = open(CountTable(cfg.Users), countWidth, t.Users.Spec().Size+1); err != nil {
 		return t, err
 	}
-	if t.UserBias, err = opt("user_bias", cfg.UserBias, t.Users.Spec().Size); err != nil {
+	if t.ItemCount, err = open(CountTable(cfg.Items), countWidth, t.Items.Spec().Size+1); err != nil {
 		return t, err
 	}
-	if t.ItemBias, err = opt("item_bias", cfg.ItemBias, t.Items.Spec().Size); err != nil {
+	if !cfg.Biases {
+		return t, nil
+	}
+	if t.Bias, err = open(cfg.Bias, 1, 1); err != nil {
+		return t, err
+	}
+	if t.UserBias, err = open(cfg.UserBias, 1, t.Users.Spec().Size); err != nil {
+		return t, err
+	}
+	if t.ItemBias, err = open(cfg.ItemBias, 1, t.Items.Spec().Size); err != nil {
 		return t, err
 	}
 	return t, nil
 }
+
+// minNoise bounds the L2 scaling from below: a model that fits its
+// training ratings exactly keeps some regularization.
+const minNoise = 1e-3
+
+// ErrDiverged marks a stage stopped by a non-finite error or update.
+var ErrDiverged = errors.New("diverged")
 
 // SGD is the mf.sgd stage function.
 func SGD(info *tasks.Info) error {
@@ -157,10 +243,20 @@ func SGD(info *tasks.Info) error {
 		return fmt.Errorf("mf: %w", err)
 	}
 	test, _ := info.Input(cfg.Test) // optional
+	variance, err := prepareCounts(info, tabs, train, cfg)
+	if err != nil {
+		return err
+	}
 	m := NewMiniBatch(tabs, cfg.Rank)
 	m.BiasShare = 1 / float64(max(info.Workers, 1))
+	for _, s := range []*side{m.users, m.items} {
+		if err := s.loadCounts(); err != nil {
+			return fmt.Errorf("mf: counts: %w", err)
+		}
+	}
+	noise := 1.0 // residual variance / rating variance, measured each epoch
 	for epoch := info.StartEpoch + 1; epoch <= cfg.Epochs; epoch++ {
-		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2, L2Bias: cfg.L2Bias}
+		h := Hyper{LR: cfg.LR / (1 + cfg.Decay*float64(epoch-1)), L2: cfg.L2 * noise, L2Bias: cfg.L2Bias * noise}
 		var st Stats
 		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
 			bs, err := m.Step(r, lo, hi, h)
@@ -171,11 +267,29 @@ func SGD(info *tasks.Info) error {
 			info.Report(bs.N, bs.SqErr)
 			return info.Clock()
 		})
-		if err != nil {
-			return fmt.Errorf("mf: input %q: %w", cfg.Train, err)
+		if errors.Is(err, ErrDiverged) {
+			return fmt.Errorf("mf: stage %q epoch %d: %w at lr %g: lower lr (or raise l2)", info.StageName, epoch, err, h.LR)
 		}
-		// loss_sum is the squared error too, so the loss columns show MSE.
-		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricSqErrSum: st.SqErr, tasks.MetricLossSum: st.SqErr}
+		if err != nil {
+			return fmt.Errorf("mf: stage %q epoch %d: input %q: %w", info.StageName, epoch, cfg.Train, err)
+		}
+		if st.N > 0 && variance > 0 {
+			noise = min(max(st.SqErr/float64(st.N)/variance, minNoise), 1)
+		}
+		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricSqErrSum: st.SqErr, tasks.MetricAbsErrSum: st.AbsErr}
+		if cfg.Biases {
+			if err := info.Barrier(); err != nil {
+				return fmt.Errorf("mf: stage %q epoch %d: %w", info.StageName, epoch, err)
+			}
+			if err := refitBiases(info, m, train, cfg, h.L2Bias); err != nil {
+				return fmt.Errorf("mf: stage %q epoch %d: bias refit: %w", info.StageName, epoch, err)
+			}
+		}
+		// Every worker's Adds of this epoch are applied before the test
+		// input is scored: the last epoch's figure is the written model's.
+		if err := info.Barrier(); err != nil {
+			return fmt.Errorf("mf: stage %q epoch %d: %w", info.StageName, epoch, err)
+		}
 		if test != nil {
 			var ts Stats
 			err := tasks.EachBatch(info.Ctx, test, 4096, func(r *datastore.Records, lo, hi int) error {
@@ -184,9 +298,9 @@ func SGD(info *tasks.Info) error {
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("mf: input %q: %w", cfg.Test, err)
+				return fmt.Errorf("mf: stage %q epoch %d: input %q: %w", info.StageName, epoch, cfg.Test, err)
 			}
-			metrics[tasks.MetricTestSamples], metrics[tasks.MetricTestSqErrSum], metrics[tasks.MetricTestLossSum] = float64(ts.N), ts.SqErr, ts.SqErr
+			metrics[tasks.MetricTestSamples], metrics[tasks.MetricTestSqErrSum], metrics[tasks.MetricTestAbsErrSum] = float64(ts.N), ts.SqErr, ts.AbsErr
 		}
 		info.ReportEpoch(epoch, metrics)
 	}
@@ -195,9 +309,10 @@ func SGD(info *tasks.Info) error {
 
 // Stats are a batch's or an epoch's counts.
 type Stats struct {
-	N     int64
-	SqErr float64
+	N      int64
+	SqErr  float64
+	AbsErr float64
 }
 
 // Add accumulates o.
-func (s *Stats) Add(o Stats) { s.N += o.N; s.SqErr += o.SqErr }
+func (s *Stats) Add(o Stats) { s.N += o.N; s.SqErr += o.SqErr; s.AbsErr += o.AbsErr }

@@ -2,68 +2,40 @@ package mf_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
-	_ "github.com/flexps/flexps/examples/mf"
+	"github.com/flexps/flexps/examples/mf"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
 
-// itemMeanRMSE is the baseline: predict each item's mean training rating
-// (the global mean for an item without training ratings) and return the
-// RMSE on test.
-func itemMeanRMSE(t *testing.T, trainPath, testPath string) float64 {
-	t.Helper()
-	ctx := context.Background()
-	tr, err := datastore.ReadAll(ctx, trainPath, "ratings")
-	if err != nil {
-		t.Fatal(err)
-	}
-	te, err := datastore.ReadAll(ctx, testPath, "ratings")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, cnt := map[uint64]float64{}, map[uint64]float64{}
-	total := 0.0
-	for i := 0; i < tr.Len(); i++ {
-		r, keys, _ := tr.Row(i)
-		sum[keys[1]] += r
-		cnt[keys[1]]++
-		total += r
-	}
-	global := total / float64(tr.Len())
-	sq := 0.0
-	for i := 0; i < te.Len(); i++ {
-		r, keys, _ := te.Row(i)
-		p := global
-		if n := cnt[keys[1]]; n > 0 {
-			p = sum[keys[1]] / n
-		}
-		sq += (r - p) * (r - p)
-	}
-	return math.Sqrt(sq / float64(te.Len()))
-}
-
 type mfRun struct {
 	rmse      float64   // evaluator on the test file
 	testRMSE  []float64 // per epoch, as the stage reported it
 	trainRMSE []float64
+	out       string // the model file
+	err       error  // the task's error
 }
 
-// train runs mf.sgd with biases on an in-process cluster of 2 slaves.
-func train(t *testing.T, trainPath, testPath string, users, items, rank, workers int, cons kvstore.Consistency, params tasks.Params) mfRun {
+// train runs mf.sgd (tables users and items only: the stage adds the
+// bias and count tables) on an in-process cluster of 2 slaves.
+func train(t *testing.T, trainPath, testPath string, users, items, rank, workers int, cons kvstore.Consistency, kind string, params tasks.Params) mfRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Minutes under -race on a busy 2-core machine (InstEval: 30 epochs of
+	// 66k ratings, each with two bias-refit passes).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
 	if err != nil {
@@ -75,17 +47,14 @@ func train(t *testing.T, trainPath, testPath string, users, items, rank, workers
 	task := tasks.NewTask("mf-test").
 		AddTable(kvstore.TableSpec{Name: "users", Size: uint64(users), Width: rank, Init: "uniform:0.1"}).
 		AddTable(kvstore.TableSpec{Name: "items", Size: uint64(items), Width: rank, Init: "uniform:0.1"}).
-		AddTable(kvstore.TableSpec{Name: "bias", Size: 1}).
-		AddTable(kvstore.TableSpec{Name: "user_bias", Size: uint64(users)}).
-		AddTable(kvstore.TableSpec{Name: "item_bias", Size: uint64(items)}).
 		SetInput("train", tasks.InputSpec{Path: trainPath, Format: "ratings", BlockSize: 1 << 16}).
 		SetInput("test", tasks.InputSpec{Path: testPath, Format: "ratings"}).
-		SetStages(tasks.Stage{Name: "sgd", Func: "mf.sgd", Workers: workers, Consistency: cons, Params: params})
+		SetStages(tasks.Stage{Name: "sgd", Func: "mf.sgd", Workers: workers, Consistency: cons, WorkerKind: kind, Params: params})
 	task.Kind, task.Output = "mf", out
-	epochs := params["epochs"].(int)
-	r := mfRun{testRMSE: make([]float64, epochs), trainRMSE: make([]float64, epochs)}
+	epochs := params.Int("epochs", 20)
+	r := mfRun{testRMSE: make([]float64, epochs), trainRMSE: make([]float64, epochs), out: out}
 	var mu sync.Mutex
-	_, err = local.SubmitAndWait(ctx, task, func(ev status.Event) {
+	_, r.err = local.SubmitAndWait(ctx, task, func(ev status.Event) {
 		if ev.Kind != "epoch" || ev.Epoch == nil {
 			return
 		}
@@ -93,12 +62,12 @@ func train(t *testing.T, trainPath, testPath string, users, items, rank, workers
 		defer mu.Unlock()
 		m := ev.Epoch.Metrics
 		if e := ev.Epoch.Epoch; e >= 1 && e <= epochs {
-			r.testRMSE[e-1] = math.Sqrt(m["test_sq_err_sum"] / m["test_samples"])
-			r.trainRMSE[e-1] = math.Sqrt(m["sq_err_sum"] / m["samples"])
+			r.testRMSE[e-1] = math.Sqrt(m[tasks.MetricTestSqErrSum] / m[tasks.MetricTestSamples])
+			r.trainRMSE[e-1] = math.Sqrt(m[tasks.MetricSqErrSum] / m[tasks.MetricSamples])
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
+	if r.err != nil {
+		return r
 	}
 	ev, err := tasks.Evaluate(ctx, out, testPath, "", "")
 	if err != nil {
@@ -112,27 +81,36 @@ func train(t *testing.T, trainPath, testPath string, users, items, rank, workers
 	return r
 }
 
-func TestGeneratedLowRankBeatsItemMean(t *testing.T) {
+func TestGeneratedLowRankBeatsBiasBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a while")
 	}
 	dir := t.TempDir()
 	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
-	const users, items, rank = 600, 400, 4
-	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 80000, Noise: 0.1, Seed: 3,
-		TestPath: testPath, TestRows: 10000}); err != nil {
+	const users, items, rank = 300, 200, 3
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 24000, Noise: 0.1, Seed: 3,
+		TestPath: testPath, TestRows: 3000}); err != nil {
 		t.Fatal(err)
 	}
-	base := itemMeanRMSE(t, trainPath, testPath)
-	r := train(t, trainPath, testPath, users, items, rank, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2},
-		tasks.Params{"epochs": 12, "batch": 500, "lr": 0.04, "l2": 0.02})
-	t.Logf("test RMSE per epoch %.4f", r.testRMSE)
-	t.Logf("test RMSE: mf %.4f (evaluator), item-mean baseline %.4f", r.rmse, base)
-	if r.rmse > 0.5*base {
-		t.Fatalf("mf test RMSE %.4f is not well below (half) the item-mean baseline %.4f", r.rmse, base)
-	}
-	if last := r.testRMSE[len(r.testRMSE)-1]; math.Abs(last-r.rmse) > 0.02 {
-		t.Errorf("last epoch's reported test RMSE %.4f differs from the evaluator's %.4f", last, r.rmse)
+	base, itemMean := biasBaselineRMSE(t, trainPath, testPath, baselineLambda)
+	for _, kind := range []string{"ps", "hogwild"} {
+		t.Run(kind, func(t *testing.T) {
+			// The shipped defaults: only the rank and epochs are set.
+			r := train(t, trainPath, testPath, users, items, rank, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, kind,
+				tasks.Params{"epochs": 15})
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			t.Logf("test RMSE per epoch %.4f", r.testRMSE)
+			t.Logf("test RMSE: mf %.4f (evaluator), bias baseline %.4f, item mean %.4f", r.rmse, base, itemMean)
+			if r.rmse > 0.5*base {
+				t.Fatalf("mf test RMSE %.4f is not well below (half) the bias baseline %.4f", r.rmse, base)
+			}
+			// The last epoch is scored after a barrier: exactly the written model.
+			if last := r.testRMSE[len(r.testRMSE)-1]; math.Abs(last-r.rmse) > 1e-6 {
+				t.Errorf("last epoch's reported test RMSE %.6f differs from the evaluator's %.6f", last, r.rmse)
+			}
+		})
 	}
 }
 
@@ -155,17 +133,136 @@ func insteval(t *testing.T) (string, string) {
 	return trainPath, testPath
 }
 
-func TestInstEvalBeatsItemMean(t *testing.T) {
+// TestInstEvalBeatsBiasBaseline trains with configs/mf-insteval.toml's
+// settings (the defaults, 30 epochs) on 2 hogwild workers (fast under
+// -race; every kind is in scripts/quality.sh). InstEval's ratings are
+// mostly noise: a rank-8 ALS with the best of three L2s gets only 0.0006
+// below the regularized bias baseline (scripts/quality.sh), and MF lands
+// within 0.0003 of it either side depending on data order (1.1995-1.1999
+// against 1.19979). So the test asks MF to be no worse than the baseline
+// by more than that spread, and to beat the item means clearly; the old
+// model (per-rating L2, biases learned from zero) lost to the bias
+// baseline by 0.003. The generated low-rank test is the one where the
+// factors must win by a wide margin.
+func TestInstEvalBeatsBiasBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a while")
 	}
 	trainPath, testPath := insteval(t)
-	base := itemMeanRMSE(t, trainPath, testPath)
-	r := train(t, trainPath, testPath, 2972, 1128, 8, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2},
-		tasks.Params{"epochs": 20, "batch": 200, "lr": 0.005, "l2": 0.5, "l2_bias": 0.1})
+	base, itemMean := biasBaselineRMSE(t, trainPath, testPath, baselineLambda)
+	r := train(t, trainPath, testPath, 2972, 1128, 8, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, "hogwild", tasks.Params{"epochs": 30})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
 	t.Logf("test RMSE per epoch %.4f", r.testRMSE)
-	t.Logf("InstEval test RMSE: mf %.4f (evaluator), item-mean baseline %.4f", r.rmse, base)
-	if r.rmse >= base {
-		t.Fatalf("mf test RMSE %.4f is not below the item-mean baseline %.4f", r.rmse, base)
+	t.Logf("InstEval test RMSE: mf %.5f (evaluator), bias baseline %.5f, item mean %.5f", r.rmse, base, itemMean)
+	if r.rmse > base+3e-4 {
+		t.Fatalf("mf test RMSE %.5f is above the bias baseline %.5f", r.rmse, base)
+	}
+	if r.rmse >= itemMean-0.02 {
+		t.Fatalf("mf test RMSE %.5f is not clearly below the item-mean baseline %.5f", r.rmse, itemMean)
+	}
+}
+
+func TestDivergenceStopsWithoutModel(t *testing.T) {
+	dir := t.TempDir()
+	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: 50, Items: 40, Rank: 2, Rows: 2000, Noise: 0.1, Seed: 1,
+		TestPath: testPath, TestRows: 200}); err != nil {
+		t.Fatal(err)
+	}
+	r := train(t, trainPath, testPath, 50, 40, 2, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}, "ps",
+		tasks.Params{"epochs": 5, "lr": 1e30})
+	if r.err == nil {
+		t.Fatal("lr = 1e30 trained without an error")
+	}
+	for _, want := range []string{`stage "sgd"`, "epoch 1", "lr 1e+30", "lower lr"} {
+		if !strings.Contains(r.err.Error(), want) {
+			t.Errorf("error %q does not name %q", r.err, want)
+		}
+	}
+	if _, err := os.Stat(r.out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a model was written after divergence (stat: %v)", err)
+	}
+}
+
+// TestOneBasedIDsNameFileLineTable: a 1-based file read into tables sized
+// for its users and items fails at the first id equal to the size, naming
+// the file, its line and the table.
+func TestOneBasedIDsNameFileLineTable(t *testing.T) {
+	dir := t.TempDir()
+	trainPath, testPath := filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
+	var b strings.Builder
+	for u := 1; u <= 5; u++ {
+		for i := 1; i <= 3; i++ {
+			fmt.Fprintf(&b, "%d\t%d\t%d\n", u, i, 1+(u+i)%5)
+		}
+	}
+	if err := os.WriteFile(trainPath, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(testPath, []byte("1\t1\t3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := train(t, trainPath, testPath, 5, 3, 2, 1, kvstore.Consistency{Kind: kvstore.BSP}, "ps", tasks.Params{"epochs": 1})
+	if r.err == nil {
+		t.Fatal("ids beyond the tables trained without an error")
+	}
+	// Line 3 ("1 3 ...") holds the first item id 3 of a 3-item table.
+	for _, want := range []string{trainPath + " line 3", `item id 3 is outside table "items"`, "size = 4"} {
+		if !strings.Contains(r.err.Error(), want) {
+			t.Errorf("error %q does not name %q", r.err, want)
+		}
+	}
+}
+
+func TestConfigFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		params tasks.Params
+		err    string
+	}{
+		{"defaults", tasks.Params{}, ""},
+		{"zero lr", tasks.Params{"lr": 0}, "lr must be"},
+		{"infinite lr", tasks.Params{"lr": math.Inf(1)}, "lr must be"},
+		{"negative l2", tasks.Params{"l2": -1}, "l2 and l2_bias"},
+		{"negative decay", tasks.Params{"decay": -0.1}, "decay"},
+		{"zero epochs", tasks.Params{"epochs": 0}, "epochs"},
+		{"string lr", tasks.Params{"lr": "fast"}, `param "lr"`},
+		{"biases not bool", tasks.Params{"biases": "yes"}, "biases"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := mf.ConfigFrom(tc.params)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatal(err)
+			case tc.err == "" && (c.LR != 0.05 || c.Decay != 0.1 || c.L2 != 25 || c.L2Bias != 12 || !c.Biases || c.Epochs != 20):
+				t.Errorf("defaults %+v", c)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestAddTables(t *testing.T) {
+	declared := []kvstore.TableSpec{{Name: "users", Size: 10, Width: 4}, {Name: "items", Size: 7, Width: 4}}
+	got := map[string]kvstore.TableSpec{}
+	for _, s := range mf.AddTables(tasks.Stage{Func: "mf.sgd", Params: tasks.Params{}}, declared) {
+		got[s.Name] = s
+	}
+	want := map[string][2]uint64{"bias": {1, 1}, "user_bias": {10, 1}, "item_bias": {7, 1}, "users.count": {11, 3}, "items.count": {8, 3}}
+	for name, w := range want {
+		s, ok := got[name]
+		if !ok || s.Size != w[0] || uint64(max(s.Width, 1)) != w[1] {
+			t.Errorf("table %q: got %+v (present %v), want size %d width %d", name, s, ok, w[0], w[1])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("tables %v, want %d", got, len(want))
+	}
+	noBias := mf.AddTables(tasks.Stage{Params: tasks.Params{"biases": false}}, declared)
+	if len(noBias) != 2 {
+		t.Errorf("biases = false: tables %v, want only the counts", noBias)
 	}
 }

@@ -1,0 +1,64 @@
+package datastore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRecordsWhere checks that every record read knows its file and line:
+// comments and blank lines are skipped without shifting the count, a block
+// that does not start the file says so, and ReadAll keeps the locations
+// of several files.
+func TestRecordsWhere(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.tsv"), filepath.Join(dir, "b.tsv")
+	if err := os.WriteFile(a, []byte("# header comment\n0\t1\t3\n\n1\t2\t4\n2\t0\t5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, []byte("7\t7\t1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	all, err := ReadAll(context.Background(), filepath.Join(dir, "*.tsv"), "ratings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{a + " line 2", a + " line 4", a + " line 5", b + " line 1"}
+	if all.Len() != len(want) {
+		t.Fatalf("%d records, want %d", all.Len(), len(want))
+	}
+	for i, w := range want {
+		if got := all.Where(i); got != w {
+			t.Errorf("record %d: Where = %q, want %q", i, got, w)
+		}
+	}
+
+	// A block starting mid-file counts lines from its own start.
+	f, err := NewFormat("ratings", DefaultFormatOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := NewLocalSource()
+	blk := Block{Path: a, Offset: int64(strings.Index("# header comment\n0\t1\t3\n\n1\t2\t4\n", "1\t2")), Length: 6, FileSize: 40}
+	var got []string
+	if _, err := ReadBlock(context.Background(), src, blk, f, ReadOptions{}, func(r *Records) error {
+		for i := 0; i < r.Len(); i++ {
+			got = append(got, r.Where(i))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprintf("%s line 1 of the block at byte %d", a, blk.Offset); len(got) != 1 || got[0] != w {
+		t.Errorf("mid-file block: Where = %q, want [%q]", got, w)
+	}
+
+	var hand Records
+	hand.Append(1, []uint64{1, 2}, nil)
+	if got := hand.Where(0); got != "record 1" {
+		t.Errorf("hand-built record: Where = %q, want \"record 1\"", got)
+	}
+}
