@@ -28,6 +28,7 @@ type ClientConfig struct {
 	Timeout     time.Duration // per request round trip, default 60s
 	MaxPayload  int           // default: the transport's MaxPayload
 	Window      int           // unacknowledged Adds/Clocks in flight, default 64
+	Incarnation uint64        // the sender's membership incarnation, checked by servers (0: none)
 	Ctx         context.Context
 }
 
@@ -184,6 +185,7 @@ func (c *Client) publishAcked(host string) error {
 			return err
 		}
 	}
+	c.msg.From = c.cfg.Incarnation
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
 	if err := c.send(host, c.ackTo(host), c.enc); err != nil {
 		return err

@@ -52,6 +52,9 @@ type Message struct {
 	DType  DType     // how Vals travel: Float32 -> 4 bytes LE each, otherwise 8 bytes LE
 	Vals   []float64 // values (Add/AddRange/Set/Reply)
 	Err    string    // OpError
+	// From is the sender's membership incarnation (0: none); a server
+	// refuses requests of a fenced one (Server.SetFence).
+	From uint64
 	// Raw, when set instead of Vals, holds the values already encoded in
 	// DType (little-endian): AppendMessage copies it as is. DecodeRaw
 	// leaves values there (a slice of the input) instead of converting.
@@ -70,6 +73,7 @@ var ErrCodec = errors.New("kvstore codec")
 //	[flagRange] uvarint First | uvarint N
 //	[flagVals]  uvarint count, count x 4 or 8 bytes little-endian
 //	[flagErr]   uvarint len + Err
+//	[flagFrom]  uvarint From
 //
 // dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
 const codecVersion = 1
@@ -79,7 +83,8 @@ const (
 	flagRange
 	flagVals
 	flagErr
-	flagAll = flagKeys | flagRange | flagVals | flagErr
+	flagFrom
+	flagAll = flagKeys | flagRange | flagVals | flagErr | flagFrom
 )
 
 func dtypeByte(d DType) byte {
@@ -107,6 +112,9 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	}
 	if m.Err != "" {
 		flags |= flagErr
+	}
+	if m.From != 0 {
+		flags |= flagFrom
 	}
 	dt := dtypeByte(m.DType)
 	dst = append(dst, codecVersion, byte(m.Op), flags, dt)
@@ -155,6 +163,9 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	if flags&flagErr != 0 {
 		dst = appendString(dst, m.Err)
 	}
+	if flags&flagFrom != 0 {
+		dst = binary.AppendUvarint(dst, m.From)
+	}
 	return dst
 }
 
@@ -180,7 +191,7 @@ func encodedSize(m *Message) int {
 		binary.MaxVarintLen64 + binary.MaxVarintLen64*len(m.Keys) +
 		2*binary.MaxVarintLen64 + // range
 		binary.MaxVarintLen64 + 8*len(m.Vals) +
-		binary.MaxVarintLen64 + len(m.Err)
+		binary.MaxVarintLen64 + len(m.Err) + binary.MaxVarintLen64
 	return n
 }
 
@@ -315,6 +326,12 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		m.Err = d.str("err", "")
 		if d.err == nil && m.Err == "" {
 			d.fail("err flag with empty error")
+		}
+	}
+	m.From = 0
+	if flags&flagFrom != 0 {
+		if m.From = d.uvarint("from"); d.err == nil && m.From == 0 {
+			d.fail("from flag with zero incarnation")
 		}
 	}
 	if d.err == nil && d.i != len(b) {
