@@ -124,6 +124,10 @@ type Local struct {
 	conns    []*nats.Conn
 }
 
+// LocalFailureTimeout is the failure timeout of a local cluster whose
+// config sets neither heartbeat_interval nor failure_timeout.
+const LocalFailureTimeout = 5 * time.Second
+
 // LocalOptions size a local cluster.
 type LocalOptions struct {
 	Slaves int // default 2
@@ -150,6 +154,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	cfg := o.Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.FailureTimeout() == 0 && cfg.Heartbeat() == 0 {
+		// In one process no slave dies alone: a short timeout would only
+		// turn a stall of the whole process (GC, a loaded machine) into a
+		// failed run.
+		cfg.Membership.FailureTimeout = Duration(LocalFailureTimeout)
 	}
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
 	if err != nil {
