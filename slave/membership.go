@@ -79,11 +79,16 @@ func (s *Slave) joinRequest() proto.JoinRequest {
 	return proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid(), Instance: s.self().instance}
 }
 
-// admitted records the master's answer to a join.
+// admitted records the master's answer to a join, then takes the view
+// that arrived while the slave waited for it (the master broadcasts the
+// view of the admission before its answer arrives).
 func (s *Slave) admitted(rep proto.JoinReply) {
 	s.imu.Lock()
 	s.inc.number, s.inc.admitted = rep.Incarnation, rep.Epoch
 	s.imu.Unlock()
+	if v := s.pendingView.Swap(nil); v != nil {
+		s.takeView(*v)
+	}
 }
 
 // onMembership takes the master's view.
@@ -93,12 +98,20 @@ func (s *Slave) onMembership(msg *nats.Msg) {
 		s.log.Warn().Err(err).Msg("malformed membership view; ignored")
 		return
 	}
+	s.takeView(v)
+}
+
+func (s *Slave) takeView(v proto.Membership) {
 	s.amu.Lock()
 	master := s.masterInstance
 	s.amu.Unlock()
 	me := s.self()
-	if v.Master != master || me.number == 0 || v.Epoch < me.admitted {
-		return // another master's, or older than our admission, or we are rejoining
+	if me.number == 0 {
+		s.pendingView.Store(&v) // joining: admitted takes it
+		return
+	}
+	if v.Master != master || v.Epoch < me.admitted {
+		return // another master's, or older than our admission
 	}
 	prev := s.fence.Load()
 	if prev != nil && prev.view.Epoch >= v.Epoch {

@@ -111,10 +111,11 @@ type Slave struct {
 	// Membership (membership.go): this slave's incarnation, the latest
 	// view of the master it serves (what the KV server fences against),
 	// and whether it is rejoining.
-	imu       sync.Mutex
-	inc       incarnation // guarded by imu
-	fence     atomic.Pointer[fenceView]
-	rejoining atomic.Bool
+	imu         sync.Mutex
+	inc         incarnation // guarded by imu
+	fence       atomic.Pointer[fenceView]
+	pendingView atomic.Pointer[proto.Membership] // the latest view heard while joining
+	rejoining   atomic.Bool
 
 	metrics *metrics
 
@@ -184,7 +185,6 @@ func (s *Slave) Start(ctx context.Context) error {
 		s.Close()
 		return err
 	}
-	s.admitted(rep)
 	s.lastAlive.Store(time.Now().UnixNano()) // the join's answer is a sign of life
 	s.amu.Lock()
 	s.masterInstance, s.masterDeadAfter = rep.Instance, rep.DeadAfter
@@ -192,6 +192,7 @@ func (s *Slave) Start(ctx context.Context) error {
 		s.masterDeadAfter = max(6*rep.Heartbeat, 3*time.Second)
 	}
 	s.amu.Unlock()
+	s.admitted(rep)
 	s.wg.Add(1)
 	go s.heartbeat(rep.Heartbeat)
 	s.log.Info().Int("slots", s.cfg.Slots).Str("instance", s.self().instance).Uint64("incarnation", rep.Incarnation).Uint64("epoch", rep.Epoch).Msg("slave joined the cluster")
