@@ -261,3 +261,24 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 		}
 	}
 }
+
+// WatchMembership calls fn with every membership view the master
+// broadcasts (at each change of the epoch, and again every second), in
+// order, until stop is called. fn runs on the bus's delivery goroutine.
+func (c *Client) WatchMembership(fn func(proto.Membership)) (stop func(), err error) {
+	sub, err := c.nc.Subscribe(c.subj.Membership(), func(msg *nats.Msg) {
+		var v proto.Membership
+		if err := json.Unmarshal(msg.Data, &v); err != nil {
+			return // not from a master of this version; nothing to act on
+		}
+		fn(v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch membership: %w", err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("watch membership: %w", err)
+	}
+	return func() { sub.Unsubscribe() }, nil
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore/hdfs"
+	"github.com/flexps/flexps/master/membership"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -17,13 +19,15 @@ type ClusterConfig struct {
 	Cluster string     `toml:"cluster"` // subject prefix flexps.<cluster>; default "default"
 	NATS    NATSConfig `toml:"nats"`
 	Master  MasterSect `toml:"master"`
-	Slave   SlaveSect  `toml:"slave"`
-	KV      KVSect     `toml:"kv"`
-	Data    DataSect   `toml:"data"`
-	HDFS    HDFSSect   `toml:"hdfs"`
-	Log     LogSect    `toml:"log"`
-	Metrics ListenSect `toml:"metrics"`
-	HTTP    ListenSect `toml:"http"`
+	// Membership configures failure detection (see master/membership).
+	Membership MembershipSect `toml:"membership"`
+	Slave      SlaveSect      `toml:"slave"`
+	KV         KVSect         `toml:"kv"`
+	Data       DataSect       `toml:"data"`
+	HDFS       HDFSSect       `toml:"hdfs"`
+	Log        LogSect        `toml:"log"`
+	Metrics    ListenSect     `toml:"metrics"`
+	HTTP       ListenSect     `toml:"http"`
 }
 
 // ListenSect is an HTTP listen address: [metrics] listen serves Prometheus
@@ -65,10 +69,37 @@ type NATSConfig struct {
 	ClientCAFile   string `toml:"client_ca_file"`
 }
 
+// MembershipSect configures the failure detector: slaves beat every
+// heartbeat_interval, and one not heard from for failure_timeout is
+// declared dead, fenced, and must rejoin as a fresh instance. The same
+// timeout bounds how long slaves wait for the master's sign of life.
+type MembershipSect struct {
+	HeartbeatInterval Duration `toml:"heartbeat_interval"` // default 300ms
+	FailureTimeout    Duration `toml:"failure_timeout"`    // default 3 heartbeat intervals (900ms); at least 2
+}
+
+// Heartbeat is the effective heartbeat interval ([membership], or the older
+// [master] heartbeat); 0 means the default.
+func (c *ClusterConfig) Heartbeat() time.Duration {
+	if c.Membership.HeartbeatInterval > 0 {
+		return time.Duration(c.Membership.HeartbeatInterval)
+	}
+	return time.Duration(c.Master.Heartbeat)
+}
+
+// FailureTimeout is the effective failure timeout ([membership], or the
+// older [master] dead_after); 0 means the default.
+func (c *ClusterConfig) FailureTimeout() time.Duration {
+	if c.Membership.FailureTimeout > 0 {
+		return time.Duration(c.Membership.FailureTimeout)
+	}
+	return time.Duration(c.Master.DeadAfter)
+}
+
 // MasterSect configures the master.
 type MasterSect struct {
-	Heartbeat      Duration `toml:"heartbeat"`       // slave heartbeat interval; default 500ms
-	DeadAfter      Duration `toml:"dead_after"`      // a slave silent this long is dead; default 3s
+	Heartbeat      Duration `toml:"heartbeat"`       // older name of [membership] heartbeat_interval
+	DeadAfter      Duration `toml:"dead_after"`      // older name of [membership] failure_timeout
 	Policy         string   `toml:"policy"`          // sequential, greedy, prioritized
 	Aging          float64  `toml:"aging"`           // prioritized: points per second waited; default 1
 	RequestTimeout Duration `toml:"request_timeout"` // control requests; default 10s
@@ -194,6 +225,19 @@ func (c *ClusterConfig) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %q is not host:port: %w", key, addr, err)
 		}
+	}
+	if c.Membership.HeartbeatInterval > 0 && c.Master.Heartbeat > 0 {
+		return errors.New("membership.heartbeat_interval and master.heartbeat are the same setting; keep only [membership] heartbeat_interval")
+	}
+	if c.Membership.FailureTimeout > 0 && c.Master.DeadAfter > 0 {
+		return errors.New("membership.failure_timeout and master.dead_after are the same setting; keep only [membership] failure_timeout")
+	}
+	hb := c.Heartbeat()
+	if hb == 0 {
+		hb = membership.DefaultHeartbeat
+	}
+	if ft := c.FailureTimeout(); ft > 0 && ft < 2*hb {
+		return fmt.Errorf("membership.failure_timeout: %v must be at least twice the heartbeat interval (%v)", ft, hb)
 	}
 	if strings.ContainsAny(c.Cluster, ".*> ") {
 		return fmt.Errorf("cluster: name %q may not contain '.', '*', '>' or spaces", c.Cluster)

@@ -29,7 +29,7 @@ const DefaultListen = "127.0.0.1:4222"
 
 func (c *ClusterConfig) masterConfig(log zerolog.Logger, paths *datastore.PathPolicy) master.Config {
 	return master.Config{Paths: paths,
-		Cluster: c.Cluster, Heartbeat: time.Duration(c.Master.Heartbeat), DeadAfter: time.Duration(c.Master.DeadAfter),
+		Cluster: c.Cluster, Heartbeat: c.Heartbeat(), DeadAfter: c.FailureTimeout(),
 		Policy: c.Master.Policy, Aging: c.Master.Aging, KeepTasks: c.Master.KeepTasks, RequestTimeout: time.Duration(c.Master.RequestTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), BlockSize: int64(c.Data.BlockSize), HDFS: c.HDFSConfig(), Log: log,
 	}
@@ -125,6 +125,10 @@ type Local struct {
 	conns    []*nats.Conn
 }
 
+// LocalFailureTimeout is the failure timeout of a local cluster whose
+// config sets neither heartbeat_interval nor failure_timeout.
+const LocalFailureTimeout = 5 * time.Second
+
 // LocalOptions size a local cluster.
 type LocalOptions struct {
 	Slaves int // default 2
@@ -151,6 +155,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	cfg := o.Config
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.FailureTimeout() == 0 && cfg.Heartbeat() == 0 {
+		// In one process no slave dies alone: a short timeout would only
+		// turn a stall of the whole process (GC, a loaded machine) into a
+		// failed run.
+		cfg.Membership.FailureTimeout = Duration(LocalFailureTimeout)
 	}
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
 	if err != nil {

@@ -28,6 +28,7 @@ type ClientConfig struct {
 	Timeout     time.Duration // per request round trip, default 60s
 	MaxPayload  int           // default: the transport's MaxPayload
 	Window      int           // unacknowledged Adds/Clocks in flight, default 64
+	Incarnation uint64        // the sender's membership incarnation, checked by servers (0: none)
 	Ctx         context.Context
 	// Observer, when set, sees every Get and Add of a table: how long the
 	// call took and whether any of its keys lived on another slave.
@@ -202,6 +203,7 @@ func (c *Client) publishAcked(host string, units int) error {
 	if c.err != nil {
 		return c.err
 	}
+	c.msg.From = c.cfg.Incarnation
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
 	if err := c.send(host, c.ackTo(host), c.enc); err != nil {
 		return err

@@ -59,6 +59,9 @@ type Message struct {
 	DType  DType     // how Vals travel: Float32 -> 4 bytes LE each, otherwise 8 bytes LE
 	Vals   []float64 // values (Add/AddRange/Set/Reply)
 	Err    string    // OpError
+	// From is the sender's membership incarnation (0: none); a server
+	// refuses requests of a fenced one (Server.SetFence).
+	From uint64
 	// Raw, when set instead of Vals, holds the values already encoded in
 	// DType (little-endian): AppendMessage copies it as is. DecodeRaw
 	// leaves values there (a slice of the input) instead of converting.
@@ -88,6 +91,7 @@ var ErrCodec = errors.New("kvstore codec")
 //	[flagErr]   uvarint len + Err
 //	[flagOwn]   uvarint Node | uvarint count, count x uvarint Pos |
 //	            uvarint count, count x uvarint Versions
+//	[flagFrom]  uvarint From
 //
 // dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
 const codecVersion = 1
@@ -98,7 +102,8 @@ const (
 	flagVals
 	flagErr
 	flagOwn
-	flagAll = flagKeys | flagRange | flagVals | flagErr | flagOwn
+	flagFrom
+	flagAll = flagKeys | flagRange | flagVals | flagErr | flagOwn | flagFrom
 )
 
 func dtypeByte(d DType) byte {
@@ -129,6 +134,9 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	}
 	if m.Node != 0 || len(m.Pos) > 0 || len(m.Versions) > 0 {
 		flags |= flagOwn
+	}
+	if m.From != 0 {
+		flags |= flagFrom
 	}
 	dt := dtypeByte(m.DType)
 	dst = append(dst, codecVersion, byte(m.Op), flags, dt)
@@ -188,6 +196,9 @@ func AppendMessage(dst []byte, m *Message) []byte {
 			dst = binary.AppendUvarint(dst, v)
 		}
 	}
+	if flags&flagFrom != 0 {
+		dst = binary.AppendUvarint(dst, m.From)
+	}
 	return dst
 }
 
@@ -214,7 +225,7 @@ func encodedSize(m *Message) int {
 		2*binary.MaxVarintLen64 + // range
 		binary.MaxVarintLen64 + 8*len(m.Vals) +
 		binary.MaxVarintLen64 + len(m.Err) +
-		binary.MaxVarintLen64*(3+len(m.Pos)+len(m.Versions))
+		binary.MaxVarintLen64*(4+len(m.Pos)+len(m.Versions))
 	return n
 }
 
@@ -363,6 +374,12 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		m.Versions = grow(m.Versions, n)
 		for i := 0; i < n && d.err == nil; i++ {
 			m.Versions[i] = d.uvarint("version")
+		}
+	}
+	m.From = 0
+	if flags&flagFrom != 0 {
+		if m.From = d.uvarint("from"); d.err == nil && m.From == 0 {
+			d.fail("from flag with zero incarnation")
 		}
 	}
 	if d.err == nil && d.i != len(b) {

@@ -15,7 +15,7 @@ import (
 func sameMessage(a, b *Message) bool {
 	if a.Op != b.Op || a.Task != b.Task || a.Table != b.Table || a.Stage != b.Stage ||
 		a.Worker != b.Worker || a.Clock != b.Clock || a.First != b.First || a.N != b.N ||
-		a.Width != b.Width || a.DType != b.DType || a.Err != b.Err ||
+		a.Width != b.Width || a.DType != b.DType || a.Err != b.Err || a.From != b.From ||
 		len(a.Keys) != len(b.Keys) || len(a.Vals) != len(b.Vals) || a.Node != b.Node ||
 		len(a.Pos) != len(b.Pos) || len(a.Versions) != len(b.Versions) {
 		return false
@@ -57,6 +57,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"localize", Message{Op: OpLocalize, Table: "w", Keys: []uint64{1, 9}, Node: 2}},
 		{"transfer", Message{Op: OpTransfer, Table: "w", Keys: []uint64{1, 9}, Node: 1, Versions: []uint64{1, 1 << 40}}},
 		{"values", Message{Op: OpValues, Table: "w", Keys: []uint64{9}, Width: 2, DType: Float64, Vals: []float64{1, 2}, Versions: []uint64{3}}},
+		{"from", Message{Op: OpAdd, Task: "t", Table: "w", Keys: []uint64{1}, Width: 1, DType: Float64, Vals: []float64{2}, From: 1 << 40}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,6 +174,7 @@ func genMessage() *rapid.Generator[*Message] {
 			Width:  rapid.Uint16().Draw(t, "width"),
 			DType:  rapid.SampledFrom([]DType{"", Float32, Float64}).Draw(t, "dtype"),
 			Err:    rapid.String().Draw(t, "err"),
+			From:   rapid.Uint64().Draw(t, "from"),
 		}
 		m.Vals = rapid.SliceOf(rapid.Float64()).Draw(t, "vals")
 		if m.DType == Float32 {

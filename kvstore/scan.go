@@ -218,7 +218,7 @@ func (sc *scan) outstandingErr(err error) error {
 // request asks shard for the page at cursor.
 func (sc *scan) request(shard int, cursor uint64) error {
 	t, c := sc.t, sc.t.c
-	c.msg = Message{Op: OpScan, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: -1, First: cursor, N: uint32(sc.page)}
+	c.msg = Message{Op: OpScan, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: -1, First: cursor, N: uint32(sc.page), From: c.cfg.Incarnation}
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
 	host := t.hosts[shard]
 	if err := c.send(host, c.inbox+"."+sc.prefix+strconv.Itoa(shard), c.enc); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"io"
 
@@ -34,6 +35,8 @@ type Server struct {
 	keys  []uint64    // reused by scan
 	lsc   liveScratch // reused by the handler for dynamic tables
 	later []func()    // gated reads of dynamic tables, parked after the move lock is released
+
+	fence atomic.Pointer[func(from uint64) error] // refuses requests of fenced senders (SetFence)
 }
 
 type hostedTask struct {
@@ -68,6 +71,12 @@ func NewServer(tr transport.Transport, node string, log zerolog.Logger) (*Server
 	s.svc = svc
 	return s, nil
 }
+
+// SetFence makes the server refuse every request whose sender
+// incarnation (Message.From, when set) f refuses: the slave wires its
+// membership view here, so a slave declared dead cannot write to live
+// shards. f runs on the handler goroutine for each request: keep it cheap.
+func (s *Server) SetFence(f func(from uint64) error) { s.fence.Store(&f) }
 
 // Close stops serving and fails every pending read.
 func (s *Server) Close() error {
@@ -223,6 +232,12 @@ func (s *Server) handle(data []byte, reply string) {
 	if err := decodeRaw(data, m); err != nil {
 		s.fail(reply, err)
 		return
+	}
+	if f := s.fence.Load(); f != nil && m.From != 0 {
+		if err := (*f)(m.From); err != nil {
+			s.fail(reply, err)
+			return
+		}
 	}
 	t := s.task(m.Task)
 	if t == nil {

@@ -391,6 +391,7 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 	c := t.c
 	host := t.hosts[shard]
 	reply := c.inbox + ".g" + strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(len(p.parts))
+	c.msg.From = c.cfg.Incarnation
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
 	if err := c.send(host, reply, c.enc); err != nil {
 		return err

@@ -17,14 +17,16 @@ func TestCheckJoin(t *testing.T) {
 		req  proto.JoinRequest
 		want string // "" = accepted
 	}{
-		{proto.JoinRequest{ID: "s1", Slots: 2}, ""},
-		{proto.JoinRequest{ID: "host-42", Slots: MaxSlots}, ""},
+		{proto.JoinRequest{ID: "s1", Slots: 2, Instance: "i"}, ""},
+		{proto.JoinRequest{ID: "host-42", Slots: MaxSlots, Instance: "i"}, ""},
 		{proto.JoinRequest{ID: "", Slots: 2}, "slave id"},
 		{proto.JoinRequest{ID: "a.b", Slots: 2}, "slave id"},
 		{proto.JoinRequest{ID: "a>", Slots: 2}, "slave id"},
 		{proto.JoinRequest{ID: "a b", Slots: 2}, "slave id"},
 		{proto.JoinRequest{ID: strings.Repeat("x", 129), Slots: 2}, "slave id"},
 		{proto.JoinRequest{ID: "s1", Slots: 0}, "slots"},
+		{proto.JoinRequest{ID: "s1", Slots: 2}, "instance"},
+		{proto.JoinRequest{ID: "s1", Slots: 2, Instance: strings.Repeat("i", MaxInstance+1)}, "instance"},
 		{proto.JoinRequest{ID: "s1", Slots: 1 << 62}, "slots"},
 	} {
 		err := checkJoin(tc.req)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/hdfs"
+	"github.com/flexps/flexps/master/membership"
 	"github.com/rs/zerolog"
 )
 
@@ -27,8 +28,8 @@ import (
 // default.
 type Config struct {
 	Cluster        string        // subject prefix flexps.<cluster>; default "default"
-	Heartbeat      time.Duration // slaves beat at this interval; default 500ms
-	DeadAfter      time.Duration // no heartbeat for this long = dead; default 3s
+	Heartbeat      time.Duration // slaves beat at this interval; default 300ms
+	DeadAfter      time.Duration // no heartbeat for this long = dead (the failure timeout); default 3 intervals
 	Policy         string        // sequential (default), greedy, prioritized
 	Aging          float64       // prioritized: priority points per second waited; default 1
 	RequestTimeout time.Duration // control requests to slaves; default 10s
@@ -50,13 +51,13 @@ func (c *Config) defaults() error {
 		c.Cluster = "default"
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = 500 * time.Millisecond
+		c.Heartbeat = membership.DefaultHeartbeat
 	}
 	if c.DeadAfter <= 0 {
-		c.DeadAfter = 3 * time.Second
+		c.DeadAfter = 3 * c.Heartbeat
 	}
 	if c.DeadAfter < 2*c.Heartbeat {
-		return fmt.Errorf("master: dead_after (%v) must be at least twice the heartbeat (%v)", c.DeadAfter, c.Heartbeat)
+		return fmt.Errorf("master: failure_timeout (%v) must be at least twice the heartbeat interval (%v)", c.DeadAfter, c.Heartbeat)
 	}
 	if c.Policy == "" {
 		c.Policy = "sequential"

@@ -91,10 +91,11 @@ func (h *harness) slave(id string, slots int, refuse map[string]string) *scripte
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
 			rep = proto.CtlReply{Error: err.Error()}
 		}
+		rep.Instance = "inst-" + id
 		s.mu.Lock()
 		s.ops = append(s.ops, req.Op)
 		if why := s.refuse[req.Op]; why != "" {
-			rep = proto.CtlReply{Error: why}
+			rep = proto.CtlReply{Error: why, Instance: "inst-" + id}
 		}
 		s.mu.Unlock()
 		if req.Op == proto.OpStartWorkers && rep.OK {
@@ -108,7 +109,7 @@ func (h *harness) slave(id string, slots int, refuse map[string]string) *scripte
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	data, _ := json.Marshal(proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7})
+	data, _ := json.Marshal(proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7, Instance: "inst-" + id})
 	msg, err := h.nc.Request(h.subj.Join(), data, 5*time.Second)
 	if err != nil {
 		h.t.Fatal(err)
@@ -139,6 +140,9 @@ func (h *harness) started(s *scriptedSlave) proto.SlaveCtl {
 
 func (h *harness) event(ev proto.WorkerEvent) {
 	h.t.Helper()
+	if ev.Instance == "" {
+		ev.Instance = "inst-" + ev.Slave
+	}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		h.t.Fatal(err)

@@ -36,7 +36,8 @@ type Master struct {
 	sources  *datastore.Sources
 
 	mu        sync.Mutex
-	det       *membership.Detector
+	mem       *membership.Machine
+	viewSent  time.Time // when the membership view was last published
 	slaves    map[string]*slaveInfo
 	tasks     map[string]*taskRun
 	order     []string // task ids in submission order
@@ -52,8 +53,10 @@ type Master struct {
 
 type slaveInfo struct {
 	proto.JoinRequest
-	free  int
-	alive bool
+	free        int
+	alive       bool
+	incarnation uint64    // numbered by the membership epoch that admitted it
+	lastSeen    time.Time // when a dead or left slave was last heard from
 }
 
 type waiting struct {
@@ -79,7 +82,7 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 	return &Master{
 		cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), log: cfg.Log.With().Str("node", "master").Logger(),
 		policy: pol, sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
-		det: membership.NewDetector(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
+		mem: membership.New(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
 		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{}, instance: nuid.Next(),
 	}, nil
 }
@@ -91,6 +94,7 @@ func (m *Master) Start(ctx context.Context) error {
 	handlers := map[string]nats.MsgHandler{
 		m.subj.Join():      m.onJoin,
 		m.subj.Heartbeat(): m.onHeartbeat,
+		m.subj.Leave():     m.onLeave,
 		m.subj.Submit():    m.onSubmit,
 		m.subj.Status():    m.onStatus,
 		m.subj.Cancel():    m.onCancel,
@@ -137,7 +141,9 @@ func (m *Master) Close() {
 
 func (m *Master) detect() {
 	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.Heartbeat / 2)
+	// The detector's tick adds up to one period to the detection latency:
+	// a quarter heartbeat keeps that small next to the failure timeout.
+	t := time.NewTicker(m.cfg.Heartbeat / 4)
 	defer t.Stop()
 	alive, err := json.Marshal(proto.MasterAlive{Instance: m.instance})
 	if err != nil {
@@ -157,31 +163,7 @@ func (m *Master) detect() {
 					failing = false
 				}
 			}
-			m.mu.Lock()
-			dead := m.det.Tick(m.cfg.Now())
-			var fail []*taskRun
-			var errs []error
-			var deadIDs []string
-			for _, id := range dead {
-				s := m.slaves[id]
-				s.alive = false
-				err := fmt.Errorf("slave %s (host %s, pid %d) died: no heartbeat for %v", id, s.Host, s.PID, m.cfg.DeadAfter)
-				m.log.Error().Str("slave", id).Msg(err.Error())
-				for _, tr := range m.tasks {
-					if tr.uses(id) {
-						fail = append(fail, tr)
-						errs = append(errs, err)
-						deadIDs = append(deadIDs, id)
-					}
-				}
-			}
-			if len(dead) > 0 {
-				m.scheduleLocked()
-			}
-			m.mu.Unlock()
-			for i, tr := range fail {
-				tr.slaveDead(deadIDs[i], errs[i])
-			}
+			m.tick(m.cfg.Now())
 		}
 	}
 }
@@ -205,76 +187,6 @@ func (m *Master) reply(msg *nats.Msg, v any) {
 // MaxSlots bounds the worker slots one slave may offer.
 const MaxSlots = 1024
 
-// checkJoin refuses joins that would break subjects or scheduling: a
-// slave id is one NATS subject token, and slots are bounded.
-func checkJoin(req proto.JoinRequest) error {
-	switch {
-	case req.ID == "" || len(req.ID) > 128 || strings.ContainsAny(req.ID, ".*> \t\r\n"):
-		return fmt.Errorf("slave id %q: want 1 to 128 characters without '.', '*', '>' or spaces", req.ID)
-	case req.Slots < 1 || req.Slots > MaxSlots:
-		return fmt.Errorf("slave %s: %d slots, want 1 to %d", req.ID, req.Slots, MaxSlots)
-	}
-	return nil
-}
-
-func (m *Master) onJoin(msg *nats.Msg) {
-	var req proto.JoinRequest
-	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		m.reply(msg, proto.JoinReply{Error: "malformed join request"})
-		return
-	}
-	if err := checkJoin(req); err != nil {
-		m.log.Warn().Err(err).Msg("join refused")
-		m.reply(msg, proto.JoinReply{Error: err.Error()})
-		return
-	}
-	m.mu.Lock()
-	if old, ok := m.slaves[req.ID]; ok && old.alive && old.PID != req.PID {
-		m.mu.Unlock()
-		m.reply(msg, proto.JoinReply{Error: fmt.Sprintf("a live slave already uses id %q (host %s, pid %d)", req.ID, old.Host, old.PID)})
-		return
-	}
-	m.det.Join(req.ID, m.cfg.Now())
-	m.slaves[req.ID] = &slaveInfo{JoinRequest: req, free: req.Slots, alive: true}
-	m.scheduleLocked()
-	m.mu.Unlock()
-	m.log.Info().Str("slave", req.ID).Str("host", req.Host).Int("slots", req.Slots).Msg("slave joined")
-	m.reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat, Instance: m.instance, DeadAfter: m.cfg.DeadAfter})
-}
-
-func (m *Master) onHeartbeat(msg *nats.Msg) {
-	var hb proto.Heartbeat
-	if json.Unmarshal(msg.Data, &hb) != nil {
-		return
-	}
-	m.mu.Lock()
-	known := m.det.Beat(hb.ID, m.cfg.Now())
-	if !known && hb.Join.ID == hb.ID && checkJoin(hb.Join) == nil {
-		// A slave we do not know (we restarted) or declared dead: take it
-		// back. Tasks that used it have failed already; its slots are
-		// all free again.
-		m.det.Join(hb.ID, m.cfg.Now())
-		m.slaves[hb.ID] = &slaveInfo{JoinRequest: hb.Join, free: hb.Join.Slots, alive: true}
-		m.scheduleLocked()
-		m.log.Info().Str("slave", hb.ID).Msg("slave (re)joined by heartbeat")
-		// Whatever it still runs for tasks that ended without it must stop.
-		var stale []string
-		for id, tr := range m.tasks {
-			if tr.touched(hb.ID) && tr.isEnded() {
-				stale = append(stale, id)
-			}
-		}
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			for _, id := range stale {
-				m.ctl(m.ctx, hb.ID, proto.SlaveCtl{Op: proto.OpDropTask, Task: id, Reason: "task ended while the slave was unreachable"})
-			}
-		}()
-	}
-	m.mu.Unlock()
-}
-
 // Slaves lists the slaves the master knows.
 func (m *Master) Slaves() []status.Slave {
 	m.mu.Lock()
@@ -285,8 +197,12 @@ func (m *Master) Slaves() []status.Slave {
 func (m *Master) slavesLocked() []status.Slave {
 	out := make([]status.Slave, 0, len(m.slaves))
 	for id, s := range m.slaves {
-		seen, _ := m.det.LastSeen(id)
-		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.free, Alive: s.alive, LastSeen: seen})
+		seen := s.lastSeen
+		if s.alive {
+			seen, _ = m.mem.LastSeen(id)
+		}
+		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.free, Alive: s.alive, LastSeen: seen,
+			Instance: s.Instance, Incarnation: s.incarnation})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -491,7 +407,7 @@ func (m *Master) Status(id string) (status.Cluster, error) {
 			runs = append(runs, m.tasks[tid])
 		}
 	}
-	out := status.Cluster{Slaves: m.slavesLocked(), Policy: m.policy.Name()}
+	out := status.Cluster{Slaves: m.slavesLocked(), Policy: m.policy.Name(), Epoch: m.mem.Epoch()}
 	m.mu.Unlock()
 	for _, tr := range runs {
 		out.Tasks = append(out.Tasks, tr.snapshot())
@@ -524,6 +440,9 @@ func (m *Master) onEvent(msg *nats.Msg) {
 	var ev proto.WorkerEvent
 	if err := json.Unmarshal(msg.Data, &ev); err != nil {
 		return
+	}
+	if m.fenced(ev.Slave, ev.Instance) != nil {
+		return // logged once by fenced
 	}
 	m.mu.Lock()
 	tr := m.tasks[ev.Task]
@@ -603,6 +522,7 @@ func (m *Master) setAssigner(k assignKey, a *assign.Assigner) {
 
 // ctl sends a control request to a slave and waits for its answer.
 func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) error {
+	req.Instance = m.liveInstance(slave)
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -616,6 +536,9 @@ func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) erro
 	var rep proto.CtlReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
 		return fmt.Errorf("slave %s: malformed answer to %s", slave, req.Op)
+	}
+	if err := m.fenced(slave, rep.Instance); err != nil {
+		return fmt.Errorf("answer to %s refused: %w", req.Op, err)
 	}
 	if !rep.OK {
 		return fmt.Errorf("slave %s: %s", slave, rep.Error)

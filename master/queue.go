@@ -28,7 +28,7 @@ func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment
 				total += s.Total
 			}
 		}
-		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.det.Alive()), r.OneSlave)
+		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.mem.View().Members), r.OneSlave)
 	}
 	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1)}
 	m.queue = append(m.queue, w)

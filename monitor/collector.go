@@ -17,6 +17,7 @@ type clusterCollector struct {
 
 	tasks, slaves, slots, free, seen, up                *prometheus.Desc
 	stage, fraction, epoch, epochs, samples, rate, loss *prometheus.Desc
+	membership                                          *prometheus.Desc
 	scrapeErrors                                        prometheus.Counter
 }
 
@@ -26,26 +27,27 @@ func NewClusterCollector(f StatusFunc) prometheus.Collector {
 	task := []string{"task", "name"}
 	return &clusterCollector{
 		f: f, now: time.Now,
-		tasks:    prometheus.NewDesc("flexps_tasks", "Tasks the master knows, by state.", []string{"state"}, nil),
-		slaves:   prometheus.NewDesc("flexps_slaves", "Slaves by liveness.", []string{"state"}, nil),
-		slots:    prometheus.NewDesc("flexps_slave_slots", "Worker slots of a slave.", []string{"slave", "host"}, nil),
-		free:     prometheus.NewDesc("flexps_slave_free_slots", "Free worker slots of a slave.", []string{"slave", "host"}, nil),
-		seen:     prometheus.NewDesc("flexps_slave_heartbeat_age_seconds", "Time since the slave's last heartbeat.", []string{"slave"}, nil),
-		up:       prometheus.NewDesc("flexps_slave_up", "1 when the slave is alive, 0 when declared dead.", []string{"slave"}, nil),
-		stage:    prometheus.NewDesc("flexps_task_stage", "Index of the stage a running task is in.", task, nil),
-		fraction: prometheus.NewDesc("flexps_task_stage_fraction", "Done fraction of the current stage (0 when unknown).", task, nil),
-		epoch:    prometheus.NewDesc("flexps_task_epoch", "Last epoch every worker of the current stage finished.", task, nil),
-		epochs:   prometheus.NewDesc("flexps_task_epochs", "Epochs the current stage plans (0 when unknown).", task, nil),
-		samples:  prometheus.NewDesc("flexps_task_stage_samples", "Samples processed in the current stage.", task, nil),
-		rate:     prometheus.NewDesc("flexps_task_samples_per_second", "Current training speed of a running task.", task, nil),
-		loss:     prometheus.NewDesc("flexps_task_loss", "Mean training loss over the latest progress reports.", task, nil),
+		tasks:      prometheus.NewDesc("flexps_tasks", "Tasks the master knows, by state.", []string{"state"}, nil),
+		slaves:     prometheus.NewDesc("flexps_slaves", "Slaves by liveness.", []string{"state"}, nil),
+		slots:      prometheus.NewDesc("flexps_slave_slots", "Worker slots of a slave.", []string{"slave", "host"}, nil),
+		free:       prometheus.NewDesc("flexps_slave_free_slots", "Free worker slots of a slave.", []string{"slave", "host"}, nil),
+		seen:       prometheus.NewDesc("flexps_slave_heartbeat_age_seconds", "Time since the slave's last heartbeat.", []string{"slave"}, nil),
+		up:         prometheus.NewDesc("flexps_slave_up", "1 when the slave is alive, 0 when declared dead.", []string{"slave"}, nil),
+		membership: prometheus.NewDesc("flexps_membership_epoch", "The membership epoch: grows at every join, death and leave of a slave.", nil, nil),
+		stage:      prometheus.NewDesc("flexps_task_stage", "Index of the stage a running task is in.", task, nil),
+		fraction:   prometheus.NewDesc("flexps_task_stage_fraction", "Done fraction of the current stage (0 when unknown).", task, nil),
+		epoch:      prometheus.NewDesc("flexps_task_epoch", "Last epoch every worker of the current stage finished.", task, nil),
+		epochs:     prometheus.NewDesc("flexps_task_epochs", "Epochs the current stage plans (0 when unknown).", task, nil),
+		samples:    prometheus.NewDesc("flexps_task_stage_samples", "Samples processed in the current stage.", task, nil),
+		rate:       prometheus.NewDesc("flexps_task_samples_per_second", "Current training speed of a running task.", task, nil),
+		loss:       prometheus.NewDesc("flexps_task_loss", "Mean training loss over the latest progress reports.", task, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flexps_status_scrape_errors_total",
 			Help: "Scrapes in which the master's status could not be read."}),
 	}
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tasks, c.slaves, c.slots, c.free, c.seen, c.up, c.stage, c.fraction, c.epoch, c.epochs, c.samples, c.rate, c.loss} {
+	for _, d := range []*prometheus.Desc{c.tasks, c.slaves, c.slots, c.free, c.seen, c.up, c.stage, c.fraction, c.epoch, c.epochs, c.samples, c.rate, c.loss, c.membership} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -98,4 +100,5 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.slaves, prometheus.GaugeValue, float64(alive), "alive")
 	ch <- prometheus.MustNewConstMetric(c.slaves, prometheus.GaugeValue, float64(dead), "dead")
+	ch <- prometheus.MustNewConstMetric(c.membership, prometheus.GaugeValue, float64(st.Epoch))
 }

@@ -140,6 +140,9 @@ func TestMetricsOfARunningAndAFinishedTask(t *testing.T) {
 		rate, hasRate := gauge(fams, "flexps_task_samples_per_second", map[string]string{"task": id, "name": "slow"})
 		alive, _ := gauge(fams, "flexps_slaves", map[string]string{"state": "alive"})
 		if done == 1 && running == 1 && hasRate && rate > 0 && alive == 2 {
+			if e, ok := gauge(fams, "flexps_membership_epoch", nil); !ok || e != 2 {
+				t.Fatalf("flexps_membership_epoch %v (present %v), want 2 after two joins", e, ok)
+			}
 			if _, ok := fams["go_goroutines"]; !ok {
 				t.Fatal("no Go runtime metrics")
 			}

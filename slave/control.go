@@ -57,6 +57,7 @@ const (
 	EvWorkerReport                      // a worker's progress, epoch, done or error (Report)
 	EvPeerDead                          // slave Node died (Reason)
 	EvMasterGone                        // the master is unreachable (Reason)
+	EvFenced                            // the master declared this slave dead (Reason): drop everything
 )
 
 // Event is one input to Step.
@@ -148,10 +149,14 @@ func (c *Control) Step(ev Event) ([]Action, error) {
 		return c.report(ev)
 	case EvPeerDead:
 		return c.peerDead(ev), nil
-	case EvMasterGone:
+	case EvMasterGone, EvFenced:
 		var out []Action
 		for _, id := range slices.Sorted(maps.Keys(c.tasks)) {
-			out = append(out, Action{Kind: ActCancelTask, Task: id, Err: fmt.Errorf("the master is gone: %s", ev.Reason)})
+			err := fmt.Errorf("the master is gone: %s", ev.Reason)
+			if ev.Kind == EvFenced {
+				err = fmt.Errorf("fenced: %s; its tasks are given up", ev.Reason)
+			}
+			out = append(out, Action{Kind: ActCancelTask, Task: id, Err: err})
 		}
 		clear(c.tasks)
 		return out, nil
@@ -224,7 +229,7 @@ func (c *Control) report(ev Event) ([]Action, error) {
 	var out []Action
 	if r.Kind != proto.WorkerError {
 		if err := nonFinite(st.name, r); err != nil {
-			r = proto.WorkerEvent{Task: r.Task, Stage: r.Stage, Rank: r.Rank, Slave: r.Slave, Kind: proto.WorkerError, Error: err.Error()}
+			r = proto.WorkerEvent{Task: r.Task, Stage: r.Stage, Rank: r.Rank, Slave: r.Slave, Instance: r.Instance, Kind: proto.WorkerError, Error: err.Error()}
 			// The function may still run and report: stop it, it is failed.
 			st.stopped = true
 			out = append(out, Action{Kind: ActCancelStage, Task: r.Task, Stage: r.Stage, Gen: st.gen, Err: err})

@@ -362,3 +362,34 @@ func TestControlAgainstModel(t *testing.T) {
 		}
 	})
 }
+
+func TestFencedDropsEveryTaskAndRefusesLateReports(t *testing.T) {
+	c := NewControl(4)
+	g := start(t, c, "b", 0, []int{0})
+	c.Step(Event{Kind: EvCreateTask, Task: "a"})
+	acts, err := c.Step(Event{Kind: EvFenced, Reason: "slave s1 was declared dead at membership epoch 7"})
+	if err != nil || len(acts) != 2 {
+		t.Fatalf("fenced: %+v %v", acts, err)
+	}
+	for i, task := range []string{"a", "b"} {
+		if a := acts[i]; a.Kind != ActCancelTask || a.Task != task || !strings.Contains(a.Err.Error(), "fenced: slave s1 was declared dead at membership epoch 7") {
+			t.Fatalf("action %d: %+v", i, a)
+		}
+	}
+	if len(c.Tasks()) != 0 {
+		t.Fatalf("tasks left: %v", c.Tasks())
+	}
+	// A worker of the fenced incarnation that reports late is not heard.
+	if acts, err := report(c, g, proto.WorkerEvent{Task: "b", Stage: 0, Rank: 0, Kind: proto.WorkerDone}); !errors.Is(err, ErrUnknownTask) || len(acts) != 0 {
+		t.Fatalf("late report after fencing: %+v %v", acts, err)
+	}
+}
+
+func TestNonFiniteReportKeepsTheInstance(t *testing.T) {
+	c := NewControl(1)
+	g := start(t, c, "t", 0, []int{0})
+	acts, err := report(c, g, proto.WorkerEvent{Task: "t", Stage: 0, Rank: 0, Slave: "s1", Instance: "i7", Kind: proto.WorkerProgress, LossSum: math.NaN()})
+	if err != nil || len(acts) == 0 || acts[0].Event.Kind != proto.WorkerError || acts[0].Event.Instance != "i7" {
+		t.Fatalf("actions %+v %v: the error event must keep the instance, or the master refuses it", acts, err)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 )
 
@@ -116,6 +117,15 @@ type Slave struct {
 	lastAlive       atomic.Int64 // unix nanoseconds; 0 before the first
 	masterGone      atomic.Bool
 
+	// Membership (membership.go): this slave's incarnation, the latest
+	// view of the master it serves (what the KV server fences against),
+	// and whether it is rejoining.
+	imu         sync.Mutex
+	inc         incarnation // guarded by imu
+	fence       atomic.Pointer[fenceView]
+	pendingView atomic.Pointer[proto.Membership] // the latest view heard while joining
+	rejoining   atomic.Bool
+
 	metrics *metrics
 
 	ctlSub *nats.Subscription
@@ -142,7 +152,7 @@ func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
 	s := &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), ctl: NewControl(cfg.Slots), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
 		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
-		cache: datastore.NewBlockCache(max(cfg.DataCache, 0))}
+		cache: datastore.NewBlockCache(max(cfg.DataCache, 0)), inc: incarnation{instance: nuid.Next()}}
 	s.metrics = newMetrics(cfg.ID, func() int {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -193,6 +203,7 @@ func (s *Slave) Start(ctx context.Context) error {
 		return err
 	}
 	s.kv = kv
+	kv.SetFence(s.fenced)
 	s.ctlSub, err = s.nc.Subscribe(s.subj.SlaveCtl(s.cfg.ID), s.onCtl)
 	if err != nil {
 		s.Close()
@@ -200,7 +211,7 @@ func (s *Slave) Start(ctx context.Context) error {
 	}
 	s.ctlSub.SetPendingLimits(-1, -1)
 	for subject, h := range map[string]nats.MsgHandler{s.subj.SlaveXfer(s.cfg.ID): s.serveXfer, s.subj.SlaveModelInfo(s.cfg.ID): s.serveModelInfo,
-		s.subj.MasterAlive(): s.onMasterAlive} {
+		s.subj.MasterAlive(): s.onMasterAlive, s.subj.Membership(): s.onMembership} {
 		sub, err := s.nc.Subscribe(subject, h)
 		if err != nil {
 			s.Close()
@@ -220,14 +231,15 @@ func (s *Slave) Start(ctx context.Context) error {
 		s.masterDeadAfter = max(6*rep.Heartbeat, 3*time.Second)
 	}
 	s.amu.Unlock()
+	s.admitted(rep)
 	s.wg.Add(1)
 	go s.heartbeat(rep.Heartbeat)
-	s.log.Info().Int("slots", s.cfg.Slots).Msg("slave joined the cluster")
+	s.log.Info().Int("slots", s.cfg.Slots).Str("instance", s.self().instance).Uint64("incarnation", rep.Incarnation).Uint64("epoch", rep.Epoch).Msg("slave joined the cluster")
 	return nil
 }
 
 func (s *Slave) join() (proto.JoinReply, error) {
-	req, err := json.Marshal(proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()})
+	req, err := json.Marshal(s.joinRequest())
 	if err != nil {
 		return proto.JoinReply{}, fmt.Errorf("slave %s: encoding the join request: %w", s.cfg.ID, err)
 	}
@@ -268,12 +280,6 @@ func (s *Slave) heartbeat(every time.Duration) {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
-	data, err := json.Marshal(proto.Heartbeat{ID: s.cfg.ID,
-		Join: proto.JoinRequest{ID: s.cfg.ID, Host: s.cfg.Host, Slots: s.cfg.Slots, PID: os.Getpid()}})
-	if err != nil {
-		s.log.Error().Err(err).Msg("cannot encode the heartbeat; the master will declare this slave dead")
-		return
-	}
 	failing := false
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -283,8 +289,12 @@ func (s *Slave) heartbeat(every time.Duration) {
 			return
 		case now := <-t.C:
 			s.checkMaster(now)
+			// The instance changes when the slave rejoins: encode each beat.
+			data, err := json.Marshal(proto.Heartbeat{ID: s.cfg.ID, Join: s.joinRequest()})
+			if err == nil {
+				err = s.nc.Publish(s.subj.Heartbeat(), data)
+			}
 			// Log the first failure of a run, not every beat.
-			err := s.nc.Publish(s.subj.Heartbeat(), data)
 			if err == nil {
 				s.metrics.heartbeats.Add(1)
 			}
@@ -300,6 +310,9 @@ func (s *Slave) heartbeat(every time.Duration) {
 
 // Close stops the slave: running workers are cancelled and waited for.
 func (s *Slave) Close() {
+	if s.ctx != nil && s.ctx.Err() == nil {
+		s.leave()
+	}
 	if s.ctlSub != nil {
 		s.ctlSub.Unsubscribe()
 	}
@@ -340,7 +353,7 @@ func (s *Slave) onCtl(msg *nats.Msg) {
 // respond answers a control request; an answer that cannot be sent is
 // logged (the master then times out and says so).
 func (s *Slave) respond(msg *nats.Msg, err error) {
-	rep := proto.CtlReply{OK: err == nil}
+	rep := proto.CtlReply{OK: err == nil, Instance: s.self().instance}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -367,6 +380,12 @@ func (s *Slave) task(id string) *slaveTask {
 }
 
 func (s *Slave) control(req proto.SlaveCtl) error {
+	if me := s.self().instance; req.Instance != "" && req.Instance != me {
+		return fmt.Errorf("slave %s: the request was meant for instance %s, this is instance %s (the slave rejoined)", s.cfg.ID, req.Instance, me)
+	}
+	if (req.Op == proto.OpCreateTables || req.Op == proto.OpStartWorkers) && s.Incarnation() == 0 {
+		return fmt.Errorf("slave %s is rejoining the cluster after being fenced; try another slave", s.cfg.ID)
+	}
 	switch req.Op {
 	case proto.OpCreateTables:
 		s.task(req.Task)
@@ -436,6 +455,8 @@ func (s *Slave) onMasterAlive(msg *nats.Msg) {
 		go func() { // not on the bus's callback goroutine
 			defer s.wg.Done()
 			s.MasterGone("the master restarted")
+			// Its membership starts anew: join it (same instance).
+			s.rejoin("the master restarted", false)
 		}()
 	}
 }
@@ -530,7 +551,7 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 		local = newLocalModel(s, req, st, req.Workers)
 	}
 	for i, rank := range req.Ranks {
-		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, gen: gen, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local}
+		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, gen: gen, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local, inc: s.Incarnation()}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -543,7 +564,7 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 // report passes a worker's report through the control machine, which
 // turns non-finite numbers into the worker's error and cancels its stage.
 func (s *Slave) report(gen int, ev proto.WorkerEvent) {
-	ev.Slave = s.cfg.ID
+	ev.Slave, ev.Instance = s.cfg.ID, s.self().instance
 	s.mu.Lock()
 	acts, err := s.ctl.Step(Event{Kind: EvWorkerReport, Task: ev.Task, Stage: ev.Stage, Gen: gen, Report: ev})
 	s.mu.Unlock()
@@ -560,7 +581,7 @@ func (s *Slave) publish(ev proto.WorkerEvent) {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		s.log.Error().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("cannot encode the worker event")
-		ev = proto.WorkerEvent{Task: ev.Task, Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Kind: proto.WorkerError,
+		ev = proto.WorkerEvent{Task: ev.Task, Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Instance: ev.Instance, Kind: proto.WorkerError,
 			Error: fmt.Sprintf("slave %s: cannot encode the worker's %s event: %v", ev.Slave, ev.Kind, err)}
 		if data, err = json.Marshal(ev); err != nil {
 			return // unreachable: the error event holds only strings and ints

@@ -240,4 +240,10 @@ func TestRestartedMasterIsNoticed(t *testing.T) {
 	if inst == "" {
 		t.Fatal("no master instance recorded")
 	}
+	// The new master's membership starts anew: the slave joins it and
+	// takes its views.
+	eventually(t, "slave joined the restarted master", func() bool {
+		ss := m2.Slaves()
+		return s.Incarnation() != 0 && s.Epoch() == m2.Epoch() && len(ss) == 1 && ss[0].Alive && ss[0].Incarnation == s.Incarnation()
+	}, func() any { return m2.Slaves() }, func() any { return []uint64{s.Incarnation(), s.Epoch(), m2.Epoch()} })
 }

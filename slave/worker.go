@@ -27,7 +27,8 @@ type worker struct {
 	ctx        context.Context
 	local      *localModel // set for local, hogwild and single stages
 	localClock int64
-	barriers   int // barriers passed
+	barriers   int    // barriers passed
+	inc        uint64 // the slave's membership incarnation when the worker started (KV fencing)
 
 	client     *kvstore.Client
 	caches     []*kvstore.CachedTable
@@ -115,7 +116,7 @@ func (w *worker) setup() error {
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
 		Transport: w.s.tr, Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
 		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency,
-		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx, Observer: w.s.metrics,
+		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx, Observer: w.s.metrics, Incarnation: w.inc,
 	})
 	if err != nil {
 		return err

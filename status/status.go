@@ -162,6 +162,10 @@ type Slave struct {
 	Free     int       `json:"free"`
 	Alive    bool      `json:"alive"`
 	LastSeen time.Time `json:"last_seen"`
+	// Instance and Incarnation name the slave's current (or last)
+	// incarnation; a slave declared dead rejoins as a new one.
+	Instance    string `json:"instance,omitempty"`
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Cluster is a master's answer to a status request: its tasks (one, or all
@@ -170,6 +174,9 @@ type Cluster struct {
 	Tasks  []Task  `json:"tasks"`
 	Slaves []Slave `json:"slaves"`
 	Policy string  `json:"policy"`
+	// Epoch is the membership epoch: it grows at every join, death and
+	// leave of a slave.
+	Epoch uint64 `json:"epoch"`
 	// Omitted counts the oldest tasks left out of an answer too large
 	// for one bus message; each is still answered when asked by id.
 	Omitted int `json:"omitted,omitempty"`

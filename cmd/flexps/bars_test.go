@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +75,17 @@ func TestNoBarsOffTerminal(t *testing.T) {
 	p.Summary(task)
 	if progress.Len() != 0 {
 		t.Fatalf("progress output off a terminal: %q", progress.String())
+	}
+}
+
+func TestStatusShowsTheMembershipEpoch(t *testing.T) {
+	var b bytes.Buffer
+	printStatus(&b, status.Cluster{Policy: "greedy", Epoch: 7, Slaves: []status.Slave{
+		{ID: "s1", Alive: true, Incarnation: 7}, {ID: "s2", Incarnation: 2},
+	}})
+	out := b.String()
+	if !strings.Contains(out, "membership epoch: 7") || !regexp.MustCompile(`s1 .* 7 alive`).MatchString(out) || !regexp.MustCompile(`s2 .* 2 dead`).MatchString(out) {
+		t.Fatalf("status:\n%s", out)
 	}
 }
 

@@ -10,14 +10,14 @@ import (
 
 // printStatus prints `flexps status`.
 func printStatus(w io.Writer, rep status.Cluster) {
-	fmt.Fprintf(w, "policy: %s\n\nslaves:\n", rep.Policy)
-	fmt.Fprintf(w, "  %-20s %-16s %7s %6s %6s %s\n", "id", "host", "pid", "slots", "free", "state")
+	fmt.Fprintf(w, "policy: %s\nmembership epoch: %d\n\nslaves:\n", rep.Policy, rep.Epoch)
+	fmt.Fprintf(w, "  %-20s %-16s %7s %6s %6s %5s %s\n", "id", "host", "pid", "slots", "free", "inc", "state")
 	for _, s := range rep.Slaves {
 		state := "alive"
 		if !s.Alive {
 			state = "dead (last seen " + s.LastSeen.Format(time.TimeOnly) + ")"
 		}
-		fmt.Fprintf(w, "  %-20s %-16s %7d %6d %6d %s\n", s.ID, s.Host, s.PID, s.Slots, s.Free, state)
+		fmt.Fprintf(w, "  %-20s %-16s %7d %6d %6d %5d %s\n", s.ID, s.Host, s.PID, s.Slots, s.Free, s.Incarnation, state)
 	}
 	fmt.Fprintf(w, "\ntasks:\n")
 	fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8s %-22s %12s %6s %s\n", "id", "name", "state", "stage", "priority", "slots", "samples", "done", "reason")

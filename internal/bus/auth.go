@@ -21,9 +21,9 @@ type Role string
 
 const (
 	RoleMaster    Role = "master"    // everything of the cluster
-	RoleSlave     Role = "slave"     // join, heartbeats, worker events, the slaves' control and data plane
-	RoleSubmitter Role = "submitter" // submit, status, cancel; task events
-	RoleReader    Role = "reader"    // status and task events only
+	RoleSlave     Role = "slave"     // join, heartbeats, leave, worker events, membership, the slaves' control and data plane
+	RoleSubmitter Role = "submitter" // submit, status, cancel; task events and membership
+	RoleReader    Role = "reader"    // status, task events and membership only
 )
 
 // Roles lists every role, in the order their keys are generated.
@@ -198,12 +198,12 @@ func Permissions(r Role, s Subjects) *server.Permissions {
 	case RoleMaster:
 		return allow(append([]string{p + ".>"}, inbox(Roles...)...), append([]string{p + ".>"}, inbox(r)...))
 	case RoleSlave:
-		pub := []string{s.Join(), s.Heartbeat(), s.Event(), s.Block(), s.Barrier(), p + ".slave.>"}
-		return allow(append(pub, inbox(RoleMaster, RoleSlave)...), append([]string{p + ".slave.>", s.MasterAlive()}, inbox(r)...))
+		pub := []string{s.Join(), s.Heartbeat(), s.Leave(), s.Event(), s.Block(), s.Barrier(), p + ".slave.>"}
+		return allow(append(pub, inbox(RoleMaster, RoleSlave)...), append([]string{p + ".slave.>", s.MasterAlive(), s.Membership()}, inbox(r)...))
 	case RoleSubmitter:
-		return allow([]string{s.Submit(), s.Status(), s.Cancel()}, append([]string{p + ".task.*.events"}, inbox(r)...))
+		return allow([]string{s.Submit(), s.Status(), s.Cancel()}, append([]string{p + ".task.*.events", s.Membership()}, inbox(r)...))
 	case RoleReader:
-		return allow([]string{s.Status()}, append([]string{p + ".task.*.events"}, inbox(r)...))
+		return allow([]string{s.Status()}, append([]string{p + ".task.*.events", s.Membership()}, inbox(r)...))
 	}
 	// An unknown role may do nothing (an empty allow list would allow all).
 	return &server.Permissions{

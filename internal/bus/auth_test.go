@@ -262,3 +262,51 @@ func TestTLS(t *testing.T) {
 		t.Error("a certificate without a key was accepted")
 	}
 }
+
+// Every role hears the master's membership view; only the master may
+// publish it (a slave must not forge a view that fences its peers), and
+// only slaves announce a leave.
+func TestMembershipPermissions(t *testing.T) {
+	srv, dir, s := securedBus(t)
+	master, _ := asRole(t, srv, dir, bus.RoleMaster)
+	leaves := make(chan string, 4)
+	if _, err := master.Subscribe(s.Leave(), func(m *nats.Msg) { leaves <- string(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	master.Flush()
+	var subs []*nats.Subscription
+	errsOf := map[bus.Role]func() []string{}
+	conns := map[bus.Role]*nats.Conn{}
+	for _, r := range []bus.Role{bus.RoleSlave, bus.RoleSubmitter, bus.RoleReader} {
+		nc, errs := asRole(t, srv, dir, r)
+		conns[r], errsOf[r] = nc, errs
+		sub, err := nc.SubscribeSync(s.Membership())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Flush()
+		subs = append(subs, sub)
+	}
+	if err := master.Publish(s.Membership(), []byte("view")); err != nil {
+		t.Fatal(err)
+	}
+	for i, sub := range subs {
+		if m, err := sub.NextMsg(2 * time.Second); err != nil || string(m.Data) != "view" {
+			t.Errorf("subscriber %d did not hear the view: %v", i, err)
+		}
+	}
+	conns[bus.RoleSlave].Publish(s.Leave(), []byte("bye"))
+	if got := <-leaves; got != "bye" {
+		t.Errorf("leave got %q", got)
+	}
+	for _, r := range []bus.Role{bus.RoleSlave, bus.RoleSubmitter, bus.RoleReader} {
+		conns[r].Publish(s.Membership(), []byte("forged"))
+		if got := errsOf[r](); len(got) != 1 || !strings.Contains(got[0], "Permissions Violation") {
+			t.Errorf("%s publishing a view: violations %q", r, got)
+		}
+	}
+	conns[bus.RoleSubmitter].Publish(s.Leave(), []byte("forged leave"))
+	if got := errsOf[bus.RoleSubmitter](); len(got) != 2 {
+		t.Errorf("submitter leave: violations %q", got)
+	}
+}

@@ -25,6 +25,11 @@ func (s Subjects) Event() string       { return s.Prefix + ".master.event" } // 
 func (s Subjects) Block() string       { return s.Prefix + ".master.block" }
 func (s Subjects) Barrier() string     { return s.Prefix + ".master.barrier" }
 func (s Subjects) MasterAlive() string { return s.Prefix + ".master.alive" } // publish, from the master
+func (s Subjects) Leave() string       { return s.Prefix + ".master.leave" } // publish, from a slave shutting down
+
+// Membership is where the master publishes the membership view (epoch and
+// live slaves) to slaves and clients.
+func (s Subjects) Membership() string { return s.Prefix + ".membership" }
 
 // SlaveCtl is a slave's control subject (JSON request-reply).
 func (s Subjects) SlaveCtl(slave string) string {

@@ -183,6 +183,24 @@ func (c *Cluster) WorkDir(name string) string {
 	return filepath.Join(c.Dir, "wd", name)
 }
 
+// AddSlave starts one more slave process with the given id (also its
+// log's name) and waits until the master counts alive slaves.
+func (c *Cluster) AddSlave(id string, alive int) *Proc {
+	c.t.Helper()
+	p := c.spawn(id, "slave", "--config", c.Config, "--nats", c.URL, "--id", id)
+	c.Slaves = append(c.Slaves, p)
+	c.WaitSlaves(alive, 30*time.Second)
+	return p
+}
+
+// Signal sends sig to the process group (SIGSTOP, SIGCONT, ...).
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if p.Exited() {
+		return fmt.Errorf("%s has exited", p.Name)
+	}
+	return syscall.Kill(-p.Cmd.Process.Pid, sig)
+}
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {

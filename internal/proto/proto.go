@@ -8,6 +8,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/master/membership"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
@@ -18,6 +19,9 @@ type JoinRequest struct {
 	Host  string `json:"host"`
 	Slots int    `json:"slots"`
 	PID   int    `json:"pid"`
+	// Instance names this incarnation of the slave: drawn at start and
+	// again when the slave must rejoin after being declared dead.
+	Instance string `json:"instance"`
 }
 
 // JoinReply tells a slave how often to beat.
@@ -29,6 +33,26 @@ type JoinReply struct {
 	// a slave waits without a MasterAlive before it drops its tasks.
 	Instance  string        `json:"instance,omitempty"`
 	DeadAfter time.Duration `json:"dead_after,omitempty"`
+	// Epoch is the membership epoch of the admission and Incarnation the
+	// number it gave this slave (carried in its KV requests for fencing).
+	Epoch       uint64 `json:"epoch,omitempty"`
+	Incarnation uint64 `json:"incarnation,omitempty"`
+}
+
+// Membership is the master's broadcast of the live slaves (subject
+// Membership), sent at every change of the membership epoch and again
+// every second, since the bus may lose a message. Master names the
+// master's instance: epochs count per instance of the master.
+type Membership struct {
+	Master string `json:"master"`
+	membership.View
+}
+
+// Leave is a slave shutting down cleanly: it is removed from the
+// membership without being reported dead.
+type Leave struct {
+	ID       string `json:"id"`
+	Instance string `json:"instance"`
 }
 
 // MasterAlive is the master's periodic sign of life to its slaves. A
@@ -92,17 +116,20 @@ const (
 
 // WorkerEvent is a worker telling the master what happened.
 type WorkerEvent struct {
-	Task    string             `json:"task"`
-	Stage   int                `json:"stage"`
-	Rank    int                `json:"rank"`
-	Slave   string             `json:"slave"`
-	Kind    string             `json:"kind"` // one of the Worker* kinds
-	Samples int64              `json:"samples,omitempty"`
-	LossSum float64            `json:"loss_sum,omitempty"`
-	Epoch   int                `json:"epoch,omitempty"`
-	Seconds float64            `json:"seconds,omitempty"`
-	Metrics map[string]float64 `json:"metrics,omitempty"`
-	Error   string             `json:"error,omitempty"`
+	Task  string `json:"task"`
+	Stage int    `json:"stage"`
+	Rank  int    `json:"rank"`
+	Slave string `json:"slave"`
+	// Instance is the slave's incarnation: events of a fenced one are
+	// refused by the master.
+	Instance string             `json:"instance,omitempty"`
+	Kind     string             `json:"kind"` // one of the Worker* kinds
+	Samples  int64              `json:"samples,omitempty"`
+	LossSum  float64            `json:"loss_sum,omitempty"`
+	Epoch    int                `json:"epoch,omitempty"`
+	Seconds  float64            `json:"seconds,omitempty"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	Error    string             `json:"error,omitempty"`
 	// BadLines are the first malformed lines skipped (on_error = "skip").
 	BadLines []string `json:"bad_lines,omitempty"`
 }
@@ -171,6 +198,9 @@ type SlaveCtl struct {
 	// EpochBarrier makes every worker's ReportEpoch a barrier at which the
 	// master may take a checkpoint (tasks with [checkpoint], ps stages).
 	EpochBarrier bool `json:"epoch_barrier,omitempty"`
+	// Instance is the incarnation of the slave the request is meant
+	// for; another incarnation refuses it (it was sent before a rejoin).
+	Instance string `json:"instance,omitempty"`
 }
 
 // ModelInfo describes a retained model for a direct transfer.
@@ -190,4 +220,7 @@ type RetainedTable struct {
 type CtlReply struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Instance is the answering slave's incarnation; the master refuses
+	// answers of a fenced one.
+	Instance string `json:"instance,omitempty"`
 }

@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMembershipConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		toml    string
+		hb, ft  time.Duration
+		wantErr string
+	}{
+		{"defaults", "", 0, 0, ""},
+		{"membership section", "[membership]\nheartbeat_interval = \"100ms\"\nfailure_timeout = \"400ms\"\n", 100 * time.Millisecond, 400 * time.Millisecond, ""},
+		{"older master keys", "[master]\nheartbeat = \"200ms\"\ndead_after = \"2s\"\n", 200 * time.Millisecond, 2 * time.Second, ""},
+		{"both names of one knob", "[master]\nheartbeat = \"200ms\"\n[membership]\nheartbeat_interval = \"100ms\"\n", 0, 0, "same setting"},
+		{"timeout shorter than two beats", "[membership]\nheartbeat_interval = \"300ms\"\nfailure_timeout = \"500ms\"\n", 0, 0, "at least twice"},
+		{"timeout shorter than two default beats", "[membership]\nfailure_timeout = \"500ms\"\n", 0, 0, "at least twice"},
+		{"unknown key", "[membership]\ntimeout = \"1s\"\n", 0, 0, "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cluster.toml")
+			if err := os.WriteFile(path, []byte(tc.toml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := LoadClusterConfig(path)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
+					t.Fatalf("error %v, want one naming %s and containing %q", err, path, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Heartbeat() != tc.hb || c.FailureTimeout() != tc.ft {
+				t.Fatalf("heartbeat %v timeout %v, want %v %v", c.Heartbeat(), c.FailureTimeout(), tc.hb, tc.ft)
+			}
+		})
+	}
+}

@@ -1,0 +1,230 @@
+package master
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/master/membership"
+	"github.com/nats-io/nats.go"
+)
+
+// This file is the thin concurrent wrapper around membership.Machine: it
+// turns joins, heartbeats, leaves and the detector's ticks into the
+// machine's inputs under m.mu, and carries out its actions (record or
+// forget a slave, fail the tasks of a dead one, log a refusal once,
+// publish the new view).
+
+// viewEvery is how often the view is sent again though nothing changed:
+// core NATS may lose a message, and a slave that was stopped must learn
+// it was declared dead.
+const viewEvery = time.Second
+
+// MaxInstance bounds the length of a slave's instance name.
+const MaxInstance = 128
+
+// checkJoin refuses joins that would break subjects or scheduling: a
+// slave id is one NATS subject token, and slots are bounded.
+func checkJoin(req proto.JoinRequest) error {
+	switch {
+	case req.ID == "" || len(req.ID) > 128 || strings.ContainsAny(req.ID, ".*> \t\r\n"):
+		return fmt.Errorf("slave id %q: want 1 to 128 characters without '.', '*', '>' or spaces", req.ID)
+	case req.Slots < 1 || req.Slots > MaxSlots:
+		return fmt.Errorf("slave %s: %d slots, want 1 to %d", req.ID, req.Slots, MaxSlots)
+	case req.Instance == "" || len(req.Instance) > MaxInstance:
+		return fmt.Errorf("slave %s: instance %q: want 1 to %d characters (is the slave's flexps older than the master's?)", req.ID, req.Instance, MaxInstance)
+	}
+	return nil
+}
+
+func (m *Master) onJoin(msg *nats.Msg) {
+	var req proto.JoinRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		m.reply(msg, proto.JoinReply{Error: "malformed join request"})
+		return
+	}
+	if err := checkJoin(req); err != nil {
+		m.log.Warn().Err(err).Msg("join refused")
+		m.reply(msg, proto.JoinReply{Error: err.Error()})
+		return
+	}
+	m.mu.Lock()
+	acts := m.mem.Join(req.ID, req.Instance, m.cfg.Now())
+	m.applyLocked(acts, req)
+	m.mu.Unlock()
+	a := acts[0]
+	if a.Kind != membership.Admit {
+		m.reply(msg, proto.JoinReply{Error: a.Reason})
+		return
+	}
+	m.reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat, Instance: m.instance, DeadAfter: m.cfg.DeadAfter,
+		Epoch: a.Epoch, Incarnation: a.Incarnation})
+}
+
+func (m *Master) onHeartbeat(msg *nats.Msg) {
+	var hb proto.Heartbeat
+	if json.Unmarshal(msg.Data, &hb) != nil || hb.Join.ID != hb.ID || checkJoin(hb.Join) != nil {
+		return
+	}
+	m.mu.Lock()
+	// A beat of an unknown slave admits it: the master restarted, or the
+	// slave rejoins as a fresh instance. Tasks that used its earlier
+	// incarnation have failed already; its slots are all free.
+	m.applyLocked(m.mem.Heartbeat(hb.ID, hb.Join.Instance, m.cfg.Now()), hb.Join)
+	m.mu.Unlock()
+}
+
+func (m *Master) onLeave(msg *nats.Msg) {
+	var l proto.Leave
+	if err := json.Unmarshal(msg.Data, &l); err != nil {
+		m.log.Warn().Err(err).Msg("malformed leave message; ignored")
+		return
+	}
+	m.mu.Lock()
+	m.applyLocked(m.mem.Leave(l.ID, l.Instance), proto.JoinRequest{})
+	m.mu.Unlock()
+}
+
+// tick runs the failure detector at now. The tasks of dead slaves fail
+// outside the lock (their goroutines take it).
+func (m *Master) tick(now time.Time) {
+	m.mu.Lock()
+	acts := m.mem.Tick(now)
+	fails := m.applyLocked(acts, proto.JoinRequest{})
+	if len(acts) == 0 && now.Sub(m.viewSent) >= viewEvery {
+		m.publishViewLocked(now)
+	}
+	m.mu.Unlock()
+	for _, f := range fails {
+		f.tr.slaveDead(f.slave, f.err)
+	}
+}
+
+type taskFailure struct {
+	tr    *taskRun
+	slave string
+	err   error
+}
+
+// applyLocked carries out the machine's actions; req is the join or
+// heartbeat that caused them (for an admission). It returns the tasks to
+// fail, because a slave they used died or left.
+func (m *Master) applyLocked(acts []membership.Action, req proto.JoinRequest) []taskFailure {
+	var fails []taskFailure
+	changed := false
+	for _, a := range acts {
+		log := m.log.With().Str("slave", a.Slave).Str("instance", a.Instance).Uint64("epoch", a.Epoch).Logger()
+		switch a.Kind {
+		case membership.Admit:
+			if s := m.slaves[a.Slave]; s != nil && s.alive && s.Instance == a.Instance {
+				continue // a retried join
+			}
+			changed = true
+			m.slaves[a.Slave] = &slaveInfo{JoinRequest: req, free: req.Slots, alive: true, incarnation: a.Incarnation}
+			ev := log.Info().Str("host", req.Host).Int("slots", req.Slots).Uint64("incarnation", a.Incarnation)
+			if a.Rejoined {
+				ev.Msg("slave rejoined as a fresh instance; its earlier incarnation's work is lost")
+				m.dropStaleLocked(a.Slave)
+			} else {
+				ev.Msg("slave joined")
+			}
+		case membership.DeclareDead, membership.Left:
+			changed = true
+			s := m.slaves[a.Slave]
+			s.alive = false
+			s.lastSeen = m.cfg.Now().Add(-a.Silent)
+			var err error
+			if a.Kind == membership.DeclareDead {
+				err = fmt.Errorf("slave %s (host %s, pid %d) died: no heartbeat for %v", a.Slave, s.Host, s.PID, a.Silent.Round(time.Millisecond))
+				log.Error().Uint64("incarnation", a.Incarnation).Dur("silent", a.Silent).Msg(err.Error() + "; it is fenced")
+			} else {
+				err = fmt.Errorf("slave %s (host %s, pid %d) left the cluster", a.Slave, s.Host, s.PID)
+				log.Info().Msg("slave left")
+			}
+			for _, tr := range m.tasks {
+				if tr.uses(a.Slave) {
+					fails = append(fails, taskFailure{tr, a.Slave, err})
+				}
+			}
+		case membership.Refuse:
+			if a.First {
+				log.Warn().Msg("refused: " + a.Reason)
+				// Tell the fenced slave now, not at the next periodic view.
+				m.publishViewLocked(m.cfg.Now())
+			}
+		}
+	}
+	if changed {
+		m.scheduleLocked()
+		m.publishViewLocked(m.cfg.Now())
+	}
+	return fails
+}
+
+// dropStaleLocked tells a slave that came back to drop what it may still
+// run for tasks that ended without it.
+func (m *Master) dropStaleLocked(slave string) {
+	var stale []string
+	for id, tr := range m.tasks {
+		if tr.touched(slave) && tr.isEnded() {
+			stale = append(stale, id)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, id := range stale {
+			if err := m.ctl(m.ctx, slave, proto.SlaveCtl{Op: proto.OpDropTask, Task: id, Reason: "task ended while the slave was unreachable"}); err != nil {
+				m.log.Debug().Err(err).Str("slave", slave).Str("task", id).Msg("stale task not dropped")
+			}
+		}
+	}()
+}
+
+func (m *Master) publishViewLocked(now time.Time) {
+	m.viewSent = now
+	data, err := json.Marshal(proto.Membership{Master: m.instance, View: m.mem.View()})
+	if err != nil {
+		m.log.Error().Err(err).Msg("cannot encode the membership view")
+		return
+	}
+	if err := m.nc.Publish(m.subj.Membership(), data); err != nil {
+		m.log.Warn().Err(err).Msg("cannot publish the membership view")
+	}
+}
+
+// fenced refuses a message (worker event, control answer) of a slave
+// incarnation that is not the live one; the first refusal of each is
+// logged.
+func (m *Master) fenced(slave, instance string) error {
+	m.mu.Lock()
+	acts := m.mem.Check(slave, instance)
+	m.applyLocked(acts, proto.JoinRequest{})
+	m.mu.Unlock()
+	if len(acts) > 0 {
+		return fmt.Errorf("%s", acts[0].Reason)
+	}
+	return nil
+}
+
+// Epoch is the current membership epoch.
+func (m *Master) Epoch() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mem.Epoch()
+}
+
+// liveInstance is the instance of slave's live incarnation ("" if none).
+func (m *Master) liveInstance(slave string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mem, ok := m.mem.Live(slave); ok {
+		return mem.Instance
+	}
+	return ""
+}
