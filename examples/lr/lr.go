@@ -59,19 +59,41 @@ func ScaleTable(w string) string { return w + ".scale" }
 func Tables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 	name := st.Params.String("table", "w")
 	for _, w := range declared {
-		if w.Name != name {
-			continue
+		if w.Name == name {
+			return AuxTables(w, st.Params.Bool("intercept", true), st.Params.Bool("standardize", StandardizeDefault(w)))
 		}
-		var out []kvstore.TableSpec
-		if st.Params.Bool("intercept", true) {
-			out = append(out, kvstore.TableSpec{Name: BiasTable(name), Size: 1})
+	}
+	return nil
+}
+
+// StandardizeDefault is the default of the standardize parameter for
+// weight table w: on for dense tables (a hashed, sparse feature space is
+// not scaled).
+func StandardizeDefault(w kvstore.TableSpec) bool { return w.WithDefaults().Storage == kvstore.Dense }
+
+// AuxTables declares the tables a linear model on weight table w needs:
+// BiasTable(w) (one key) with an intercept, ScaleTable(w) (per feature:
+// sum of squares and count of non-zero values; key Size marks statistics
+// as gathered) with standardization.
+func AuxTables(w kvstore.TableSpec, intercept, standardize bool) []kvstore.TableSpec {
+	var out []kvstore.TableSpec
+	if intercept {
+		out = append(out, kvstore.TableSpec{Name: BiasTable(w.Name), Size: 1})
+	}
+	if standardize {
+		out = append(out, kvstore.TableSpec{Name: ScaleTable(w.Name), Size: w.Size + 1, Width: 2, Partition: w.Partition})
+	}
+	return out
+}
+
+// BoolParams checks that params keys, when given, are true or false.
+func BoolParams(p tasks.Params, keys ...string) error {
+	for _, k := range keys {
+		if v, ok := p[k]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return fmt.Errorf("param %q: want true or false, got %v", k, v)
+			}
 		}
-		if st.Params.Bool("standardize", w.WithDefaults().Storage == kvstore.Dense) {
-			// Per feature: sum of squares and count of non-zero values;
-			// key Size marks statistics as gathered.
-			out = append(out, kvstore.TableSpec{Name: ScaleTable(name), Size: w.Size + 1, Width: 2, Partition: w.Partition})
-		}
-		return out
 	}
 	return nil
 }
@@ -95,12 +117,8 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
 		return Config{}, err
 	}
-	for _, k := range []string{"standardize", "intercept"} {
-		if v, ok := p[k]; ok {
-			if _, isBool := v.(bool); !isBool {
-				return Config{}, fmt.Errorf("lr: param %q: want true or false, got %v", k, v)
-			}
-		}
+	if err := BoolParams(p, "standardize", "intercept"); err != nil {
+		return Config{}, fmt.Errorf("lr: %w", err)
 	}
 	c := Config{Epochs: p.Int("epochs", 5), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5), L2: p.Float("l2", 0),
 		Decay: p.Float("decay", 0), Intercept: p.Bool("intercept", true),
@@ -154,7 +172,7 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return fmt.Errorf("lr: standardize: %w (or set standardize = false)", err)
 		}
-		if m.scale, err = prepareScale(info, st, w.Spec().Size, train); err != nil {
+		if m.scale, err = PrepareScale(info, st, w.Spec().Size, train); err != nil {
 			return err
 		}
 		// The table holds raw-space weights between stages; train on
@@ -238,7 +256,7 @@ type MiniBatch struct {
 	t     Table
 	bias  Table   // intercept (one key), nil without
 	b     float64 // the intercept read with the batch
-	scale *scaler // feature scales, nil when training on raw values
+	scale *Scaler // feature scales, nil when training on raw values
 	inv   []float64
 	// finite is false once a batch produced a non-finite update (which
 	// was then not sent).
@@ -299,7 +317,7 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 	}
 	if m.scale != nil {
 		m.inv = grow(m.inv, len(m.keys))
-		if err := m.scale.lookup(m.keys, m.inv); err != nil {
+		if err := m.scale.Lookup(m.keys, m.inv); err != nil {
 			return err
 		}
 	}

@@ -9,9 +9,10 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-// scaler gives each feature's 1/scale: loaded whole for moderate
-// dimensions, else read with each batch.
-type scaler struct {
+// Scaler gives each feature's 1/scale: loaded whole for moderate
+// dimensions, else read with each batch. lr.sgd and svrg.sgd train with
+// it; PrepareScale builds it.
+type Scaler struct {
 	inv []float64 // 1/scale per key, when loaded whole
 	t   tasks.Table
 	buf []float64
@@ -32,7 +33,8 @@ func invScale(sumSq, n float64) float64 {
 	return 1 / math.Sqrt(sumSq/n)
 }
 
-func (s *scaler) lookup(keys []uint64, out []float64) error {
+// Lookup writes 1/scale of each key into out (len(keys)).
+func (s *Scaler) Lookup(keys []uint64, out []float64) error {
 	if s.inv != nil {
 		for i, k := range keys {
 			out[i] = s.inv[k]
@@ -49,10 +51,13 @@ func (s *scaler) lookup(keys []uint64, out []float64) error {
 	return nil
 }
 
-// prepareScale gathers the feature statistics into st (size keys, width
-// 2: sum of squares and count of non-zero values; key size marks them as
-// gathered) unless an earlier stage did, and returns the scaler.
-func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Input) (*scaler, error) {
+// PrepareScale gathers the feature statistics of input train into st
+// (the table ScaleTable(w) that AuxTables declares: size+1 keys, width 2,
+// sum of squares and count of non-zero values; key size marks them as
+// gathered) unless an earlier stage did, and returns the Scaler. Every
+// worker of the stage must call it: each adds its share of the input and
+// they meet at Barriers.
+func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Input) (*Scaler, error) {
 	marker := make([]float64, 2)
 	if err := st.Get([]uint64{size}, marker); err != nil {
 		return nil, err
@@ -110,7 +115,7 @@ func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 			}
 		}
 	}
-	sc := &scaler{t: st}
+	sc := &Scaler{t: st}
 	if size <= maxLoadedScales {
 		sc.inv = make([]float64, size)
 		keys := make([]uint64, 0, chunkKeys)
@@ -135,7 +140,7 @@ func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 // scaled space (w * scale) or back (w / scale), then waits for every
 // worker: the table holds raw-space weights between stages, so the saved
 // model scores raw data.
-func rescale(info *tasks.Info, w tasks.Table, sc *scaler, toScaled bool) error {
+func rescale(info *tasks.Info, w tasks.Table, sc *Scaler, toScaled bool) error {
 	if err := info.Barrier(); err != nil { // training Adds applied everywhere
 		return err
 	}
@@ -154,7 +159,7 @@ func rescale(info *tasks.Info, w tasks.Table, sc *scaler, toScaled bool) error {
 		if err := w.Get(keys, v); err != nil {
 			return err
 		}
-		if err := sc.lookup(keys, iv); err != nil {
+		if err := sc.Lookup(keys, iv); err != nil {
 			return err
 		}
 		for i := range v {
