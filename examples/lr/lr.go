@@ -21,7 +21,15 @@
 //     hashed, sparse feature space is not scaled).
 //   - intercept: a bias term in the table "<w>.bias" (not regularized).
 //
-// Both tables are added to the task automatically (tasks.RegisterTables).
+// l2 (regularization l2/2 ||w||^2 of the weights the stage trains, the
+// intercept excluded) decays every key at every step, applied lazily and
+// exactly (see MiniBatch.Step): the table holds w / (1 - lr l2)^T within
+// an epoch, and at its end the workers add their step counts into
+// "<w>.steps" and, after a Barrier, multiply their share of the keys by
+// the epoch's total decay. With one worker the result is dense SGD's bit
+// for bit; with several, each worker assumes the lockstep order of steps.
+//
+// All helper tables are added to the task automatically (tasks.RegisterTables).
 // The last epoch's test figures are measured after a barrier, on the
 // weights as saved, so they equal what `flexps eval` reports for the
 // model. A non-finite loss or gradient stops the stage with an error
@@ -54,13 +62,22 @@ func init() {
 func BiasTable(w string) string  { return w + ".bias" }
 func ScaleTable(w string) string { return w + ".scale" }
 
+// StepsTable names the step counter lr.sgd adds with l2 > 0: the steps of
+// all workers so far, so each epoch's lazy regularization is applied in
+// full.
+func StepsTable(w string) string { return w + ".steps" }
+
 // Tables is lr.sgd's tasks.TablesFunc: the intercept and scale tables the
 // stage's parameters ask for.
 func Tables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 	name := st.Params.String("table", "w")
 	for _, w := range declared {
 		if w.Name == name {
-			return AuxTables(w, st.Params.Bool("intercept", true), st.Params.Bool("standardize", StandardizeDefault(w)))
+			out := AuxTables(w, st.Params.Bool("intercept", true), st.Params.Bool("standardize", StandardizeDefault(w)))
+			if st.Params.Float("l2", 0) > 0 {
+				out = append(out, kvstore.TableSpec{Name: StepsTable(name), Size: 1})
+			}
+			return out
 		}
 	}
 	return nil
@@ -181,10 +198,21 @@ func SGD(info *tasks.Info) error {
 			return err
 		}
 	}
+	var steps tasks.Table
+	if cfg.L2 > 0 {
+		if steps, err = info.Table(StepsTable(cfg.Table)); err != nil {
+			return fmt.Errorf("lr: l2: %w (the task adds it when lr.sgd is registered)", err)
+		}
+	}
+	stepsBefore := 0.0 // all workers' steps before this epoch
 	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
+		mine := 0 // this worker's steps in the epoch
 		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+			// The lockstep order of the epoch's steps: exact for one worker.
+			m.T = float64(mine*info.Workers + info.Rank)
+			mine++
 			bs, err := m.Step(r, lo, hi, lr, cfg.L2)
 			if err != nil {
 				return err
@@ -197,7 +225,12 @@ func SGD(info *tasks.Info) error {
 			return info.Clock()
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("lr.sgd: stage %q epoch %d: %w", info.StageName, epoch, err)
+		}
+		if steps != nil {
+			if stepsBefore, err = applyDecay(info, w, steps, stepsBefore, mine, 1-lr*cfg.L2); err != nil {
+				return err
+			}
 		}
 		if st.N > 0 && st.LossSum/float64(st.N) > divergedLoss {
 			return fmt.Errorf("lr.sgd: stage %q epoch %d: mean training loss %.3g: training diverged; the learning rate (lr = %g) is likely too large", info.StageName, epoch, st.LossSum/float64(st.N), lr)
@@ -231,6 +264,33 @@ func SGD(info *tasks.Info) error {
 		info.ReportEpoch(epoch, metrics)
 	}
 	return nil
+}
+
+// minDecay bounds a^T within an epoch, so v = w / a^T keeps w's precision.
+const minDecay = 1e-200
+
+// applyDecay ends an epoch's lazy l2: every worker adds its steps to the
+// counter, and after a Barrier (all Adds applied) each multiplies its share
+// of the keys by a^(steps of all workers this epoch), so the table holds w
+// again. It returns the counter's new total.
+func applyDecay(info *tasks.Info, w, steps tasks.Table, before float64, mine int, a float64) (float64, error) {
+	if err := steps.Add(biasKey, []float64{float64(mine)}); err != nil {
+		return 0, err
+	}
+	if err := info.Barrier(); err != nil {
+		return 0, err
+	}
+	var total [1]float64
+	if err := steps.Get(biasKey, total[:]); err != nil {
+		return 0, err
+	}
+	f := math.Pow(a, total[0]-before)
+	return total[0], mulShare(info, w, func(_ []uint64, v []float64) error {
+		for i := range v {
+			v[i] *= f
+		}
+		return nil
+	})
 }
 
 // Stats are a batch's or an epoch's counts.
@@ -271,6 +331,11 @@ type MiniBatch struct {
 	// tables then take each chunk lock once without sorting twice per
 	// batch themselves.
 	SortKeys bool
+	// T is the number of steps (of all workers) since the table last held
+	// the weights themselves, for Step's lazy l2: with l2 > 0 the table
+	// holds w / (1 - lr l2)^T. The caller sets it before each Step and
+	// multiplies the table by (1 - lr l2)^steps at the end of an epoch.
+	T float64
 }
 
 // NewMiniBatch prepares buffers for table t.
@@ -283,8 +348,8 @@ func NewMiniBatch(t Table) *MiniBatch {
 }
 
 // gather collects the distinct keys of records lo..hi and reads their
-// weights.
-func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
+// weights, times cur (the table holds w / cur).
+func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64) error {
 	m.index.Reset()
 	m.keys = m.keys[:0]
 	m.base = r.Offsets[lo]
@@ -314,6 +379,11 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
 	m.w = grow(m.w, len(m.keys))
 	if err := m.t.Get(m.keys, m.w); err != nil {
 		return err
+	}
+	if cur != 1 {
+		for i := range m.w {
+			m.w[i] *= cur
+		}
 	}
 	if m.scale != nil {
 		m.inv = grow(m.inv, len(m.keys))
@@ -395,8 +465,27 @@ func (m *MiniBatch) margin(a int, vals []float64) float64 {
 
 // Step trains on records lo..hi: one Get, one Add. Loss and accuracy are
 // measured with the weights before the update (progressive validation).
+//
+// l2 regularization, w <- (1 - lr l2) w at every step for every key, is
+// applied lazily and exactly: the table holds v = w / a^T (a = 1 - lr l2,
+// T = m.T steps so far), which steps that do not touch a key leave
+// unchanged; a batch reads its keys' v, recovers w = a^T v, and adds its
+// gradient step in v's units at step T+1, -lr g / a^(T+1). The caller
+// turns v back into w (multiplies the table by a^T) when the epoch ends.
 func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {
-	if err := m.gather(r, lo, hi); err != nil {
+	cur, next := 1.0, 1.0
+	if l2 > 0 {
+		a := 1 - lr*l2
+		if !(a > 0) {
+			return Stats{}, fmt.Errorf("lr %g x l2 %g >= 1: every step would flip the weights' sign; lower lr or l2", lr, l2)
+		}
+		cur = math.Pow(a, m.T)
+		next = cur * a
+		if next < minDecay {
+			return Stats{}, fmt.Errorf("l2 %g with lr %g shrinks the weights below %g within one epoch (%g steps): lower l2 or lr", l2, lr, minDecay, m.T+1)
+		}
+	}
+	if err := m.gather(r, lo, hi, cur); err != nil {
 		return Stats{}, err
 	}
 	m.grad = grow(m.grad, len(m.keys))
@@ -432,7 +521,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	scale := -lr / float64(hi-lo)
 	check := scale * gsum
 	for i := range m.grad {
-		m.grad[i] = scale*m.grad[i] - lr*l2*m.w[i]
+		m.grad[i] *= scale / next
 		check += m.grad[i]
 	}
 	if math.IsNaN(check) || math.IsInf(check, 0) {
@@ -447,9 +536,9 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	return st, m.t.Add(m.keys, m.grad)
 }
 
-// Eval scores records lo..hi without updating.
+// Eval scores records lo..hi without updating (the table holds w).
 func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
-	if err := m.gather(r, lo, hi); err != nil {
+	if err := m.gather(r, lo, hi, 1); err != nil {
 		return Stats{}, err
 	}
 	var st Stats

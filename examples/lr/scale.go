@@ -141,7 +141,29 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 // worker: the table holds raw-space weights between stages, so the saved
 // model scores raw data.
 func rescale(info *tasks.Info, w tasks.Table, sc *Scaler, toScaled bool) error {
-	if err := info.Barrier(); err != nil { // training Adds applied everywhere
+	var inv []float64
+	return mulShare(info, w, func(keys []uint64, v []float64) error {
+		inv = grow(inv, len(keys))
+		if err := sc.Lookup(keys, inv); err != nil {
+			return err
+		}
+		for i := range v {
+			if toScaled {
+				v[i] /= inv[i] // w * scale
+			} else {
+				v[i] *= inv[i] // w / scale
+			}
+		}
+		return nil
+	})
+}
+
+// mulShare rewrites this worker's share of w's keys (an even split of
+// [0, size) by rank) by f, which turns values into new values in place,
+// between two Barriers: before, every worker's Adds are applied; after,
+// every share is rewritten.
+func mulShare(info *tasks.Info, w tasks.Table, f func(keys []uint64, v []float64) error) error {
+	if err := info.Barrier(); err != nil {
 		return err
 	}
 	size := w.Spec().Size
@@ -149,25 +171,22 @@ func rescale(info *tasks.Info, w tasks.Table, sc *Scaler, toScaled bool) error {
 	lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
 	keys := make([]uint64, 0, chunkKeys)
 	vals := make([]float64, chunkKeys)
-	inv := make([]float64, chunkKeys)
+	old := make([]float64, chunkKeys)
 	for first := lo; first < hi; first += chunkKeys {
 		keys = keys[:0]
 		for k := first; k < min(first+chunkKeys, hi); k++ {
 			keys = append(keys, k)
 		}
-		v, iv := vals[:len(keys)], inv[:len(keys)]
+		v, o := vals[:len(keys)], old[:len(keys)]
 		if err := w.Get(keys, v); err != nil {
 			return err
 		}
-		if err := sc.Lookup(keys, iv); err != nil {
+		copy(o, v)
+		if err := f(keys, v); err != nil {
 			return err
 		}
 		for i := range v {
-			if toScaled {
-				v[i] = v[i]/iv[i] - v[i] // w * scale - w
-			} else {
-				v[i] = v[i]*iv[i] - v[i] // w / scale - w
-			}
+			v[i] -= o[i]
 		}
 		if err := w.Add(keys, v); err != nil {
 			return err
