@@ -209,57 +209,46 @@ func SeedPlusPlus(pts []point, k, dims int, seed uint64, wt []float64) ([]float6
 			row[key] = p.vals[t]
 		}
 	}
-	dist := func(p, q point) float64 { // squared distance of two sparse points
-		s, a, b := 0.0, 0, 0
-		// Keys within a row are not necessarily sorted: go through a map
-		// only when they are not.
-		if !slices.IsSorted(p.keys) || !slices.IsSorted(q.keys) {
-			m := map[uint64]float64{}
+	// distTo writes each point's squared distance to q into out:
+	// ||q||^2 + sum over p's features of w (x^2 - 2 x q), with q spread
+	// into a dense row, so a point costs its non-zeros (feature ids are
+	// unique within a row: the parsers refuse repeats).
+	dense := make([]float64, dims)
+	distTo := func(q point, out []float64) float64 {
+		qn := 0.0
+		for t, key := range q.keys {
+			dense[key] = q.vals[t]
+			qn += weight(key) * q.vals[t] * q.vals[t]
+		}
+		sum := 0.0
+		for i, p := range pts {
+			s := qn
 			for t, key := range p.keys {
-				m[key] += p.vals[t]
+				x := p.vals[t]
+				s += weight(key) * x * (x - 2*dense[key])
 			}
-			for t, key := range q.keys {
-				m[key] -= q.vals[t]
-			}
-			for f, v := range m {
-				s += weight(f) * v * v
-			}
-			return s
+			out[i] = max(s, 0)
+			sum += out[i]
 		}
-		for a < len(p.keys) || b < len(q.keys) {
-			switch {
-			case b == len(q.keys) || (a < len(p.keys) && p.keys[a] < q.keys[b]):
-				s += weight(p.keys[a]) * p.vals[a] * p.vals[a]
-				a++
-			case a == len(p.keys) || q.keys[b] < p.keys[a]:
-				s += weight(q.keys[b]) * q.vals[b] * q.vals[b]
-				b++
-			default:
-				d := p.vals[a] - q.vals[b]
-				s += weight(p.keys[a]) * d * d
-				a++
-				b++
-			}
+		for _, key := range q.keys {
+			dense[key] = 0
 		}
-		return s
+		return sum
 	}
 	d := make([]float64, len(pts))
 	first := rng.IntN(len(pts))
 	place(0, pts[first])
-	pot := 0.0
-	for i := range pts {
-		d[i] = dist(pts[i], pts[first])
-		pot += d[i]
-	}
+	pot := distTo(pts[first], d)
 	cand := make([]float64, len(pts))
 	best := make([]float64, len(pts))
 	for j := 1; j < k; j++ {
 		bestIdx, bestPot := -1, 0.0
 		for range trials {
 			idx := pick(rng, d, pot)
+			distTo(pts[idx], cand)
 			p := 0.0
 			for i := range pts {
-				cand[i] = min(d[i], dist(pts[i], pts[idx]))
+				cand[i] = min(d[i], cand[i])
 				p += cand[i]
 			}
 			if bestIdx < 0 || p < bestPot {
