@@ -407,9 +407,15 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 		return rep.Block, !rep.Done, nil
 	}
 	host := w.s.cfg.Host
+	producers := w.s.cfg.ReadProducers
+	if w.stage.WorkerKind == tasks.KindSingle {
+		// One producer hands the batches over in the assigner's block
+		// order, so a single worker is reproducible run to run.
+		producers = 1
+	}
 	r := datastore.NewAsyncReader(ctx, datastore.AsyncConfig{
 		Source: w.s.sources, Format: in.format, Read: in.read, BufferBytes: w.s.cfg.ReadBuffer,
-		Producers: w.s.cfg.ReadProducers, Next: next,
+		Producers: producers, Next: next,
 		Cache: w.s.cache, CacheScope: w.req.Task + "/" + in.name,
 		IsLocal: func(b datastore.Block) bool {
 			for _, h := range b.Hosts {

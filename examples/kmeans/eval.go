@@ -11,6 +11,8 @@ import (
 // EvalModel scores a saved k-means model (table "centers") on records:
 // mse is the mean squared distance of a record to its nearest center,
 // objective the sum. Features beyond the centers' width count in full.
+// A model trained with standardize measures distances in its units (the
+// scale table it carries).
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
 	t, ok := model.Table("centers")
 	if !ok {
@@ -24,6 +26,10 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		return nil, fmt.Errorf("kmeans model's table \"centers\" is empty")
 	}
 	cs := NewCenters(k, dims, t.DenseValues())
+	if st, ok := model.Table(ScaleTable("centers")); ok { // trained with standardize
+		cs.Wt = st.DenseValues()
+		cs.Update()
+	}
 	obj := 0.0
 	for i := 0; i < data.Len(); i++ {
 		_, keys, vals := data.Row(i)

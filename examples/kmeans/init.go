@@ -64,18 +64,37 @@ func Init(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
+	runs, err := info.Table(RunsTable(cfg.Centers))
+	if err != nil {
+		return fmt.Errorf("kmeans: %w", err)
+	}
+	if want := uint64(cfg.Restarts*cfg.K + 1); runs.Spec().Size < want || runs.Spec().Width != dims {
+		return fmt.Errorf("kmeans: table %q is %d x %d, want %d x %d (k x restarts + 1 keys; leave it undeclared and the task adds it)",
+			RunsTable(cfg.Centers), runs.Spec().Size, runs.Spec().Width, want, dims)
+	}
 	train, err := info.Input(cfg.Train)
 	if err != nil {
 		return fmt.Errorf("kmeans: %w", err)
 	}
 	var h sampleHeap
 	n := int64(0)
+	var sum, sumSq []float64
+	if cfg.Standardize {
+		sum, sumSq = make([]float64, dims), make([]float64, dims)
+	}
 	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 		for i := 0; i < r.Len(); i++ {
 			_, keys, vals := r.Row(i)
-			for _, k := range keys {
+			for t, k := range keys {
 				if k >= uint64(dims) {
 					return fmt.Errorf("kmeans.init: %w: feature %d, width %d (table %q's width must be the number of features)", ErrDims, k, dims, cfg.Centers)
+				}
+				if v := vals[t]; math.IsNaN(v) || math.IsInf(v, 0) {
+					return fmt.Errorf("kmeans.init: %w: feature %d is %v", ErrNotFinite, k, v)
+				}
+				if sum != nil {
+					sum[k] += vals[t]
+					sumSq[k] += vals[t] * vals[t]
 				}
 			}
 			n++
@@ -100,6 +119,12 @@ func Init(info *tasks.Info) error {
 	if len(h) < cfg.K {
 		return fmt.Errorf("kmeans.init: input %q has %d rows, fewer than k = %d", cfg.Train, len(h), cfg.K)
 	}
+	var wt []float64
+	if cfg.Standardize {
+		if wt, err = writeScale(info, cfg, sum, sumSq, float64(n)); err != nil {
+			return err
+		}
+	}
 	pts := []point(h)
 	slices.SortFunc(pts, func(a, b point) int {
 		if a.hash < b.hash {
@@ -109,29 +134,71 @@ func Init(info *tasks.Info) error {
 		}
 		return 0
 	})
-	c, pot := SeedPlusPlus(pts, cfg.K, dims, uint64(cfg.Seed))
-	keys := seqKeys(cfg.K)
-	old := make([]float64, len(c))
-	if err := centers.Get(keys, old); err != nil {
+	all := make([]float64, (cfg.Restarts*cfg.K+1)*dims)
+	best, bestPot := 0, math.Inf(1)
+	for r := range cfg.Restarts {
+		c, pot := SeedPlusPlus(pts, cfg.K, dims, uint64(cfg.Seed)+uint64(r)*0x9e3779b97f4a7c15, wt)
+		copy(all[r*cfg.K*dims:], c)
+		if pot < bestPot {
+			best, bestPot = r, pot
+		}
+	}
+	if err := set(runs, seqKeys(cfg.Restarts*cfg.K+1), all); err != nil {
+		return err
+	}
+	if err := set(centers, seqKeys(cfg.K), all[best*cfg.K*dims:(best+1)*cfg.K*dims]); err != nil {
+		return err
+	}
+	info.Log.Info().Int64("rows", n).Int("sample", len(pts)).Int("k", cfg.K).Int("restarts", cfg.Restarts).
+		Float64("sample_objective", bestPot).Msg("kmeans++ seeded")
+	info.ReportEpoch(1, map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricObjective: bestPot})
+	return nil
+}
+
+// set makes t[keys] hold vals (tables only add: add the difference).
+func set(t tasks.Table, keys []uint64, vals []float64) error {
+	old := make([]float64, len(vals))
+	if err := t.Get(keys, old); err != nil {
 		return err
 	}
 	for i := range old {
-		old[i] = c[i] - old[i]
+		old[i] = vals[i] - old[i]
 	}
-	if err := centers.Add(keys, old); err != nil {
-		return err
+	return t.Add(keys, old)
+}
+
+// writeScale stores each feature's weight 1/variance (1 for a constant
+// feature) into the scale table and returns the weights.
+func writeScale(info *tasks.Info, cfg Config, sum, sumSq []float64, n float64) ([]float64, error) {
+	st, err := info.Table(ScaleTable(cfg.Centers))
+	if err != nil {
+		return nil, fmt.Errorf("kmeans: standardize: %w", err)
 	}
-	info.Log.Info().Int64("rows", n).Int("sample", len(pts)).Int("k", cfg.K).Float64("sample_objective", pot).Msg("kmeans++ seeded")
-	info.ReportEpoch(1, map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricObjective: pot})
-	return nil
+	wt := make([]float64, len(sum))
+	for f := range wt {
+		mean := sum[f] / n
+		v := sumSq[f]/n - mean*mean
+		wt[f] = 1
+		// Below this the feature is constant up to rounding.
+		if v > 1e-12*max(sumSq[f]/n, 1e-300) {
+			wt[f] = 1 / v
+		}
+	}
+	return wt, set(st, seqKeys(len(wt)), wt)
 }
 
 // SeedPlusPlus picks k centers from pts by greedy k-means++ (Arthur and
 // Vassilvitskii; several candidates per step, keeping the one that lowers
 // the potential most, as scikit-learn does) and returns them dense with
-// the sample's final potential. The choice depends only on pts' order and
-// seed.
-func SeedPlusPlus(pts []point, k, dims int, seed uint64) ([]float64, float64) {
+// the sample's final potential. Distances weigh feature f by wt[f] (nil:
+// 1). The choice depends only on pts' order and seed.
+func SeedPlusPlus(pts []point, k, dims int, seed uint64, wt []float64) ([]float64, float64) {
+	weight := func(f uint64) float64 {
+		if wt == nil {
+			return 1
+		}
+		return wt[f]
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x6b6d65616e732b2b))
 	trials := 2 + int(math.Log(float64(k)))
 	c := make([]float64, k*dims)
@@ -142,57 +209,46 @@ func SeedPlusPlus(pts []point, k, dims int, seed uint64) ([]float64, float64) {
 			row[key] = p.vals[t]
 		}
 	}
-	dist := func(p, q point) float64 { // squared distance of two sparse points
-		s, a, b := 0.0, 0, 0
-		// Keys within a row are not necessarily sorted: go through a map
-		// only when they are not.
-		if !slices.IsSorted(p.keys) || !slices.IsSorted(q.keys) {
-			m := map[uint64]float64{}
+	// distTo writes each point's squared distance to q into out:
+	// ||q||^2 + sum over p's features of w (x^2 - 2 x q), with q spread
+	// into a dense row, so a point costs its non-zeros (feature ids are
+	// unique within a row: the parsers refuse repeats).
+	dense := make([]float64, dims)
+	distTo := func(q point, out []float64) float64 {
+		qn := 0.0
+		for t, key := range q.keys {
+			dense[key] = q.vals[t]
+			qn += weight(key) * q.vals[t] * q.vals[t]
+		}
+		sum := 0.0
+		for i, p := range pts {
+			s := qn
 			for t, key := range p.keys {
-				m[key] += p.vals[t]
+				x := p.vals[t]
+				s += weight(key) * x * (x - 2*dense[key])
 			}
-			for t, key := range q.keys {
-				m[key] -= q.vals[t]
-			}
-			for _, v := range m {
-				s += v * v
-			}
-			return s
+			out[i] = max(s, 0)
+			sum += out[i]
 		}
-		for a < len(p.keys) || b < len(q.keys) {
-			switch {
-			case b == len(q.keys) || (a < len(p.keys) && p.keys[a] < q.keys[b]):
-				s += p.vals[a] * p.vals[a]
-				a++
-			case a == len(p.keys) || q.keys[b] < p.keys[a]:
-				s += q.vals[b] * q.vals[b]
-				b++
-			default:
-				d := p.vals[a] - q.vals[b]
-				s += d * d
-				a++
-				b++
-			}
+		for _, key := range q.keys {
+			dense[key] = 0
 		}
-		return s
+		return sum
 	}
 	d := make([]float64, len(pts))
 	first := rng.IntN(len(pts))
 	place(0, pts[first])
-	pot := 0.0
-	for i := range pts {
-		d[i] = dist(pts[i], pts[first])
-		pot += d[i]
-	}
+	pot := distTo(pts[first], d)
 	cand := make([]float64, len(pts))
 	best := make([]float64, len(pts))
 	for j := 1; j < k; j++ {
 		bestIdx, bestPot := -1, 0.0
 		for range trials {
 			idx := pick(rng, d, pot)
+			distTo(pts[idx], cand)
 			p := 0.0
 			for i := range pts {
-				cand[i] = min(d[i], dist(pts[i], pts[idx]))
+				cand[i] = min(d[i], cand[i])
 				p += cand[i]
 			}
 			if bestIdx < 0 || p < bestPot {

@@ -3,6 +3,8 @@ package kmeans
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
@@ -22,50 +24,113 @@ func Lloyd(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
-	acc, err := info.Table(cfg.Acc)
-	if err != nil {
-		return fmt.Errorf("kmeans: %w", err)
+	k, r, w := cfg.K, cfg.Restarts, dims+2
+	kr := k * r
+	open := func(name string) (tasks.Table, error) {
+		t, err := info.Table(name)
+		if err != nil {
+			return nil, fmt.Errorf("kmeans: %w (the task adds it when kmeans.lloyd is registered)", err)
+		}
+		return t, nil
 	}
-	if err := checkDims(acc, cfg.Acc, cfg.K, dims+1); err != nil {
+	runs, err := open(RunsTable(cfg.Centers))
+	if err != nil {
 		return err
+	}
+	acc, err := open(cfg.Acc)
+	if err != nil {
+		return err
+	}
+	far, err := open(FarTable(cfg.Centers))
+	if err != nil {
+		return err
+	}
+	if runs.Spec().Size < uint64(kr+1) || runs.Spec().Width != dims {
+		return fmt.Errorf("kmeans: table %q is %d x %d, want %d x %d: run kmeans.init with the same k and restarts first",
+			RunsTable(cfg.Centers), runs.Spec().Size, runs.Spec().Width, kr+1, dims)
+	}
+	if err := checkDims(acc, cfg.Acc, kr, w); err != nil {
+		return err
+	}
+	if far.Spec().Size < uint64(r*info.Workers) || far.Spec().Width != dims+1 {
+		return fmt.Errorf("kmeans: table %q is %d x %d, want at least %d x %d (restarts x workers)",
+			FarTable(cfg.Centers), far.Spec().Size, far.Spec().Width, r*info.Workers, dims+1)
 	}
 	train, err := info.Input(cfg.Train)
 	if err != nil {
 		return fmt.Errorf("kmeans: %w", err)
 	}
-	k, w := cfg.K, dims+1
-	keys := seqKeys(k)
-	cs := NewCenters(k, dims, make([]float64, k*dims))
-	sums := make([]float64, k*w)
-	var read, delta []float64
+	cs := NewCenters(kr+1, dims, make([]float64, (kr+1)*dims)) // the last row is the control key
+	// The weights kmeans.init wrote, if it standardized: both stages must
+	// agree, or the seeds and the model measure other distances.
+	var wt []float64
+	if st, err := info.Table(ScaleTable(cfg.Centers)); err == nil {
+		wt = make([]float64, dims)
+		if err := st.Get(seqKeys(dims), wt); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(wt, func(v float64) bool { return v != 0 }) {
+			wt = nil
+		}
+	}
+	switch {
+	case cfg.Standardize && wt == nil:
+		return fmt.Errorf("kmeans.lloyd: standardize = true but kmeans.init did not standardize: set standardize the same in both stages")
+	case !cfg.Standardize && wt != nil:
+		return fmt.Errorf("kmeans.lloyd: standardize = false but kmeans.init standardized: set standardize the same in both stages")
+	}
+	cs.Wt = wt
+	keys := seqKeys(kr + 1)
+	sums := make([]float64, kr*w)
+	// This worker's farthest point per restart: distance, then the point.
+	farKeys := make([]uint64, r)
+	for i := range farKeys {
+		farKeys[i] = uint64(i*info.Workers + info.Rank)
+	}
+	farVals := make([]float64, r*(dims+1))
+	var u *updater
 	if info.Rank == 0 {
-		read, delta = make([]float64, k*w), make([]float64, k*dims)
+		u = newUpdater(cfg, dims, info.Workers)
 	}
 	for it := info.StartEpoch + 1; it <= cfg.Iterations; it++ {
 		// Clock 2(it-1): a BSP read waits for every worker's previous
 		// clock, so it sees worker 0's update of the last iteration.
-		if err := ct.Get(keys, cs.C); err != nil {
+		if err := runs.Get(keys, cs.C); err != nil {
 			return err
+		}
+		if cs.C[kr*dims] != 0 { // worker 0 saw every restart converge
+			break
 		}
 		cs.Update()
 		clear(sums)
-		n, obj := int64(0), 0.0
-		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
-			for i := 0; i < r.Len(); i++ {
-				_, fk, fv := r.Row(i)
-				j, d, err := cs.Nearest(fk, fv, true)
+		clear(farVals)
+		n := int64(0)
+		err := tasks.EachRecords(info.Ctx, train, func(rec *datastore.Records) error {
+			for i := 0; i < rec.Len(); i++ {
+				_, fk, fv := rec.Row(i)
+				x2, err := cs.Norm2(fk, fv, true)
 				if err != nil {
-					return err
+					return fmt.Errorf("record %d of a block: %w", i+1, err)
 				}
-				s := sums[j*w : (j+1)*w]
-				for t, key := range fk {
-					s[key] += fv[t]
+				for run := range r {
+					j, d := cs.NearestIn(run*k, (run+1)*k, fk, fv, x2)
+					s := sums[j*w : (j+1)*w]
+					for t, key := range fk {
+						s[key] += fv[t]
+					}
+					s[dims]++
+					s[dims+1] += d
+					if fr := farVals[run*(dims+1) : (run+1)*(dims+1)]; d > fr[0] {
+						clear(fr)
+						fr[0] = d
+						for t, key := range fk {
+							fr[1+key] = fv[t]
+						}
+					}
 				}
-				s[dims]++
-				obj += d
 			}
-			n += int64(r.Len())
-			info.Report(int64(r.Len()), 0)
+			n += int64(rec.Len())
+			info.Report(int64(rec.Len()), 0)
 			return nil
 		})
 		if err != nil {
@@ -74,49 +139,147 @@ func Lloyd(info *tasks.Info) error {
 			}
 			return fmt.Errorf("kmeans.lloyd: input %q: %w", cfg.Train, err)
 		}
-		if err := acc.Add(keys, sums); err != nil {
+		if err := acc.Add(keys[:kr], sums); err != nil {
+			return err
+		}
+		if err := far.Add(farKeys, farVals); err != nil {
 			return err
 		}
 		if err := info.Clock(); err != nil {
 			return err
 		}
-		if info.Rank == 0 {
-			if err := update(ct, acc, keys, cs, read, delta); err != nil {
-				return err
+		metrics := map[string]float64{tasks.MetricSamples: float64(n)}
+		if u != nil {
+			obj, err := u.update(runs, acc, far, keys, cs, it == cfg.Iterations)
+			if err != nil {
+				return fmt.Errorf("kmeans.lloyd: stage %q iteration %d: %w", info.StageName, it, err)
 			}
+			metrics[tasks.MetricObjective] = obj
 		}
 		if err := info.Clock(); err != nil {
 			return err
 		}
-		info.ReportEpoch(it, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(n)})
+		info.ReportEpoch(it, metrics)
 	}
-	return nil
+	if u == nil {
+		return nil
+	}
+	info.Log.Info().Int("restart", u.best).Float64("objective", u.prev[u.best]).Msg("k-means: best restart")
+	return set(ct, keys[:k], u.next[u.best*k*dims:(u.best+1)*k*dims])
 }
 
-// update is worker 0's half-iteration at clock 2t+1: read the summed
-// partials, move each center to its points' mean (a cluster without
-// points keeps its center) and reset acc to zero by adding its negation
-// (x + -x is exactly 0 in floating point).
-func update(ct, acc tasks.Table, keys []uint64, cs *Centers, read, delta []float64) error {
-	if err := acc.Get(keys, read); err != nil {
-		return err
+// updater is worker 0's half-iteration at clock 2t+1.
+type updater struct {
+	cfg        Config
+	dims       int
+	read, far  []float64
+	delta      []float64 // (k*restarts+1)*dims: the centers' change, then the control key
+	next       []float64 // the centers after the update
+	prev, objs []float64 // per restart: the previous and this iteration's objective
+	best       int       // the restart with the lowest objective so far
+	farKeys    []uint64
+}
+
+func newUpdater(cfg Config, dims, workers int) *updater {
+	kr := cfg.K * cfg.Restarts
+	return &updater{cfg: cfg, dims: dims, read: make([]float64, kr*(dims+2)), far: make([]float64, cfg.Restarts*workers*(dims+1)),
+		delta: make([]float64, (kr+1)*dims), next: make([]float64, kr*dims), objs: make([]float64, cfg.Restarts),
+		farKeys: seqKeys(cfg.Restarts * workers)}
+}
+
+// update reads the summed partials, moves each center to its points'
+// mean (a center without points to its restart's farthest unused point,
+// or nowhere if none is left), resets acc and far to zero by adding their
+// negation (x + -x is exactly 0 in floating point), signals the workers
+// to stop once every restart converged, and returns the best restart's
+// objective.
+func (u *updater) update(runs, acc, far interface {
+	Get([]uint64, []float64) error
+	Add([]uint64, []float64) error
+}, keys []uint64, cs *Centers, last bool) (float64, error) {
+	k, r, dims, w := u.cfg.K, u.cfg.Restarts, u.dims, u.dims+2
+	kr := k * r
+	if err := acc.Get(keys[:kr], u.read); err != nil {
+		return 0, err
 	}
-	dims, w := cs.Dims, cs.Dims+1
-	for j := range cs.K {
-		s := read[j*w : (j+1)*w]
-		c, dl := cs.C[j*dims:(j+1)*dims], delta[j*dims:(j+1)*dims]
-		for f := range dims {
-			dl[f] = 0
-			if n := s[dims]; n > 0 {
-				dl[f] = s[f]/n - c[f]
+	if err := far.Get(u.farKeys, u.far); err != nil {
+		return 0, err
+	}
+	workers := len(u.farKeys) / r
+	clear(u.delta)
+	for run := range r {
+		// Candidates for empty clusters: the workers' farthest points,
+		// farthest first.
+		cands := make([]int, 0, workers)
+		for i := range workers {
+			if u.far[(run*workers+i)*(dims+1)] > 0 {
+				cands = append(cands, run*workers+i)
 			}
 		}
+		slices.SortFunc(cands, func(a, b int) int {
+			da, db := u.far[a*(dims+1)], u.far[b*(dims+1)]
+			switch {
+			case da > db:
+				return -1
+			case da < db:
+				return 1
+			}
+			return a - b
+		})
+		obj := 0.0
+		for j := run * k; j < (run+1)*k; j++ {
+			s := u.read[j*w : (j+1)*w]
+			c, dl, nx := cs.C[j*dims:(j+1)*dims], u.delta[j*dims:(j+1)*dims], u.next[j*dims:(j+1)*dims]
+			obj += s[dims+1]
+			copy(nx, c)
+			switch n := s[dims]; {
+			case n > 0:
+				for f := range dims {
+					nx[f] = s[f] / n
+				}
+			case len(cands) > 0:
+				copy(nx, u.far[cands[0]*(dims+1)+1:(cands[0]+1)*(dims+1)])
+				cands = cands[1:]
+			}
+			for f := range dims {
+				if math.IsNaN(nx[f]) || math.IsInf(nx[f], 0) {
+					return 0, fmt.Errorf("center %d of restart %d became %v: the input has values too large to sum", j-run*k, run, nx[f])
+				}
+				dl[f] = nx[f] - c[f]
+			}
+		}
+		if math.IsNaN(obj) || math.IsInf(obj, 0) {
+			return 0, fmt.Errorf("restart %d: the objective is %v: the input has values too large to square", run, obj)
+		}
+		u.objs[run] = obj
 	}
-	if err := ct.Add(keys, delta); err != nil {
-		return err
+	converged := u.prev != nil && !last
+	for run := range r {
+		if u.objs[run] < u.objs[u.best] {
+			u.best = run
+		}
+		if converged && !(u.cfg.Tol > 0 && u.prev[run]-u.objs[run] <= u.cfg.Tol*u.prev[run]) {
+			converged = false
+		}
 	}
-	for i := range read {
-		read[i] = -read[i]
+	if u.prev == nil {
+		u.prev = make([]float64, r)
 	}
-	return acc.Add(keys, read)
+	copy(u.prev, u.objs)
+	if converged {
+		u.delta[kr*dims] = 1
+	}
+	if err := runs.Add(keys, u.delta); err != nil {
+		return 0, err
+	}
+	for i := range u.read {
+		u.read[i] = -u.read[i]
+	}
+	if err := acc.Add(keys[:kr], u.read); err != nil {
+		return 0, err
+	}
+	for i := range u.far {
+		u.far[i] = -u.far[i]
+	}
+	return u.objs[u.best], far.Add(u.farKeys, u.far)
 }

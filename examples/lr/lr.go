@@ -21,7 +21,15 @@
 //     hashed, sparse feature space is not scaled).
 //   - intercept: a bias term in the table "<w>.bias" (not regularized).
 //
-// Both tables are added to the task automatically (tasks.RegisterTables).
+// l2 (regularization l2/2 ||w||^2 of the weights the stage trains, the
+// intercept excluded) decays every key at every step, applied lazily and
+// exactly (see MiniBatch.Step): the table holds w / (1 - lr l2)^T within
+// an epoch, and at its end the workers add their step counts into
+// "<w>.steps" and, after a Barrier, multiply their share of the keys by
+// the epoch's total decay. With one worker the result is dense SGD's bit
+// for bit; with several, each worker assumes the lockstep order of steps.
+//
+// All helper tables are added to the task automatically (tasks.RegisterTables).
 // The last epoch's test figures are measured after a barrier, on the
 // weights as saved, so they equal what `flexps eval` reports for the
 // model. A non-finite loss or gradient stops the stage with an error
@@ -38,7 +46,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -54,24 +61,55 @@ func init() {
 func BiasTable(w string) string  { return w + ".bias" }
 func ScaleTable(w string) string { return w + ".scale" }
 
+// StepsTable names the step counter lr.sgd adds with l2 > 0: the steps of
+// all workers so far, so each epoch's lazy regularization is applied in
+// full.
+func StepsTable(w string) string { return w + ".steps" }
+
 // Tables is lr.sgd's tasks.TablesFunc: the intercept and scale tables the
 // stage's parameters ask for.
 func Tables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 	name := st.Params.String("table", "w")
 	for _, w := range declared {
-		if w.Name != name {
-			continue
+		if w.Name == name {
+			out := AuxTables(w, st.Params.Bool("intercept", true), st.Params.Bool("standardize", StandardizeDefault(w)))
+			if st.Params.Float("l2", 0) > 0 {
+				out = append(out, kvstore.TableSpec{Name: StepsTable(name), Size: 1})
+			}
+			return out
 		}
-		var out []kvstore.TableSpec
-		if st.Params.Bool("intercept", true) {
-			out = append(out, kvstore.TableSpec{Name: BiasTable(name), Size: 1})
+	}
+	return nil
+}
+
+// StandardizeDefault is the default of the standardize parameter for
+// weight table w: on for dense tables (a hashed, sparse feature space is
+// not scaled).
+func StandardizeDefault(w kvstore.TableSpec) bool { return w.WithDefaults().Storage == kvstore.Dense }
+
+// AuxTables declares the tables a linear model on weight table w needs:
+// BiasTable(w) (one key) with an intercept, ScaleTable(w) (per feature:
+// sum of squares and count of non-zero values; key Size marks statistics
+// as gathered) with standardization.
+func AuxTables(w kvstore.TableSpec, intercept, standardize bool) []kvstore.TableSpec {
+	var out []kvstore.TableSpec
+	if intercept {
+		out = append(out, kvstore.TableSpec{Name: BiasTable(w.Name), Size: 1})
+	}
+	if standardize {
+		out = append(out, kvstore.TableSpec{Name: ScaleTable(w.Name), Size: w.Size + 1, Width: 2, Partition: w.Partition})
+	}
+	return out
+}
+
+// BoolParams checks that params keys, when given, are true or false.
+func BoolParams(p tasks.Params, keys ...string) error {
+	for _, k := range keys {
+		if v, ok := p[k]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return fmt.Errorf("param %q: want true or false, got %v", k, v)
+			}
 		}
-		if st.Params.Bool("standardize", w.WithDefaults().Storage == kvstore.Dense) {
-			// Per feature: sum of squares and count of non-zero values;
-			// key Size marks statistics as gathered.
-			out = append(out, kvstore.TableSpec{Name: ScaleTable(name), Size: w.Size + 1, Width: 2, Partition: w.Partition})
-		}
-		return out
 	}
 	return nil
 }
@@ -95,12 +133,8 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
 		return Config{}, err
 	}
-	for _, k := range []string{"standardize", "intercept"} {
-		if v, ok := p[k]; ok {
-			if _, isBool := v.(bool); !isBool {
-				return Config{}, fmt.Errorf("lr: param %q: want true or false, got %v", k, v)
-			}
-		}
+	if err := BoolParams(p, "standardize", "intercept"); err != nil {
+		return Config{}, fmt.Errorf("lr: %w", err)
 	}
 	c := Config{Epochs: p.Int("epochs", 5), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5), L2: p.Float("l2", 0),
 		Decay: p.Float("decay", 0), Intercept: p.Bool("intercept", true),
@@ -154,7 +188,7 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return fmt.Errorf("lr: standardize: %w (or set standardize = false)", err)
 		}
-		if m.scale, err = prepareScale(info, st, w.Spec().Size, train); err != nil {
+		if m.scale, err = PrepareScale(info, st, w.Spec().Size, train); err != nil {
 			return err
 		}
 		// The table holds raw-space weights between stages; train on
@@ -166,10 +200,29 @@ func SGD(info *tasks.Info) error {
 			}
 		}
 	}
+	var steps tasks.Table
+	if cfg.L2 > 0 {
+		if steps, err = info.Table(StepsTable(cfg.Table)); err != nil {
+			return fmt.Errorf("lr: l2: %w (the task adds it when lr.sgd is registered)", err)
+		}
+	}
+	stepsBefore := 0.0 // all workers' steps before this epoch
+	if steps != nil && info.StartEpoch > 0 {
+		// Resumed: the restored counter holds the earlier epochs' steps.
+		var total [1]float64
+		if err := steps.Get(biasKey, total[:]); err != nil {
+			return fmt.Errorf("lr: l2: %w", err)
+		}
+		stepsBefore = total[0]
+	}
 	for epoch := info.StartEpoch + 1; epoch <= cfg.Epochs; epoch++ {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
+		mine := 0 // this worker's steps in the epoch
 		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+			// The lockstep order of the epoch's steps: exact for one worker.
+			m.T = float64(mine*info.Workers + info.Rank)
+			mine++
 			bs, err := m.Step(r, lo, hi, lr, cfg.L2)
 			if err != nil {
 				return err
@@ -182,7 +235,12 @@ func SGD(info *tasks.Info) error {
 			return info.Clock()
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("lr.sgd: stage %q epoch %d: %w", info.StageName, epoch, err)
+		}
+		if steps != nil {
+			if stepsBefore, err = applyDecay(info, w, steps, stepsBefore, mine, 1-lr*cfg.L2); err != nil {
+				return err
+			}
 		}
 		if st.N > 0 && st.LossSum/float64(st.N) > divergedLoss {
 			return fmt.Errorf("lr.sgd: stage %q epoch %d: mean training loss %.3g: training diverged; the learning rate (lr = %g) is likely too large", info.StageName, epoch, st.LossSum/float64(st.N), lr)
@@ -218,240 +276,31 @@ func SGD(info *tasks.Info) error {
 	return nil
 }
 
-// Stats are a batch's or an epoch's counts.
-type Stats struct {
-	N       int64
-	LossSum float64
-	Correct int64
-}
+// minDecay bounds a^T within an epoch, so v = w / a^T keeps w's precision.
+const minDecay = 1e-200
 
-// Add accumulates o.
-func (s *Stats) Add(o Stats) { s.N += o.N; s.LossSum += o.LossSum; s.Correct += o.Correct }
-
-// Table is the part of a table LR uses.
-type Table interface {
-	Get(keys []uint64, out []float64) error
-	Add(keys []uint64, deltas []float64) error
-}
-
-// MiniBatch holds a worker's reusable buffers: the batch's distinct keys,
-// their weights and gradients, and a key -> position index (a stamped
-// array for moderate dimensions, a map beyond).
-type MiniBatch struct {
-	t     Table
-	bias  Table   // intercept (one key), nil without
-	b     float64 // the intercept read with the batch
-	scale *scaler // feature scales, nil when training on raw values
-	inv   []float64
-	// finite is false once a batch produced a non-finite update (which
-	// was then not sent).
-	finite bool
-	keys   []uint64
-	w      []float64
-	grad   []float64
-	pos    []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
-	base   int     // r.Offsets[lo] of the current batch
-	index  *tasks.KeyIndex
-	// SortKeys sorts each batch's keys before the Get: chunk-locked local
-	// tables then take each chunk lock once without sorting twice per
-	// batch themselves.
-	SortKeys bool
-}
-
-// NewMiniBatch prepares buffers for table t.
-func NewMiniBatch(t Table) *MiniBatch {
-	size := uint64(0)
-	if sp, ok := t.(tasks.Table); ok {
-		size = sp.Spec().Size
+// applyDecay ends an epoch's lazy l2: every worker adds its steps to the
+// counter, and after a Barrier (all Adds applied) each multiplies its share
+// of the keys by a^(steps of all workers this epoch), so the table holds w
+// again. It returns the counter's new total.
+func applyDecay(info *tasks.Info, w, steps tasks.Table, before float64, mine int, a float64) (float64, error) {
+	if err := steps.Add(biasKey, []float64{float64(mine)}); err != nil {
+		return 0, err
 	}
-	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size), finite: true}
-}
-
-// gather collects the distinct keys of records lo..hi and reads their
-// weights.
-func (m *MiniBatch) gather(r *datastore.Records, lo, hi int) error {
-	m.index.Reset()
-	m.keys = m.keys[:0]
-	m.base = r.Offsets[lo]
-	occ := r.Keys[m.base:r.Offsets[hi]]
-	if cap(m.pos) < len(occ) {
-		m.pos = make([]int32, len(occ))
+	if err := info.Barrier(); err != nil {
+		return 0, err
 	}
-	m.pos = m.pos[:len(occ)]
-	for j, k := range occ {
-		p, ok := m.index.Get(k)
-		if !ok {
-			p = int32(len(m.keys))
-			m.index.Put(k, p)
-			m.keys = append(m.keys, k)
+	var total [1]float64
+	if err := steps.Get(biasKey, total[:]); err != nil {
+		return 0, err
+	}
+	f := math.Pow(a, total[0]-before)
+	return total[0], mulShare(info, w, func(_ []uint64, v []float64) error {
+		for i := range v {
+			v[i] *= f
 		}
-		m.pos[j] = p
-	}
-	if m.SortKeys {
-		slices.Sort(m.keys)
-		for i, k := range m.keys {
-			m.index.Put(k, int32(i))
-		}
-		for j, k := range occ {
-			m.pos[j], _ = m.index.Get(k)
-		}
-	}
-	m.w = grow(m.w, len(m.keys))
-	if err := m.t.Get(m.keys, m.w); err != nil {
-		return err
-	}
-	if m.scale != nil {
-		m.inv = grow(m.inv, len(m.keys))
-		if err := m.scale.lookup(m.keys, m.inv); err != nil {
-			return err
-		}
-	}
-	m.b = 0
-	if m.bias != nil {
-		var b [1]float64
-		if err := m.bias.Get(biasKey, b[:]); err != nil {
-			return err
-		}
-		m.b = b[0]
-	}
-	return nil
-}
-
-var biasKey = []uint64{0}
-
-func grow(s []float64, n int) []float64 {
-	if cap(s) < n {
-		return make([]float64, n)
-	}
-	return s[:n]
-}
-
-// binaryLabel maps a label to {0, 1}: 1 is positive, 0 and -1 negative.
-// Anything else (a multi-class or regression file given to a binary
-// classifier) is an error rather than a silent "> 0 is positive".
-func binaryLabel(l float64) (float64, error) {
-	switch l {
-	case 1:
-		return 1, nil
-	case 0, -1:
-		return 0, nil
-	}
-	return 0, fmt.Errorf("lr: label %v: binary logistic regression takes labels 1 (positive) and 0 or -1 (negative)", l)
-}
-
-// Sigmoid is the logistic function, stable for large |z|.
-func Sigmoid(z float64) float64 {
-	if z >= 0 {
-		return 1 / (1 + math.Exp(-z))
-	}
-	e := math.Exp(z)
-	return e / (1 + e)
-}
-
-// LogLoss is the logistic loss of margin z for label y in {0, 1}.
-func LogLoss(z float64, y float64) float64 {
-	// log(1 + exp(-z)) for y = 1, log(1 + exp(z)) for y = 0, computed stably.
-	if y <= 0 {
-		z = -z
-	}
-	if z > 0 {
-		return math.Log1p(math.Exp(-z))
-	}
-	return -z + math.Log1p(math.Exp(z))
-}
-
-// margin is b + w.x of the record whose features are r's [a, b), with x
-// scaled when the batch has scales.
-func (m *MiniBatch) margin(a int, vals []float64) float64 {
-	z := m.b
-	pos := m.pos[a-m.base:]
-	if m.scale != nil {
-		for j, v := range vals {
-			p := pos[j]
-			z += m.w[p] * v * m.inv[p]
-		}
-		return z
-	}
-	for j, v := range vals {
-		z += m.w[pos[j]] * v
-	}
-	return z
-}
-
-// Step trains on records lo..hi: one Get, one Add. Loss and accuracy are
-// measured with the weights before the update (progressive validation).
-func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {
-	if err := m.gather(r, lo, hi); err != nil {
-		return Stats{}, err
-	}
-	m.grad = grow(m.grad, len(m.keys))
-	clear(m.grad)
-	var st Stats
-	gsum := 0.0
-	for i := lo; i < hi; i++ {
-		a, b := r.Offsets[i], r.Offsets[i+1]
-		vals := r.Vals[a:b]
-		y, err := binaryLabel(r.Labels[i])
-		if err != nil {
-			return st, err
-		}
-		z := m.margin(a, vals)
-		st.N++
-		st.LossSum += LogLoss(z, y)
-		if (z > 0) == (y == 1) {
-			st.Correct++
-		}
-		g := Sigmoid(z) - y
-		gsum += g
-		pos := m.pos[a-m.base:]
-		if m.scale != nil {
-			for j, v := range vals {
-				m.grad[pos[j]] += g * v * m.inv[pos[j]]
-			}
-		} else {
-			for j, v := range vals {
-				m.grad[pos[j]] += g * v
-			}
-		}
-	}
-	scale := -lr / float64(hi-lo)
-	check := scale * gsum
-	for i := range m.grad {
-		m.grad[i] = scale*m.grad[i] - lr*l2*m.w[i]
-		check += m.grad[i]
-	}
-	if math.IsNaN(check) || math.IsInf(check, 0) {
-		m.finite = false // not sent: the caller stops the stage
-		return st, nil
-	}
-	if m.bias != nil {
-		if err := m.bias.Add(biasKey, []float64{scale * gsum}); err != nil {
-			return st, err
-		}
-	}
-	return st, m.t.Add(m.keys, m.grad)
-}
-
-// Eval scores records lo..hi without updating.
-func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
-	if err := m.gather(r, lo, hi); err != nil {
-		return Stats{}, err
-	}
-	var st Stats
-	for i := lo; i < hi; i++ {
-		a, b := r.Offsets[i], r.Offsets[i+1]
-		y, err := binaryLabel(r.Labels[i])
-		if err != nil {
-			return st, err
-		}
-		z := m.margin(a, r.Vals[a:b])
-		st.N++
-		st.LossSum += LogLoss(z, y)
-		if (z > 0) == (y == 1) {
-			st.Correct++
-		}
-	}
-	return st, nil
+		return nil
+	})
 }
 
 func init() {

@@ -171,3 +171,58 @@ func TestQualityUnscaledRealData(t *testing.T) {
 		}
 	}
 }
+
+func heartScaleFile(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(heartScale); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s missing in CI: scripts/setup.sh should have installed liblinear-tools", heartScale)
+		}
+		t.Skip("heart_scale not installed (Debian's liblinear-tools)")
+	}
+	return heartScale
+}
+
+// liblinearWeights trains liblinear-train -s 0 -c c (no bias) on path and
+// returns its weights, feature id j+1 at j, signed for label 1.
+func liblinearWeights(t *testing.T, path string, c float64, dim int) []float64 {
+	t.Helper()
+	if _, err := exec.LookPath("liblinear-train"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("liblinear-train missing in CI: scripts/setup.sh should have installed liblinear-tools")
+		}
+		t.Skip("liblinear-train not installed (scripts/setup.sh installs Debian's liblinear-tools)")
+	}
+	model := filepath.Join(t.TempDir(), "ref.model")
+	if out, err := exec.Command("liblinear-train", "-s", "0", "-c", strconv.FormatFloat(c, 'g', -1, 64), "-e", "0.0001", "-q", path, model).CombinedOutput(); err != nil {
+		t.Fatalf("liblinear-train: %v\n%s", err, out)
+	}
+	src, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	sign, at := 1.0, -1
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[0] == "label" && f[1] != "1" {
+			sign = -1
+		}
+		if len(f) == 1 && f[0] == "w" {
+			at = i + 1
+			break
+		}
+	}
+	if at < 0 || at+dim > len(lines) {
+		t.Fatalf("cannot read liblinear's model:\n%s", src)
+	}
+	w := make([]float64, dim)
+	for j := range w {
+		v, err := strconv.ParseFloat(strings.TrimSpace(lines[at+j]), 64)
+		if err != nil {
+			t.Fatalf("liblinear model line %d: %v", at+j+1, err)
+		}
+		w[j] = sign * v
+	}
+	return w
+}

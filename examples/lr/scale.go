@@ -9,9 +9,10 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-// scaler gives each feature's 1/scale: loaded whole for moderate
-// dimensions, else read with each batch.
-type scaler struct {
+// Scaler gives each feature's 1/scale: loaded whole for moderate
+// dimensions, else read with each batch. lr.sgd and svrg.sgd train with
+// it; PrepareScale builds it.
+type Scaler struct {
 	inv []float64 // 1/scale per key, when loaded whole
 	t   tasks.Table
 	buf []float64
@@ -32,7 +33,8 @@ func invScale(sumSq, n float64) float64 {
 	return 1 / math.Sqrt(sumSq/n)
 }
 
-func (s *scaler) lookup(keys []uint64, out []float64) error {
+// Lookup writes 1/scale of each key into out (len(keys)).
+func (s *Scaler) Lookup(keys []uint64, out []float64) error {
 	if s.inv != nil {
 		for i, k := range keys {
 			out[i] = s.inv[k]
@@ -49,10 +51,13 @@ func (s *scaler) lookup(keys []uint64, out []float64) error {
 	return nil
 }
 
-// prepareScale gathers the feature statistics into st (size keys, width
-// 2: sum of squares and count of non-zero values; key size marks them as
-// gathered) unless an earlier stage did, and returns the scaler.
-func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Input) (*scaler, error) {
+// PrepareScale gathers the feature statistics of input train into st
+// (the table ScaleTable(w) that AuxTables declares: size+1 keys, width 2,
+// sum of squares and count of non-zero values; key size marks them as
+// gathered) unless an earlier stage did, and returns the Scaler. Every
+// worker of the stage must call it: each adds its share of the input and
+// they meet at Barriers.
+func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Input) (*Scaler, error) {
 	marker := make([]float64, 2)
 	if err := st.Get([]uint64{size}, marker); err != nil {
 		return nil, err
@@ -110,7 +115,7 @@ func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 			}
 		}
 	}
-	sc := &scaler{t: st}
+	sc := &Scaler{t: st}
 	if size <= maxLoadedScales {
 		sc.inv = make([]float64, size)
 		keys := make([]uint64, 0, chunkKeys)
@@ -135,8 +140,30 @@ func prepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 // scaled space (w * scale) or back (w / scale), then waits for every
 // worker: the table holds raw-space weights between stages, so the saved
 // model scores raw data.
-func rescale(info *tasks.Info, w tasks.Table, sc *scaler, toScaled bool) error {
-	if err := info.Barrier(); err != nil { // training Adds applied everywhere
+func rescale(info *tasks.Info, w tasks.Table, sc *Scaler, toScaled bool) error {
+	var inv []float64
+	return mulShare(info, w, func(keys []uint64, v []float64) error {
+		inv = grow(inv, len(keys))
+		if err := sc.Lookup(keys, inv); err != nil {
+			return err
+		}
+		for i := range v {
+			if toScaled {
+				v[i] /= inv[i] // w * scale
+			} else {
+				v[i] *= inv[i] // w / scale
+			}
+		}
+		return nil
+	})
+}
+
+// mulShare rewrites this worker's share of w's keys (an even split of
+// [0, size) by rank) by f, which turns values into new values in place,
+// between two Barriers: before, every worker's Adds are applied; after,
+// every share is rewritten.
+func mulShare(info *tasks.Info, w tasks.Table, f func(keys []uint64, v []float64) error) error {
+	if err := info.Barrier(); err != nil {
 		return err
 	}
 	size := w.Spec().Size
@@ -144,25 +171,22 @@ func rescale(info *tasks.Info, w tasks.Table, sc *scaler, toScaled bool) error {
 	lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
 	keys := make([]uint64, 0, chunkKeys)
 	vals := make([]float64, chunkKeys)
-	inv := make([]float64, chunkKeys)
+	old := make([]float64, chunkKeys)
 	for first := lo; first < hi; first += chunkKeys {
 		keys = keys[:0]
 		for k := first; k < min(first+chunkKeys, hi); k++ {
 			keys = append(keys, k)
 		}
-		v, iv := vals[:len(keys)], inv[:len(keys)]
+		v, o := vals[:len(keys)], old[:len(keys)]
 		if err := w.Get(keys, v); err != nil {
 			return err
 		}
-		if err := sc.lookup(keys, iv); err != nil {
+		copy(o, v)
+		if err := f(keys, v); err != nil {
 			return err
 		}
 		for i := range v {
-			if toScaled {
-				v[i] = v[i]/iv[i] - v[i] // w * scale - w
-			} else {
-				v[i] = v[i]*iv[i] - v[i] // w / scale - w
-			}
+			v[i] -= o[i]
 		}
 		if err := w.Add(keys, v); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,12 +190,13 @@ func TestFullGradientSameOnFourWorkersAsOne(t *testing.T) {
 	// computes it again at the same snapshot (no sgd stage in between).
 	// ~100 blocks of 8 KiB: each of the 4 workers gets some even when
 	// blocks replayed from the data cache are pulled within milliseconds.
-	task := svrg.Task(svrg.Config{Train: train, BlockSize: 8 << 10, Dim: dim, Rounds: 1, FullWorkers: 1, LR: 0.5, L2: l2, Output: out})
+	// No intercept: the direct computation below has none.
+	task := svrg.Task(svrg.Config{Train: train, BlockSize: 8 << 10, Dim: dim, Rounds: 1, FullWorkers: 1, LR: 0.5, L2: l2, Output: out, NoIntercept: true})
 	task.AddTable(kvstore.TableSpec{Name: "mu_b", Size: dim}).AddTable(kvstore.TableSpec{Name: "snap_b", Size: dim})
-	task.Stages = append(task.Stages,
-		svrg.FullStage("full4", 4, l2),
-		tasks.Stage{Name: "copy", Func: "test.copy", WorkerKind: tasks.KindSingle},
-		svrg.FullStage("full1", 1, l2))
+	full4, full1 := svrg.FullStage("full4", 4, l2), svrg.FullStage("full1", 1, l2)
+	full4.Params["intercept"], full1.Params["intercept"] = false, false
+	task.Stages = append(task.Stages, full4,
+		tasks.Stage{Name: "copy", Func: "test.copy", WorkerKind: tasks.KindSingle}, full1)
 	st := run(t, task)
 	if w := st.Results[2].Workers; w != 4 || len(st.Results[2].Placement) != 2 {
 		t.Fatalf("full4 ran %d workers on %v, want 4 on 2 slaves", w, st.Results[2].Placement)
@@ -319,5 +321,127 @@ func TestConfigFile(t *testing.T) {
 	}
 	if full, sgd := task.Stages[0], task.Stages[1]; full.Workers <= sgd.Workers || full.Consistency.Kind != kvstore.BSP {
 		t.Fatalf("full stage %d workers (%s), sgd %d: want the full stage wider and BSP", full.Workers, full.Consistency.Kind, sgd.Workers)
+	}
+}
+
+// TestInnerStepsMatchDenseRecursion checks svrg.sgd's lazy bookkeeping
+// (the table holds an affine image of w; see step) against a direct dense
+// simulation of the same steps: every key, every step, w <- w - lr d
+// (grad_B(w) - grad_B(w~) + l2 (w - w~) + mu). One worker and one input
+// block fix the batch order to the file's. With and without l2, scaling
+// and intercept.
+func TestInnerStepsMatchDenseRecursion(t *testing.T) {
+	train := data(t)
+	recs := records(t, train)
+	for _, c := range []struct {
+		name               string
+		l2                 float64
+		intercept, scaling bool
+	}{{"l2", 1e-2, true, true}, {"l2-raw", 1e-3, false, false}, {"no-l2", 0, true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			const batch, rate = 50, 0.5
+			out := filepath.Join(t.TempDir(), "m")
+			run(t, svrg.Task(svrg.Config{Train: train, BlockSize: 1 << 30, Dim: dim, Rounds: 1, FullWorkers: 1, Batch: batch,
+				LR: rate, L2: c.l2, NoIntercept: !c.intercept, NoStandardize: !c.scaling, Output: out}))
+			m := readModel(t, out)
+			snap, mu := values(t, m, "snap"), values(t, m, "mu")
+			var snapB, muB float64
+			if c.intercept {
+				st := values(t, m, svrg.TableBiasState)
+				snapB, muB = st[0], st[1]
+			}
+			steps := (recs.Len() + batch - 1) / batch
+			d := make([]float64, dim)
+			for k := range d {
+				d[k] = 1
+			}
+			if c.scaling {
+				sc := values(t, m, lr.ScaleTable("w")) // sum of squares, count
+				for k := range d {
+					if sc[2*k+1] > 0 && sc[2*k] > 0 {
+						d[k] = sc[2*k+1] / sc[2*k] // 1/rms^2
+					}
+				}
+			}
+			if c.l2 > 0 {
+				cmax := -math.Expm1(-math.Log(1e12) / float64(steps))
+				for k := range d {
+					d[k] = min(d[k], cmax/(rate*c.l2))
+				}
+			}
+			w, b := slices.Clone(snap), snapB
+			g := make([]float64, dim)
+			next := 0
+			for range steps {
+				clear(g)
+				gb := 0.0
+				for range batch {
+					_, keys, vals := recs.Row(next % recs.Len())
+					next++
+					z, zs := b, snapB
+					for j, k := range keys {
+						z += w[k] * vals[j]
+						zs += snap[k] * vals[j]
+					}
+					e := lr.Sigmoid(z) - lr.Sigmoid(zs)
+					gb += e
+					for j, k := range keys {
+						g[k] += e * vals[j]
+					}
+				}
+				for k := range w {
+					w[k] -= rate * d[k] * (g[k]/batch + c.l2*(w[k]-snap[k]) + mu[k])
+				}
+				if c.intercept {
+					b -= rate * (gb/batch + muB)
+				}
+			}
+			got := values(t, m, "w")
+			if diff := relDiff(got, w); diff > 1e-9 {
+				t.Fatalf("w differs from the dense recursion: relative %g", diff)
+			}
+			if c.intercept {
+				if gb := values(t, m, lr.BiasTable("w"))[0]; math.Abs(gb-b) > 1e-9*math.Max(1, math.Abs(b)) {
+					t.Fatalf("intercept %.12g, dense recursion %.12g", gb, b)
+				}
+			}
+			t.Logf("%d steps: |w| %.4f, intercept %.4f, relative difference %.2g", steps, math.Sqrt(dot(w, w)), b, relDiff(got, w))
+		})
+	}
+}
+
+func dot(a, b []float64) float64 {
+	s := 0.0
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// TestDivergenceStopsWithError: a learning rate far too large stops the
+// task with an error naming the learning rate, and no model is written.
+func TestDivergenceStopsWithError(t *testing.T) {
+	train := data(t)
+	for _, rate := range []float64{1e38, 1e4} {
+		out := filepath.Join(t.TempDir(), "m")
+		task := svrg.Task(svrg.Config{Train: train, BlockSize: 32 << 10, Dim: dim, Rounds: 3, FullWorkers: 2, LR: rate, L2: 1e-4, Output: out})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 2, Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := local.SubmitAndWait(ctx, task, nil)
+		local.Close()
+		cancel()
+		if err == nil {
+			t.Fatalf("lr %g: task %s, want an error", rate, st.State)
+		}
+		if !strings.Contains(err.Error(), "learning rate") || !strings.Contains(err.Error(), "sgd") {
+			t.Fatalf("lr %g: error %q does not name the learning rate of the sgd stage", rate, err)
+		}
+		if _, serr := os.Stat(out); !os.IsNotExist(serr) {
+			t.Fatalf("lr %g: a model was written (%v)", rate, serr)
+		}
+		t.Logf("lr %g: %v", rate, err)
 	}
 }

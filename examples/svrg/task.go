@@ -29,6 +29,10 @@ type Config struct {
 	Batch       int     // sgd mini-batch (100)
 	LR          float64 // sgd learning rate (0.5)
 	L2          float64 // l2 regularization (0)
+	// NoIntercept fits no intercept; NoStandardize trains on raw feature
+	// values (the stages' intercept and standardize params, default on).
+	NoIntercept   bool
+	NoStandardize bool
 
 	// FinalObjective appends one more svrg.full stage, named "final",
 	// whose "objective" metric is the objective of the trained model.
@@ -103,6 +107,9 @@ func Task(cfg Config) *tasks.MultiStageTask {
 		Params:      tasks.Params{"epochs_inner": float64(c.EpochsInner), "batch": float64(c.Batch), "lr": c.LR, "l2": c.L2}}
 	full := FullStage("full", c.FullWorkers, c.L2)
 	full.WorkerKind = c.FullKind
+	for _, p := range []tasks.Params{sgd.Params, full.Params} {
+		p["intercept"], p["standardize"] = !c.NoIntercept, !c.NoStandardize
+	}
 	t.SetStages(full, sgd)
 	if c.Rounds > 1 {
 		t.RepeatStages(c.Rounds)

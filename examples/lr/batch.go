@@ -1,0 +1,275 @@
+package lr
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/tasks"
+)
+
+// Stats are a batch's or an epoch's counts.
+type Stats struct {
+	N       int64
+	LossSum float64
+	Correct int64
+}
+
+// Add accumulates o.
+func (s *Stats) Add(o Stats) { s.N += o.N; s.LossSum += o.LossSum; s.Correct += o.Correct }
+
+// Table is the part of a table LR uses.
+type Table interface {
+	Get(keys []uint64, out []float64) error
+	Add(keys []uint64, deltas []float64) error
+}
+
+// MiniBatch holds a worker's reusable buffers: the batch's distinct keys,
+// their weights and gradients, and a key -> position index (a stamped
+// array for moderate dimensions, a map beyond).
+type MiniBatch struct {
+	t     Table
+	bias  Table   // intercept (one key), nil without
+	b     float64 // the intercept read with the batch
+	scale *Scaler // feature scales, nil when training on raw values
+	inv   []float64
+	// finite is false once a batch produced a non-finite update (which
+	// was then not sent).
+	finite bool
+	keys   []uint64
+	w      []float64
+	grad   []float64
+	pos    []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
+	base   int     // r.Offsets[lo] of the current batch
+	index  *tasks.KeyIndex
+	// SortKeys sorts each batch's keys before the Get: chunk-locked local
+	// tables then take each chunk lock once without sorting twice per
+	// batch themselves.
+	SortKeys bool
+	// T is the number of steps (of all workers) since the table last held
+	// the weights themselves, for Step's lazy l2: with l2 > 0 the table
+	// holds w / (1 - lr l2)^T. The caller sets it before each Step and
+	// multiplies the table by (1 - lr l2)^steps at the end of an epoch.
+	T float64
+}
+
+// NewMiniBatch prepares buffers for table t.
+func NewMiniBatch(t Table) *MiniBatch {
+	size := uint64(0)
+	if sp, ok := t.(tasks.Table); ok {
+		size = sp.Spec().Size
+	}
+	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size), finite: true}
+}
+
+// gather collects the distinct keys of records lo..hi and reads their
+// weights, times cur (the table holds w / cur).
+func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64) error {
+	m.index.Reset()
+	m.keys = m.keys[:0]
+	m.base = r.Offsets[lo]
+	occ := r.Keys[m.base:r.Offsets[hi]]
+	if cap(m.pos) < len(occ) {
+		m.pos = make([]int32, len(occ))
+	}
+	m.pos = m.pos[:len(occ)]
+	for j, k := range occ {
+		p, ok := m.index.Get(k)
+		if !ok {
+			p = int32(len(m.keys))
+			m.index.Put(k, p)
+			m.keys = append(m.keys, k)
+		}
+		m.pos[j] = p
+	}
+	if m.SortKeys {
+		slices.Sort(m.keys)
+		for i, k := range m.keys {
+			m.index.Put(k, int32(i))
+		}
+		for j, k := range occ {
+			m.pos[j], _ = m.index.Get(k)
+		}
+	}
+	m.w = grow(m.w, len(m.keys))
+	if err := m.t.Get(m.keys, m.w); err != nil {
+		return err
+	}
+	if cur != 1 {
+		for i := range m.w {
+			m.w[i] *= cur
+		}
+	}
+	if m.scale != nil {
+		m.inv = grow(m.inv, len(m.keys))
+		if err := m.scale.Lookup(m.keys, m.inv); err != nil {
+			return err
+		}
+	}
+	m.b = 0
+	if m.bias != nil {
+		var b [1]float64
+		if err := m.bias.Get(biasKey, b[:]); err != nil {
+			return err
+		}
+		m.b = b[0]
+	}
+	return nil
+}
+
+var biasKey = []uint64{0}
+
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
+
+// binaryLabel maps a label to {0, 1}: 1 is positive, 0 and -1 negative.
+// Anything else (a multi-class or regression file given to a binary
+// classifier) is an error rather than a silent "> 0 is positive".
+func binaryLabel(l float64) (float64, error) {
+	switch l {
+	case 1:
+		return 1, nil
+	case 0, -1:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("lr: label %v: binary logistic regression takes labels 1 (positive) and 0 or -1 (negative)", l)
+}
+
+// Sigmoid is the logistic function, stable for large |z|.
+func Sigmoid(z float64) float64 {
+	if z >= 0 {
+		return 1 / (1 + math.Exp(-z))
+	}
+	e := math.Exp(z)
+	return e / (1 + e)
+}
+
+// LogLoss is the logistic loss of margin z for label y in {0, 1}.
+func LogLoss(z float64, y float64) float64 {
+	// log(1 + exp(-z)) for y = 1, log(1 + exp(z)) for y = 0, computed stably.
+	if y <= 0 {
+		z = -z
+	}
+	if z > 0 {
+		return math.Log1p(math.Exp(-z))
+	}
+	return -z + math.Log1p(math.Exp(z))
+}
+
+// margin is b + w.x of the record whose features are r's [a, b), with x
+// scaled when the batch has scales.
+func (m *MiniBatch) margin(a int, vals []float64) float64 {
+	z := m.b
+	pos := m.pos[a-m.base:]
+	if m.scale != nil {
+		for j, v := range vals {
+			p := pos[j]
+			z += m.w[p] * v * m.inv[p]
+		}
+		return z
+	}
+	for j, v := range vals {
+		z += m.w[pos[j]] * v
+	}
+	return z
+}
+
+// Step trains on records lo..hi: one Get, one Add. Loss and accuracy are
+// measured with the weights before the update (progressive validation).
+//
+// l2 regularization, w <- (1 - lr l2) w at every step for every key, is
+// applied lazily and exactly: the table holds v = w / a^T (a = 1 - lr l2,
+// T = m.T steps so far), which steps that do not touch a key leave
+// unchanged; a batch reads its keys' v, recovers w = a^T v, and adds its
+// gradient step in v's units at step T+1, -lr g / a^(T+1). The caller
+// turns v back into w (multiplies the table by a^T) when the epoch ends.
+func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {
+	cur, next := 1.0, 1.0
+	if l2 > 0 {
+		a := 1 - lr*l2
+		if !(a > 0) {
+			return Stats{}, fmt.Errorf("lr %g x l2 %g >= 1: every step would flip the weights' sign; lower lr or l2", lr, l2)
+		}
+		cur = math.Pow(a, m.T)
+		next = cur * a
+		if next < minDecay {
+			return Stats{}, fmt.Errorf("l2 %g with lr %g shrinks the weights below %g within one epoch (%g steps): lower l2 or lr", l2, lr, minDecay, m.T+1)
+		}
+	}
+	if err := m.gather(r, lo, hi, cur); err != nil {
+		return Stats{}, err
+	}
+	m.grad = grow(m.grad, len(m.keys))
+	clear(m.grad)
+	var st Stats
+	gsum := 0.0
+	for i := lo; i < hi; i++ {
+		a, b := r.Offsets[i], r.Offsets[i+1]
+		vals := r.Vals[a:b]
+		y, err := binaryLabel(r.Labels[i])
+		if err != nil {
+			return st, err
+		}
+		z := m.margin(a, vals)
+		st.N++
+		st.LossSum += LogLoss(z, y)
+		if (z > 0) == (y == 1) {
+			st.Correct++
+		}
+		g := Sigmoid(z) - y
+		gsum += g
+		pos := m.pos[a-m.base:]
+		if m.scale != nil {
+			for j, v := range vals {
+				m.grad[pos[j]] += g * v * m.inv[pos[j]]
+			}
+		} else {
+			for j, v := range vals {
+				m.grad[pos[j]] += g * v
+			}
+		}
+	}
+	scale := -lr / float64(hi-lo)
+	check := scale * gsum
+	for i := range m.grad {
+		m.grad[i] *= scale / next
+		check += m.grad[i]
+	}
+	if math.IsNaN(check) || math.IsInf(check, 0) {
+		m.finite = false // not sent: the caller stops the stage
+		return st, nil
+	}
+	if m.bias != nil {
+		if err := m.bias.Add(biasKey, []float64{scale * gsum}); err != nil {
+			return st, err
+		}
+	}
+	return st, m.t.Add(m.keys, m.grad)
+}
+
+// Eval scores records lo..hi without updating (the table holds w).
+func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
+	if err := m.gather(r, lo, hi, 1); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	for i := lo; i < hi; i++ {
+		a, b := r.Offsets[i], r.Offsets[i+1]
+		y, err := binaryLabel(r.Labels[i])
+		if err != nil {
+			return st, err
+		}
+		z := m.margin(a, r.Vals[a:b])
+		st.N++
+		st.LossSum += LogLoss(z, y)
+		if (z > 0) == (y == 1) {
+			st.Correct++
+		}
+	}
+	return st, nil
+}

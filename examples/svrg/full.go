@@ -1,0 +1,227 @@
+package svrg
+
+import (
+	"fmt"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/tasks"
+)
+
+// Full is the svrg.full stage function (see the package doc).
+func Full(info *tasks.Info) error {
+	if err := info.RequireBSP("svrg.full"); err != nil {
+		return err
+	}
+	p := info.Params
+	if err := p.Check("l2"); err != nil {
+		return err
+	}
+	l2 := p.Float("l2", 0)
+	if l2 < 0 {
+		return fmt.Errorf("svrg: l2 must be >= 0, got %v", l2)
+	}
+	w, snap, mu, nt, err := tables(info)
+	if err != nil {
+		return err
+	}
+	opts, err := modelOptsFrom(p, w)
+	if err != nil {
+		return err
+	}
+	trainName := p.String("train", "train")
+	train, err := info.Input(trainName)
+	if err != nil {
+		return err
+	}
+	var bt, bstate tasks.Table
+	if opts.Intercept {
+		if bt, bstate, err = biasTables(info); err != nil {
+			return err
+		}
+	}
+	if opts.Standardize {
+		// Gathered here, by the wide stage, once per task; svrg.sgd
+		// reuses the statistics. This stage's own arithmetic is raw.
+		st, err := info.Table(lr.ScaleTable(TableW))
+		if err != nil {
+			return fmt.Errorf("svrg: standardize: %w (or set standardize = false)", err)
+		}
+		if _, err := lr.PrepareScale(info, st, w.Spec().Size, train); err != nil {
+			return err
+		}
+	}
+	dim := w.Spec().Size
+	keys := allKeys(dim)
+	key0 := keys[:1]
+	one := make([]float64, 1)
+	wv := make([]float64, dim)
+	buf := make([]float64, dim)
+	bkeys := allKeys(biasStateSize)
+	bs := make([]float64, biasStateSize)
+
+	// Clock 0: rank 0 resets snap := w, mu := 0, n := 0 (and the
+	// intercept's b~ := b, mu_b := 0, marker := 1).
+	if info.Rank == 0 {
+		if err := w.Get(keys, wv); err != nil {
+			return err
+		}
+		if err := snap.Get(keys, buf); err != nil {
+			return err
+		}
+		for i := range buf {
+			buf[i] = wv[i] - buf[i]
+		}
+		if err := snap.Add(keys, buf); err != nil {
+			return err
+		}
+		if err := negate(mu, keys, buf); err != nil {
+			return err
+		}
+		if err := negate(nt, key0, one); err != nil {
+			return err
+		}
+		if bt != nil {
+			if err := bt.Get(key0, one); err != nil {
+				return err
+			}
+			if err := bstate.Get(bkeys, bs); err != nil {
+				return err
+			}
+			bs[keySnapBias] = one[0] - bs[keySnapBias]
+			bs[keyMuBias] = -bs[keyMuBias]
+			bs[keyMarker] = 1 - bs[keyMarker]
+			if err := bstate.Add(bkeys, bs); err != nil {
+				return err
+			}
+		}
+	}
+	if err := info.Clock(); err != nil {
+		return err
+	}
+
+	// Clock 1: this Get is the barrier after rank 0's reads.
+	if err := w.Get(keys, wv); err != nil {
+		return err
+	}
+	b := 0.0
+	if bt != nil {
+		if err := bt.Get(key0, one); err != nil {
+			return err
+		}
+		b = one[0]
+	}
+	grad := buf
+	clear(grad)
+	gradB := 0.0
+	var st lr.Stats
+	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
+		var rs lr.Stats
+		for i := 0; i < r.Len(); i++ {
+			a, e := r.Offsets[i], r.Offsets[i+1]
+			ks, vs := r.Keys[a:e], r.Vals[a:e]
+			z := b
+			for j, k := range ks {
+				if k >= dim {
+					return fmt.Errorf("svrg: feature id %d out of range: table %q has %d keys", k, TableW, dim)
+				}
+				z += wv[k] * vs[j]
+			}
+			y, err := label(r.Labels[i])
+			if err != nil {
+				return err
+			}
+			rs.N++
+			rs.LossSum += lr.LogLoss(z, y)
+			if (z > 0) == (y == 1) {
+				rs.Correct++
+			}
+			g := lr.Sigmoid(z) - y
+			gradB += g
+			for j, k := range ks {
+				grad[k] += g * vs[j]
+			}
+		}
+		st.Add(rs)
+		info.Report(rs.N, rs.LossSum)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	check := gradB
+	for _, g := range grad {
+		check += g
+	}
+	if !finite(st.LossSum) || !finite(check) {
+		return fmt.Errorf("svrg.full: stage %q: the training loss or its gradient at the current model is not finite (loss sum %v): the model diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum)
+	}
+	if err := mu.Add(keys, grad); err != nil {
+		return err
+	}
+	one[0] = float64(st.N)
+	if err := nt.Add(key0, one); err != nil {
+		return err
+	}
+	if bt != nil {
+		if err := bstate.Add(bkeys[keyMuBias:keyMuBias+1], []float64{gradB}); err != nil {
+			return err
+		}
+	}
+	if err := info.Clock(); err != nil {
+		return err
+	}
+
+	// Clock 2: every worker's Adds of clock 1 are visible.
+	if err := nt.Get(key0, one); err != nil {
+		return err
+	}
+	n := one[0]
+	if n < 1 {
+		return fmt.Errorf("svrg: input %q has no records", trainName)
+	}
+	if st.N > 0 && st.LossSum/float64(st.N) > divergedLoss {
+		return fmt.Errorf("svrg.full: stage %q: mean training loss %.3g at the current model: training diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum/float64(st.N))
+	}
+	obj := st.LossSum / n
+	if info.Rank == 0 {
+		sq := 0.0
+		for _, v := range wv {
+			sq += v * v
+		}
+		obj += l2 / 2 * sq
+		// mu holds the gradient sum: make it the mean plus l2 w~.
+		if err := mu.Get(keys, buf); err != nil {
+			return err
+		}
+		for i := range buf {
+			buf[i] = buf[i]*(1/n-1) + l2*wv[i]
+		}
+		if err := mu.Add(keys, buf); err != nil {
+			return err
+		}
+		if bt != nil { // the intercept is not regularized
+			k := bkeys[keyMuBias : keyMuBias+1]
+			if err := bstate.Get(k, one); err != nil {
+				return err
+			}
+			one[0] *= 1/n - 1
+			if err := bstate.Add(k, one); err != nil {
+				return err
+			}
+		}
+	}
+	info.ReportEpoch(1, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
+	return nil
+}
+
+// negate adds -t[keys] to t, using buf (len(keys)) as scratch.
+func negate(t tasks.Table, keys []uint64, buf []float64) error {
+	if err := t.Get(keys, buf); err != nil {
+		return err
+	}
+	for i := range buf {
+		buf[i] = -buf[i]
+	}
+	return t.Add(keys, buf)
+}

@@ -1,0 +1,428 @@
+package svrg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/tasks"
+)
+
+// SGDConfig is svrg.sgd's parameters.
+type SGDConfig struct {
+	EpochsInner int
+	Batch       int
+	LR          float64
+	L2          float64
+	Train       string
+}
+
+// SGDConfigFrom reads and checks the stage parameters.
+func SGDConfigFrom(p tasks.Params) (SGDConfig, error) {
+	if err := p.Check("epochs_inner", "batch", "lr", "l2"); err != nil {
+		return SGDConfig{}, err
+	}
+	c := SGDConfig{EpochsInner: p.Int("epochs_inner", 1), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5),
+		L2: p.Float("l2", 0), Train: p.String("train", "train")}
+	switch {
+	case c.EpochsInner < 1:
+		return c, fmt.Errorf("svrg: epochs_inner must be >= 1, got %d", c.EpochsInner)
+	case c.Batch < 1:
+		return c, fmt.Errorf("svrg: batch must be >= 1, got %d", c.Batch)
+	case !(c.LR > 0):
+		return c, fmt.Errorf("svrg: lr must be > 0, got %v", c.LR)
+	case c.L2 < 0:
+		return c, fmt.Errorf("svrg: l2 must be >= 0, got %v", c.L2)
+	}
+	return c, nil
+}
+
+// SGD is the svrg.sgd stage function (see the package doc).
+func SGD(info *tasks.Info) error {
+	if err := info.RequireBSP("svrg.sgd"); err != nil {
+		return err
+	}
+	cfg, err := SGDConfigFrom(info.Params)
+	if err != nil {
+		return err
+	}
+	w, snap, mu, nt, err := tables(info)
+	if err != nil {
+		return err
+	}
+	opts, err := modelOptsFrom(info.Params, w)
+	if err != nil {
+		return err
+	}
+	train, err := info.Input(cfg.Train)
+	if err != nil {
+		return err
+	}
+	dim := w.Spec().Size
+	keys := allKeys(dim)
+	sv, mv := make([]float64, dim), make([]float64, dim)
+	if err := snap.Get(keys, sv); err != nil {
+		return err
+	}
+	if err := mu.Get(keys, mv); err != nil {
+		return err
+	}
+	one := make([]float64, 1)
+	if err := nt.Get(keys[:1], one); err != nil {
+		return err
+	}
+	if one[0] < 1 {
+		return fmt.Errorf("svrg: table %q holds no sample count: run svrg.full before svrg.sgd", TableN)
+	}
+	s := &step{w: w, snap: sv, mu: mv, lr: cfg.LR, l2: cfg.L2, stamp: make([]uint32, dim), pos: make([]int32, dim)}
+	if opts.Intercept {
+		if s.b, s.bstate, err = biasTables(info); err != nil {
+			return err
+		}
+		bs := make([]float64, biasStateSize)
+		if err := s.bstate.Get(allKeys(biasStateSize), bs); err != nil {
+			return err
+		}
+		if bs[keyMarker] != 1 {
+			return fmt.Errorf("svrg.sgd: stage %q has intercept = true but the svrg.full stage before it ran with intercept = false: set intercept the same in both stages", info.StageName)
+		}
+		s.snapB, s.muB = bs[keySnapBias], bs[keyMuBias]
+	}
+	// Every worker takes the same number of steps so that the workers
+	// stay in lockstep and the stage's steps total epochs_inner passes.
+	workers := int64(max(info.Workers, 1))
+	perEpoch := int64(math.Ceil(one[0] / float64(workers*int64(cfg.Batch))))
+	total := perEpoch * int64(cfg.EpochsInner) * workers
+	var inv []float64 // 1/scale_k, nil without standardization
+	if opts.Standardize {
+		st, err := info.Table(lr.ScaleTable(TableW))
+		if err != nil {
+			return fmt.Errorf("svrg: standardize: %w (or set standardize = false)", err)
+		}
+		sc, err := lr.PrepareScale(info, st, dim, train)
+		if err != nil {
+			return err
+		}
+		inv = make([]float64, dim)
+		if err := sc.Lookup(keys, inv); err != nil {
+			return err
+		}
+	}
+	s.setDense(inv, total)
+	in := &stream{in: train}
+	defer in.close()
+	var batch datastore.Records
+	steps := int64(0)
+	for epoch := 1; epoch <= cfg.EpochsInner; epoch++ {
+		var st lr.Stats
+		for range perEpoch {
+			if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {
+				return err
+			}
+			bs, err := s.run(&batch, 0, batch.Len(), float64(steps*workers+int64(info.Rank)))
+			if err != nil {
+				return err
+			}
+			if !s.finite {
+				return fmt.Errorf("svrg.sgd: stage %q inner epoch %d step %d: the update became non-finite (loss %v): the learning rate (lr = %g) is likely too large", info.StageName, epoch, steps+1, bs.LossSum/float64(max(bs.N, 1)), cfg.LR)
+			}
+			steps++
+			st.Add(bs)
+			info.Report(bs.N, bs.LossSum)
+			if err := info.Clock(); err != nil {
+				return err
+			}
+		}
+		if st.N > 0 && st.LossSum/float64(st.N) > divergedLoss {
+			return fmt.Errorf("svrg.sgd: stage %q inner epoch %d: mean training loss %.3g: training diverged; the learning rate (lr = %g) is likely too large", info.StageName, epoch, st.LossSum/float64(st.N), cfg.LR)
+		}
+		info.ReportEpoch(epoch, map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
+	}
+	// Barrier: at clock steps this Get waits until every worker has
+	// finished its steps (all at the same clock), so every step's Add is
+	// applied and nobody steps again; rank 0 then turns the table's
+	// representation back into w at time total.
+	if err := w.Get(keys[:1], one); err != nil {
+		return err
+	}
+	if info.Rank != 0 {
+		return nil
+	}
+	return s.finish(keys, float64(total))
+}
+
+// stream cuts a worker's share of an input into batches of exactly n
+// records, starting another pass whenever one ends.
+type stream struct {
+	in    tasks.Input
+	pass  datastore.Pass
+	cur   *datastore.Records
+	i     int
+	empty int // passes in a row that yielded nothing
+}
+
+func (s *stream) close() {
+	if s.pass != nil {
+		s.pass.Close()
+		s.pass = nil
+	}
+}
+
+// next fills b with the next n records.
+func (s *stream) next(ctx context.Context, b *datastore.Records, n int) error {
+	b.Reset()
+	for b.Len() < n {
+		if s.cur == nil || s.i >= s.cur.Len() {
+			if err := s.advance(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		label, keys, vals := s.cur.Row(s.i)
+		b.Append(label, keys, vals)
+		s.i++
+	}
+	return nil
+}
+
+func (s *stream) advance(ctx context.Context) error {
+	if s.pass == nil {
+		p, err := s.in.Pass(ctx)
+		if err != nil {
+			return err
+		}
+		s.pass = p
+	}
+	r, err := s.pass.Next(ctx)
+	if errors.Is(err, io.EOF) {
+		s.close()
+		if s.empty++; s.empty > maxEmptyPasses {
+			return fmt.Errorf("svrg: %d passes in a row over the input gave this worker no record", s.empty)
+		}
+		s.cur = nil
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if r.Len() > 0 {
+		s.empty = 0
+	}
+	s.cur, s.i = r, 0
+	return nil
+}
+
+// maxEmptyPasses bounds how often a worker starts a pass that others have
+// already read to the end (each pass is a fresh epoch of the FileAssigner,
+// so this only trips on an empty input).
+const maxEmptyPasses = 100
+
+// step holds a worker's buffers for svrg.sgd's mini-batch steps.
+//
+// Between two of its batches a key still moves at every step of the
+// stage: w <- w - lr d (l2 (w - w~) + mu), an affine map with factor
+// a = 1 - lr d l2 and fixed point w* = w~ - mu/l2 (no fixed point, a
+// drift of -lr d mu per step, when l2 = 0). Rather than a dense Add per
+// step the table holds v = alpha_t w + beta_t, the image of w under that
+// map's inverse t times: v = w* + a^-t (w - w*), or v = w + lr d mu t
+// when l2 = 0. A batch at step t reads v for its keys, recovers w, and
+// adds alpha_{t+1} times its sparse data part; every key is thus exactly
+// where the dense recursion puts it (exact for one worker; W workers in
+// lockstep assume step t = s W + rank for a worker's s-th step). At the
+// end the table is turned back into w. a^-t stays below maxGrowth by
+// capping d (any positive d keeps SVRG's fixed point).
+type step struct {
+	w         tasks.Table
+	snap, mu  []float64 // dense, constant during the stage
+	lr, l2    float64
+	d         []float64   // per-key step factor (preconditioner)
+	loga      []float64   // log a_k, when l2 > 0
+	wstar     []float64   // w*_k, when l2 > 0
+	b, bstate tasks.Table // intercept tables, nil without
+	snapB     float64     // b~
+	muB       float64     // the intercept's full gradient at the snapshot
+	stamp     []uint32    // stamp[k] == cur: k is in the batch at pos[k]
+	pos       []int32
+	cur       uint32
+	keys      []uint64
+	wv, delta []float64
+	// finite is false once a step's update was not finite (and so not
+	// sent): the caller stops the stage.
+	finite bool
+}
+
+// maxGrowth bounds a^-t over a stage, so v keeps w's precision.
+const maxGrowth = 1e12
+
+// setDense computes d (1/scale^2 with inv, else 1), capped so that the
+// stage's total steps shrink by at most 1/maxGrowth, and the affine map's
+// constants.
+func (s *step) setDense(inv []float64, total int64) {
+	dim := len(s.mu)
+	s.d = make([]float64, dim)
+	for k := range s.d {
+		s.d[k] = 1
+		if inv != nil {
+			s.d[k] = inv[k] * inv[k]
+		}
+	}
+	if !(s.l2 > 0) {
+		return
+	}
+	// lr d l2 <= cmax: (1 - cmax)^-total = maxGrowth. A capped key's
+	// regularization part converges within the stage anyway.
+	cmax := -math.Expm1(-math.Log(maxGrowth) / float64(max(total, 1)))
+	s.loga, s.wstar = make([]float64, dim), make([]float64, dim)
+	for k := range s.d {
+		c := s.lr * s.d[k] * s.l2
+		if c > cmax {
+			c, s.d[k] = cmax, cmax/(s.lr*s.l2)
+		}
+		s.loga[k] = math.Log1p(-c)
+		s.wstar[k] = s.snap[k] - s.mu[k]/s.l2
+	}
+}
+
+// weight recovers w_k at step t from the table's v.
+func (s *step) weight(k uint64, v, t float64) float64 {
+	if s.loga == nil {
+		return v - s.lr*t*s.d[k]*s.mu[k]
+	}
+	return s.wstar[k] + math.Exp(t*s.loga[k])*(v-s.wstar[k])
+}
+
+// alpha is v's factor on w at step t.
+func (s *step) alpha(k uint64, t float64) float64 {
+	if s.loga == nil {
+		return 1
+	}
+	return math.Exp(-t * s.loga[k])
+}
+
+// finish turns the whole table (and the intercept) from v at step total
+// back into w. Only one worker calls it, after every step's Add.
+func (s *step) finish(keys []uint64, total float64) error {
+	v := make([]float64, len(keys))
+	if err := s.w.Get(keys, v); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		v[i] = s.weight(k, v[i], total) - v[i]
+	}
+	if !finite(sum(v)) {
+		return fmt.Errorf("svrg.sgd: the model became non-finite at the end of the stage: the learning rate (lr = %g) is likely too large", s.lr)
+	}
+	if s.b != nil {
+		if err := s.b.Add(biasKey, []float64{-s.lr * total * s.muB}); err != nil {
+			return err
+		}
+	}
+	return s.w.Add(keys, v)
+}
+
+func sum(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
+// run does one step on records lo..hi, assuming t steps (of all workers)
+// came before it. Loss and accuracy use the weights before the step.
+func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error) {
+	s.finite = true
+	s.cur++
+	if s.cur == 0 {
+		clear(s.stamp)
+		s.cur = 1
+	}
+	dim := uint64(len(s.stamp))
+	s.keys = s.keys[:0]
+	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
+		if k >= dim {
+			return lr.Stats{}, fmt.Errorf("svrg: feature id %d out of range: table %q has %d keys", k, TableW, dim)
+		}
+		if s.stamp[k] != s.cur {
+			s.stamp[k] = s.cur
+			s.keys = append(s.keys, k)
+		}
+	}
+	slices.Sort(s.keys)
+	for i, k := range s.keys {
+		s.pos[k] = int32(i)
+	}
+	n := len(s.keys)
+	s.wv, s.delta = grow(s.wv, n), grow(s.delta, n)
+	if err := s.w.Get(s.keys, s.wv); err != nil {
+		return lr.Stats{}, err
+	}
+	for i, k := range s.keys {
+		s.wv[i] = s.weight(k, s.wv[i], t)
+	}
+	b := 0.0
+	if s.b != nil {
+		var u [1]float64
+		if err := s.b.Get(biasKey, u[:]); err != nil {
+			return lr.Stats{}, err
+		}
+		b = u[0] - s.lr*t*s.muB
+	}
+	clear(s.delta)
+	gb := 0.0
+	var st lr.Stats
+	for i := lo; i < hi; i++ {
+		a, e := r.Offsets[i], r.Offsets[i+1]
+		ks, vs := r.Keys[a:e], r.Vals[a:e]
+		z, zs := b, s.snapB
+		for j, k := range ks {
+			z += s.wv[s.pos[k]] * vs[j]
+			zs += s.snap[k] * vs[j]
+		}
+		y, err := label(r.Labels[i])
+		if err != nil {
+			return st, err
+		}
+		st.N++
+		st.LossSum += lr.LogLoss(z, y)
+		if (z > 0) == (y == 1) {
+			st.Correct++
+		}
+		g := lr.Sigmoid(z) - lr.Sigmoid(zs)
+		gb += g
+		for j, k := range ks {
+			s.delta[s.pos[k]] += g * vs[j]
+		}
+	}
+	// The data part of the step, in v's units at step t+1.
+	scale := -s.lr / float64(hi-lo)
+	check := scale * gb
+	for i, k := range s.keys {
+		s.delta[i] *= scale * s.d[k] * s.alpha(k, t+1)
+		check += s.delta[i]
+	}
+	if !finite(check) || !finite(st.LossSum) {
+		s.finite = false
+		return st, nil
+	}
+	if s.b != nil {
+		if err := s.b.Add(biasKey, []float64{scale * gb}); err != nil {
+			return st, err
+		}
+	}
+	return st, s.w.Add(s.keys, s.delta)
+}
+
+var biasKey = []uint64{0}
+
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
