@@ -55,6 +55,7 @@ import (
 func init() {
 	tasks.Register("lr.sgd", SGD)
 	tasks.RegisterTables("lr.sgd", Tables)
+	tasks.RegisterParams("lr.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 }
 
 // BiasTable and ScaleTable name the tables lr.sgd adds for weight table w.

@@ -76,6 +76,7 @@ import (
 func init() {
 	tasks.Register("mf.sgd", SGD)
 	tasks.RegisterTables("mf.sgd", AddTables)
+	tasks.RegisterParams("mf.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 }
 
 // CountTable names the per-id rating counts mf.sgd keeps for factor table t.

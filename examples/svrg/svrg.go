@@ -101,6 +101,7 @@ func init() {
 	tasks.Register("svrg.sgd", SGD)
 	tasks.RegisterTables("svrg.full", StageTables)
 	tasks.RegisterTables("svrg.sgd", StageTables)
+	tasks.RegisterParams("svrg.sgd", func(p tasks.Params) error { _, err := SGDConfigFrom(p); return err })
 }
 
 // Table names.
