@@ -61,7 +61,7 @@ func startCluster(t *testing.T, n, slots int) *cluster {
 
 // startClusterWith starts the cluster with the master's configuration
 // mcfg; connect opens more connections to its bus.
-func startClusterWith(t *testing.T, n, slots int, mcfg master.Config) (c *cluster, connect func(string) *nats.Conn) {
+func startClusterWith(t testing.TB, n, slots int, mcfg master.Config) (c *cluster, connect func(string) *nats.Conn) {
 	t.Helper()
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
 	if err != nil {
