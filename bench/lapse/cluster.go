@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+)
+
+// cluster is a flexps master and its slaves as OS processes on 127.0.0.1.
+type cluster struct {
+	flexps, dir, config, url string
+	procs                    []*exec.Cmd
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startCluster starts `flexps master` and `slaves` x `flexps slave
+// --slots slots`, and waits until `flexps status` lists every slave.
+func startCluster(flexps, dir string, slaves, slots int) (*cluster, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{flexps: flexps, dir: dir, config: filepath.Join(dir, "cluster.toml"), url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	cfg := fmt.Sprintf(`cluster = "lapsebench%d"
+[nats]
+listen = "127.0.0.1:%d"
+state_dir = %q
+[master]
+heartbeat = "500ms"
+dead_after = "10s"
+request_timeout = "30s"
+[slave]
+slots = %d
+join_timeout = "30s"
+kv_timeout = "120s"
+[log]
+level = "warn"
+format = "json"
+`, port, port, filepath.Join(dir, "state"), slots)
+	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	if err := c.spawn("master", "master", "--config", c.config); err != nil {
+		return nil, err
+	}
+	for i := range slaves {
+		if err := c.spawn(fmt.Sprintf("slave-%d", i), "slave", "--config", c.config, "--nats", c.url,
+			"--id", fmt.Sprintf("slave-%d", i)); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		n, err := c.aliveSlaves()
+		if err == nil && n == slaves {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, fmt.Errorf("cluster: %d of %d slaves joined within 60s (last error: %v); logs in %s", n, slaves, err, dir)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func (c *cluster) spawn(name string, args ...string) error {
+	f, err := os.Create(filepath.Join(c.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.flexps, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	f.Close() // the child holds its own descriptor
+	c.procs = append(c.procs, cmd)
+	return nil
+}
+
+// aliveSlaves asks the master how many slaves are up.
+func (c *cluster) aliveSlaves() (int, error) {
+	cfg, err := engine.LoadClusterConfig(c.config)
+	if err != nil {
+		return 0, err
+	}
+	cfg.NATS.URL = c.url
+	cl, err := engine.Dial(*cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	cl.Timeout = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := cl.Status(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range st.Slaves {
+		if s.Alive {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// stop ends the processes (SIGTERM, then SIGKILL after 5 s), slaves first.
+func (c *cluster) stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	c.procs = nil
+}
+
+// submit runs `flexps submit` on a job file and returns the records of
+// its --metrics-out file.
+func (c *cluster) submit(job, metrics, log string) ([]record, error) {
+	_ = os.Remove(metrics)
+	f, err := os.Create(log)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(c.flexps, "submit", "--config", c.config, "--nats", c.url, "--metrics-out", metrics, job)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("flexps submit %s: %w (output in %s)", job, err, log)
+	}
+	return readRecords(metrics)
+}
+
+// record is one line of a --metrics-out file (cmd/flexps/metrics.go).
+type record struct {
+	Type    string             `json:"type"`
+	Epoch   int                `json:"epoch"`
+	Seconds float64            `json:"seconds"`
+	Samples float64            `json:"samples"`
+	Values  map[string]float64 `json:"values"`
+	Metrics map[string]float64 `json:"metrics"`
+	State   string             `json:"state"`
+}
+
+func readRecords(path string) ([]record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for line := 1; sc.Scan(); line++ {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, errors.New(path + ": no records")
+	}
+	return out, nil
+}
