@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -143,6 +144,38 @@ func (c *cluster) stop() {
 		}
 	}
 	c.procs = nil
+}
+
+// cpuSeconds is the CPU time (user + system) the cluster's processes
+// have used so far, from /proc/PID/stat (utime and stime, in USER_HZ =
+// 100 ticks per second on Linux): a job's CPU cost is the difference
+// around it, which a busy machine distorts far less than wall time.
+func (c *cluster) cpuSeconds() (float64, error) {
+	var sum float64
+	for _, p := range c.procs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+		if err != nil {
+			return 0, fmt.Errorf("cpu time: %w", err)
+		}
+		// Fields after the command name, which is in parentheses and may
+		// contain spaces: state is field 3, utime 14 and stime 15.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			return 0, fmt.Errorf("cpu time: /proc/%d/stat: no command name", p.Process.Pid)
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			return 0, fmt.Errorf("cpu time: /proc/%d/stat: unexpected format", p.Process.Pid)
+		}
+		for _, s := range f[11:13] {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return 0, fmt.Errorf("cpu time: /proc/%d/stat: %w", p.Process.Pid, err)
+			}
+			sum += v / 100
+		}
+	}
+	return sum, nil
 }
 
 // submit runs `flexps submit` on a job file and returns the records of

@@ -16,6 +16,7 @@ import (
 type lapseResult struct {
 	epochSecs []float64 // "All workers finished epoch N (epoch: Xs" per epoch
 	testRMSE  float64   // sqrt of the last "(Ep.N) Test loss" (a mean squared error)
+	cpuSecs   float64   // user + system time of all processes
 }
 
 var (
@@ -70,9 +71,13 @@ func runLapse(ctx context.Context, o opts, d dataset, dir string, round int) (la
 		err = start("server", i)
 	}
 	var firstErr error
+	var cpu float64
 	for i, c := range cmds {
 		if werr := c.Wait(); werr != nil && firstErr == nil {
 			firstErr = fmt.Errorf("lapse process %s: %w", logs[i], werr)
+		}
+		if c.ProcessState != nil {
+			cpu += (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
 		}
 	}
 	if err != nil {
@@ -84,7 +89,7 @@ func runLapse(ctx context.Context, o opts, d dataset, dir string, round int) (la
 	if firstErr != nil {
 		return lapseResult{}, firstErr
 	}
-	res := lapseResult{testRMSE: math.NaN()}
+	res := lapseResult{testRMSE: math.NaN(), cpuSecs: cpu}
 	for _, log := range logs[1:] {
 		b, err := os.ReadFile(log)
 		if err != nil {

@@ -208,6 +208,7 @@ type row struct {
 	locCalls, locSecs   float64 // over all epochs
 	locCallsN, locSecsN float64 // epochs 2..N: item blocks only
 	testRMSE            float64
+	cpuSecs             float64 // CPU time of all processes over the whole job
 }
 
 // steady is the mean epoch time without the first epoch (which includes
@@ -249,6 +250,7 @@ init = "uniform:0.1"
 [input.train]
 path = %q
 format = "ratings"
+block_size = 1048576       # 1 MiB: many blocks: the workers' shares come out even (DSGD waits for the slowest)
 
 [[stage]]
 name = "dsgd"
@@ -273,11 +275,19 @@ func measureFlexps(o opts, cl *cluster, d dataset, dir string, round int, v vari
 	if err := os.WriteFile(job, []byte(jobTOML(o, d, v, model)), 0o644); err != nil {
 		return row{}, err
 	}
+	cpu0, err := cl.cpuSeconds()
+	if err != nil {
+		return row{}, err
+	}
 	recs, err := cl.submit(job, base+".jsonl", base+".out")
 	if err != nil {
 		return row{}, err
 	}
-	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN()}
+	cpu1, err := cl.cpuSeconds()
+	if err != nil {
+		return row{}, err
+	}
+	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN(), cpuSecs: cpu1 - cpu0}
 	var stage *record
 	for i := range recs {
 		switch rec := &recs[i]; rec.Type {
@@ -320,5 +330,5 @@ func measureFlexps(o opts, cl *cluster, d dataset, dir string, round int, v vari
 
 func lapseRow(round int, l lapseResult) row {
 	return row{round: round, name: "lapse", label: "(d) Lapse C++", epochSecs: l.epochSecs, localShare: math.NaN(),
-		relocPerSec: math.NaN(), testRMSE: l.testRMSE}
+		relocPerSec: math.NaN(), testRMSE: l.testRMSE, cpuSecs: l.cpuSecs}
 }

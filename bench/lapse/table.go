@@ -17,15 +17,15 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 	fmt.Fprintf(w, "command: %s\n", command())
 	fmt.Fprintf(w, "data: %d training / %d test ratings, %d users x %d items (hidden rank %d, sorted by user); rank %d, %d epochs, batch %d, lr %v, l2 %v; %d slaves x %d workers\n\n",
 		d.rows, d.testRows, o.users, o.items, o.hiddenRank, o.rank, o.epochs, o.batch, o.lr, o.l2, o.slaves, o.slots)
-	fmt.Fprintln(w, "| round | run | epoch s (2..N) | epoch 1 s | local accesses | relocated keys/s | Localize calls | Localize ms/call (all / items) | test RMSE |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| round | run | epoch s (2..N) | epoch 1 s | local accesses | relocated keys/s | Localize calls | Localize ms/call (all / items) | test RMSE | job CPU s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		loc := "-"
 		if r.locCalls > 0 {
 			loc = fmt.Sprintf("%.1f / %.1f", 1e3*r.locSecs/r.locCalls, 1e3*safeDiv(r.locSecsN, r.locCallsN))
 		}
-		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %s | %s | %.0f | %s | %.4f |\n", r.round, r.label, r.steady(), first(r.epochSecs),
-			pct(r.localShare), num(r.relocPerSec), r.locCalls, loc, r.testRMSE)
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %s | %s | %.0f | %s | %.4f | %.1f |\n", r.round, r.label, r.steady(), first(r.epochSecs),
+			pct(r.localShare), num(r.relocPerSec), r.locCalls, loc, r.testRMSE, r.cpuSecs)
 	}
 	fmt.Fprintln(w)
 	ratio := func(name, num, den string, target float64) {
@@ -50,11 +50,27 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 		fmt.Fprintf(w, "- %s: %.2fx median of %d rounds %s%s\n", name, median(rs), len(rs), fmtList(rs), t)
 	}
 	ratio("epoch time (a) static / (b) Localize", "static", "localize", targetRatio)
+	cpuRatio := func(name, num, den string) {
+		var rs []float64
+		for _, a := range rows {
+			for _, b := range rows {
+				if a.name == num && b.name == den && a.round == b.round && b.cpuSecs > 0 {
+					rs = append(rs, a.cpuSecs/b.cpuSecs)
+				}
+			}
+		}
+		if len(rs) > 0 {
+			fmt.Fprintf(w, "- %s: %.2fx median of %d rounds %s\n", name, median(rs), len(rs), fmtList(rs))
+		}
+	}
+	cpuRatio("job CPU time (a) static / (b) Localize", "static", "localize")
 	ratio("epoch time (c) local kind / (b) Localize", "local", "localize", 0)
 	ratio("epoch time (b) flexps Localize / (d) Lapse", "localize", "lapse", 0)
 	if lapseWhy != "" {
 		fmt.Fprintf(w, "- Lapse: not measured: %s\n", lapseWhy)
 	}
+	cpuRatio("job CPU time (b) flexps Localize / (d) Lapse", "localize", "lapse")
+	fmt.Fprintln(w, "- job CPU s: user + system time of all the run's processes (flexps: master with the embedded NATS server and the slaves; Lapse: scheduler and servers) over the whole job, data loading included; less distorted by a busy machine than wall time")
 	fmt.Fprintln(w, "- Localize latency: mean per call from the summed localize_seconds / localize_calls (p50/p99 are not in the summed metrics); \"items\" = epochs 2..N, the per-sub-epoch item blocks only (epoch 1 also localizes each worker's users once)")
 }
 
