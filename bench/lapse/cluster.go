@@ -33,9 +33,16 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startCluster starts `flexps master` and `slaves` x `flexps slave
-// --slots slots`, and waits until `flexps status` lists every slave.
+// startCluster starts `flexps master` and `slaves` x `flexps slave`
+// (--slots in the config), and waits until the master lists every slave.
 func startCluster(flexps, dir string, slaves, slots int) (*cluster, error) {
+	return startClusterWith(flexps, dir, slaves, slots, func(c *cluster, i int) []string {
+		return []string{c.flexps, "slave", "--config", c.config, "--nats", c.url, "--id", fmt.Sprintf("slave-%d", i)}
+	})
+}
+
+// startClusterWith is startCluster with slave i started by slaveArgv(c, i).
+func startClusterWith(flexps, dir string, slaves, slots int, slaveArgv func(c *cluster, i int) []string) (*cluster, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -60,12 +67,11 @@ format = "json"
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	if err := c.spawn("master", "master", "--config", c.config); err != nil {
+	if err := c.spawn("master", c.flexps, "master", "--config", c.config); err != nil {
 		return nil, err
 	}
 	for i := range slaves {
-		if err := c.spawn(fmt.Sprintf("slave-%d", i), "slave", "--config", c.config, "--nats", c.url,
-			"--id", fmt.Sprintf("slave-%d", i)); err != nil {
+		if err := c.spawn(fmt.Sprintf("slave-%d", i), slaveArgv(c, i)...); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -84,12 +90,12 @@ format = "json"
 	}
 }
 
-func (c *cluster) spawn(name string, args ...string) error {
+func (c *cluster) spawn(name string, argv ...string) error {
 	f, err := os.Create(filepath.Join(c.dir, name+".log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(c.flexps, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

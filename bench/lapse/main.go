@@ -97,9 +97,20 @@ func main() {
 	flag.IntVar(&o.seed, "seed", 1, "data seed")
 	flag.IntVar(&o.slaves, "slaves", 2, "slave processes (Lapse: server processes)")
 	flag.IntVar(&o.slots, "slots", 2, "workers per slave (Lapse: worker threads per process)")
-	flag.StringVar(&o.only, "only", "", "comma-separated subset of static,localize,local,lapse")
+	flag.StringVar(&o.only, "only", "", "comma-separated subset of static,localize,local,lapse,probe")
 	flag.DurationVar(&o.lapseTimeout, "lapse-timeout", 20*time.Minute, "give up on a Lapse run after this long")
+	role := flag.String("role", "", "internal: \"slave\" runs a flexps slave with the probe registered (with -config, -nats, -id)")
+	config := flag.String("config", "", "internal (-role slave): cluster TOML")
+	natsURL := flag.String("nats", "", "internal (-role slave): NATS URL")
+	id := flag.String("id", "", "internal (-role slave): slave id")
 	flag.Parse()
+	if *role == "slave" {
+		if err := runSlave(*config, *natsURL, *id); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/lapse slave:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o.rounds = rounds
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/lapse:", err)
@@ -179,7 +190,19 @@ func run(o opts) error {
 			rows = append(rows, lapseRow(r, lr))
 		}
 	}
+	var lat []latency
+	if o.want("probe") {
+		logf("Localize latency probe")
+		pdir := filepath.Join(runDir, "probe")
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
+			return err
+		}
+		if lat, err = runProbe(o, pdir); err != nil {
+			return fmt.Errorf("latency probe: %w", err)
+		}
+	}
 	printTable(os.Stdout, o, d, rows, lapseWhy)
+	printLatency(os.Stdout, o, lat)
 	return nil
 }
 

@@ -71,7 +71,31 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 	}
 	cpuRatio("job CPU time (b) flexps Localize / (d) Lapse", "localize", "lapse")
 	fmt.Fprintln(w, "- job CPU s: user + system time of all the run's processes (flexps: master with the embedded NATS server and the slaves; Lapse: scheduler and servers) over the whole job, data loading included; less distorted by a busy machine than wall time")
-	fmt.Fprintln(w, "- Localize latency: mean per call from the summed localize_seconds / localize_calls (p50/p99 are not in the summed metrics); \"items\" = epochs 2..N, the per-sub-epoch item blocks only (epoch 1 also localizes each worker's users once)")
+	fmt.Fprintln(w, "- Localize latency: mean per call from the summed localize_seconds / localize_calls (p50/p99 are not in the summed metrics: see the probe below); \"items\" = epochs 2..N, the per-sub-epoch item blocks only (epoch 1 also localizes each worker's users once)")
+}
+
+func printLatency(w io.Writer, o opts, lat []latency) {
+	if len(lat) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nLocalize latency (probe: %d workers on %d slave processes, items table %d x %d; a block per sub-epoch as mf.blocked does, then single random keys):\n\n",
+		o.slaves*o.slots, o.slaves, o.items, o.rank)
+	fmt.Fprintln(w, "| call | keys/call | calls | p50 | p99 | mean | p50 per key |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, l := range lat {
+		fmt.Fprintf(w, "| %s | %.0f | %d | %s | %s | %s | %s |\n", l.kind, l.keys, l.calls, dur(l.p50), dur(l.p99), dur(l.avg),
+			dur(time.Duration(float64(l.p50)/l.keys)))
+	}
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
 }
 
 func safeDiv(a, b float64) float64 {
