@@ -95,17 +95,8 @@ func runLapse(ctx context.Context, o opts, d dataset, dir string, round int) (la
 		if err != nil {
 			return res, err
 		}
-		for _, m := range reLapseEpoch.FindAllSubmatch(b, -1) {
-			e, _ := strconv.Atoi(string(m[1]))
-			s, _ := strconv.ParseFloat(string(m[2]), 64)
-			for len(res.epochSecs) < e {
-				res.epochSecs = append(res.epochSecs, 0)
-			}
-			res.epochSecs[e-1] = max(res.epochSecs[e-1], s) // the slowest process
-		}
-		for _, m := range reLapseTest.FindAllSubmatch(b, -1) {
-			v, _ := strconv.ParseFloat(string(m[2]), 64)
-			res.testRMSE = math.Sqrt(v)
+		if err := res.parseLog(b); err != nil {
+			return res, fmt.Errorf("%s: %w", log, err)
 		}
 	}
 	if len(res.epochSecs) != o.epochs {
@@ -124,4 +115,31 @@ func lapseMissing(path string) string {
 		return path + " is not executable"
 	}
 	return ""
+}
+
+// parseLog takes the epoch times (the largest over processes) and the last
+// test loss from one Lapse process's output.
+func (res *lapseResult) parseLog(b []byte) error {
+	for _, m := range reLapseEpoch.FindAllSubmatch(b, -1) {
+		e, err := strconv.Atoi(string(m[1]))
+		if err != nil || e < 1 || e > 1_000_000 {
+			return fmt.Errorf("bad epoch number in %q", m[0])
+		}
+		s, err := strconv.ParseFloat(string(m[2]), 64)
+		if err != nil {
+			return fmt.Errorf("bad epoch time in %q: %w", m[0], err)
+		}
+		for len(res.epochSecs) < e {
+			res.epochSecs = append(res.epochSecs, 0)
+		}
+		res.epochSecs[e-1] = max(res.epochSecs[e-1], s)
+	}
+	for _, m := range reLapseTest.FindAllSubmatch(b, -1) {
+		v, err := strconv.ParseFloat(string(m[2]), 64)
+		if err != nil {
+			return fmt.Errorf("bad test loss in %q: %w", m[0], err)
+		}
+		res.testRMSE = math.Sqrt(v)
+	}
+	return nil
 }
