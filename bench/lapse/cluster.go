@@ -102,6 +102,7 @@ func (c *cluster) spawn(name string, argv ...string) error {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
 	}
+	atCleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	f.Close() // the child holds its own descriptor
 	c.procs = append(c.procs, cmd)
 	return nil

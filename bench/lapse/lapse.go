@@ -63,6 +63,7 @@ func runLapse(ctx context.Context, o opts, d dataset, dir string, round int) (la
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start lapse %s: %w", role, err)
 		}
+		atCleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 		cmds, logs = append(cmds, cmd), append(logs, log)
 		return nil
 	}

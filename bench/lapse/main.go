@@ -42,10 +42,13 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	_ "github.com/flexps/flexps/examples/mf" // the "mf" model evaluator
@@ -97,7 +100,7 @@ func main() {
 	flag.IntVar(&o.seed, "seed", 1, "data seed")
 	flag.IntVar(&o.slaves, "slaves", 2, "slave processes (Lapse: server processes)")
 	flag.IntVar(&o.slots, "slots", 2, "workers per slave (Lapse: worker threads per process)")
-	flag.StringVar(&o.only, "only", "", "comma-separated subset of static,localize,local,lapse,probe")
+	flag.StringVar(&o.only, "only", "", "comma-separated subset of static,localize,local,lapse,probe (prep: only write the data)")
 	flag.DurationVar(&o.lapseTimeout, "lapse-timeout", 20*time.Minute, "give up on a Lapse run after this long")
 	role := flag.String("role", "", "internal: \"slave\" runs a flexps slave with the probe registered (with -config, -nats, -id)")
 	config := flag.String("config", "", "internal (-role slave): cluster TOML")
@@ -112,9 +115,73 @@ func main() {
 		return
 	}
 	o.rounds = rounds
-	if err := run(o); err != nil {
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/lapse:", err)
+		os.Exit(2)
+	}
+	// The cluster's and Lapse's processes run in their own process groups
+	// (so one signal reaches a process and its children): on Ctrl-C or
+	// SIGTERM stop them before exiting, or they would outlive the bench.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-sigs
+		cancel()
+		runCleanups()
+		os.Exit(130)
+	}()
+	if err := run(ctx, o); err != nil {
+		runCleanups()
 		fmt.Fprintln(os.Stderr, "bench/lapse:", err)
 		os.Exit(1)
+	}
+}
+
+// runNames are the parts -only may name ("prep" alone: only write the data).
+var runNames = []string{"static", "localize", "local", "lapse", "probe", "prep"}
+
+func (o opts) check() error {
+	switch {
+	case o.rows < 1 || o.users < 1 || o.items < 1 || o.hiddenRank < 1:
+		return fmt.Errorf("-rows, -users, -items and -hidden-rank must be >= 1")
+	case o.rank < 2: // Lapse aggregates train and test loss in one rank-wide vector
+		return fmt.Errorf("-rank must be >= 2, got %d", o.rank)
+	case o.epochs < 1 || o.batch < 1 || o.slaves < 1 || o.slots < 1:
+		return fmt.Errorf("-epochs, -batch, -slaves and -slots must be >= 1")
+	case !(o.lr > 0) || o.l2 < 0:
+		return fmt.Errorf("-lr must be > 0 and -l2 >= 0")
+	}
+	if o.only != "" {
+		for _, n := range strings.Split(o.only, ",") {
+			if !slices.Contains(runNames, n) {
+				return fmt.Errorf("-only: unknown part %q (want some of %s)", n, strings.Join(runNames, ","))
+			}
+		}
+	}
+	return nil
+}
+
+var (
+	cleanupMu sync.Mutex
+	cleanups  []func()
+)
+
+// atCleanup registers fn to run on an interrupt or a failed run.
+func atCleanup(fn func()) {
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	cleanups = append(cleanups, fn)
+}
+
+func runCleanups() {
+	cleanupMu.Lock()
+	fns := cleanups
+	cleanups = nil
+	cleanupMu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
 	}
 }
 
@@ -122,7 +189,7 @@ func (o opts) want(name string) bool {
 	return o.only == "" || slices.Contains(strings.Split(o.only, ","), name)
 }
 
-func run(o opts) error {
+func run(ctx context.Context, o opts) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return err
 	}
@@ -180,7 +247,7 @@ func run(o opts) error {
 		}
 		if o.want("lapse") && lapseWhy == "" {
 			logf("round %d: lapse", r)
-			lr, err := runLapse(context.Background(), o, d, runDir, r)
+			lr, err := runLapse(ctx, o, d, runDir, r)
 			if err != nil {
 				// Keep the flexps figures: say why Lapse has none.
 				lapseWhy = err.Error()
