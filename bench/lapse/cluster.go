@@ -196,7 +196,11 @@ func (c *cluster) submit(job, metrics, log string) ([]record, error) {
 	defer f.Close()
 	cmd := exec.Command(c.flexps, "submit", "--config", c.config, "--nats", c.url, "--metrics-out", metrics, job)
 	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("flexps submit %s: %w", job, err)
+	}
+	atCleanup(func() { _ = cmd.Process.Kill() }) // ErrProcessDone once reaped
+	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("flexps submit %s: %w (output in %s)", job, err, log)
 	}
 	return readRecords(metrics)
