@@ -185,6 +185,37 @@ func (c *cluster) cpuSeconds() (float64, error) {
 	return sum, nil
 }
 
+// runQueueSeconds is how long the threads of the cluster's processes have
+// been runnable but waiting for a CPU (the second field of
+// /proc/PID/task/TID/schedstat, in ns, summed over threads). Around a job
+// it tells a busy machine (long waits) from a job that idles by itself
+// (barriers, locks, the network: short waits, low CPU).
+func (c *cluster) runQueueSeconds() (float64, error) {
+	var sum float64
+	for _, p := range c.procs {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.Process.Pid))
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil {
+				continue // the thread ended meanwhile
+			}
+			f := strings.Fields(string(b))
+			if len(f) < 2 {
+				return 0, fmt.Errorf("%s: unexpected format %q", t, b)
+			}
+			ns, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", t, err)
+			}
+			sum += ns / 1e9
+		}
+	}
+	return sum, nil
+}
+
 // submit runs `flexps submit` on a job file and returns the records of
 // its --metrics-out file.
 func (c *cluster) submit(job, metrics, log string) ([]record, error) {

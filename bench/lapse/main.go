@@ -299,6 +299,7 @@ type row struct {
 	locCallsN, locSecsN float64 // epochs 2..N: item blocks only
 	testRMSE            float64
 	cpuSecs             float64 // CPU time of all processes over the whole job
+	runQueue            float64 // seconds their threads waited for a CPU (NaN: not measured)
 }
 
 // steady is the mean epoch time without the first epoch (which includes
@@ -369,6 +370,10 @@ func measureFlexps(o opts, cl *cluster, d dataset, dir string, round int, v vari
 	if err != nil {
 		return row{}, err
 	}
+	rq0, err := cl.runQueueSeconds()
+	if err != nil {
+		return row{}, err
+	}
 	recs, err := cl.submit(job, base+".jsonl", base+".out")
 	if err != nil {
 		return row{}, err
@@ -377,7 +382,11 @@ func measureFlexps(o opts, cl *cluster, d dataset, dir string, round int, v vari
 	if err != nil {
 		return row{}, err
 	}
-	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN(), cpuSecs: cpu1 - cpu0}
+	rq1, err := cl.runQueueSeconds()
+	if err != nil {
+		return row{}, err
+	}
+	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN(), cpuSecs: cpu1 - cpu0, runQueue: rq1 - rq0}
 	var stage *record
 	for i := range recs {
 		switch rec := &recs[i]; rec.Type {
@@ -420,5 +429,5 @@ func measureFlexps(o opts, cl *cluster, d dataset, dir string, round int, v vari
 
 func lapseRow(round int, l lapseResult) row {
 	return row{round: round, name: "lapse", label: "(d) Lapse C++", epochSecs: l.epochSecs, localShare: math.NaN(),
-		relocPerSec: math.NaN(), testRMSE: l.testRMSE, cpuSecs: l.cpuSecs}
+		relocPerSec: math.NaN(), testRMSE: l.testRMSE, cpuSecs: l.cpuSecs, runQueue: math.NaN()}
 }

@@ -17,15 +17,19 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 	fmt.Fprintf(w, "command: %s\n", command())
 	fmt.Fprintf(w, "data: %d training / %d test ratings, %d users x %d items (hidden rank %d, sorted by user); rank %d, %d epochs, batch %d, lr %v, l2 %v; %d slaves x %d workers\n\n",
 		d.rows, d.testRows, o.users, o.items, o.hiddenRank, o.rank, o.epochs, o.batch, o.lr, o.l2, o.slaves, o.slots)
-	fmt.Fprintln(w, "| round | run | epoch s (2..N) | epoch 1 s | local accesses | relocated keys/s | Localize calls | Localize ms/call (all / items) | test RMSE | job CPU s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| round | run | epoch s (2..N) | epoch 1 s | local accesses | relocated keys/s | Localize calls | Localize ms/call (all / items) | test RMSE | job CPU s | run-queue wait s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		loc := "-"
 		if r.locCalls > 0 {
 			loc = fmt.Sprintf("%.1f / %.1f", 1e3*r.locSecs/r.locCalls, 1e3*safeDiv(r.locSecsN, r.locCallsN))
 		}
-		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %s | %s | %.0f | %s | %.4f | %.1f |\n", r.round, r.label, r.steady(), first(r.epochSecs),
-			pct(r.localShare), num(r.relocPerSec), r.locCalls, loc, r.testRMSE, r.cpuSecs)
+		rq := "-"
+		if !math.IsNaN(r.runQueue) {
+			rq = fmt.Sprintf("%.1f", r.runQueue)
+		}
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %s | %s | %.0f | %s | %.4f | %.1f | %s |\n", r.round, r.label, r.steady(), first(r.epochSecs),
+			pct(r.localShare), num(r.relocPerSec), r.locCalls, loc, r.testRMSE, r.cpuSecs, rq)
 	}
 	fmt.Fprintln(w)
 	ratio := func(name, num, den string, target float64) {
@@ -71,6 +75,7 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 	}
 	cpuRatio("job CPU time (b) flexps Localize / (d) Lapse", "localize", "lapse")
 	fmt.Fprintln(w, "- job CPU s: user + system time of all the run's processes (flexps: master with the embedded NATS server and the slaves; Lapse: scheduler and servers) over the whole job, data loading included; less distorted by a busy machine than wall time")
+	fmt.Fprintln(w, "- run-queue wait s: seconds the flexps processes' threads were runnable but waiting for a CPU during the job (/proc/PID/task/*/schedstat): high on a busy machine")
 	fmt.Fprintln(w, "- Localize latency: mean per call from the summed localize_seconds / localize_calls (p50/p99 are not in the summed metrics: see the probe below); \"items\" = epochs 2..N, the per-sub-epoch item blocks only (epoch 1 also localizes each worker's users once)")
 }
 
