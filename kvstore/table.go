@@ -27,10 +27,11 @@ type TableClient struct {
 	buf     []float64
 	spans   []span
 
-	lv     *live       // this slave's ownership state of the table (nil: hosts no shard)
-	lc     *locCache   // where moved keys were last found
-	synced uint64      // lv.moves when the worker last had no Add in flight across a move
-	lsc    liveScratch // scratch for in-memory access to a dynamic table
+	lv     *live        // this slave's ownership state of the table (nil: hosts no shard)
+	lc     *locCache    // where moved keys were last found
+	synced uint64       // lv.moves when the worker last had no Add in flight across a move
+	lsc    liveScratch  // scratch for in-memory access to a dynamic table
+	csc    classScratch // a dynamic batch's keys by where they live
 }
 
 type span struct {

@@ -2,6 +2,8 @@ package kvstore
 
 import (
 	"fmt"
+
+	"github.com/flexps/flexps/kvstore/ownership"
 )
 
 // dyn reports whether keys of this table have moved through this slave,
@@ -185,6 +187,34 @@ func (t *TableClient) byRoute(keys []uint64, idx []int) map[int][]int {
 	return g
 }
 
+// classScratch holds a batch's keys split by where they are, reused from
+// call to call.
+type classScratch struct {
+	hIdx, gIdx, rIdx []int    // positions: in the home shard here, guests here, elsewhere
+	hKeys, gKeys     []uint64 // their keys, for the two local stores
+	hBuf, gBuf       []float64
+}
+
+// classify splits keys by where they live now (move lock held for
+// reading): this slave's home shard, its guests, or another slave.
+func (t *TableClient) classify(keys []uint64, sc *classScratch) {
+	lv := t.lv
+	sc.hIdx, sc.gIdx, sc.rIdx = sc.hIdx[:0], sc.gIdx[:0], sc.rIdx[:0]
+	sc.hKeys, sc.gKeys = sc.hKeys[:0], sc.gKeys[:0]
+	self := ownership.NodeID(lv.self)
+	for i, k := range keys {
+		h := ownership.NodeID(t.dir.Owner(k))
+		switch {
+		case !lv.node.OwnsAt(k, h):
+			sc.rIdx = append(sc.rIdx, i)
+		case h == self:
+			sc.hIdx, sc.hKeys = append(sc.hIdx, i), append(sc.hKeys, k)
+		default:
+			sc.gIdx, sc.gKeys = append(sc.gIdx, i), append(sc.gKeys, k)
+		}
+	}
+}
+
 // getLive issues a read of a dynamic table: keys this slave owns from
 // memory now, the others from their homes (which forward to the owner)
 // or the owners the worker learned; the caller waits for the read.
@@ -195,55 +225,69 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 	if err := t.lockRoutes(); err != nil {
 		return nil, err
 	}
-	var local, remote []int
-	for i, k := range keys {
-		if lv.node.Owns(k) {
-			local = append(local, i)
-		} else {
-			remote = append(remote, i)
-		}
-	}
+	sc := &t.csc
+	t.classify(keys, sc)
+	moves := lv.moves.Load()
 	lv.mu.RUnlock()
 	p := t.begin(out)
 	fail := func(err error) (*pending, error) {
 		c.release(p)
 		return nil, err
 	}
-	if err := t.sendGets(p, keys, remote); err != nil {
+	if err := t.sendGets(p, keys, sc.rIdx); err != nil {
 		return fail(err)
 	}
-	if len(local) > 0 {
-		lk := make([]uint64, len(local))
-		for j, i := range local {
-			lk[j] = keys[i]
+	if len(sc.hIdx)+len(sc.gIdx) == 0 {
+		return p, nil
+	}
+	if err := t.waitLocal(append(sc.hKeys, sc.gKeys...)); err != nil {
+		return fail(err)
+	}
+	if stamped {
+		p.note(t.localStamp())
+	}
+	lv.mu.RLock()
+	if lv.moves.Load() != moves {
+		// Keys moved while the read waited at the gate: classify the
+		// local ones again; those that left go to their homes.
+		var again []int
+		again = append(append(again, sc.hIdx...), sc.gIdx...)
+		sub := make([]uint64, len(again))
+		for j, i := range again {
+			sub[j] = keys[i]
 		}
-		if err := t.waitLocal(lk); err != nil {
-			return fail(err)
-		}
-		if stamped {
-			p.note(t.localStamp())
-		}
-		// Keys that left while the read waited go to their homes.
-		var here []uint64
-		var herePos, gone []int
-		lv.mu.RLock()
-		for j, i := range local {
-			if lv.node.Owns(lk[j]) {
-				here, herePos = append(here, lk[j]), append(herePos, i)
-			} else {
-				gone = append(gone, i)
+		var sc2 classScratch
+		t.classify(sub, &sc2)
+		remap := func(idx []int) []int {
+			for j := range idx {
+				idx[j] = again[idx[j]]
 			}
+			return idx
 		}
-		buf := make([]float64, len(here)*w)
-		lv.get(here, buf, w, &t.lsc)
-		lv.mu.RUnlock()
-		for j, i := range herePos {
-			copy(out[i*w:(i+1)*w], buf[j*w:(j+1)*w])
-		}
-		c.stats.LocalKeys += int64(len(here))
-		if err := t.sendGets(p, keys, gone); err != nil {
-			return fail(err)
-		}
+		sc.hIdx, sc.hKeys = remap(sc2.hIdx), sc2.hKeys
+		sc.gIdx, sc.gKeys = remap(sc2.gIdx), sc2.gKeys
+		sc.rIdx = remap(sc2.rIdx)
+	} else {
+		sc.rIdx = sc.rIdx[:0]
+	}
+	sc.hBuf = grow(sc.hBuf, len(sc.hKeys)*w)
+	sc.gBuf = grow(sc.gBuf, len(sc.gKeys)*w)
+	if len(sc.hKeys) > 0 {
+		lv.home.Get(sc.hKeys, sc.hBuf)
+	}
+	if len(sc.gKeys) > 0 {
+		lv.guest.Get(sc.gKeys, sc.gBuf)
+	}
+	lv.mu.RUnlock()
+	for j, i := range sc.hIdx {
+		copy(out[i*w:(i+1)*w], sc.hBuf[j*w:(j+1)*w])
+	}
+	for j, i := range sc.gIdx {
+		copy(out[i*w:(i+1)*w], sc.gBuf[j*w:(j+1)*w])
+	}
+	c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))
+	if err := t.sendGets(p, keys, sc.rIdx); err != nil {
+		return fail(err)
 	}
 	return p, nil
 }
@@ -278,26 +322,34 @@ func (t *TableClient) writeLive(keys []uint64, vals []float64, op Op) error {
 	if err := t.lockRoutes(); err != nil {
 		return err
 	}
-	var local, remote []int
-	for i, k := range keys {
-		if lv.node.Owns(k) {
-			local = append(local, i)
-		} else {
-			remote = append(remote, i)
+	sc := &t.csc
+	t.classify(keys, sc)
+	gather := func(buf []float64, idx []int) []float64 {
+		buf = grow(buf, len(idx)*w)
+		for j, i := range idx {
+			copy(buf[j*w:(j+1)*w], vals[i*w:(i+1)*w])
 		}
+		return buf
 	}
-	if len(local) > 0 {
-		lk := make([]uint64, len(local))
-		lvals := make([]float64, len(local)*w)
-		for j, i := range local {
-			lk[j] = keys[i]
-			copy(lvals[j*w:(j+1)*w], vals[i*w:(i+1)*w])
+	for _, part := range []struct {
+		st   Store
+		keys []uint64
+		idx  []int
+		buf  *[]float64
+	}{{lv.home, sc.hKeys, sc.hIdx, &sc.hBuf}, {lv.guest, sc.gKeys, sc.gIdx, &sc.gBuf}} {
+		if len(part.keys) == 0 {
+			continue
 		}
-		lv.add(lk, lvals, w, op == OpSet, &t.lsc)
+		*part.buf = gather(*part.buf, part.idx)
+		if op == OpSet {
+			part.st.Set(part.keys, *part.buf)
+		} else {
+			part.st.Add(part.keys, *part.buf)
+		}
 	}
 	lv.mu.RUnlock()
-	c.stats.LocalKeys += int64(len(local))
-	for h, is := range t.byRoute(keys, remote) {
+	c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))
+	for h, is := range t.byRoute(keys, sc.rIdx) {
 		for a := 0; a < len(is); a += t.maxKeys {
 			b := min(a+t.maxKeys, len(is))
 			ks := make([]uint64, b-a)

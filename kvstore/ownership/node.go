@@ -108,6 +108,28 @@ func (n *Node) Owns(k uint64) bool {
 	return ok
 }
 
+// OwnsAt is Owns for a key whose home the caller already computed (the
+// hot path of a worker's batch: one lookup, none on empty maps).
+func (n *Node) OwnsAt(k uint64, home NodeID) bool {
+	if len(n.incoming) > 0 {
+		if _, ok := n.incoming[k]; ok {
+			return false
+		}
+	}
+	if home == n.ID {
+		if len(n.moved) == 0 {
+			return true
+		}
+		_, away := n.moved[k]
+		return !away
+	}
+	if len(n.guests) == 0 {
+		return false
+	}
+	_, ok := n.guests[k]
+	return ok
+}
+
 // Counts are the keys this node holds as a guest and its home keys owned elsewhere.
 func (n *Node) Counts() (guests, away int) { return len(n.guests), len(n.moved) }
 
