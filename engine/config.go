@@ -136,9 +136,11 @@ type KVSect struct {
 
 // kvTransport resolves [kv] transport for slaves in their own process
 // (local false) or sharing one (local true).
-func (k KVSect) kvTransport(local bool) string {
+func (k KVSect) kvTransport(local, busTLS bool) string {
 	if k.Transport == "" || k.Transport == "auto" {
-		if local {
+		// The direct data plane authenticates peers but does not encrypt:
+		// on a cluster whose bus is encrypted, auto keeps KV traffic on it.
+		if local || busTLS {
 			return "nats"
 		}
 		return "tcp"
