@@ -161,6 +161,21 @@ func (c *Client) Status(ctx context.Context, id string) (status.Cluster, error) 
 	return rep.Cluster, nil
 }
 
+// StatusPage lists at most limit tasks (0: all that fit one message)
+// submitted before task before ("": the newest), with the slaves; the
+// result's Omitted counts the older tasks left out (ask again with before
+// = the oldest task of this page).
+func (c *Client) StatusPage(ctx context.Context, limit int, before string) (status.Cluster, error) {
+	var rep proto.StatusReply
+	if err := c.request(ctx, c.subj.Status(), proto.StatusRequest{Limit: limit, Before: before}, &rep); err != nil {
+		return rep.Cluster, err
+	}
+	if rep.Error != "" {
+		return rep.Cluster, errors.New(rep.Error)
+	}
+	return rep.Cluster, nil
+}
+
 // Cancel stops a task.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	var rep proto.CtlReply

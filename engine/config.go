@@ -104,6 +104,7 @@ type MasterSect struct {
 	Aging          float64  `toml:"aging"`           // prioritized: points per second waited; default 1
 	RequestTimeout Duration `toml:"request_timeout"` // control requests; default 10s
 	KeepTasks      int      `toml:"keep_tasks"`      // ended tasks kept for status; default 1000
+	KeepTasksFor   Duration `toml:"keep_tasks_for"`  // and for at most this long after they ended; 0: no age limit
 }
 
 // SlaveSect configures a slave.

@@ -30,7 +30,7 @@ const DefaultListen = "127.0.0.1:4222"
 func (c *ClusterConfig) masterConfig(log zerolog.Logger, paths *datastore.PathPolicy) master.Config {
 	return master.Config{Paths: paths,
 		Cluster: c.Cluster, Heartbeat: c.Heartbeat(), DeadAfter: c.FailureTimeout(),
-		Policy: c.Master.Policy, Aging: c.Master.Aging, KeepTasks: c.Master.KeepTasks, RequestTimeout: time.Duration(c.Master.RequestTimeout),
+		Policy: c.Master.Policy, Aging: c.Master.Aging, KeepTasks: c.Master.KeepTasks, KeepTasksFor: time.Duration(c.Master.KeepTasksFor), RequestTimeout: time.Duration(c.Master.RequestTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), BlockSize: int64(c.Data.BlockSize), HDFS: c.HDFSConfig(), Log: log,
 	}
 }

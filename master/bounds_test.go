@@ -117,3 +117,25 @@ func TestStatusFitsOneMessage(t *testing.T) {
 		t.Fatal("the newest task was left out")
 	}
 }
+
+// Ended tasks are also dropped keep_tasks_for after they ended; running
+// ones never.
+func TestEndedTasksExpireByAge(t *testing.T) {
+	h := newHarnessWith(t, "sequential", bus.EmbeddedOptions{}, func(c *Config) { c.KeepTasksFor = time.Hour })
+	old := h.submit(oneStage("old", 1, nil)) // no slave: fails at once
+	h.wait(old, "ended", status.Task.Ended)
+	h.clk.Advance(2 * time.Hour)
+	recent := h.submit(oneStage("recent", 1, nil))
+	h.wait(recent, "ended", status.Task.Ended)
+	cl, err := h.m.Status("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cl.Tasks) != 1 || cl.Tasks[0].ID != recent {
+		t.Fatalf("tasks after an hour and a half: %+v, want only %s", cl.Tasks, recent)
+	}
+	h.clk.Advance(2 * time.Hour)
+	if cl, _ := h.m.Status(""); len(cl.Tasks) != 0 {
+		t.Fatalf("tasks after both expired: %+v", cl.Tasks)
+	}
+}

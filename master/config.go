@@ -38,6 +38,7 @@ type Config struct {
 	HDFS           hdfs.Config
 	Paths          *datastore.PathPolicy // where tasks may read and write (nil: anywhere)
 	KeepTasks      int                   // ended tasks kept for status, oldest dropped first; default 1000
+	KeepTasksFor   time.Duration         // ended tasks are also dropped this long after they ended (0: never by age)
 	// StateDir keeps a record of each queued or running task that has a
 	// [checkpoint] dir, so a restarted master resumes it from its last
 	// checkpoint; empty: off (flexps run's in-process master).

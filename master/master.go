@@ -346,8 +346,9 @@ func maxWorkers(t *tasks.MultiStageTask) int {
 	return n
 }
 
-// pruneLocked drops the oldest ended tasks beyond KeepTasks, so a master
-// that runs for months keeps bounded memory.
+// pruneLocked drops the oldest ended tasks beyond KeepTasks, and those
+// that ended more than KeepTasksFor ago, so a master that runs for months
+// keeps bounded memory.
 func (m *Master) pruneLocked() {
 	ended := 0
 	for _, id := range m.order {
@@ -355,15 +356,20 @@ func (m *Master) pruneLocked() {
 			ended++
 		}
 	}
-	if ended <= m.cfg.KeepTasks {
+	drop := max(ended-m.cfg.KeepTasks, 0)
+	var cutoff time.Time
+	if m.cfg.KeepTasksFor > 0 {
+		cutoff = m.cfg.Now().Add(-m.cfg.KeepTasksFor)
+	}
+	if drop == 0 && cutoff.IsZero() {
 		return
 	}
-	drop := ended - m.cfg.KeepTasks
 	kept := m.order[:0]
 	for _, id := range m.order {
-		if drop > 0 && m.tasks[id].isEnded() {
+		tr := m.tasks[id]
+		if tr.isEnded() && (drop > 0 || !cutoff.IsZero() && tr.finishedBefore(cutoff)) {
 			delete(m.tasks, id)
-			drop--
+			drop = max(drop-1, 0)
 			continue
 		}
 		kept = append(kept, id)
@@ -383,6 +389,9 @@ func (m *Master) onStatus(msg *nats.Msg) {
 	if err != nil {
 		rep.Error = err.Error()
 	}
+	if req.ID == "" {
+		rep.Tasks, rep.Omitted = statusPage(rep.Tasks, req.Before, req.Limit)
+	}
 	// The answer must fit one NATS message: leave out the oldest tasks
 	// (the reply says how many; each stays readable by its id).
 	limit := int(m.nc.MaxPayload()) - 1024
@@ -398,9 +407,31 @@ func (m *Master) onStatus(msg *nats.Msg) {
 	m.reply(msg, rep)
 }
 
+// statusPage is the page of tasks (in submission order) submitted before
+// task before ("": all), at most limit of them (0: no limit), the newest
+// kept; omitted counts the older ones left out.
+func statusPage(tasks []status.Task, before string, limit int) (page []status.Task, omitted int) {
+	if before != "" {
+		end := len(tasks)
+		for i, t := range tasks {
+			if t.ID == before {
+				end = i
+				break
+			}
+		}
+		tasks = tasks[:end]
+	}
+	if limit > 0 && len(tasks) > limit {
+		omitted = len(tasks) - limit
+		tasks = tasks[omitted:]
+	}
+	return tasks, omitted
+}
+
 // Status reports one task (id != "") or all, and the slaves.
 func (m *Master) Status(id string) (status.Cluster, error) {
 	m.mu.Lock()
+	m.pruneLocked()
 	runs := make([]*taskRun, 0, len(m.order))
 	for _, tid := range m.order {
 		if id == "" || tid == id {

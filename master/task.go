@@ -95,6 +95,13 @@ func (t *taskRun) touched(slave string) bool {
 	return t.used[slave]
 }
 
+// finishedBefore reports whether the task ended before t.
+func (t *taskRun) finishedBefore(at time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.status.Finished.IsZero() && t.status.Finished.Before(at)
+}
+
 // isEnded reports whether the task's goroutine finished.
 func (t *taskRun) isEnded() bool {
 	select {

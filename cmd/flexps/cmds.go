@@ -355,29 +355,42 @@ func submitCmd(g *globals) *cobra.Command {
 }
 
 func statusCmd(g *globals) *cobra.Command {
-	var cf clusterFlags
+	var (
+		cf     clusterFlags
+		limit  int
+		before string
+	)
 	c := &cobra.Command{
 		Use:   "status [TASK]",
 		Short: "List tasks and slaves of a running master",
 		Args:  args(func(n int) bool { return n <= 1 }, "at most one task id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if limit < 0 {
+				return &usageError{fmt.Sprintf("--limit must be >= 0, got %d", limit)}
+			}
 			c, err := cf.dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			id := ""
+			var rep status.Cluster
 			if len(a) == 1 {
-				id = a[0]
+				rep, err = c.Status(cmd.Context(), a[0])
+			} else {
+				rep, err = c.StatusPage(cmd.Context(), limit, before)
 			}
-			rep, err := c.Status(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
 			printStatus(cmd.OutOrStdout(), rep)
+			if rep.Omitted > 0 && len(rep.Tasks) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%d older tasks not shown: flexps status --limit %d --before %s\n", rep.Omitted, max(limit, len(rep.Tasks)), rep.Tasks[0].ID)
+			}
 			return nil
 		},
 	}
+	c.Flags().IntVar(&limit, "limit", 0, "show at most this many tasks, the newest (0: as many as fit one answer)")
+	c.Flags().StringVar(&before, "before", "", "show tasks submitted before this task id (the next page)")
 	cf.register(c.Flags(), clientNATSHelp)
 	return c
 }

@@ -90,6 +90,12 @@ type SubmitReply struct {
 // StatusRequest asks for one task ("" for all).
 type StatusRequest struct {
 	ID string `json:"id,omitempty"`
+	// A page of the task list (ID empty): at most Limit tasks (0: all
+	// that fit one message), the newest first dropped last, submitted
+	// before task Before ("" = the newest). The reply's Omitted counts the
+	// older tasks left out: ask again with Before = the oldest task shown.
+	Limit  int    `json:"limit,omitempty"`
+	Before string `json:"before,omitempty"`
 }
 
 // StatusReply answers a StatusRequest.
