@@ -67,6 +67,15 @@ func TestThousandTasksMemoryBounded(t *testing.T) {
 	if len(rep.Tasks) > keep {
 		t.Errorf("status lists %d ended tasks, keep_tasks is %d", len(rep.Tasks), keep)
 	}
+	// Paging through the list: ten at a time, newest first.
+	page, err := l.StatusPage(context.Background(), 10, "")
+	if err != nil || len(page.Tasks) != 10 || page.Omitted != len(rep.Tasks)-10 {
+		t.Fatalf("first page: %d tasks, %d omitted, %v", len(page.Tasks), page.Omitted, err)
+	}
+	next, err := l.StatusPage(context.Background(), 10, page.Tasks[0].ID)
+	if err != nil || len(next.Tasks) != 10 || next.Omitted != len(rep.Tasks)-20 || next.Tasks[9].ID == page.Tasks[0].ID {
+		t.Fatalf("second page: %d tasks, %d omitted, %v", len(next.Tasks), next.Omitted, err)
+	}
 	if after > base+20 {
 		t.Errorf("heap grew from %.1f MB to %.1f MB over %d more tasks: ended tasks leak", base, after, total-100)
 	}
