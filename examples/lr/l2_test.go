@@ -1,12 +1,9 @@
 package lr_test
 
 import (
-	"bufio"
 	"context"
 	"math"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,26 +19,11 @@ import (
 // readLibsvm reads a LIBSVM file as flexps does (1-based ids).
 func readLibsvm(t *testing.T, path string) *datastore.Records {
 	t.Helper()
-	f, err := os.Open(path)
+	r, err := datastore.ReadAll(context.Background(), path, "libsvm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	format, err := datastore.NewFormat("libsvm", datastore.FormatOptions{IndexBase: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r datastore.Records
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		if err := format.ParseLine(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &r
+	return r
 }
 
 // trainModel runs one lr.sgd stage and returns the saved weights and

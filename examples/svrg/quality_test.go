@@ -1,7 +1,7 @@
 package svrg_test
 
 import (
-	"bufio"
+	"context"
 	"math"
 	"os"
 	"os/exec"
@@ -20,27 +20,11 @@ import (
 // records reads a LIBSVM file (1-based ids, as flexps reads it).
 func records(t *testing.T, path string) *datastore.Records {
 	t.Helper()
-	f, err := os.Open(path)
+	r, err := datastore.ReadAll(context.Background(), path, "libsvm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	format, err := datastore.NewFormat("libsvm", datastore.FormatOptions{IndexBase: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r datastore.Records
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		if err := format.ParseLine(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &r
+	return r
 }
 
 // objectiveOf is (1/n) sum log-loss(b + w.x) + l2/2 ||w||^2 (b not

@@ -1,7 +1,6 @@
 package svrg_test
 
 import (
-	"bufio"
 	"context"
 	"math"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/examples/lr"
@@ -125,25 +123,7 @@ func values(t *testing.T, m *tasks.Model, name string) []float64 {
 // reference computes the objective and the full gradient at w directly.
 func reference(t *testing.T, path string, w []float64, l2 float64) (float64, []float64) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	format, err := datastore.NewFormat("libsvm", datastore.FormatOptions{IndexBase: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r datastore.Records
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		if err := format.ParseLine(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r := records(t, path)
 	grad := make([]float64, len(w))
 	loss := 0.0
 	for i := 0; i < r.Len(); i++ {
