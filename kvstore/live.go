@@ -141,6 +141,7 @@ type liveScratch struct {
 	hk, gk []uint64
 	hi, gi []int
 	hv, gv []float64
+	tmp    []float64 // get's staging buffer
 }
 
 // get reads keys (all owned here) into out.
@@ -148,7 +149,8 @@ func (lv *live) get(keys []uint64, out []float64, w int, sc *liveScratch) {
 	if len(keys) == 0 {
 		return
 	}
-	tmp := make([]float64, len(keys)*w)
+	sc.tmp = grow(sc.tmp, len(keys)*w)
+	tmp := sc.tmp
 	lv.split(keys, nil, w, sc, func(st Store, ks []uint64, _ []float64, idx []int) {
 		st.Get(ks, tmp[:len(ks)*w])
 		for j, i := range idx {

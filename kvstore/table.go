@@ -30,7 +30,6 @@ type TableClient struct {
 	lv     *live        // this slave's ownership state of the table (nil: hosts no shard)
 	lc     *locCache    // where moved keys were last found
 	synced uint64       // lv.moves when the worker last had no Add in flight across a move
-	lsc    liveScratch  // scratch for in-memory access to a dynamic table
 	csc    classScratch // a dynamic batch's keys by where they live
 }
 
