@@ -215,23 +215,7 @@ func TestClientsProperty(t *testing.T) {
 				request(cl, Get, ks)
 			}
 		}
-		for k := uint64(0); k < keys; k++ {
-			owners := 0
-			for i, nd := range nodes {
-				if nd.Owns(k) {
-					owners++
-					if stores[i][k] != want[k] {
-						t.Fatalf("key %d = %v, want %v", k, stores[i][k], want[k])
-					}
-				}
-				if nd.Incoming(k) {
-					t.Fatalf("key %d still incoming at %d", k, i)
-				}
-			}
-			if owners != 1 {
-				t.Fatalf("key %d has %d owners", k, owners)
-			}
-		}
+		checkFinal(t, nodes, stores, want, keys)
 		for i, cl := range clients {
 			if cl.InFlight() != 0 {
 				t.Fatalf("client %d has %d requests in flight at quiescence", i, cl.InFlight())

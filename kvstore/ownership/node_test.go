@@ -98,22 +98,28 @@ func TestRelocationProperty(t *testing.T) {
 				run(at, nodes[at].StartLocalize([]uint64{k}))
 			}
 		}
-		for k := uint64(0); k < keys; k++ {
-			owners := 0
-			for i, nd := range nodes {
-				if nd.Owns(k) {
-					owners++
-					if stores[i][k] != want[k] {
-						t.Fatalf("key %d = %v, want %v", k, stores[i][k], want[k])
-					}
-				}
-				if nd.Incoming(k) {
-					t.Fatalf("key %d still incoming at %d", k, i)
+		checkFinal(t, nodes, stores, want, keys)
+	})
+}
+
+// checkFinal checks the settled state: every key has exactly one owner,
+// which holds the sequential model's value, and nothing is in flight.
+func checkFinal(t *rapid.T, nodes []*Node, stores []map[uint64]float64, want map[uint64]float64, keys uint64) {
+	for k := uint64(0); k < keys; k++ {
+		owners := 0
+		for i, nd := range nodes {
+			if nd.Owns(k) {
+				owners++
+				if stores[i][k] != want[k] {
+					t.Fatalf("key %d = %v, want %v", k, stores[i][k], want[k])
 				}
 			}
-			if owners != 1 {
-				t.Fatalf("key %d has %d owners", k, owners)
+			if nd.Incoming(k) {
+				t.Fatalf("key %d still incoming at %d", k, i)
 			}
 		}
-	})
+		if owners != 1 {
+			t.Fatalf("key %d has %d owners", k, owners)
+		}
+	}
 }
