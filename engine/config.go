@@ -105,6 +105,9 @@ type MasterSect struct {
 	RequestTimeout Duration `toml:"request_timeout"` // control requests; default 10s
 	KeepTasks      int      `toml:"keep_tasks"`      // ended tasks kept for status; default 1000
 	KeepTasksFor   Duration `toml:"keep_tasks_for"`  // and for at most this long after they ended; 0: no age limit
+	// DefaultReplicas: replicas of a table that sets none (capped at the
+	// task's slaves); default 2 for a cluster, 1 for flexps run.
+	DefaultReplicas int `toml:"default_replicas"`
 }
 
 // SlaveSect configures a slave.

@@ -31,7 +31,8 @@ func (c *ClusterConfig) masterConfig(log zerolog.Logger, paths *datastore.PathPo
 	return master.Config{Paths: paths,
 		Cluster: c.Cluster, Heartbeat: c.Heartbeat(), DeadAfter: c.FailureTimeout(),
 		Policy: c.Master.Policy, Aging: c.Master.Aging, KeepTasks: c.Master.KeepTasks, KeepTasksFor: time.Duration(c.Master.KeepTasksFor), RequestTimeout: time.Duration(c.Master.RequestTimeout),
-		KVTimeout: time.Duration(c.Slave.KVTimeout), BlockSize: int64(c.Data.BlockSize), HDFS: c.HDFSConfig(), Log: log,
+		DefaultReplicas: c.Master.DefaultReplicas,
+		KVTimeout:       time.Duration(c.Slave.KVTimeout), BlockSize: int64(c.Data.BlockSize), HDFS: c.HDFSConfig(), Log: log,
 	}
 }
 
@@ -173,6 +174,10 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 		// turn a stall of the whole process (GC, a loaded machine) into a
 		// failed run.
 		cfg.Membership.FailureTimeout = Duration(LocalFailureTimeout)
+	}
+	if cfg.Master.DefaultReplicas == 0 {
+		// Its slaves share one process: a replica would only cost.
+		cfg.Master.DefaultReplicas = 1
 	}
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
 	if err != nil {

@@ -40,6 +40,28 @@ type TableSpec struct {
 	Partition Partition `json:"partition" toml:"partition"`   // range or hash (default range)
 	ChunkSize uint64    `json:"chunk_size" toml:"chunk_size"` // keys per chunk for GetChunk/AddChunk (default 1024)
 	Init      string    `json:"init" toml:"init"`             // "zero" (default) or "uniform:<a>" for U(-a, a), seeded by key
+	// Replicas is how many slaves hold each shard: the owner and
+	// Replicas-1 backups that apply every Add before it is acknowledged,
+	// so a slave's death loses no acknowledged update. 0 lets the master
+	// choose (ResolveReplicas).
+	Replicas int `json:"replicas" toml:"replicas"`
+}
+
+// MaxReplicas bounds TableSpec.Replicas.
+const MaxReplicas = 8
+
+// ResolveReplicas is the number of replicas a table placed on hosts slaves
+// gets: its own setting, or def (the cluster's default, capped at the
+// number of hosts) when it has none. A setting above the number of hosts
+// is an error naming the table.
+func (s TableSpec) ResolveReplicas(hosts, def int) (int, error) {
+	if s.Replicas == 0 {
+		return max(1, min(def, hosts)), nil
+	}
+	if s.Replicas > hosts {
+		return 0, fmt.Errorf("%w: table %q: replicas = %d, but the task's tables are on %d slave(s): each replica needs its own slave", ErrBadSpec, s.Name, s.Replicas, hosts)
+	}
+	return s.Replicas, nil
 }
 
 // ErrBadSpec is wrapped by every TableSpec validation error.
@@ -105,6 +127,9 @@ func (s TableSpec) Validate() error {
 	}
 	if _, err := parseInit(s.Init); err != nil {
 		return bad("init", "%v", err)
+	}
+	if s.Replicas < 0 || s.Replicas > MaxReplicas {
+		return bad("replicas", "must be in [1, %d] (0 or unset: the cluster's default), got %d", MaxReplicas, s.Replicas)
 	}
 	return nil
 }

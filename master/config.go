@@ -20,6 +20,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/hdfs"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/master/membership"
 	"github.com/rs/zerolog"
 )
@@ -43,7 +44,12 @@ type Config struct {
 	// [checkpoint] dir, so a restarted master resumes it from its last
 	// checkpoint; empty: off (flexps run's in-process master).
 	StateDir string
-	Log      zerolog.Logger
+	// DefaultReplicas is the replicas of a table that sets none, capped at
+	// the slaves holding the task's tables; default 2 (a slave's death
+	// loses nothing). flexps run's in-process cluster uses 1: its slaves
+	// share one process, so a replica would protect nothing.
+	DefaultReplicas int
+	Log             zerolog.Logger
 	Now      func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
@@ -74,6 +80,12 @@ func (c *Config) defaults() error {
 	}
 	if c.KeepTasks <= 0 {
 		c.KeepTasks = 1000
+	}
+	if c.DefaultReplicas <= 0 {
+		c.DefaultReplicas = 2
+	}
+	if c.DefaultReplicas > kvstore.MaxReplicas {
+		return fmt.Errorf("master: default replicas %d is above %d", c.DefaultReplicas, kvstore.MaxReplicas)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

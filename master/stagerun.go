@@ -239,7 +239,18 @@ func (t *taskRun) createTables() error {
 	if len(hosts) == 0 {
 		return errors.New("no live slave to host the tables")
 	}
+	replicas := make([]int, len(t.spec.Tables))
+	for i, spec := range t.spec.Tables {
+		r, err := spec.ResolveReplicas(len(hosts), m.cfg.DefaultReplicas)
+		if err != nil {
+			return err
+		}
+		replicas[i] = r
+	}
 	t.mu.Lock()
+	for i, r := range replicas {
+		t.spec.Tables[i].Replicas = r
+	}
 	t.hosts = hosts
 	for _, h := range t.hosts {
 		t.used[h] = true
