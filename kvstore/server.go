@@ -145,6 +145,17 @@ func (s *Server) PrepareStage(task string, stage int32, c Consistency, workers i
 	return nil
 }
 
+// FinishRanks counts the given workers of a stage out of its gate, as if
+// each had finished: the master calls it for the workers of a slave that
+// died, so the survivors are not held back waiting for their clocks.
+func (s *Server) FinishRanks(task string, stage int32, ranks []int) {
+	if g := s.Gate(task, stage); g != nil {
+		for _, r := range ranks {
+			g.Finish(r)
+		}
+	}
+}
+
 // EndStage drops a stage's gate.
 func (s *Server) EndStage(task string, stage int32) {
 	if t := s.task(task); t != nil {
