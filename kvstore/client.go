@@ -33,6 +33,11 @@ type ClientConfig struct {
 	// Observer, when set, sees every Get and Add of a table: how long the
 	// call took and whether any of its keys lived on another slave.
 	Observer Observer
+	// Routes, when set, is the task's membership view (Server.Routes, or
+	// NewRoutes for a process hosting no shard): writes to replicated
+	// tables and clocks are kept until acknowledged and re-sent to a dead
+	// slave's successors (retain.go). Needed for replicated tables.
+	Routes *Routes
 }
 
 // Observer receives per-call measurements of a client (metrics).
@@ -64,6 +69,13 @@ type Client struct {
 	reads map[uint64]*pending // reads with replies outstanding, by sequence number
 	free  []*pending          // finished reads, for reuse
 	scan  *scan               // the scan under way, if any
+
+	// With Routes (retain.go).
+	kept    map[uint64]*retained // unacknowledged requests by id
+	spare   []*retained
+	reqID   uint64
+	view    View // the membership view the client routes by
+	suspect bool // a request found no server: wait for the view to change
 }
 
 // ClientStats count what a client did.
@@ -102,6 +114,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		window: cfg.Window * max(MaxKeysPerMessage(cfg.MaxPayload, 1, Float32), 1)}
 	for _, h := range cfg.Hosts {
 		c.ackTo(h)
+	}
+	if cfg.Routes != nil {
+		c.kept = map[uint64]*retained{}
+		c.view = cfg.Routes.View()
 	}
 	return c, nil
 }
@@ -171,6 +187,15 @@ func (c *Client) sendAll(op Op) error {
 			continue
 		}
 		c.msg = Message{Op: op, Task: c.cfg.Task, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock}
+		if c.retaining() {
+			if !c.cfg.Routes.Alive(h) {
+				continue // its gate is gone with it
+			}
+			if err := c.publishClock(h); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := c.publishAcked(h, 1); err != nil {
 			return err
 		}
@@ -216,6 +241,7 @@ func (c *Client) publishAcked(host string, units int) error {
 
 // pending tracks the outstanding replies of one read.
 type pending struct {
+	repl  bool // a read of a replicated table: sent again after a failover
 	seq   uint64
 	out   []float64 // the read's destination
 	width int       // its table's width
@@ -258,14 +284,48 @@ func (pt part) size(width int) int {
 }
 
 // receive handles one message on the inbox: an acknowledgement or a reply
-// to the read p (nil when only acknowledgements are expected).
+// to the read p (nil when only acknowledgements are expected). With
+// Routes, a change of the membership view while it waits re-sends what a
+// dead slave left unacknowledged; a read p that waited for a dead slave
+// then fails with errViewChanged, and its caller sends it again.
 func (c *Client) receive(p *pending) error {
+	err := c.receiveOne(p)
+	if !errors.Is(err, errViewChanged) {
+		return err
+	}
+	if err := c.reroute(); err != nil {
+		if c.err == nil {
+			c.err = err
+		}
+		return err
+	}
+	if p != nil && c.readAffected(p) {
+		if !p.repl {
+			return c.gone(p.host[0])
+		}
+		return errViewChanged
+	}
+	return nil
+}
+
+func (c *Client) receiveOne(p *pending) error {
 	ctx, cancel := context.WithTimeout(c.cfg.Ctx, c.cfg.Timeout)
+	if c.cfg.Routes != nil {
+		if c.view.Changed.Err() != nil {
+			cancel()
+			return errViewChanged
+		}
+		stop := context.AfterFunc(c.view.Changed, cancel)
+		defer stop()
+	}
 	msg, err := c.in.Next(ctx)
 	cancel()
 	if err != nil {
 		if cerr := c.cfg.Ctx.Err(); cerr != nil {
 			return cerr
+		}
+		if c.cfg.Routes != nil && c.view.Changed.Err() != nil {
+			return errViewChanged
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			who := "a shard"
@@ -277,6 +337,12 @@ func (c *Client) receive(p *pending) error {
 		return fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
 	tail := msg.Tail
+	if (msg.NoResponder || msg.Err != nil) && c.cfg.Routes != nil {
+		// A slave died: the membership view will say so (within the
+		// failure timeout), and receive re-sends then.
+		c.suspect = true
+		return nil
+	}
 	if msg.NoResponder {
 		return c.gone(c.hostOf(tail, p))
 	}
@@ -294,6 +360,10 @@ func (c *Client) receive(p *pending) error {
 			if c.err == nil {
 				c.err = errors.New(c.reply.Err)
 			}
+			return nil
+		}
+		if c.reply.Repl {
+			c.acked(c.reply.ReqID)
 			return nil
 		}
 		c.inflight -= int(c.reply.N)

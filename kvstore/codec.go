@@ -32,9 +32,16 @@ const (
 	OpLocalize
 	OpTransfer
 	OpValues
+	// Replication (see replica.go): OpSnapshot carries a page of a shard's
+	// values from its primary to a new backup (Keys, Vals), and, with
+	// N = 1 and no keys, the end of the snapshot with the applied request
+	// ids in Blob; OpFailover is a node's note to itself that the task's
+	// membership changed (handled in line with its requests).
+	OpSnapshot
+	OpFailover
 )
 
-var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range", "scan", "localize", "transfer", "values"}
+var opNames = [...]string{"", "get", "add", "get_range", "add_range", "clock", "finish", "reply", "error", "set", "set_range", "scan", "localize", "transfer", "values", "snapshot", "failover"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -75,6 +82,16 @@ type Message struct {
 	// destination; in a reply, the serving node's index + 1 (0: not said),
 	// which the reader's location cache learns.
 	Node int32
+	// Repl marks a message of a replicated table (the flagRepl section):
+	// ReqID is the client's request id (echoed by the acknowledgement),
+	// Shard the shard the request is for (a node may hold several), Hop 0
+	// from the client and 1, 2, ... down the replica chain; Blob is
+	// OpSnapshot's end marker payload.
+	Repl  bool
+	ReqID uint64
+	Shard int32
+	Hop   uint8
+	Blob  []byte
 }
 
 // ErrCodec is wrapped by every decoding error.
@@ -92,6 +109,7 @@ var ErrCodec = errors.New("kvstore codec")
 //	[flagOwn]   uvarint Node | uvarint count, count x uvarint Pos |
 //	            uvarint count, count x uvarint Versions
 //	[flagFrom]  uvarint From
+//	[flagRepl]  uvarint ReqID | uvarint Shard | byte Hop | uvarint len + Blob
 //
 // dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
 const codecVersion = 1
@@ -103,7 +121,8 @@ const (
 	flagErr
 	flagOwn
 	flagFrom
-	flagAll = flagKeys | flagRange | flagVals | flagErr | flagOwn | flagFrom
+	flagRepl
+	flagAll = flagKeys | flagRange | flagVals | flagErr | flagOwn | flagFrom | flagRepl
 )
 
 func dtypeByte(d DType) byte {
@@ -137,6 +156,9 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	}
 	if m.From != 0 {
 		flags |= flagFrom
+	}
+	if m.Repl {
+		flags |= flagRepl
 	}
 	dt := dtypeByte(m.DType)
 	dst = append(dst, codecVersion, byte(m.Op), flags, dt)
@@ -199,6 +221,13 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	if flags&flagFrom != 0 {
 		dst = binary.AppendUvarint(dst, m.From)
 	}
+	if flags&flagRepl != 0 {
+		dst = binary.AppendUvarint(dst, m.ReqID)
+		dst = binary.AppendUvarint(dst, uint64(m.Shard))
+		dst = append(dst, m.Hop)
+		dst = binary.AppendUvarint(dst, uint64(len(m.Blob)))
+		dst = append(dst, m.Blob...)
+	}
 	return dst
 }
 
@@ -225,7 +254,8 @@ func encodedSize(m *Message) int {
 		2*binary.MaxVarintLen64 + // range
 		binary.MaxVarintLen64 + 8*len(m.Vals) +
 		binary.MaxVarintLen64 + len(m.Err) +
-		binary.MaxVarintLen64*(4+len(m.Pos)+len(m.Versions))
+		binary.MaxVarintLen64*(4+len(m.Pos)+len(m.Versions)) +
+		3*binary.MaxVarintLen64 + 1 + len(m.Blob)
 	return n
 }
 
@@ -287,7 +317,7 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		return fmt.Errorf("%w: unknown version %d", ErrCodec, b[0])
 	}
 	op, flags, dt := Op(b[1]), b[2], b[3]
-	if op < OpGet || op > OpValues {
+	if op < OpGet || op > OpFailover {
 		return fmt.Errorf("%w: bad op %d", ErrCodec, b[1])
 	}
 	if flags&^flagAll != 0 {
@@ -380,6 +410,24 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 	if flags&flagFrom != 0 {
 		if m.From = d.uvarint("from"); d.err == nil && m.From == 0 {
 			d.fail("from flag with zero incarnation")
+		}
+	}
+	m.Repl, m.ReqID, m.Shard, m.Hop, m.Blob = false, 0, 0, 0, nil
+	if flags&flagRepl != 0 {
+		m.Repl = true
+		m.ReqID = d.uvarint("request id")
+		m.Shard = int32(d.uvarintMax("shard", math.MaxInt32))
+		if d.err == nil {
+			if d.i >= len(d.b) {
+				d.fail("truncated hop")
+			} else {
+				m.Hop = d.b[d.i]
+				d.i++
+			}
+		}
+		if n := d.count("blob", 1); d.err == nil && n > 0 {
+			m.Blob = d.b[d.i : d.i+n]
+			d.i += n
 		}
 	}
 	if d.err == nil && d.i != len(b) {

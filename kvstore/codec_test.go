@@ -114,7 +114,7 @@ func TestCodecErrors(t *testing.T) {
 		{"short header", good[:3]},
 		{"version", mut(func(b []byte) []byte { b[0] = 9; return b })},
 		{"op zero", mut(func(b []byte) []byte { b[1] = 0; return b })},
-		{"op high", mut(func(b []byte) []byte { b[1] = byte(OpValues) + 1; return b })},
+		{"op high", mut(func(b []byte) []byte { b[1] = byte(OpFailover) + 1; return b })},
 		{"flags", mut(func(b []byte) []byte { b[2] |= 0x80; return b })},
 		{"dtype", mut(func(b []byte) []byte { b[3] = 7; return b })},
 		{"trailing", append(bytes.Clone(good), 0)},

@@ -119,6 +119,8 @@ type scan struct {
 	seq    uint64
 	page   int
 	open   []bool // a page request of the shard is outstanding
+	cursor []uint64
+	host   []string // where each outstanding page was asked
 	left   int    // shards with a page outstanding
 	fn     func(keys []uint64, vals []float64) error
 	reply  Message
@@ -165,7 +167,7 @@ func (t *TableClient) Scan(fn func(keys []uint64, vals []float64) error) error {
 		}
 	}
 	c.seq++
-	sc := &scan{t: t, seq: c.seq, page: page, open: make([]bool, len(t.hosts)), fn: fn,
+	sc := &scan{t: t, seq: c.seq, page: page, open: make([]bool, len(t.hosts)), cursor: make([]uint64, len(t.hosts)), host: make([]string, len(t.hosts)), fn: fn,
 		prefix: "s" + strconv.FormatUint(c.seq, 10) + "."}
 	c.scan = sc
 	defer func() { c.scan = nil }()
@@ -219,15 +221,40 @@ func (sc *scan) outstandingErr(err error) error {
 func (sc *scan) request(shard int, cursor uint64) error {
 	t, c := sc.t, sc.t.c
 	c.msg = Message{Op: OpScan, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: -1, First: cursor, N: uint32(sc.page), From: c.cfg.Incarnation}
-	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	host := t.hosts[shard]
-	if err := c.send(host, c.inbox+"."+sc.prefix+strconv.Itoa(shard), c.enc); err != nil {
+	host, err := t.hostFor(shard)
+	if err != nil {
 		return t.scanErr(shard, err)
 	}
+	c.enc = AppendMessage(c.enc[:0], &c.msg)
+	if err := c.send(host, c.inbox+"."+sc.prefix+strconv.Itoa(shard), c.enc); err != nil {
+		if !t.repl {
+			return t.scanErr(shard, err)
+		}
+		c.suspect = true // asked again after the failover
+	}
+	if !sc.open[shard] {
+		sc.left++
+	}
+	sc.cursor[shard], sc.host[shard] = cursor, host
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))
 	sc.open[shard] = true
-	sc.left++
+	return nil
+}
+
+// reroute asks a replicated table's shards whose page was awaited from a
+// slave that died for the page again, from their new heads.
+func (sc *scan) reroute() error {
+	if !sc.t.repl {
+		return nil
+	}
+	for sh, open := range sc.open {
+		if open && !sc.t.c.cfg.Routes.Alive(sc.host[sh]) {
+			if err := sc.request(sh, sc.cursor[sh]); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

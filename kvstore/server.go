@@ -3,6 +3,7 @@ package kvstore
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -33,6 +34,7 @@ type Server struct {
 	raw   []byte      // reused by answer for values encoded from storage
 	conv  []float64   // reused for decoded request values
 	keys  []uint64    // reused by scan
+	fwd   []byte      // reused by the handler to pass writes down a replica chain
 	lsc   liveScratch // reused by the handler for dynamic tables
 	later []func()    // gated reads of dynamic tables, parked after the move lock is released
 
@@ -44,6 +46,14 @@ type hostedTask struct {
 	tables map[string]*hostedTable
 	gates  map[int32]*Gate
 	err    error
+
+	// Replication (replica.go); the handler goroutine owns these after
+	// CreateTables.
+	hosts  []string
+	self   int     // this node's index in hosts
+	routes *Routes // the task's membership view, shared with its clients
+	seen   []bool  // the dead hosts the handler has failed over from
+	parked []heldReq
 }
 
 type hostedTable struct {
@@ -52,7 +62,8 @@ type hostedTable struct {
 	dir   Directory
 	shard int
 	store Store
-	live  *live // ownership of the table's keys (Localize)
+	live  *live    // ownership of the table's keys (Localize)
+	repl  *replSet // copies held here, when the table is replicated
 }
 
 // Placement says where a table's shards live: shard i on slave Hosts[i].
@@ -93,8 +104,14 @@ func (s *Server) Close() error {
 // CreateTables creates this slave's shards of the task's tables: shard i of
 // a placement is hosted here when Hosts[i] == self.
 func (s *Server) CreateTables(task, self string, tables []Placement) error {
-	ht := &hostedTask{tables: map[string]*hostedTable{}, gates: map[int32]*Gate{}}
+	ht := &hostedTask{tables: map[string]*hostedTable{}, gates: map[int32]*Gate{}, self: -1}
+	replicated := false
 	for _, p := range tables {
+		if ht.hosts == nil {
+			ht.hosts = slices.Clone(p.Hosts)
+		} else if p.Spec.Replicas > 1 && !slices.Equal(ht.hosts, p.Hosts) {
+			return fmt.Errorf("kvstore: task %s: replicated table %q is placed on other slaves than the task's first table", task, p.Spec.Name)
+		}
 		spec := p.Spec.WithDefaults()
 		if err := spec.Validate(); err != nil {
 			return err
@@ -118,8 +135,30 @@ func (s *Server) CreateTables(task, self string, tables []Placement) error {
 			if err != nil {
 				return err
 			}
-			ht.tables[spec.Name] = &hostedTable{task: task, spec: spec, dir: dir, shard: i, store: store, live: lv}
+			h := &hostedTable{task: task, spec: spec, dir: dir, shard: i, store: store, live: lv}
+			if spec.Replicas > 1 {
+				if spec.Replicas > len(p.Hosts) {
+					return fmt.Errorf("%w: table %q: replicas = %d on %d slaves", ErrBadSpec, spec.Name, spec.Replicas, len(p.Hosts))
+				}
+				if h.repl, err = newReplSet(spec, dir, i, len(p.Hosts), store); err != nil {
+					return err
+				}
+				replicated = true
+				ht.self = i
+			}
+			ht.tables[spec.Name] = h
 		}
+	}
+	ht.routes = NewRoutes(ht.hosts)
+	ht.seen = make([]bool, len(ht.hosts))
+	if replicated {
+		note := AppendMessage(nil, &Message{Op: OpFailover, Task: task})
+		ht.routes.Subscribe(func() {
+			// Handled in line with the requests, on the handler.
+			if err := s.tr.Send(s.node, "", note); err != nil {
+				s.log.Error().Err(err).Str("task", task).Msg("failover note not delivered")
+			}
+		})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,6 +182,29 @@ func (s *Server) PrepareStage(task string, stage int32, c Consistency, workers i
 		t.gates[stage] = NewGate(c, workers)
 	}
 	return nil
+}
+
+// Routes is the membership view of a task hosted here (nil if none): the
+// slave marks deaths on it, and its workers' clients route by it.
+func (s *Server) Routes(task string) *Routes {
+	if t := s.task(task); t != nil {
+		return t.routes
+	}
+	return nil
+}
+
+// PeerDead marks node dead in the view of every task hosted here: the
+// shards it headed fail over to their backups.
+func (s *Server) PeerDead(node string) {
+	s.mu.RLock()
+	ts := make([]*hostedTask, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		ts = append(ts, t)
+	}
+	s.mu.RUnlock()
+	for _, t := range ts {
+		t.routes.MarkDead(node)
+	}
 }
 
 // FinishRanks counts the given workers of a stage out of its gate, as if
@@ -255,6 +317,10 @@ func (s *Server) handle(data []byte, reply string) {
 		s.fail(reply, fmt.Errorf("kvstore: task %s has no shards on this slave", m.Task))
 		return
 	}
+	if m.Op == OpFailover {
+		s.failover(t)
+		return
+	}
 	var ht *hostedTable
 	if m.Op != OpClock && m.Op != OpFinish {
 		t.mu.RLock()
@@ -264,6 +330,15 @@ func (s *Server) handle(data []byte, reply string) {
 			s.fail(reply, fmt.Errorf("kvstore: table %q of task %s is not hosted here", m.Table, m.Task))
 			return
 		}
+	}
+	if ht != nil && ht.repl != nil {
+		if !m.Repl {
+			// A sender that does not know the table is replicated (it
+			// gave no shard): its keys are this node's own shard.
+			m.Repl, m.Shard, m.Hop = true, int32(ht.shard), 0
+		}
+		s.replicated(data, reply, t, ht, m)
+		return
 	}
 	switch m.Op {
 	case OpLocalize, OpTransfer, OpValues:
@@ -283,7 +358,7 @@ func (s *Server) handle(data []byte, reply string) {
 			return
 		}
 		ht.store.Add(m.Keys, m.Vals)
-		s.ack(reply, len(m.Keys))
+		s.ackID(reply, len(m.Keys), m.ReqID)
 	case OpAddRange:
 		if rawLen(m) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {
 			s.fail(reply, fmt.Errorf("kvstore: add_range to %q: bad range or values", m.Table))
@@ -318,12 +393,12 @@ func (s *Server) handle(data []byte, reply string) {
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Advance(int(m.Worker), m.Clock)
 		}
-		s.ack(reply, 1)
+		s.ackID(reply, 1, m.ReqID)
 	case OpFinish:
 		if g := s.gateOf(t, m.Stage); g != nil {
 			g.Finish(int(m.Worker))
 		}
-		s.ack(reply, 1)
+		s.ackID(reply, 1, m.ReqID)
 	default:
 		s.fail(reply, fmt.Errorf("kvstore: unexpected op %s", m.Op))
 	}
@@ -420,9 +495,13 @@ func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable,
 // ack acknowledges n units of a request: the keys it applied (a request
 // forwarded in parts is acknowledged by each node for its part), or 1 for
 // a clock or finish. The client counts units, not messages.
-func (s *Server) ack(reply string, n int) {
+func (s *Server) ack(reply string, n int) { s.ackID(reply, n, 0) }
+
+// ackID acknowledges n units of request id (0: a request without one);
+// the client matches a replicated write's acknowledgement by its id.
+func (s *Server) ackID(reply string, n int, id uint64) {
 	if reply != "" {
-		s.out = AppendMessage(s.out[:0], &Message{Op: OpReply, N: uint32(n)})
+		s.out = AppendMessage(s.out[:0], &Message{Op: OpReply, N: uint32(n), Repl: id != 0, ReqID: id})
 		s.send(reply, s.out)
 	}
 }

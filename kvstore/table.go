@@ -1,7 +1,9 @@
 package kvstore
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -27,6 +29,11 @@ type TableClient struct {
 	buf     []float64
 	spans   []span
 
+	// repl: the table is replicated and the client routes by the
+	// membership view: writes go to each shard's chain head, kept until
+	// acknowledged (retain.go); reads go to the head.
+	repl bool
+
 	lv     *live        // this slave's ownership state of the table (nil: hosts no shard)
 	lc     *locCache    // where moved keys were last found
 	synced uint64       // lv.moves when the worker last had no Add in flight across a move
@@ -49,6 +56,10 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 	}
 	t := &TableClient{c: c, spec: spec, dir: dir, hosts: p.Hosts, local: make([]Store, len(p.Hosts)),
 		maxKeys: MaxKeysPerMessage(c.cfg.MaxPayload, spec.Width, spec.DType)}
+	t.repl = spec.Replicas > 1 && c.cfg.Routes != nil
+	if t.repl && !slices.Equal(c.cfg.Routes.Hosts(), p.Hosts) {
+		return nil, fmt.Errorf("kvstore: table %q is placed on other slaves than the task's routes name", spec.Name)
+	}
 	t.lc = newLocCache(dir.Owner)
 	_, _, contiguous := dir.Bounds(0)
 	t.keyed = !contiguous
@@ -156,18 +167,25 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 	if c.cfg.Observer != nil {
 		defer t.observe(OpGet, time.Now(), c.stats.Requests)
 	}
-	p, stamp, err := t.startGet(keys, out, stamped, false)
-	if err != nil || p == nil {
-		return stamp, err
+	for {
+		p, stamp, err := t.startGet(keys, out, stamped, false)
+		if err != nil || p == nil {
+			return stamp, err
+		}
+		err = t.wait(p)
+		st, ok := p.stamp, p.stamped
+		c.release(p)
+		if errors.Is(err, errViewChanged) {
+			continue // a slave died: read again from the new heads
+		}
+		if err != nil {
+			return -1, err
+		}
+		if !ok {
+			return -1, nil
+		}
+		return st, nil
 	}
-	defer c.release(p)
-	if err := t.wait(p); err != nil {
-		return -1, err
-	}
-	if !p.stamped {
-		return -1, nil
-	}
-	return p.stamp, nil
 }
 
 // startGet issues a read: requests for remote keys are sent, keys in this
@@ -290,7 +308,7 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 		for i, ps := range t.g.Pos(s) {
 			copy(t.buf[i*w:(i+1)*w], deltas[int(ps)*w:int(ps+1)*w])
 		}
-		if st := t.local[s]; st != nil && t.readStatic(func() { st.Add(ks, t.buf) }) {
+		if st := t.local[s]; st != nil && !t.repl && t.readStatic(func() { st.Add(ks, t.buf) }) {
 			c.stats.LocalKeys += int64(len(ks))
 			continue
 		}
@@ -298,7 +316,7 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
 				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
-			if err := c.publishAcked(t.hosts[s], j-i); err != nil {
+			if err := t.publish(s, j-i); err != nil {
 				return err
 			}
 		}
@@ -335,14 +353,14 @@ func (t *TableClient) set(keys []uint64, vals []float64) error {
 		for i, ps := range t.g.Pos(s) {
 			copy(t.buf[i*w:(i+1)*w], vals[int(ps)*w:int(ps+1)*w])
 		}
-		if st := t.local[s]; st != nil && t.readStatic(func() { st.Set(ks, t.buf) }) {
+		if st := t.local[s]; st != nil && !t.repl && t.readStatic(func() { st.Set(ks, t.buf) }) {
 			continue
 		}
 		for i := 0; i < len(ks); i += t.maxKeys {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpSet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker,
 				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
-			if err := c.publishAcked(t.hosts[s], j-i); err != nil {
+			if err := t.publish(s, j-i); err != nil {
 				return err
 			}
 		}
@@ -380,21 +398,50 @@ func (t *TableClient) begin(out []float64) *pending {
 		p = &pending{}
 	}
 	p.seq, p.left, p.parts, p.host = c.seq, 0, p.parts[:0], p.host[:0]
-	p.out, p.width, p.err = out, t.spec.Width, nil
+	p.out, p.width, p.err, p.repl = out, t.spec.Width, nil, t.repl
 	p.stamp, p.stamped = -1, false
 	c.reads[p.seq] = p
 	return p
 }
 
+// publish sends c.msg, a write of units keys to shard, acknowledged
+// asynchronously: to the shard's host, or its chain's head when the
+// table is replicated.
+func (t *TableClient) publish(shard, units int) error {
+	if t.repl {
+		return t.c.publishRepl(t, shard, units)
+	}
+	return t.c.publishAcked(t.hosts[shard], units)
+}
+
+// hostFor is the host serving shard's reads now.
+func (t *TableClient) hostFor(shard int) (string, error) {
+	if !t.repl {
+		return t.hosts[shard], nil
+	}
+	h, ok := t.c.cfg.Routes.Head(shard, t.spec.Replicas)
+	if !ok {
+		return "", fmt.Errorf("%w: table %q shard %d: no live slave left", ErrShardLost, t.spec.Name, shard)
+	}
+	t.c.msg.Repl, t.c.msg.Shard = true, int32(shard)
+	return h, nil
+}
+
 // request sends c.msg to the owner of shard as part of read p.
 func (t *TableClient) request(p *pending, shard int, pt part) error {
 	c := t.c
-	host := t.hosts[shard]
+	host, err := t.hostFor(shard)
+	if err != nil {
+		return err
+	}
 	reply := c.inbox + ".g" + strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(len(p.parts))
 	c.msg.From = c.cfg.Incarnation
 	c.enc = AppendMessage(c.enc[:0], &c.msg)
 	if err := c.send(host, reply, c.enc); err != nil {
-		return err
+		if !t.repl {
+			return err
+		}
+		c.suspect = true // its answer comes after the failover: wait reads again
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))

@@ -114,6 +114,9 @@ func (t *TableClient) localizeAsync(keys []uint64) error {
 	if t.lv == nil {
 		return fmt.Errorf("kvstore: localize on %q: slave %q hosts no shard of the table", t.spec.Name, c.cfg.Self)
 	}
+	if t.spec.Replicas > 1 {
+		return fmt.Errorf("kvstore: localize on %q: the table has replicas = %d; relocation moves keys of unreplicated tables only (set replicas = 1 on tables a stage localizes)", t.spec.Name, t.spec.Replicas)
+	}
 	for _, k := range keys {
 		if k >= t.spec.Size {
 			return fmt.Errorf("kvstore: localize on %q: key %d out of range [0, %d)", t.spec.Name, k, t.spec.Size)
@@ -391,6 +394,14 @@ func (t *TableClient) Owned(key uint64) bool {
 // read is gated at the worker's clock when it is issued, so a read issued
 // before Clock may be one iteration staler than a Get issued after it.
 func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
+	if t.repl {
+		// A replicated table's read may have to be sent again after a
+		// failover, which needs its keys: read now.
+		if err := t.Get(keys, out); err != nil {
+			return nil, err
+		}
+		return Done{}, nil
+	}
 	p, _, err := t.startGet(keys, out, false, true)
 	if err != nil {
 		return nil, err

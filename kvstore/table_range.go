@@ -1,6 +1,9 @@
 package kvstore
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Range and chunk operations. Under a contiguous partitioning (range) a
 // key range splits into one span per owner and travels as range messages
@@ -180,6 +183,16 @@ func (t *TableClient) split(first uint64, n int, off int) {
 }
 
 func (t *TableClient) getSpans(out []float64) error {
+	for {
+		err := t.getSpansOnce(out)
+		if !errors.Is(err, errViewChanged) {
+			return err
+		}
+		// A slave died: read again from the shards' new heads.
+	}
+}
+
+func (t *TableClient) getSpansOnce(out []float64) error {
 	c := t.c
 	if c.err != nil {
 		return c.err
@@ -235,7 +248,7 @@ func (t *TableClient) writeSpans(op Op, vals []float64) error {
 	}
 	w := t.spec.Width
 	for _, sp := range t.spans {
-		if st := t.local[sp.shard]; st != nil && t.readStatic(func() {
+		if st := t.local[sp.shard]; st != nil && !t.repl && t.readStatic(func() {
 			v := vals[sp.off*w : (sp.off+sp.n)*w]
 			if op == OpSetRange {
 				st.SetRange(sp.first, sp.n, v)
@@ -250,7 +263,7 @@ func (t *TableClient) writeSpans(op Op, vals []float64) error {
 			m := min(t.maxKeys, sp.n-i)
 			c.msg = Message{Op: op, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
 				First: sp.first + uint64(i), N: uint32(m), Width: uint16(w), DType: t.spec.DType, Vals: vals[(sp.off+i)*w : (sp.off+i+m)*w]}
-			if err := c.publishAcked(t.hosts[sp.shard], m); err != nil {
+			if err := t.publish(sp.shard, m); err != nil {
 				return err
 			}
 		}

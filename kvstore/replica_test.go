@@ -1,0 +1,241 @@
+package kvstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/kvstore/transport"
+	"github.com/rs/zerolog"
+)
+
+// replCluster is n in-process nodes hosting one replicated table, each
+// with its own membership view (as separate processes have).
+type replCluster struct {
+	tr      *transport.Mem
+	hosts   []string
+	servers []*Server
+	spec    TableSpec
+}
+
+func newReplCluster(t *testing.T, n int, spec TableSpec) *replCluster {
+	t.Helper()
+	rc := &replCluster{tr: transport.NewMem(), spec: spec}
+	for i := range n {
+		rc.hosts = append(rc.hosts, fmt.Sprintf("n%d", i))
+	}
+	for _, h := range rc.hosts {
+		s, err := NewServer(rc.tr, h, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateTables("t", h, []Placement{{Spec: spec, Hosts: rc.hosts}}); err != nil {
+			t.Fatal(err)
+		}
+		rc.servers = append(rc.servers, s)
+		t.Cleanup(func() { s.Close() })
+	}
+	return rc
+}
+
+// kill stops node i's server (its queued requests are lost, as with
+// kill -9) and tells the others, as the membership broadcast does.
+func (rc *replCluster) kill(i int) {
+	rc.servers[i].Close()
+	for j, s := range rc.servers {
+		if j != i {
+			s.PeerDead(rc.hosts[i])
+		}
+	}
+}
+
+func (rc *replCluster) client(t *testing.T, ctx context.Context, i int, worker int32) (*Client, *TableClient) {
+	t.Helper()
+	c, err := NewClient(ClientConfig{Transport: rc.tr, Task: "t", Worker: worker, Self: rc.hosts[i], Server: rc.servers[i],
+		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[i].Routes("t"), Ctx: ctx, Timeout: 10 * time.Second, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := c.Table(Placement{Spec: rc.spec, Hosts: rc.hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tc
+}
+
+// adder is one worker adding 1 to random keys; acked[k] counts its Adds
+// of k a Flush confirmed, sent[k] every Add of k it sent.
+type adder struct {
+	acked, sent []float64
+}
+
+func TestReplicatedAddsSurviveDeaths(t *testing.T) {
+	cases := []struct {
+		name     string
+		nodes    int
+		spec     TableSpec
+		kills    []int // nodes killed one after the other, with Adds going on
+		rounds   int
+		keysEach int
+	}{
+		{"dense range R2 3 nodes", 3, TableSpec{Name: "w", Size: 300, Replicas: 2}, []int{1}, 400, 40},
+		{"sparse hash R2 3 nodes", 3, TableSpec{Name: "w", Size: 1 << 30, Storage: Sparse, Partition: HashPartition, Replicas: 2}, []int{2}, 400, 40},
+		{"float32 R3 4 nodes", 4, TableSpec{Name: "w", Size: 400, DType: Float32, Replicas: 3}, []int{0}, 400, 40},
+		{"R2 4 nodes two deaths", 4, TableSpec{Name: "w", Size: 400, Replicas: 2}, []int{1, 2}, 600, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := newReplCluster(t, tc.nodes, tc.spec)
+			keyspace := min(tc.spec.Size, 400)
+			keyOf := func(i int) uint64 {
+				if tc.spec.Size > 400 {
+					return uint64(i) * 2654435761 % tc.spec.Size
+				}
+				return uint64(i)
+			}
+			adders := make([]*adder, tc.nodes)
+			ctxs := make([]context.CancelFunc, tc.nodes)
+			var wg sync.WaitGroup
+			phase := make([]chan struct{}, len(tc.kills)+1) // closed when a kill happened
+			for i := range phase {
+				phase[i] = make(chan struct{})
+			}
+			errs := make(chan error, tc.nodes)
+			var kills, afterKills atomic.Int64 // kills done; rounds finished after the last
+			for i := range tc.nodes {
+				a := &adder{acked: make([]float64, keyspace), sent: make([]float64, keyspace)}
+				adders[i] = a
+				ctx, cancel := context.WithCancel(context.Background())
+				ctxs[i] = cancel
+				c, tbl := rc.client(t, ctx, i, int32(i))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer c.Close()
+					rng := rand.New(rand.NewPCG(uint64(i), 7))
+					pending := make([]float64, keyspace)
+					for r := range tc.rounds {
+						keys := make([]uint64, tc.keysEach)
+						idx := make([]int, tc.keysEach)
+						seen := map[int]bool{}
+						for j := range keys {
+							k := rng.IntN(int(keyspace))
+							for seen[k] {
+								k = (k + 1) % int(keyspace)
+							}
+							seen[k] = true
+							idx[j], keys[j] = k, keyOf(k)
+						}
+						ones := make([]float64, len(keys)*tc.spec.WithDefaults().Width)
+						for j := range ones {
+							ones[j] = 1
+						}
+						if err := tbl.Add(keys, ones); err != nil {
+							if ctx.Err() != nil {
+								return
+							}
+							errs <- fmt.Errorf("worker %d round %d add: %w", i, r, err)
+							return
+						}
+						for _, k := range idx {
+							a.sent[k]++
+							pending[k]++
+						}
+						if r%3 == 2 {
+							if err := c.Flush(); err != nil {
+								if ctx.Err() != nil {
+									return
+								}
+								errs <- fmt.Errorf("worker %d round %d flush: %w", i, r, err)
+								return
+							}
+							for k, v := range pending {
+								a.acked[k] += v
+								pending[k] = 0
+							}
+						}
+						if kills.Load() == int64(len(tc.kills)) {
+							afterKills.Add(1)
+						}
+						// Every read checks the table is served whatever died.
+						out := make([]float64, len(keys)*tc.spec.WithDefaults().Width)
+						if err := tbl.Get(keys, out); err != nil {
+							if ctx.Err() != nil {
+								return
+							}
+							errs <- fmt.Errorf("worker %d round %d get: %w", i, r, err)
+							return
+						}
+					}
+					if err := c.Flush(); err != nil && ctx.Err() == nil {
+						errs <- fmt.Errorf("worker %d final flush: %w", i, err)
+						return
+					}
+					for k, v := range pending {
+						a.acked[k] += v
+					}
+				}()
+			}
+			for _, victim := range tc.kills {
+				time.Sleep(20 * time.Millisecond)
+				ctxs[victim]() // its worker stops where it is
+				rc.kill(victim)
+				kills.Add(1)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if afterKills.Load() == 0 {
+				t.Fatal("the workers finished before the kills: the test proves nothing (raise rounds)")
+			}
+			t.Logf("%d rounds after the kills", afterKills.Load())
+			// Read everything back through a survivor.
+			alive := 0
+			for i := range tc.nodes {
+				dead := false
+				for _, v := range tc.kills {
+					dead = dead || v == i
+				}
+				if !dead {
+					alive = i
+					break
+				}
+			}
+			c, tbl := rc.client(t, context.Background(), alive, -1)
+			defer c.Close()
+			keys := make([]uint64, keyspace)
+			for k := range keys {
+				keys[k] = keyOf(k)
+			}
+			w := tc.spec.WithDefaults().Width
+			out := make([]float64, len(keys)*w)
+			if err := tbl.Get(keys, out); err != nil {
+				t.Fatal(err)
+			}
+			for k := range keys {
+				var lo, hi float64
+				for i, a := range adders {
+					dead := false
+					for _, v := range tc.kills {
+						dead = dead || v == i
+					}
+					lo += a.acked[k]
+					if dead {
+						hi += a.sent[k]
+					} else {
+						hi += a.acked[k]
+					}
+				}
+				if got := out[k*w]; got < lo || got > hi {
+					t.Fatalf("key %d = %v, want in [%v, %v] (every acknowledged Add, at most the dead workers' unacknowledged ones)", keys[k], got, lo, hi)
+				}
+			}
+		})
+	}
+}
