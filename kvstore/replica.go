@@ -46,7 +46,7 @@ type replica struct {
 	store   Store
 	ready   bool              // holds the shard's data (false: waiting for a snapshot)
 	applied map[string]uint64 // highest request id applied, by reply address
-	queue   []heldReq          // chain writes that came before the snapshot ended
+	queue   []heldReq         // chain writes that came before the snapshot ended
 }
 
 // heldReq is a request kept to be handled again.

@@ -121,7 +121,7 @@ type scan struct {
 	open   []bool // a page request of the shard is outstanding
 	cursor []uint64
 	host   []string // where each outstanding page was asked
-	left   int    // shards with a page outstanding
+	left   int      // shards with a page outstanding
 	fn     func(keys []uint64, vals []float64) error
 	reply  Message
 	prefix string // "s<seq>."
