@@ -187,24 +187,53 @@ func (s *Server) PrepareStage(task string, stage int32, c Consistency, workers i
 // Routes is the membership view of a task hosted here (nil if none): the
 // slave marks deaths on it, and its workers' clients route by it.
 func (s *Server) Routes(task string) *Routes {
+	if s == nil {
+		return nil
+	}
 	if t := s.task(task); t != nil {
 		return t.routes
 	}
 	return nil
 }
 
+// Replicated reports whether every table of a task hosted here is
+// replicated (a slave's death then costs the task nothing).
+func (s *Server) Replicated(task string) bool {
+	t := s.task(task)
+	if t == nil {
+		return false
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, ht := range t.tables {
+		if ht.repl == nil {
+			return false
+		}
+	}
+	return len(t.tables) > 0
+}
+
 // PeerDead marks node dead in the view of every task hosted here: the
-// shards it headed fail over to their backups.
-func (s *Server) PeerDead(node string) {
+// shards it headed fail over to their backups. It returns the tasks whose
+// tables are all replicated (Replicated), sorted: their stages go on.
+func (s *Server) PeerDead(node string) []string {
 	s.mu.RLock()
-	ts := make([]*hostedTask, 0, len(s.tasks))
-	for _, t := range s.tasks {
-		ts = append(ts, t)
+	ids := make([]string, 0, len(s.tasks))
+	for id := range s.tasks {
+		ids = append(ids, id)
 	}
 	s.mu.RUnlock()
-	for _, t := range ts {
-		t.routes.MarkDead(node)
+	slices.Sort(ids)
+	var survive []string
+	for _, id := range ids {
+		if t := s.task(id); t != nil {
+			t.routes.MarkDead(node)
+			if s.Replicated(id) {
+				survive = append(survive, id)
+			}
+		}
 	}
+	return survive
 }
 
 // FinishRanks counts the given workers of a stage out of its gate, as if

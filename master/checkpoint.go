@@ -238,6 +238,7 @@ func (t *taskRun) kvClient() (*kvstore.Client, error) {
 	return kvstore.NewClient(kvstore.ClientConfig{
 		Transport: transport.NewNATS(m.nc, m.subj.SlaveKV), Task: t.spec.ID, Stage: -1, Worker: -1,
 		Hosts: t.hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: m.cfg.KVTimeout, Ctx: t.ctx,
+		Routes: t.routes,
 	})
 }
 

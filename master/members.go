@@ -144,6 +144,7 @@ func (m *Master) applyLocked(acts []membership.Action, req proto.JoinRequest) []
 				log.Info().Msg("slave left")
 			}
 			for _, tr := range m.tasks {
+				tr.hostDied(a.Slave)
 				if tr.uses(a.Slave) {
 					fails = append(fails, taskFailure{tr, a.Slave, err})
 				}

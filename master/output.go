@@ -27,6 +27,7 @@ func (t *taskRun) writeOutput() error {
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
 		Transport: transport.NewNATS(m.nc, m.subj.SlaveKV), Task: t.spec.ID, Stage: -1, Worker: -1,
 		Hosts: t.hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: m.cfg.KVTimeout, Ctx: t.ctx,
+		Routes: t.routes,
 	})
 	if err != nil {
 		return fmt.Errorf("output: %w", err)

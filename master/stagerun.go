@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/master/assign"
 	"github.com/flexps/flexps/master/lifecycle"
 	"github.com/flexps/flexps/scheduler"
@@ -227,6 +228,17 @@ func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
 	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: w})
 }
 
+// hostDied marks slave dead in the routes of the task's KV clients: the
+// master's model reads go to a replicated shard's new head.
+func (t *taskRun) hostDied(slave string) {
+	t.mu.Lock()
+	r := t.routes
+	t.mu.Unlock()
+	if r != nil {
+		r.MarkDead(slave)
+	}
+}
+
 // createTables creates the task's tables on the live slaves the first
 // time a stage needs them, and loads a resumed task's checkpoint into
 // them.
@@ -252,6 +264,7 @@ func (t *taskRun) createTables() error {
 		t.spec.Tables[i].Replicas = r
 	}
 	t.hosts = hosts
+	t.routes = kvstore.NewRoutes(hosts)
 	for _, h := range t.hosts {
 		t.used[h] = true
 	}

@@ -40,6 +40,7 @@ type taskRun struct {
 	mu      sync.Mutex
 	status  status.Task
 	hosts   []string        // shard hosts
+	routes  *kvstore.Routes // which shard hosts are alive, for the master's KV clients
 	modelAt string          // slave retaining the last stage's model (direct transfer)
 	used    map[string]bool // every slave the task touched
 	holding map[string]int  // slots held now

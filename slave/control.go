@@ -72,7 +72,10 @@ type Event struct {
 	OneSlave  bool  // EvStartStage: the stage runs all its workers on one slave
 	Hosts     []string
 	Node      string // EvPeerDead
-	Reason    string
+	// Survivable, EvPeerDead: tasks whose tables are all replicated: the
+	// dead slave's shards fail over, so their stages go on.
+	Survivable []string
+	Reason     string
 	Report    proto.WorkerEvent // EvWorkerReport
 }
 
@@ -280,7 +283,7 @@ func (c *Control) peerDead(ev Event) []Action {
 		t := c.tasks[id]
 		for _, k := range slices.Sorted(maps.Keys(t.stages)) {
 			st := t.stages[k]
-			if st.stopped || len(st.running) == 0 || !slices.Contains(st.hosts, ev.Node) {
+			if st.stopped || len(st.running) == 0 || !slices.Contains(st.hosts, ev.Node) || slices.Contains(ev.Survivable, id) {
 				continue
 			}
 			st.stopped = true

@@ -429,7 +429,11 @@ func (s *Slave) step(ev Event) {
 // PeerDead tells the slave that node died: workers of stages whose shards
 // live there fail with an error naming it instead of waiting on it.
 func (s *Slave) PeerDead(node, reason string) {
-	s.step(Event{Kind: EvPeerDead, Node: node, Reason: reason})
+	var survive []string
+	if s.kv != nil {
+		survive = s.kv.PeerDead(node) // replicated shards fail over
+	}
+	s.step(Event{Kind: EvPeerDead, Node: node, Reason: reason, Survivable: survive})
 }
 
 // onMasterAlive notes the master's sign of life. Another instance than
