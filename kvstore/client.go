@@ -176,7 +176,7 @@ func (c *Client) Finish() error {
 
 func (c *Client) sendAll(op Op) error {
 	for _, h := range c.cfg.Hosts {
-		if h == c.cfg.Self && c.cfg.Server != nil {
+		if h == c.cfg.Self && c.cfg.Server != nil && !c.retaining() {
 			if g := c.cfg.Server.Gate(c.cfg.Task, c.cfg.Stage); g != nil {
 				if op == OpClock {
 					g.Advance(int(c.cfg.Worker), c.clock)

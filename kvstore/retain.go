@@ -24,6 +24,7 @@ type retained struct {
 	units    int
 	shard    int // -1: a clock or finish for host
 	replicas int
+	table    *TableClient // a write's table (its unacked count)
 }
 
 // errViewChanged is returned by receiveOne when the membership view
@@ -53,8 +54,9 @@ func (c *Client) publishRepl(t *TableClient, shard, units int) error {
 	e := c.newRetained()
 	e.data = AppendMessage(e.data[:0], &c.msg)
 	e.reply = c.ackTo(t.spec.Name + "#" + strconv.Itoa(shard))
-	e.units, e.shard, e.replicas, e.host = units, shard, t.spec.Replicas, host
+	e.units, e.shard, e.replicas, e.host, e.table = units, shard, t.spec.Replicas, host, t
 	c.kept[c.reqID] = e
+	t.unacked[shard]++
 	c.inflight += units
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(e.data))
@@ -80,7 +82,7 @@ func (c *Client) publishClock(host string) error {
 	c.msg.From, c.msg.Repl, c.msg.ReqID = c.cfg.Incarnation, true, c.reqID
 	e := c.newRetained()
 	e.data = AppendMessage(e.data[:0], &c.msg)
-	e.reply, e.units, e.shard, e.host = c.ackTo(host), 1, -1, host
+	e.reply, e.units, e.shard, e.host, e.table = c.ackTo(host), 1, -1, host, nil
 	c.kept[c.reqID] = e
 	c.inflight++
 	c.stats.Requests++
@@ -107,6 +109,10 @@ func (c *Client) acked(id uint64) {
 	}
 	delete(c.kept, id)
 	c.inflight -= e.units
+	if e.table != nil {
+		e.table.unacked[e.shard]--
+		e.table = nil
+	}
 	if len(c.spare) < 256 {
 		c.spare = append(c.spare, e)
 	}

@@ -184,14 +184,23 @@ func (s *Server) PrepareStage(task string, stage int32, c Consistency, workers i
 	return nil
 }
 
-// Routes is the membership view of a task hosted here (nil if none): the
-// slave marks deaths on it, and its workers' clients route by it.
+// Routes is the membership view of a task hosted here with replicated
+// tables (nil otherwise): the slave marks deaths on it (PeerDead), and its
+// workers' clients route by it.
 func (s *Server) Routes(task string) *Routes {
 	if s == nil {
 		return nil
 	}
-	if t := s.task(task); t != nil {
-		return t.routes
+	t := s.task(task)
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, ht := range t.tables {
+		if ht.repl != nil {
+			return t.routes
+		}
 	}
 	return nil
 }

@@ -32,7 +32,8 @@ type TableClient struct {
 	// repl: the table is replicated and the client routes by the
 	// membership view: writes go to each shard's chain head, kept until
 	// acknowledged (retain.go); reads go to the head.
-	repl bool
+	repl    bool
+	unacked []int // per shard: this client's writes not acknowledged yet (repl)
 
 	lv     *live        // this slave's ownership state of the table (nil: hosts no shard)
 	lc     *locCache    // where moved keys were last found
@@ -57,6 +58,7 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 	t := &TableClient{c: c, spec: spec, dir: dir, hosts: p.Hosts, local: make([]Store, len(p.Hosts)),
 		maxKeys: MaxKeysPerMessage(c.cfg.MaxPayload, spec.Width, spec.DType)}
 	t.repl = spec.Replicas > 1 && c.cfg.Routes != nil
+	t.unacked = make([]int, len(p.Hosts))
 	if t.repl && !slices.Equal(c.cfg.Routes.Hosts(), p.Hosts) {
 		return nil, fmt.Errorf("kvstore: table %q is placed on other slaves than the task's routes name", spec.Name)
 	}
@@ -232,7 +234,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 	}
 	for s := range t.hosts {
 		ks := t.g.Keys(s)
-		if len(ks) == 0 || t.local[s] != nil {
+		if len(ks) == 0 || t.inMemory(s) {
 			continue
 		}
 		for i := 0; i < len(ks); i += t.maxKeys {
@@ -247,7 +249,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 	// Serve local keys while remote replies travel.
 	for s, st := range t.local {
 		ks := t.g.Keys(s)
-		if st == nil || len(ks) == 0 {
+		if !t.inMemory(s) || len(ks) == 0 {
 			continue
 		}
 		if err := t.waitLocal(ks); err != nil {
@@ -402,6 +404,14 @@ func (t *TableClient) begin(out []float64) *pending {
 	p.stamp, p.stamped = -1, false
 	c.reads[p.seq] = p
 	return p
+}
+
+// inMemory reports whether a read of shard is served from this slave's
+// memory: the shard is here, and (replicated tables) none of this
+// client's writes to it is still on its way through the server, which a
+// read in memory could overtake.
+func (t *TableClient) inMemory(shard int) bool {
+	return t.local[shard] != nil && (!t.repl || t.unacked[shard] == 0)
 }
 
 // publish sends c.msg, a write of units keys to shard, acknowledged

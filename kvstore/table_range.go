@@ -201,7 +201,7 @@ func (t *TableClient) getSpansOnce(out []float64) error {
 	p := t.begin(out)
 	defer c.release(p)
 	for _, sp := range t.spans {
-		if t.local[sp.shard] != nil {
+		if t.inMemory(sp.shard) {
 			continue
 		}
 		for i := 0; i < sp.n; i += t.maxKeys {
@@ -216,7 +216,7 @@ func (t *TableClient) getSpansOnce(out []float64) error {
 	}
 	for _, sp := range t.spans {
 		st := t.local[sp.shard]
-		if st == nil {
+		if !t.inMemory(sp.shard) {
 			continue
 		}
 		if err := t.waitLocal(nil); err != nil {

@@ -260,9 +260,7 @@ func (t *taskRun) createTables() error {
 		replicas[i] = r
 	}
 	t.mu.Lock()
-	for i, r := range replicas {
-		t.spec.Tables[i].Replicas = r
-	}
+	t.replicas = replicas
 	t.hosts = hosts
 	t.routes = kvstore.NewRoutes(hosts)
 	for _, h := range t.hosts {

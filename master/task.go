@@ -37,13 +37,16 @@ type taskRun struct {
 	seq    int         // submission order
 	active atomic.Bool // granted slots at least once (read under Master.mu)
 
-	mu      sync.Mutex
-	status  status.Task
-	hosts   []string        // shard hosts
-	routes  *kvstore.Routes // which shard hosts are alive, for the master's KV clients
-	modelAt string          // slave retaining the last stage's model (direct transfer)
-	used    map[string]bool // every slave the task touched
-	holding map[string]int  // slots held now
+	mu     sync.Mutex
+	status status.Task
+	hosts  []string        // shard hosts
+	routes *kvstore.Routes // which shard hosts are alive, for the master's KV clients
+	// replicas of each table as resolved on the hosts (the spec keeps the
+	// user's setting, so a resumed task resolves it again)
+	replicas []int
+	modelAt  string          // slave retaining the last stage's model (direct transfer)
+	used     map[string]bool // every slave the task touched
+	holding  map[string]int  // slots held now
 
 	// The running stage's state machine (nil between stages) and where it
 	// hands its one StageFinished to the task's goroutine.
@@ -406,6 +409,9 @@ func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageRe
 func (t *taskRun) placements() []kvstore.Placement {
 	out := make([]kvstore.Placement, len(t.spec.Tables))
 	for i, spec := range t.spec.Tables {
+		if i < len(t.replicas) {
+			spec.Replicas = t.replicas[i]
+		}
 		out[i] = kvstore.Placement{Spec: spec, Hosts: t.hosts}
 	}
 	return out

@@ -331,12 +331,14 @@ name = "users"
 size = %d
 width = %d
 init = "uniform:0.1"
+replicas = 1               # Lapse keeps one copy: compare like with like
 
 [[table]]
 name = "items"
 size = %d
 width = %d
 init = "uniform:0.1"
+replicas = 1
 
 [input.train]
 path = %q

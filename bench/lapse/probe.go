@@ -144,7 +144,7 @@ func runProbe(o opts, dir string) ([]latency, error) {
 		return nil, err
 	}
 	task := tasks.NewTask("localize-probe").
-		AddTable(kvstore.TableSpec{Name: "items", Size: uint64(o.items), Width: o.rank, Init: "uniform:0.1"}).
+		AddTable(kvstore.TableSpec{Name: "items", Size: uint64(o.items), Width: o.rank, Init: "uniform:0.1", Replicas: 1}).
 		SetStages(tasks.Stage{Name: "probe", Func: probeFunc, Workers: o.slaves * o.slots,
 			Consistency: kvstore.Consistency{Kind: kvstore.ASP},
 			Params:      tasks.Params{"subepochs": 4 * o.slaves * o.slots, "single": 300, "out": out}})

@@ -48,14 +48,17 @@ output = %q
 [[table]]
 name = "w"
 size = %d
+replicas = 1
 [[table]]
 name = "v"
 size = %d
 storage = "sparse"
 partition = "hash"
+replicas = 1
 [[table]]
 name = "u"
 size = %d
+replicas = 1
 `, out, size, size, size) + stage("asp", "w", "asp", 1, "") + stage("ssp", "v", "ssp", 2, "") +
 		stage("ssp-cache", "u", "ssp", 3, "cache = \"lru\"\ncache_size = 100") + fmt.Sprintf(`[[stage]]
 name = "check-local"

@@ -319,6 +319,12 @@ func (t *TCP) Send(node, reply string, data []byte) error {
 	if err := checkFrame(node, reply, data); err != nil {
 		return err
 	}
+	if reply != "" && !strings.HasPrefix(reply, dpPrefix) && !t.ownsInbox(reply) {
+		// A request forwarded for a requester on the bus only (the
+		// master's model reads, say): mark its address so the answer
+		// goes back over the bus, not to this node.
+		reply = dpPrefix + "|" + reply
+	}
 	for attempt := 0; ; attempt++ {
 		c, err := t.route(node)
 		if err != nil {
@@ -358,6 +364,9 @@ func (t *TCP) Reply(addr string, data []byte) error {
 	name, plain, ok := cutDP(addr)
 	if !ok {
 		return t.fb.Reply(addr, data)
+	}
+	if name == "" {
+		return t.fb.Reply(plain, data) // a requester on the bus only
 	}
 	if name == t.cfg.Self {
 		t.deliver(plain, append([]byte(nil), data...), false, nil)

@@ -60,6 +60,20 @@ func (t *TCP) track(addr string, c *tcpConn) bool {
 	return true
 }
 
+// ownsInbox reports whether addr is below one of this transport's inboxes.
+func (t *TCP) ownsInbox(addr string) bool {
+	t.imu.RLock()
+	defer t.imu.RUnlock()
+	for i := len(addr); i > 0; i-- {
+		if i == len(addr) || addr[i] == '.' {
+			if t.inboxes[addr[:i]] != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // settle notes an answer to addr, whichever path it came by.
 func (t *TCP) settle(addr string) {
 	t.pmu.Lock()

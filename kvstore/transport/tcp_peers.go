@@ -227,6 +227,9 @@ func (t *TCP) request(c *tcpConn, node, reply, data []byte, buf *[]byte) {
 	// Nothing serves node here: tell the requester, as NATS would.
 	name, plain, _ := cutDP(addr)
 	switch {
+	case name == "":
+		// A requester on the bus only: it times out (the bus has no
+		// way to say "no responder" to an address).
 	case name == c.remote:
 		c.write(frameNoResponder, "", plain, nil, false)
 	case name == t.cfg.Self:
