@@ -583,3 +583,11 @@ func (ct *CachedTable) GetAsync(keys []uint64, out []float64) (Pending, error) {
 	}
 	return Done{}, nil
 }
+
+// Flush waits for the worker's Adds (see TableClient.Flush).
+func (ct *CachedTable) Flush() error {
+	if f, ok := ct.t.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
+}

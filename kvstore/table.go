@@ -96,6 +96,9 @@ func (t *TableClient) Local(key uint64) bool { return t.local[t.dir.Owner(key)] 
 // AllLocal reports whether every shard of the table is on this slave.
 func (t *TableClient) AllLocal() bool { return t.allHere }
 
+// Flush waits until every Add of the worker's client is acknowledged.
+func (t *TableClient) Flush() error { return t.c.Flush() }
+
 // Err is the client's first asynchronous error (a failed Add), sticky.
 func (t *TableClient) Err() error { return t.c.err }
 

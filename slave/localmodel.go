@@ -329,6 +329,9 @@ func (t *localTable) LocalizeAsync([]uint64) (kvstore.Pending, error) { return k
 // LocalizeChunks is a no-op (see Localize).
 func (t *localTable) LocalizeChunks([]uint64) error { return nil }
 
+// Flush has nothing to wait for: Adds apply in memory at once.
+func (t *localTable) Flush() error { return nil }
+
 // GetAsync reads at once: the table is in the worker's memory.
 func (t *localTable) GetAsync(keys []uint64, out []float64) (kvstore.Pending, error) {
 	if err := t.Get(keys, out); err != nil {

@@ -35,6 +35,11 @@ type Table interface {
 	LocalizeAsync(keys []uint64) (kvstore.Pending, error)
 	// LocalizeChunks is Localize of whole chunks.
 	LocalizeChunks(chunks []uint64) error
+	// Flush returns when every Add the worker made (to any table) is
+	// applied and acknowledged, by every replica of a replicated table.
+	// Adds are asynchronous otherwise; Clock, Barrier and the end of the
+	// stage wait for them anyway, so most stage functions never call it.
+	Flush() error
 	// GetAsync starts a Get and returns at once; out holds the values
 	// when Wait on the result returns (latency hiding: read the next
 	// batch's parameters while computing this one). The read is gated at

@@ -316,6 +316,7 @@ func (t *memTable) GetChunk([]uint64, []float64) error { return errors.New("memT
 func (t *memTable) AddChunk([]uint64, []float64) error { return errors.New("memTable: no chunks") }
 func (t *memTable) Localize([]uint64) error            { return nil }
 func (t *memTable) LocalizeChunks([]uint64) error      { return nil }
+func (t *memTable) Flush() error                       { return nil }
 func (t *memTable) LocalizeAsync([]uint64) (kvstore.Pending, error) {
 	return kvstore.Done{}, nil
 }

@@ -20,6 +20,7 @@ func (t localTable) GetChunk([]uint64, []float64) error { panic("unused") }
 func (t localTable) AddChunk([]uint64, []float64) error { panic("unused") }
 func (t localTable) Localize([]uint64) error            { return nil }
 func (t localTable) LocalizeChunks([]uint64) error      { return nil }
+func (t localTable) Flush() error                       { return nil }
 func (t localTable) LocalizeAsync([]uint64) (kvstore.Pending, error) {
 	return kvstore.Done{}, nil
 }
