@@ -76,7 +76,7 @@ type Event struct {
 	// dead slave's shards fail over, so their stages go on.
 	Survivable []string
 	Reason     string
-	Report    proto.WorkerEvent // EvWorkerReport
+	Report     proto.WorkerEvent // EvWorkerReport
 }
 
 // ActionKind names what the driver must do.
