@@ -38,6 +38,11 @@ type ClientConfig struct {
 	// tables and clocks are kept until acknowledged and re-sent to a dead
 	// slave's successors (retain.go). Needed for replicated tables.
 	Routes *Routes
+	// RetryAfter, with Routes: unacknowledged writes are sent again (to
+	// the heads of the moment; replicas skip what they applied) when no
+	// answer came for this long, in case one was lost on a path through a
+	// slave that died before every node heard of it. Default 2s.
+	RetryAfter time.Duration
 }
 
 // Observer receives per-call measurements of a client (metrics).
@@ -72,10 +77,12 @@ type Client struct {
 
 	// With Routes (retain.go).
 	kept    map[uint64]*retained // unacknowledged requests by id
+	keptMin uint64               // the smallest id in kept, when it is there
 	spare   []*retained
 	reqID   uint64
-	view    View // the membership view the client routes by
-	suspect bool // a request found no server: wait for the view to change
+	view    View          // the membership view the client routes by
+	suspect bool          // a request found no server: wait for the view to change
+	waited  time.Duration // waited for an answer since the last one (retries)
 }
 
 // ClientStats count what a client did.
@@ -100,6 +107,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 64
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 2 * time.Second
 	}
 	if cfg.Ctx == nil {
 		cfg.Ctx = context.Background()
@@ -309,7 +319,12 @@ func (c *Client) receive(p *pending) error {
 }
 
 func (c *Client) receiveOne(p *pending) error {
-	ctx, cancel := context.WithTimeout(c.cfg.Ctx, c.cfg.Timeout)
+	wait := c.cfg.Timeout
+	retry := c.retaining() && len(c.kept) > 0 && c.cfg.RetryAfter < wait
+	if retry {
+		wait = c.cfg.RetryAfter
+	}
+	ctx, cancel := context.WithTimeout(c.cfg.Ctx, wait)
 	if c.cfg.Routes != nil {
 		if c.view.Changed.Err() != nil {
 			cancel()
@@ -327,6 +342,12 @@ func (c *Client) receiveOne(p *pending) error {
 		if c.cfg.Routes != nil && c.view.Changed.Err() != nil {
 			return errViewChanged
 		}
+		if retry && errors.Is(err, context.DeadlineExceeded) {
+			if c.waited += wait; c.waited < c.cfg.Timeout {
+				return errViewChanged // send what is unacknowledged again
+			}
+			c.waited = 0
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			who := "a shard"
 			if p != nil && len(p.host) > 0 {
@@ -336,6 +357,7 @@ func (c *Client) receiveOne(p *pending) error {
 		}
 		return fmt.Errorf("kvstore: reply inbox: %w", err)
 	}
+	c.waited = 0
 	tail := msg.Tail
 	if (msg.NoResponder || msg.Err != nil) && c.cfg.Routes != nil {
 		// A slave died: the membership view will say so (within the

@@ -89,6 +89,8 @@ type Message struct {
 	// OpSnapshot's end marker payload.
 	Repl  bool
 	ReqID uint64
+	Floor uint64 // every request id of the client below it is acknowledged
+	Epoch uint64 // the membership epoch of the sender's view (deaths it knows of)
 	Shard int32
 	Hop   uint8
 	Blob  []byte
@@ -109,7 +111,8 @@ var ErrCodec = errors.New("kvstore codec")
 //	[flagOwn]   uvarint Node | uvarint count, count x uvarint Pos |
 //	            uvarint count, count x uvarint Versions
 //	[flagFrom]  uvarint From
-//	[flagRepl]  uvarint ReqID | uvarint Shard | byte Hop | uvarint len + Blob
+//	[flagRepl]  uvarint ReqID | uvarint Floor | uvarint Epoch | uvarint Shard | byte Hop |
+//	            uvarint len + Blob
 //
 // dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
 const codecVersion = 1
@@ -223,6 +226,8 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	}
 	if flags&flagRepl != 0 {
 		dst = binary.AppendUvarint(dst, m.ReqID)
+		dst = binary.AppendUvarint(dst, m.Floor)
+		dst = binary.AppendUvarint(dst, m.Epoch)
 		dst = binary.AppendUvarint(dst, uint64(m.Shard))
 		dst = append(dst, m.Hop)
 		dst = binary.AppendUvarint(dst, uint64(len(m.Blob)))
@@ -255,7 +260,7 @@ func encodedSize(m *Message) int {
 		binary.MaxVarintLen64 + 8*len(m.Vals) +
 		binary.MaxVarintLen64 + len(m.Err) +
 		binary.MaxVarintLen64*(4+len(m.Pos)+len(m.Versions)) +
-		3*binary.MaxVarintLen64 + 1 + len(m.Blob)
+		5*binary.MaxVarintLen64 + 1 + len(m.Blob)
 	return n
 }
 
@@ -412,10 +417,12 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 			d.fail("from flag with zero incarnation")
 		}
 	}
-	m.Repl, m.ReqID, m.Shard, m.Hop, m.Blob = false, 0, 0, 0, nil
+	m.Repl, m.ReqID, m.Floor, m.Epoch, m.Shard, m.Hop, m.Blob = false, 0, 0, 0, 0, 0, nil
 	if flags&flagRepl != 0 {
 		m.Repl = true
 		m.ReqID = d.uvarint("request id")
+		m.Floor = d.uvarint("floor")
+		m.Epoch = d.uvarint("epoch")
 		m.Shard = int32(d.uvarintMax("shard", math.MaxInt32))
 		if d.err == nil {
 			if d.i >= len(d.b) {

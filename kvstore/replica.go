@@ -16,10 +16,12 @@ import (
 // acknowledges. So an acknowledged write is on every live replica, and a
 // death can lose only writes nobody acknowledged, which their clients
 // still hold and send again to the new head. Members deduplicate by
-// (reply address, ReqID): a client's writes to one shard travel in order
-// along one chain, so each member keeps the highest id applied per client
-// and skips lower ones (a re-sent write the dead head had passed on before
-// dying).
+// (reply address, ReqID): each keeps the ids it applied per client,
+// forgetting those below the client's floor (Message.Floor: every id
+// below it is acknowledged, so never sent again), and skips a write it
+// applied (one the dead head had passed on before dying, or a retry). Ids
+// travel out of order across a failover (a retry may overtake a copy the
+// dead head passed on), so a highest-id mark would not do.
 //
 // Everything here runs on the server's handler goroutine: writes to a
 // replicated table never take the in-memory path (clients send them to the
@@ -44,9 +46,10 @@ type replSet struct {
 // replica is one copy of a shard.
 type replica struct {
 	store   Store
-	ready   bool              // holds the shard's data (false: waiting for a snapshot)
-	applied map[string]uint64 // highest request id applied, by reply address
-	queue   []heldReq         // chain writes that came before the snapshot ended
+	ready   bool                   // holds the shard's data (false: waiting for a snapshot)
+	epoch   uint64                 // the membership epoch of the snapshot it holds or awaits (0: a first copy)
+	applied map[string]*appliedIDs // request ids applied, by reply address
+	queue   []heldReq              // chain writes that came before the snapshot ended
 }
 
 // heldReq is a request kept to be handled again.
@@ -75,16 +78,28 @@ func newReplSet(spec TableSpec, dir Directory, self int, n int, own Store) (*rep
 			}
 			st = NewStore(spec, dir, i)
 		}
-		rs.shards[i] = &replica{store: st, ready: true, applied: map[string]uint64{}}
+		rs.shards[i] = &replica{store: st, ready: true, applied: map[string]*appliedIDs{}}
 	}
 	return rs, nil
 }
 
 // replicated handles a request for a replicated table (m.Repl set).
 func (s *Server) replicated(data []byte, reply string, t *hostedTask, ht *hostedTable, m *Message) {
+	if t.routes.Epoch() != t.seenEpoch {
+		// The view changed and the note saying so is still queued: act
+		// on it now, so this request is routed by the view the slave has.
+		s.failover(t)
+	}
 	shard := int(m.Shard)
 	if shard < 0 || shard >= len(t.hosts) {
 		s.fail(reply, fmt.Errorf("kvstore: table %q has no shard %d", m.Table, shard))
+		return
+	}
+	if m.Epoch > t.seenEpoch && m.Op != OpSnapshot {
+		// The sender knows of a death this slave has not heard of yet:
+		// routed by this slave's view the request could end at a tail
+		// that is no longer one. It waits for the view.
+		s.wrongNode(data, reply, t, ht, m, nil)
 		return
 	}
 	chain := Chain(len(t.hosts), t.seen, shard, ht.repl.replicas)
@@ -137,7 +152,7 @@ func (s *Server) replicated(data []byte, reply string, t *hostedTask, ht *hosted
 			return
 		}
 		// A new member whose snapshot has not started arriving.
-		rep = &replica{store: NewStore(ht.spec, ht.dir, shard), applied: map[string]uint64{}}
+		rep = &replica{store: NewStore(ht.spec, ht.dir, shard), applied: map[string]*appliedIDs{}}
 		ht.repl.shards[shard] = rep
 	}
 	if !rep.ready {
@@ -158,13 +173,18 @@ func (s *Server) chainWrite(t *hostedTask, ht *hostedTable, rep *replica, shard 
 	if m.Op == OpAddRange || m.Op == OpSetRange {
 		units = int(m.N)
 	}
-	if m.ReqID == 0 || m.ReqID > rep.applied[reply] {
+	a := rep.applied[reply]
+	if m.ReqID != 0 && a == nil {
+		a = &appliedIDs{ids: map[uint64]struct{}{}}
+		rep.applied[reply] = a
+	}
+	if m.ReqID == 0 || !a.seen(m.ReqID, m.Floor) {
 		if err := s.applyWrite(ht, rep.store, m); err != nil {
 			s.fail(reply, err)
 			return
 		}
 		if m.ReqID != 0 {
-			rep.applied[reply] = m.ReqID
+			a.ids[m.ReqID] = struct{}{}
 		}
 	}
 	if pos == len(chain)-1 {
@@ -173,6 +193,7 @@ func (s *Server) chainWrite(t *hostedTask, ht *hostedTable, rep *replica, shard 
 	}
 	next := t.hosts[chain[pos+1]]
 	m.Hop++
+	m.Epoch = t.seenEpoch
 	s.fwd = AppendMessage(s.fwd[:0], m)
 	if err := s.tr.Send(next, reply, s.fwd); err != nil {
 		// The client re-sends the write once the membership says next
@@ -243,6 +264,7 @@ func (s *Server) lost(t *hostedTask, ht *hostedTable, shard int) error {
 // heads send snapshots to new members, parked requests are handled again.
 func (s *Server) failover(t *hostedTask) {
 	v := t.routes.View()
+	t.seenEpoch = v.Epoch
 	if slices.Equal(v.Dead, t.seen) {
 		return
 	}
@@ -264,13 +286,14 @@ func (s *Server) failover(t *hostedTask) {
 			now := Chain(n, v.Dead, shard, ht.repl.replicas)
 			pos := slices.Index(now, t.self)
 			if pos < 0 {
-				delete(ht.repl.shards, shard)
+				// Not in the chain (a copy here came with a snapshot sent
+				// under a view this slave has not reached yet: kept).
 				continue
 			}
 			rep := ht.repl.shards[shard]
 			if pos > 0 {
 				if rep == nil {
-					ht.repl.shards[shard] = &replica{store: NewStore(ht.spec, ht.dir, shard), applied: map[string]uint64{}}
+					ht.repl.shards[shard] = &replica{store: NewStore(ht.spec, ht.dir, shard), applied: map[string]*appliedIDs{}}
 				}
 				continue
 			}
@@ -278,22 +301,38 @@ func (s *Server) failover(t *hostedTask) {
 				s.log.Error().Err(s.lost(t, ht, shard)).Msg("shard lost")
 				continue
 			}
+			// A head that kept its place sends a copy to each member that
+			// joined; a new head cannot know whether its predecessor's
+			// copies to the members that joined after the shard was
+			// created arrived whole, so it sends them its own (a newer
+			// snapshot supersedes an older one at the member).
+			first := Chain(n, make([]bool, n), shard, ht.repl.replicas)
 			if was[0] != t.self {
 				s.log.Info().Str("table", ht.spec.Name).Int("shard", shard).Str("dead", t.hosts[was[0]]).Msg("serving the shard of a dead slave")
 			}
 			for _, h := range now[1:] {
-				if !slices.Contains(was, h) {
-					s.sendSnapshot(t, ht, rep, shard, t.hosts[h])
+				if !slices.Contains(was, h) || (was[0] != t.self && !slices.Contains(first, h)) {
+					s.sendSnapshot(t, ht, rep, shard, t.hosts[h], v.Epoch)
 				}
 			}
 		}
 	}
+	// Requests that waited for this view, now, in their order and before
+	// anything that came after them.
 	p := t.parked
 	t.parked = nil
 	for _, q := range p {
-		if err := s.tr.Send(s.node, q.reply, q.data); err != nil {
-			s.fail(q.reply, fmt.Errorf("kvstore: re-handling a request after a membership change: %w", err))
+		var pm Message
+		if err := decodeRaw(q.data, &pm); err != nil {
+			continue
 		}
+		t.mu.RLock()
+		ht := t.tables[pm.Table]
+		t.mu.RUnlock()
+		if ht == nil || ht.repl == nil {
+			continue
+		}
+		s.replicated(q.data, q.reply, t, ht, &pm)
 	}
 }
 
@@ -301,7 +340,7 @@ func (s *Server) failover(t *hostedTask) {
 // handler goroutine; the pages travel from another goroutine so the
 // handler goes on serving. Writes after the cut reach the member down the
 // chain and wait there for the snapshot's end.
-func (s *Server) sendSnapshot(t *hostedTask, ht *hostedTable, rep *replica, shard int, to string) {
+func (s *Server) sendSnapshot(t *hostedTask, ht *hostedTable, rep *replica, shard int, to string, epoch uint64) {
 	page := max(MaxKeysPerMessage(s.tr.MaxPayload(), ht.spec.Width, ht.spec.DType), 1)
 	type pg struct {
 		keys []uint64
@@ -327,32 +366,38 @@ func (s *Server) sendSnapshot(t *hostedTask, ht *hostedTable, rep *replica, shar
 	task, table, dtype, width := ht.task, ht.spec.Name, ht.spec.DType, uint16(ht.spec.Width)
 	log := s.log.With().Str("table", table).Int("shard", shard).Str("to", to).Logger()
 	log.Info().Int("pages", len(pages)).Msg("re-replicating a shard to a new backup")
-	go func() {
+	s.spawn(func() {
 		var buf []byte
 		for _, p := range pages {
-			buf = AppendMessage(buf[:0], &Message{Op: OpSnapshot, Task: task, Table: table, Keys: p.keys, Vals: p.vals, Width: width, DType: dtype, Repl: true, Shard: int32(shard), Hop: 1})
+			buf = AppendMessage(buf[:0], &Message{Op: OpSnapshot, Task: task, Table: table, Keys: p.keys, Vals: p.vals, Width: width, DType: dtype, Repl: true, Shard: int32(shard), Hop: 1, Clock: int64(epoch)})
 			if err := s.tr.Send(to, "", buf); err != nil {
 				log.Warn().Err(err).Msg("snapshot page not sent")
 				return
 			}
 		}
-		buf = AppendMessage(buf[:0], &Message{Op: OpSnapshot, Task: task, Table: table, N: 1, First: 1, Repl: true, Shard: int32(shard), Hop: 1, Blob: ids})
+		buf = AppendMessage(buf[:0], &Message{Op: OpSnapshot, Task: task, Table: table, N: 1, First: 1, Repl: true, Shard: int32(shard), Hop: 1, Blob: ids, Clock: int64(epoch)})
 		if err := s.tr.Send(to, "", buf); err != nil {
 			log.Warn().Err(err).Msg("snapshot end not sent")
 		}
-	}()
+	})
 }
 
 // snapshotIn installs a snapshot page or, at its end, the applied ids,
-// and then the writes that waited for it.
+// and then the writes that waited for it. A snapshot taken at a later
+// membership epoch (by a new head) replaces the copy; pages of an earlier
+// one (a dead head's, still in flight) are ignored.
 func (s *Server) snapshotIn(t *hostedTask, ht *hostedTable, shard int, m *Message) {
+	epoch := uint64(max(m.Clock, 0))
 	rep := ht.repl.shards[shard]
 	if rep == nil {
-		rep = &replica{store: NewStore(ht.spec, ht.dir, shard), applied: map[string]uint64{}}
+		rep = &replica{store: NewStore(ht.spec, ht.dir, shard), applied: map[string]*appliedIDs{}, epoch: epoch}
 		ht.repl.shards[shard] = rep
 	}
-	if rep.ready {
-		return // a copy this node already holds in full
+	switch {
+	case epoch < rep.epoch || (epoch == rep.epoch && rep.ready):
+		return
+	case epoch > rep.epoch:
+		rep.store, rep.ready, rep.epoch, rep.applied = NewStore(ht.spec, ht.dir, shard), false, epoch, map[string]*appliedIDs{}
 	}
 	if len(m.Keys) > 0 {
 		s.vals(m)
@@ -384,7 +429,33 @@ func (s *Server) snapshotIn(t *hostedTask, ht *hostedTable, shard int, m *Messag
 	}
 }
 
-func encodeApplied(a map[string]uint64) []byte {
+// appliedIDs are the request ids of one client a copy applied: ids below
+// floor all were (the client has their acknowledgements), the others are
+// listed.
+type appliedIDs struct {
+	floor uint64
+	ids   map[uint64]struct{}
+}
+
+// seen reports whether id was applied, after raising the floor to the
+// client's (and forgetting the ids below it).
+func (a *appliedIDs) seen(id, floor uint64) bool {
+	if floor > a.floor {
+		a.floor = floor
+		for x := range a.ids {
+			if x < floor {
+				delete(a.ids, x)
+			}
+		}
+	}
+	if id < a.floor {
+		return true
+	}
+	_, ok := a.ids[id]
+	return ok
+}
+
+func encodeApplied(a map[string]*appliedIDs) []byte {
 	keys := make([]string, 0, len(a))
 	for k := range a {
 		keys = append(keys, k)
@@ -393,20 +464,34 @@ func encodeApplied(a map[string]uint64) []byte {
 	b := binary.AppendUvarint(nil, uint64(len(keys)))
 	for _, k := range keys {
 		b = appendString(b, k)
-		b = binary.AppendUvarint(b, a[k])
+		b = binary.AppendUvarint(b, a[k].floor)
+		ids := make([]uint64, 0, len(a[k].ids))
+		for id := range a[k].ids {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		b = binary.AppendUvarint(b, uint64(len(ids)))
+		for _, id := range ids {
+			b = binary.AppendUvarint(b, id)
+		}
 	}
 	return b
 }
 
 var errBadApplied = errors.New("kvstore: malformed applied ids")
 
-func decodeApplied(b []byte) (map[string]uint64, error) {
+func decodeApplied(b []byte) (map[string]*appliedIDs, error) {
 	d := decoder{b: b}
-	n := d.count("applied", 2)
-	out := make(map[string]uint64, n)
+	n := d.count("applied", 3)
+	out := make(map[string]*appliedIDs, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		k := d.str("client", "")
-		out[k] = d.uvarint("id")
+		a := &appliedIDs{floor: d.uvarint("floor"), ids: map[uint64]struct{}{}}
+		c := d.count("ids", 1)
+		for j := 0; j < c && d.err == nil; j++ {
+			a.ids[d.uvarint("id")] = struct{}{}
+		}
+		out[k] = a
 	}
 	if d.err != nil || d.i != len(b) {
 		return nil, errBadApplied

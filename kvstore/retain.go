@@ -50,7 +50,7 @@ func (c *Client) publishRepl(t *TableClient, shard, units int) error {
 		return fmt.Errorf("%w: table %q shard %d: no live slave left", ErrShardLost, t.spec.Name, shard)
 	}
 	c.reqID++
-	c.msg.From, c.msg.Repl, c.msg.Shard, c.msg.ReqID, c.msg.Hop = c.cfg.Incarnation, true, int32(shard), c.reqID, 0
+	c.msg.From, c.msg.Repl, c.msg.Shard, c.msg.ReqID, c.msg.Hop, c.msg.Floor, c.msg.Epoch = c.cfg.Incarnation, true, int32(shard), c.reqID, 0, c.floor(), c.view.Epoch
 	e := c.newRetained()
 	e.data = AppendMessage(e.data[:0], &c.msg)
 	e.reply = c.ackTo(t.spec.Name + "#" + strconv.Itoa(shard))
@@ -79,7 +79,7 @@ func (c *Client) publishClock(host string) error {
 		return c.err
 	}
 	c.reqID++
-	c.msg.From, c.msg.Repl, c.msg.ReqID = c.cfg.Incarnation, true, c.reqID
+	c.msg.From, c.msg.Repl, c.msg.ReqID, c.msg.Epoch = c.cfg.Incarnation, true, c.reqID, c.view.Epoch
 	e := c.newRetained()
 	e.data = AppendMessage(e.data[:0], &c.msg)
 	e.reply, e.units, e.shard, e.host, e.table = c.ackTo(host), 1, -1, host, nil
@@ -90,6 +90,21 @@ func (c *Client) publishClock(host string) error {
 		c.suspect = true
 	}
 	return nil
+}
+
+// floor is the client's lowest unacknowledged request id (the next one
+// when none is): replicas forget the ids below it.
+func (c *Client) floor() uint64 {
+	if len(c.kept) == 0 {
+		return c.reqID
+	}
+	if _, ok := c.kept[c.keptMin]; !ok || c.keptMin == 0 {
+		c.keptMin = c.reqID
+		for id := range c.kept {
+			c.keptMin = min(c.keptMin, id)
+		}
+	}
+	return c.keptMin
 }
 
 func (c *Client) newRetained() *retained {

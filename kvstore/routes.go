@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Routes is one task's view of which of its shard hosts are alive, shared
@@ -21,7 +22,7 @@ type Routes struct {
 
 	mu    sync.Mutex
 	dead  []bool
-	epoch uint64
+	epoch atomic.Uint64
 	ctx   context.Context // done at the next change
 	done  context.CancelFunc
 	subs  []func()
@@ -48,7 +49,7 @@ func (r *Routes) MarkDead(host string) bool {
 		return false
 	}
 	r.dead[i] = true
-	r.epoch++
+	r.epoch.Add(1)
 	r.done()
 	r.ctx, r.done = context.WithCancel(context.Background())
 	subs := slices.Clone(r.subs)
@@ -78,15 +79,11 @@ type View struct {
 func (r *Routes) View() View {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return View{Epoch: r.epoch, Dead: slices.Clone(r.dead), Changed: r.ctx}
+	return View{Epoch: r.epoch.Load(), Dead: slices.Clone(r.dead), Changed: r.ctx}
 }
 
 // Epoch counts the deaths seen so far.
-func (r *Routes) Epoch() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.epoch
-}
+func (r *Routes) Epoch() uint64 { return r.epoch.Load() }
 
 // Alive reports whether host is alive in the current view (unknown hosts
 // are).

@@ -39,6 +39,7 @@ type Server struct {
 	later []func()    // gated reads of dynamic tables, parked after the move lock is released
 
 	fence atomic.Pointer[func(from uint64) error] // refuses requests of fenced senders (SetFence)
+	spawn func(func())                            // runs background sends (snapshots); go f()
 }
 
 type hostedTask struct {
@@ -49,11 +50,12 @@ type hostedTask struct {
 
 	// Replication (replica.go); the handler goroutine owns these after
 	// CreateTables.
-	hosts  []string
-	self   int     // this node's index in hosts
-	routes *Routes // the task's membership view, shared with its clients
-	seen   []bool  // the dead hosts the handler has failed over from
-	parked []heldReq
+	hosts     []string
+	self      int     // this node's index in hosts
+	routes    *Routes // the task's membership view, shared with its clients
+	seen      []bool  // the dead hosts the handler has failed over from
+	seenEpoch uint64  // the routes' epoch seen
+	parked    []heldReq
 }
 
 type hostedTable struct {
@@ -74,7 +76,7 @@ type Placement struct {
 
 // NewServer serves node's requests on tr.
 func NewServer(tr transport.Transport, node string, log zerolog.Logger) (*Server, error) {
-	s := &Server{tr: tr, node: node, log: log, tasks: map[string]*hostedTask{}}
+	s := &Server{tr: tr, node: node, log: log, tasks: map[string]*hostedTask{}, spawn: func(f func()) { go f() }}
 	svc, err := tr.Serve(node, s.handle)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: serve slave %s: %w", node, err)

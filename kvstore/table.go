@@ -436,7 +436,7 @@ func (t *TableClient) hostFor(shard int) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: table %q shard %d: no live slave left", ErrShardLost, t.spec.Name, shard)
 	}
-	t.c.msg.Repl, t.c.msg.Shard = true, int32(shard)
+	t.c.msg.Repl, t.c.msg.Shard, t.c.msg.Epoch = true, int32(shard), t.c.view.Epoch
 	return h, nil
 }
 
