@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"syscall"
+
+	"github.com/flexps/flexps/internal/benchkit"
 )
 
 // lapseResult is one run of Lapse's apps/matrix_factorization.
@@ -34,7 +36,7 @@ var (
 // l2 make the same step; the bold driver (which changes eps between
 // epochs) is off.
 func runLapse(ctx context.Context, o opts, d dataset, dir string, round int) (lapseResult, error) {
-	port, err := freePort()
+	port, err := benchkit.FreePort()
 	if err != nil {
 		return lapseResult{}, err
 	}
@@ -63,7 +65,7 @@ func runLapse(ctx context.Context, o opts, d dataset, dir string, round int) (la
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start lapse %s: %w", role, err)
 		}
-		atCleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		benchkit.AtCleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 		cmds, logs = append(cmds, cmd), append(logs, log)
 		return nil
 	}

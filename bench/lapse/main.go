@@ -47,11 +47,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	_ "github.com/flexps/flexps/examples/mf" // the "mf" model evaluator
+	"github.com/flexps/flexps/internal/benchkit"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -129,11 +129,11 @@ func main() {
 	go func() {
 		<-sigs
 		cancel()
-		runCleanups()
+		benchkit.RunCleanups()
 		os.Exit(130)
 	}()
 	if err := run(ctx, o); err != nil {
-		runCleanups()
+		benchkit.RunCleanups()
 		fmt.Fprintln(os.Stderr, "bench/lapse:", err)
 		os.Exit(1)
 	}
@@ -161,28 +161,6 @@ func (o opts) check() error {
 		}
 	}
 	return nil
-}
-
-var (
-	cleanupMu sync.Mutex
-	cleanups  []func()
-)
-
-// atCleanup registers fn to run on an interrupt or a failed run.
-func atCleanup(fn func()) {
-	cleanupMu.Lock()
-	defer cleanupMu.Unlock()
-	cleanups = append(cleanups, fn)
-}
-
-func runCleanups() {
-	cleanupMu.Lock()
-	fns := cleanups
-	cleanups = nil
-	cleanupMu.Unlock()
-	for i := len(fns) - 1; i >= 0; i-- {
-		fns[i]()
-	}
 }
 
 func (o opts) want(name string) bool {
@@ -224,13 +202,13 @@ func run(ctx context.Context, o opts) error {
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return err
 	}
-	var cl *cluster
+	var cl *benchkit.Cluster
 	if o.want("static") || o.want("localize") || o.want("local") {
 		logf("starting flexps master + %d slaves x %d slots (logs in %s)", o.slaves, o.slots, runDir)
-		if cl, err = startCluster(o.flexps, runDir, o.slaves, o.slots); err != nil {
+		if cl, err = benchkit.Start(o.flexps, runDir, o.slaves, o.slots, benchkit.Options{}); err != nil {
 			return err
 		}
-		defer cl.stop()
+		defer cl.Stop()
 	}
 	var rows []row
 	for r := 1; r <= o.rounds; r++ {
@@ -362,34 +340,34 @@ localize = %v
 `, v.name, out, o.users, o.rank, o.items, o.rank, d.train, workers, v.kind, o.rank, o.epochs, o.batch, o.lr, o.l2, v.localize)
 }
 
-func measureFlexps(o opts, cl *cluster, d dataset, dir string, round int, v variant) (row, error) {
+func measureFlexps(o opts, cl *benchkit.Cluster, d dataset, dir string, round int, v variant) (row, error) {
 	base := filepath.Join(dir, fmt.Sprintf("r%d-%s", round, v.name))
 	job, model := base+".toml", base+".model"
 	if err := os.WriteFile(job, []byte(jobTOML(o, d, v, model)), 0o644); err != nil {
 		return row{}, err
 	}
-	cpu0, err := cl.cpuSeconds()
+	cpu0, err := cl.CPUSeconds()
 	if err != nil {
 		return row{}, err
 	}
-	rq0, err := cl.runQueueSeconds()
+	rq0, err := cl.RunQueueSeconds()
 	if err != nil {
 		return row{}, err
 	}
-	recs, err := cl.submit(job, base+".jsonl", base+".out")
+	recs, err := cl.Submit(job, base+".jsonl", base+".out")
 	if err != nil {
 		return row{}, err
 	}
-	cpu1, err := cl.cpuSeconds()
+	cpu1, err := cl.CPUSeconds()
 	if err != nil {
 		return row{}, err
 	}
-	rq1, err := cl.runQueueSeconds()
+	rq1, err := cl.RunQueueSeconds()
 	if err != nil {
 		return row{}, err
 	}
 	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN(), cpuSecs: cpu1 - cpu0, runQueue: rq1 - rq0}
-	var stage *record
+	var stage *benchkit.Record
 	for i := range recs {
 		switch rec := &recs[i]; rec.Type {
 		case "epoch":

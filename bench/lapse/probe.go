@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/internal/benchkit"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
@@ -122,18 +123,18 @@ func runProbe(o opts, dir string) ([]latency, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := startClusterWith(o.flexps, dir, o.slaves, o.slots, func(c *cluster, i int) []string {
-		return []string{self, "-role", "slave", "-config", c.config, "-nats", c.url, "-id", fmt.Sprintf("probe-%d", i)}
+	cl, err := benchkit.StartWith(o.flexps, dir, o.slaves, o.slots, benchkit.Options{}, func(c *benchkit.Cluster, i int) []string {
+		return []string{self, "-role", "slave", "-config", c.Config, "-nats", c.URL, "-id", fmt.Sprintf("probe-%d", i)}
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer cl.stop()
-	cfg, err := engine.LoadClusterConfig(cl.config)
+	defer cl.Stop()
+	cfg, err := engine.LoadClusterConfig(cl.Config)
 	if err != nil {
 		return nil, err
 	}
-	cfg.NATS.URL = cl.url
+	cfg.NATS.URL = cl.URL
 	client, err := engine.Dial(*cfg)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,8 @@
-package main
+// Package benchkit runs flexps clusters as OS processes on 127.0.0.1 for
+// the bench/ programs: a master and its slaves, job submission with the
+// --metrics-out records, CPU and run-queue time of the processes, and
+// cleanup of everything started when a benchmark is interrupted.
+package benchkit
 
 import (
 	"bufio"
@@ -12,19 +16,29 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/flexps/flexps/engine"
 )
 
-// cluster is a flexps master and its slaves as OS processes on 127.0.0.1.
-type cluster struct {
-	flexps, dir, config, url string
-	procs                    []*exec.Cmd
+// Cluster is a flexps master and its slaves as OS processes on 127.0.0.1.
+type Cluster struct {
+	Flexps, Dir, Config, URL string
+	// Procs are the processes: the master first, then slave i at i+1.
+	Procs []*exec.Cmd
 }
 
-func freePort() (int, error) {
+// Options tune a cluster's config.
+type Options struct {
+	Heartbeat   string // default "500ms"
+	DeadAfter   string // default "10s"
+	ExtraConfig string // appended to the cluster TOML
+}
+
+// FreePort is a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -33,28 +47,34 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startCluster starts `flexps master` and `slaves` x `flexps slave`
-// (--slots in the config), and waits until the master lists every slave.
-func startCluster(flexps, dir string, slaves, slots int) (*cluster, error) {
-	return startClusterWith(flexps, dir, slaves, slots, func(c *cluster, i int) []string {
-		return []string{c.flexps, "slave", "--config", c.config, "--nats", c.url, "--id", fmt.Sprintf("slave-%d", i)}
+// Start starts `flexps master` and `slaves` x `flexps slave` (--slots in
+// the config), and waits until the master lists every slave.
+func Start(flexps, dir string, slaves, slots int, o Options) (*Cluster, error) {
+	return StartWith(flexps, dir, slaves, slots, o, func(c *Cluster, i int) []string {
+		return []string{c.Flexps, "slave", "--config", c.Config, "--nats", c.URL, "--id", fmt.Sprintf("slave-%d", i)}
 	})
 }
 
-// startClusterWith is startCluster with slave i started by slaveArgv(c, i).
-func startClusterWith(flexps, dir string, slaves, slots int, slaveArgv func(c *cluster, i int) []string) (*cluster, error) {
-	port, err := freePort()
+// StartWith is Start with slave i started by slaveArgv(c, i).
+func StartWith(flexps, dir string, slaves, slots int, o Options, slaveArgv func(c *Cluster, i int) []string) (*Cluster, error) {
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{flexps: flexps, dir: dir, config: filepath.Join(dir, "cluster.toml"), url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
-	cfg := fmt.Sprintf(`cluster = "lapsebench%d"
+	if o.Heartbeat == "" {
+		o.Heartbeat = "500ms"
+	}
+	if o.DeadAfter == "" {
+		o.DeadAfter = "10s"
+	}
+	c := &Cluster{Flexps: flexps, Dir: dir, Config: filepath.Join(dir, "cluster.toml"), URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	cfg := fmt.Sprintf(`cluster = "bench%d"
 [nats]
 listen = "127.0.0.1:%d"
 state_dir = %q
 [master]
-heartbeat = "500ms"
-dead_after = "10s"
+heartbeat = %q
+dead_after = %q
 request_timeout = "30s"
 [slave]
 slots = %d
@@ -63,35 +83,36 @@ kv_timeout = "120s"
 [log]
 level = "warn"
 format = "json"
-`, port, port, filepath.Join(dir, "state"), slots)
-	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
+`, port, port, filepath.Join(dir, "state"), o.Heartbeat, o.DeadAfter, slots) + o.ExtraConfig
+	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	if err := c.spawn("master", c.flexps, "master", "--config", c.config); err != nil {
+	if err := c.Spawn("master", c.Flexps, "master", "--config", c.Config); err != nil {
 		return nil, err
 	}
 	for i := range slaves {
-		if err := c.spawn(fmt.Sprintf("slave-%d", i), slaveArgv(c, i)...); err != nil {
-			c.stop()
+		if err := c.Spawn(fmt.Sprintf("slave-%d", i), slaveArgv(c, i)...); err != nil {
+			c.Stop()
 			return nil, err
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		n, err := c.aliveSlaves()
+		n, err := c.AliveSlaves()
 		if err == nil && n == slaves {
 			return c, nil
 		}
 		if time.Now().After(deadline) {
-			c.stop()
+			c.Stop()
 			return nil, fmt.Errorf("cluster: %d of %d slaves joined within 60s (last error: %v); logs in %s", n, slaves, err, dir)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
 }
 
-func (c *cluster) spawn(name string, argv ...string) error {
-	f, err := os.Create(filepath.Join(c.dir, name+".log"))
+// Spawn starts a process of the cluster, its output in Dir/name.log.
+func (c *Cluster) Spawn(name string, argv ...string) error {
+	f, err := os.Create(filepath.Join(c.Dir, name+".log"))
 	if err != nil {
 		return err
 	}
@@ -102,19 +123,19 @@ func (c *cluster) spawn(name string, argv ...string) error {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	atCleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	AtCleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	f.Close() // the child holds its own descriptor
-	c.procs = append(c.procs, cmd)
+	c.Procs = append(c.Procs, cmd)
 	return nil
 }
 
-// aliveSlaves asks the master how many slaves are up.
-func (c *cluster) aliveSlaves() (int, error) {
-	cfg, err := engine.LoadClusterConfig(c.config)
+// AliveSlaves asks the master how many slaves are up.
+func (c *Cluster) AliveSlaves() (int, error) {
+	cfg, err := engine.LoadClusterConfig(c.Config)
 	if err != nil {
 		return 0, err
 	}
-	cfg.NATS.URL = c.url
+	cfg.NATS.URL = c.URL
 	cl, err := engine.Dial(*cfg)
 	if err != nil {
 		return 0, err
@@ -136,10 +157,13 @@ func (c *cluster) aliveSlaves() (int, error) {
 	return n, nil
 }
 
-// stop ends the processes (SIGTERM, then SIGKILL after 5 s), slaves first.
-func (c *cluster) stop() {
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		p := c.procs[i]
+// Stop ends the processes (SIGTERM, then SIGKILL after 5 s), slaves first.
+func (c *Cluster) Stop() {
+	for i := len(c.Procs) - 1; i >= 0; i-- {
+		p := c.Procs[i]
+		if p.ProcessState != nil {
+			continue // reaped already (killed by the benchmark)
+		}
 		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = p.Wait(); close(done) }()
@@ -150,16 +174,16 @@ func (c *cluster) stop() {
 			<-done
 		}
 	}
-	c.procs = nil
+	c.Procs = nil
 }
 
-// cpuSeconds is the CPU time (user + system) the cluster's processes
+// CPUSeconds is the CPU time (user + system) the cluster's processes
 // have used so far, from /proc/PID/stat (utime and stime, in USER_HZ =
 // 100 ticks per second on Linux): a job's CPU cost is the difference
 // around it, which a busy machine distorts far less than wall time.
-func (c *cluster) cpuSeconds() (float64, error) {
+func (c *Cluster) CPUSeconds() (float64, error) {
 	var sum float64
-	for _, p := range c.procs {
+	for _, p := range c.Procs {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
 		if err != nil {
 			return 0, fmt.Errorf("cpu time: %w", err)
@@ -185,14 +209,14 @@ func (c *cluster) cpuSeconds() (float64, error) {
 	return sum, nil
 }
 
-// runQueueSeconds is how long the threads of the cluster's processes have
+// RunQueueSeconds is how long the threads of the cluster's processes have
 // been runnable but waiting for a CPU (the second field of
 // /proc/PID/task/TID/schedstat, in ns, summed over threads). Around a job
 // it tells a busy machine (long waits) from a job that idles by itself
 // (barriers, locks, the network: short waits, low CPU).
-func (c *cluster) runQueueSeconds() (float64, error) {
+func (c *Cluster) RunQueueSeconds() (float64, error) {
 	var sum float64
-	for _, p := range c.procs {
+	for _, p := range c.Procs {
 		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.Process.Pid))
 		if err != nil {
 			return 0, err
@@ -216,29 +240,29 @@ func (c *cluster) runQueueSeconds() (float64, error) {
 	return sum, nil
 }
 
-// submit runs `flexps submit` on a job file and returns the records of
+// Submit runs `flexps submit` on a job file and returns the records of
 // its --metrics-out file.
-func (c *cluster) submit(job, metrics, log string) ([]record, error) {
+func (c *Cluster) Submit(job, metrics, log string) ([]Record, error) {
 	_ = os.Remove(metrics)
 	f, err := os.Create(log)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	cmd := exec.Command(c.flexps, "submit", "--config", c.config, "--nats", c.url, "--metrics-out", metrics, job)
+	cmd := exec.Command(c.Flexps, "submit", "--config", c.Config, "--nats", c.URL, "--metrics-out", metrics, job)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("flexps submit %s: %w", job, err)
 	}
-	atCleanup(func() { _ = cmd.Process.Kill() }) // ErrProcessDone once reaped
+	AtCleanup(func() { _ = cmd.Process.Kill() }) // ErrProcessDone once reaped
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("flexps submit %s: %w (output in %s)", job, err, log)
 	}
-	return readRecords(metrics)
+	return ReadRecords(metrics)
 }
 
-// record is one line of a --metrics-out file (cmd/flexps/metrics.go).
-type record struct {
+// Record is one line of a --metrics-out file (cmd/flexps/metrics.go).
+type Record struct {
 	Type    string             `json:"type"`
 	Epoch   int                `json:"epoch"`
 	Seconds float64            `json:"seconds"`
@@ -248,20 +272,21 @@ type record struct {
 	State   string             `json:"state"`
 }
 
-func readRecords(path string) ([]record, error) {
+// ReadRecords reads a --metrics-out file.
+func ReadRecords(path string) ([]Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []record
+	var out []Record
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for line := 1; sc.Scan(); line++ {
 		if strings.TrimSpace(sc.Text()) == "" {
 			continue
 		}
-		var r record
+		var r Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
@@ -274,4 +299,28 @@ func readRecords(path string) ([]record, error) {
 		return nil, errors.New(path + ": no records")
 	}
 	return out, nil
+}
+
+var (
+	cleanupMu sync.Mutex
+	cleanups  []func()
+)
+
+// AtCleanup registers fn to run on an interrupt or a failed run
+// (RunCleanups).
+func AtCleanup(fn func()) {
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	cleanups = append(cleanups, fn)
+}
+
+// RunCleanups runs the registered functions, last first, once.
+func RunCleanups() {
+	cleanupMu.Lock()
+	fns := cleanups
+	cleanups = nil
+	cleanupMu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
 }
