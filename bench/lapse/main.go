@@ -108,7 +108,7 @@ func main() {
 	id := flag.String("id", "", "internal (-role slave): slave id")
 	flag.Parse()
 	if *role == "slave" {
-		if err := runSlave(*config, *natsURL, *id); err != nil {
+		if err := benchkit.RunSlave(*config, *natsURL, *id); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/lapse slave:", err)
 			os.Exit(1)
 		}

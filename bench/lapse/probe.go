@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/flexps/flexps/engine"
@@ -83,29 +81,6 @@ func probe(info *tasks.Info) error {
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("%s: %w", probeFunc, err)
 	}
-	return nil
-}
-
-// runSlave is -role slave: a flexps slave in this process (the same
-// engine.StartSlave as `flexps slave`), until SIGTERM or SIGINT.
-func runSlave(config, url, id string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	cfg, err := engine.LoadClusterConfig(config)
-	if err != nil {
-		return err
-	}
-	cfg.NATS.URL, cfg.Slave.ID = url, id
-	log, err := engine.NewLogger(os.Stderr, "warn", "json")
-	if err != nil {
-		return err
-	}
-	n, err := engine.StartSlave(ctx, *cfg, log)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	<-ctx.Done()
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ type Cluster struct {
 type Options struct {
 	Heartbeat   string // default "500ms"
 	DeadAfter   string // default "10s"
+	LogLevel    string // default "warn"
 	ExtraConfig string // appended to the cluster TOML
 }
 
@@ -67,6 +69,9 @@ func StartWith(flexps, dir string, slaves, slots int, o Options, slaveArgv func(
 	if o.DeadAfter == "" {
 		o.DeadAfter = "10s"
 	}
+	if o.LogLevel == "" {
+		o.LogLevel = "warn"
+	}
 	c := &Cluster{Flexps: flexps, Dir: dir, Config: filepath.Join(dir, "cluster.toml"), URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	cfg := fmt.Sprintf(`cluster = "bench%d"
 [nats]
@@ -81,9 +86,9 @@ slots = %d
 join_timeout = "30s"
 kv_timeout = "120s"
 [log]
-level = "warn"
+level = %q
 format = "json"
-`, port, port, filepath.Join(dir, "state"), o.Heartbeat, o.DeadAfter, slots) + o.ExtraConfig
+`, port, port, filepath.Join(dir, "state"), o.Heartbeat, o.DeadAfter, slots, o.LogLevel) + o.ExtraConfig
 	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
@@ -323,4 +328,39 @@ func RunCleanups() {
 	for i := len(fns) - 1; i >= 0; i-- {
 		fns[i]()
 	}
+}
+
+// RunSlave runs a flexps slave in this process (the same engine.StartSlave
+// as `flexps slave`) until SIGTERM or SIGINT: a bench program re-executes
+// itself with it as a cluster's slave, so the stage functions it
+// registers exist on the slaves.
+func RunSlave(config, url, id string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	cfg, err := engine.LoadClusterConfig(config)
+	if err != nil {
+		return err
+	}
+	cfg.NATS.URL, cfg.Slave.ID = url, id
+	log, err := engine.NewLogger(os.Stderr, "warn", "json")
+	if err != nil {
+		return err
+	}
+	n, err := engine.StartSlave(ctx, *cfg, log)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	<-ctx.Done()
+	return nil
+}
+
+// Dial connects a client to the cluster's master.
+func (c *Cluster) Dial() (*engine.Client, error) {
+	cfg, err := engine.LoadClusterConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NATS.URL = c.URL
+	return engine.Dial(*cfg)
 }
