@@ -261,7 +261,7 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "1500ms"})
 	ckdir, output := filepath.Join(dir, "ck"), filepath.Join(dir, "m.model")
 	const epochs = 80
-	job := ckJob(t, dir, "killed", train, test, output, epochs, "1 epoch", ckdir)
+	job := unreplicated(t, ckJob(t, dir, "killed", train, test, output, epochs, "1 epoch", ckdir))
 
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(2*time.Minute, "submit", job) }()

@@ -74,6 +74,24 @@ func accuracy(t *testing.T, model, data string) float64 {
 	return a
 }
 
+// unreplicated rewrites an lrJob file so its table keeps one copy: a
+// slave's death then fails the task (the path without failover).
+func unreplicated(t *testing.T, job string) string {
+	t.Helper()
+	data, err := os.ReadFile(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(data), "dtype = \"float32\"\n", "dtype = \"float32\"\nreplicas = 1\n", 1)
+	if s == string(data) {
+		t.Fatalf("%s: no table to make unreplicated", job)
+	}
+	if err := os.WriteFile(job, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
 func TestClusterLRMatchesLocalMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -126,7 +144,7 @@ func TestSlaveDeathFailsTaskWithinTimeout(t *testing.T) {
 	train, test := lrData(t, dir, 6000, 1000)
 	command, env := cli()
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "1500ms"})
-	job := lrJob(t, dir, "long", train, test, "", 1000, 4, 100000, "ssp")
+	job := unreplicated(t, lrJob(t, dir, "long", train, test, "", 1000, 4, 100000, "ssp"))
 	// ssp needs a staleness; rewrite the stage line.
 	data, _ := os.ReadFile(job)
 	os.WriteFile(job, []byte(strings.Replace(string(data), `consistency = "ssp"`, "consistency = \"ssp\"\nstaleness = 1", 1)), 0o644)

@@ -105,7 +105,7 @@ func TestDrillStoppedSlaveIsFencedAndRejoins(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, Heartbeat: "100ms", DeadAfter: "600ms"})
 	cl := c.Client()
 	w := watch(t, cl)
-	job := lrJob(t, dir, "long", train, test, "", 1000, 4, 100000, "asp")
+	job := unreplicated(t, lrJob(t, dir, "long", train, test, "", 1000, 4, 100000, "asp"))
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(2*time.Minute, "submit", job) }()
 	waitUntil(t, "task running on both slaves", time.Minute, func() bool {
