@@ -35,9 +35,9 @@ type MiniBatch struct {
 	scale *Scaler // feature scales, nil when training on raw values
 	// cent are the centered features (nil: none), added to every
 	// training batch; cpos[j] is cent.Keys[j]'s position in keys.
-	cent  *Centered
-	cpos  []int32
-	inv   []float64
+	cent *Centered
+	cpos []int32
+	inv  []float64
 	// finite is false once a batch produced a non-finite update (which
 	// was then not sent).
 	finite bool
@@ -213,7 +213,7 @@ func (m *MiniBatch) margin(a int, vals []float64) float64 {
 // With centered features (m.cent) the step is SGD on the centered
 // standardized features x' = x inv - C with intercept b' = b + C.w: the
 // centered keys' gradient loses C_k times the batch's mean residual, and
-// the intercept the table holds, the raw-space b = b' - C.w, moves by b''s
+// the intercept the table holds, the raw-space b = b' - C.w, moves by b”s
 // step minus C times the centered keys' change. Centered keys are in every
 // batch, so this is exact without any lazy term.
 func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
