@@ -213,7 +213,7 @@ func (m *MiniBatch) margin(a int, vals []float64) float64 {
 // With centered features (m.cent) the step is SGD on the centered
 // standardized features x' = x inv - C with intercept b' = b + C.w: the
 // centered keys' gradient loses C_k times the batch's mean residual, and
-// the intercept the table holds, the raw-space b = b' - C.w, moves by b”s
+// the intercept the table holds, the raw-space b = b' - C.w, moves by the step of b'
 // step minus C times the centered keys' change. Centered keys are in every
 // batch, so this is exact without any lazy term.
 func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {
