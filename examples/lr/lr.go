@@ -38,7 +38,19 @@
 // an epoch, and at its end the workers add their step counts into
 // "<w>.steps" and, after a Barrier, multiply their share of the keys by
 // the epoch's total decay. With one worker the result is dense SGD's bit
-// for bit; with several, each worker assumes the lockstep order of steps.
+// for bit. With W workers, worker r's s-th step of an epoch is taken as
+// step T = s W + r (the lockstep order) when it reads its keys (w = a^T v)
+// and adds its gradient (in units of a^(T+1)), and the epoch ends with
+// the exact decay a^N of all N steps. So every key gets exactly N steps'
+// decay, and a gradient the table applies at true position P instead of
+// T is decayed by a^(N-T-1) instead of a^(N-P-1): off by the factor
+// a^(P-T). Under BSP with equal step counts |P - T| <= W - 1, under
+// SSP(s) <= (s+1) W - 1, and a worker with k more batches than the others
+// in an epoch shifts its last steps by up to k (W - 1) more; with lr l2 =
+// 1e-3, 4 workers and BSP a step's size is off by at most 0.3%. The
+// weights a step reads are off by the same factor. Measured on
+// heart_scale against liblinear's minimum, every kind and consistency
+// model ends as close as one worker does (TestL2ManyWorkers...).
 //
 // All helper tables are added to the task automatically (tasks.RegisterTables).
 // The last epoch's test figures are measured after a barrier, on the
