@@ -55,8 +55,8 @@ const powerIterations = 50
 // curvature estimates L, the largest eigenvalue of the preconditioned
 // Hessian bound (1/B) sum x'x'^T / 4 + l2 d of batch b, by power
 // iteration: x' are the features as the inner steps see them (scaled by
-// inv, centered ones shifted, plus the intercept's constant 1).
-func curvature(s *step, b *datastore.Records, inv []float64) float64 {
+// inv, centered ones shifted, plus with intercept the constant 1).
+func curvature(s *step, b *datastore.Records, inv []float64, intercept bool) float64 {
 	pos := map[uint64]int{}
 	var keys []uint64
 	add := func(k uint64) {
@@ -77,7 +77,7 @@ func curvature(s *step, b *datastore.Records, inv []float64) float64 {
 	}
 	n := len(keys)
 	dim := n
-	if s.b != nil {
+	if intercept {
 		dim++ // the intercept's coordinate, at n
 	}
 	sc := func(k uint64) float64 {
@@ -98,7 +98,7 @@ func curvature(s *step, b *datastore.Records, inv []float64) float64 {
 		for j, p := range cpos {
 			base -= s.cent.C[j] * v[p]
 		}
-		if s.b != nil {
+		if intercept {
 			base += v[n]
 		}
 		sumDot := 0.0
@@ -116,7 +116,7 @@ func curvature(s *step, b *datastore.Records, inv []float64) float64 {
 		for j, p := range cpos {
 			hv[p] -= sumDot * s.cent.C[j]
 		}
-		if s.b != nil {
+		if intercept {
 			hv[n] += sumDot
 		}
 		norm := 0.0
@@ -163,7 +163,7 @@ func autoLR(info *tasks.Info, s *step, b *datastore.Records, inv []float64) (flo
 		return 0, err
 	}
 	if v[1] == 0 {
-		l := curvature(s, b, inv)
+		l := curvature(s, b, inv, s.b != nil)
 		if !(l > 0) || math.IsInf(l, 0) {
 			return 0, fmt.Errorf("svrg.sgd: stage %q: cannot estimate the step size from the data (curvature %v): set lr", info.StageName, l)
 		}
