@@ -31,6 +31,13 @@ if ! python3 -c "import sklearn" >/dev/null 2>&1; then
 	python3 -m pip install --quiet --disable-pip-version-check scikit-learn
 fi
 
+# scikit-surprise: a standard biased-MF (Funk/Koren SVD) next to mf.sgd in
+# scripts/quality.sh; built from source by pip (needs a C compiler).
+if ! python3 -c "import surprise" >/dev/null 2>&1; then
+	echo "setup: installing scikit-surprise from PyPI" >&2
+	python3 -m pip install --quiet --disable-pip-version-check scikit-surprise || echo "setup: scikit-surprise did not install: quality.sh leaves its MF reference out" >&2
+fi
+
 if [ -x scripts/hdfs/minihdfs.sh ]; then
 	scripts/hdfs/minihdfs.sh install
 fi

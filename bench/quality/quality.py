@@ -16,7 +16,8 @@ per run, with its wall time):
                                   weights scored by the same objective
   k-means     objective        vs scikit-learn KMeans(n_init=10)
   mf.sgd      test RMSE        vs a regularized bias-only model and an
-                                  ALS (numpy), both fitted here
+                                  ALS (numpy), both fitted here, and on
+                                  InstEval scikit-surprise's SVD
 
 Figures are read from `flexps eval` (the saved model) where the evaluator
 reports them, else from the metrics file (svrg's objective); metric names
@@ -219,6 +220,22 @@ def mf_refs(train, test, nu, ni, rank=8):
         if best is None or got < best[0]:
             best = (got, lam)
     return bias, best
+
+
+def surprise_svd(train, test, rank=8):
+    """scikit-surprise's SVD (biased MF by SGD, Funk/Koren: lr 0.005, reg
+    0.02, 20 epochs, init N(0, 0.1)) with n_factors = rank on the same
+    split: a standard implementation of the algorithm mf.sgd runs. None
+    when scikit-surprise is not installed (scripts/setup.sh installs it)."""
+    try:
+        from surprise import SVD, Dataset, Reader, accuracy
+    except ImportError:
+        return None
+    ts = Dataset.load_from_file(train, Reader(line_format="user item rating", sep="\t", rating_scale=(1, 5))).build_full_trainset()
+    algo = SVD(n_factors=rank, random_state=0)
+    algo.fit(ts)
+    rows = [l.split() for l in open(test) if l.strip()]
+    return accuracy.rmse(algo.test([(u, i, float(r)) for u, i, r in rows]), verbose=False)
 
 
 # ---------------------------------------------------------------- flexps jobs
@@ -426,9 +443,11 @@ def main():
     if "mf" in only:
         for name, config, train, test, users, items in ratings_sets(args.work, args.flexps):
             bias, (als, lam) = mf_refs(train, test, users, items)
+            svd = surprise_svd(train, test) if config == "mf-insteval.toml" else None
+            svd_note = f"; scikit-surprise SVD rank 8: {svd:.4f}" if svd is not None else ""
             matrix("mf.sgd", name, lambda: mf_job(config, train, test, users, items),
                    lambda m, rec: flexps_eval(args.flexps, m, test).get("rmse"), bias,
-                   f"test RMSE (bias baseline; ALS rank 8: {als:.4f} at l2={lam})")
+                   f"test RMSE (bias baseline; ALS rank 8: {als:.4f} at l2={lam}{svd_note})")
 
     if args.long:
         print("| algorithm | data set | worker kind | workers | flexps | reference | metric (reference) | seconds |")

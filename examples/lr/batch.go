@@ -33,7 +33,11 @@ type MiniBatch struct {
 	bias  Table   // intercept (one key), nil without
 	b     float64 // the intercept read with the batch
 	scale *Scaler // feature scales, nil when training on raw values
-	inv   []float64
+	// cent are the centered features (nil: none), added to every
+	// training batch; cpos[j] is cent.Keys[j]'s position in keys.
+	cent *Centered
+	cpos []int32
+	inv  []float64
 	// finite is false once a batch produced a non-finite update (which
 	// was then not sent).
 	finite bool
@@ -63,9 +67,10 @@ func NewMiniBatch(t Table) *MiniBatch {
 	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size), finite: true}
 }
 
-// gather collects the distinct keys of records lo..hi and reads their
-// weights, times cur (the table holds w / cur).
-func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64) error {
+// gather collects the distinct keys of records lo..hi (and with center the
+// centered features) and reads their weights, times cur (the table holds
+// w / cur).
+func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center bool) error {
 	m.index.Reset()
 	m.keys = m.keys[:0]
 	m.base = r.Offsets[lo]
@@ -83,6 +88,15 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64) error 
 		}
 		m.pos[j] = p
 	}
+	center = center && m.cent != nil
+	if center {
+		for _, k := range m.cent.Keys {
+			if _, ok := m.index.Get(k); !ok {
+				m.index.Put(k, int32(len(m.keys)))
+				m.keys = append(m.keys, k)
+			}
+		}
+	}
 	if m.SortKeys {
 		slices.Sort(m.keys)
 		for i, k := range m.keys {
@@ -90,6 +104,13 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64) error 
 		}
 		for j, k := range occ {
 			m.pos[j], _ = m.index.Get(k)
+		}
+	}
+	if center {
+		m.cpos = m.cpos[:0]
+		for _, k := range m.cent.Keys {
+			p, _ := m.index.Get(k)
+			m.cpos = append(m.cpos, p)
 		}
 	}
 	m.w = grow(m.w, len(m.keys))
@@ -188,6 +209,13 @@ func (m *MiniBatch) margin(a int, vals []float64) float64 {
 // unchanged; a batch reads its keys' v, recovers w = a^T v, and adds its
 // gradient step in v's units at step T+1, -lr g / a^(T+1). The caller
 // turns v back into w (multiplies the table by a^T) when the epoch ends.
+//
+// With centered features (m.cent) the step is SGD on the centered
+// standardized features x' = x inv - C with intercept b' = b + C.w: the
+// centered keys' gradient loses C_k times the batch's mean residual, and
+// the intercept the table holds, the raw-space b = b' - C.w, moves by the step of b'
+// step minus C times the centered keys' change. Centered keys are in every
+// batch, so this is exact without any lazy term.
 func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stats, error) {
 	cur, next := 1.0, 1.0
 	if l2 > 0 {
@@ -201,7 +229,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 			return Stats{}, fmt.Errorf("l2 %g with lr %g shrinks the weights below %g within one epoch (%g steps): lower l2 or lr", l2, lr, minDecay, m.T+1)
 		}
 	}
-	if err := m.gather(r, lo, hi, cur); err != nil {
+	if err := m.gather(r, lo, hi, cur, true); err != nil {
 		return Stats{}, err
 	}
 	m.grad = grow(m.grad, len(m.keys))
@@ -235,7 +263,16 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 		}
 	}
 	scale := -lr / float64(hi-lo)
-	check := scale * gsum
+	db := scale * gsum // the raw intercept's step
+	if m.cent != nil {
+		shrink := next/cur - 1 // the l2 part of a step: w' (a - 1)
+		for j, p := range m.cpos {
+			c := m.cent.C[j]
+			m.grad[p] -= gsum * c
+			db -= c * (shrink*m.w[p] + scale*m.grad[p])
+		}
+	}
+	check := db
 	for i := range m.grad {
 		m.grad[i] *= scale / next
 		check += m.grad[i]
@@ -245,7 +282,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 		return st, nil
 	}
 	if m.bias != nil {
-		if err := m.bias.Add(biasKey, []float64{scale * gsum}); err != nil {
+		if err := m.bias.Add(biasKey, []float64{db}); err != nil {
 			return st, err
 		}
 	}
@@ -254,7 +291,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 
 // Eval scores records lo..hi without updating (the table holds w).
 func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
-	if err := m.gather(r, lo, hi, 1); err != nil {
+	if err := m.gather(r, lo, hi, 1, false); err != nil {
 		return Stats{}, err
 	}
 	var st Stats

@@ -30,6 +30,13 @@ func readLibsvm(t *testing.T, path string) *datastore.Records {
 // intercept (0 without).
 func trainModel(t *testing.T, path string, dim uint64, workers int, kind string, params tasks.Params) ([]float64, float64) {
 	t.Helper()
+	return trainModelWith(t, path, dim, 1<<30, tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: params})
+}
+
+// trainModelWith runs stage on input blocks of blockSize bytes and
+// returns the saved weights and intercept (0 without).
+func trainModelWith(t *testing.T, path string, dim uint64, blockSize int64, st tasks.Stage) ([]float64, float64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
@@ -40,8 +47,8 @@ func trainModel(t *testing.T, path string, dim uint64, workers int, kind string,
 	out := filepath.Join(t.TempDir(), "lr.model")
 	task := tasks.NewTask("l2").
 		AddTable(kvstore.TableSpec{Name: "w", Size: dim}).
-		SetInput("train", tasks.InputSpec{Path: path, BlockSize: 1 << 30}).
-		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: params})
+		SetInput("train", tasks.InputSpec{Path: path, BlockSize: blockSize}).
+		SetStages(st)
 	task.Kind, task.Output = "lr", out
 	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
 		t.Fatal(err)
@@ -190,6 +197,48 @@ func TestL2ReachesLiblinearObjective(t *testing.T) {
 		t.Logf("%d workers: objective %.6f, liblinear -s 0 %.6f (%+.3f%%)", workers, got, ref, 100*(got-ref)/ref)
 		if got > ref*1.01 {
 			t.Errorf("%d workers: objective %.6f more than 1%% above liblinear's %.6f", workers, got, ref)
+		}
+	}
+}
+
+// TestL2ManyWorkersReachesLiblinearObjective: with several workers the
+// lazy l2 takes a worker's s-th step as step s W + rank of the epoch (the
+// lockstep order); each gradient's decay is then off by a factor within
+// (1 - lr l2)^±((staleness+1) W - 1), while the epoch's total decay is
+// exact (see the package doc). That bound is small against SGD's own
+// noise, so every worker kind and consistency model must still reach
+// liblinear's minimum of the same objective (heart_scale, l2 = 1/(C n), C
+// = 1, raw features, no intercept) within 0.5%; measured: 0.16-0.20% at
+// every layout, the same as one worker (0.17%, exact lazy l2), so the
+// lockstep assumption costs less than the sample order does.
+func TestL2ManyWorkersReachesLiblinearObjective(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains six models")
+	}
+	path := heartScaleFile(t)
+	data := readLibsvm(t, path)
+	const dim = 13
+	l2 := 1 / float64(data.Len())
+	ref := objective(data, liblinearWeights(t, path, 1, dim), 0, l2)
+	for _, c := range []struct {
+		kind    string
+		workers int
+		cons    kvstore.Consistency
+	}{
+		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.BSP}},
+		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}},
+		{tasks.KindPS, 3, kvstore.Consistency{Kind: kvstore.ASP}},
+		{tasks.KindLocal, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}},
+		{tasks.KindHogwild, 2, kvstore.Consistency{Kind: kvstore.ASP}},
+		{tasks.KindSingle, 1, kvstore.Consistency{Kind: kvstore.BSP}},
+	} {
+		// 2 KiB blocks: about 14 of heart_scale's 27 KiB, for every worker.
+		w, b := trainModelWith(t, path, dim, 2<<10, tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: c.workers, WorkerKind: c.kind, Consistency: c.cons,
+			Params: tasks.Params{"epochs": 60, "batch": 5, "lr": 0.5, "l2": l2, "decay": 0.2, "standardize": false, "intercept": false}})
+		got := objective(data, w, b, l2)
+		t.Logf("%s x%d %s: objective %.6f, liblinear -s 0 %.6f (%+.3f%%)", c.kind, c.workers, c.cons.Kind, got, ref, 100*(got-ref)/ref)
+		if got > ref*1.005 {
+			t.Errorf("%s x%d %s: objective %.6f more than 0.5%% above liblinear's %.6f", c.kind, c.workers, c.cons.Kind, got, ref)
 		}
 	}
 }

@@ -141,28 +141,7 @@ func sklearnData(t *testing.T, name string) string {
 // by up to 5 points from run to run at 4 workers (0.909-0.958); with it
 // one worker reaches liblinear's 0.965 every run.
 func TestQualityUnscaledRealData(t *testing.T) {
-	src, err := os.ReadFile(sklearnData(t, "breast_cancer.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[1:] // first line: counts and class names
-	dir := t.TempDir()
-	var trainB, testB strings.Builder
-	for i, line := range lines {
-		f := strings.Split(line, ",")
-		w := &trainB
-		if i%4 == 0 { // a fixed split: every 4th record is held out
-			w = &testB
-		}
-		w.WriteString(f[len(f)-1])
-		for j, v := range f[:len(f)-1] {
-			fmt.Fprintf(w, " %d:%s", j+1, v)
-		}
-		w.WriteString("\n")
-	}
-	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
-	os.WriteFile(trainPath, []byte(trainB.String()), 0o644)
-	os.WriteFile(testPath, []byte(testB.String()), 0o644)
+	trainPath, testPath := breastCancerSplit(t)
 	ref := liblinear(t, trainPath, testPath)
 	for _, workers := range []int{1, 4} {
 		got := train(t, trainPath, testPath, 30, tasks.Params{"epochs": 20, "batch": 10, "decay": 1.0, "l2": 1.0 / 427}, workers)
@@ -174,6 +153,38 @@ func TestQualityUnscaledRealData(t *testing.T) {
 			t.Errorf("%d workers: flexps %.4f is more than 4 points below liblinear's %.4f", workers, got, ref)
 		}
 	}
+}
+
+// breastCancerSplit writes scikit-learn's breast cancer data (569
+// records, 30 raw features) as LIBSVM files: every 4th record is held out.
+func breastCancerSplit(t *testing.T) (trainPath, testPath string) {
+	t.Helper()
+	src, err := os.ReadFile(sklearnData(t, "breast_cancer.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[1:] // first line: counts and class names
+	dir := t.TempDir()
+	var trainB, testB strings.Builder
+	for i, line := range lines {
+		f := strings.Split(line, ",")
+		w := &trainB
+		if i%4 == 0 {
+			w = &testB
+		}
+		w.WriteString(f[len(f)-1])
+		for j, v := range f[:len(f)-1] {
+			fmt.Fprintf(w, " %d:%s", j+1, v)
+		}
+		w.WriteString("\n")
+	}
+	trainPath, testPath = filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	for p, b := range map[string]string{trainPath: trainB.String(), testPath: testB.String()} {
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return trainPath, testPath
 }
 
 func heartScaleFile(t *testing.T) string {

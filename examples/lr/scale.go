@@ -12,10 +12,99 @@ import (
 // Scaler gives each feature's 1/scale: loaded whole for moderate
 // dimensions, else read with each batch. lr.sgd and svrg.sgd train with
 // it; PrepareScale builds it.
+//
+// A feature is scaled by the root mean square of its non-zero values
+// (zeros stay zeros, a rare binary feature keeps the value 1). That
+// leaves a dense feature with a large common offset (a radius of 14 +-
+// 3.5) nearly collinear with the intercept, and SGD on such data crawls.
+// So the features that are non-zero in at least half of the rows (the
+// dense ones, at most maxCentered of them, the most frequent first) can
+// be centered and scaled by their standard deviation instead, as
+// scikit-learn's StandardScaler does: Center switches the Scaler to that
+// mode and returns them. Centering is implicit (the trainer adds the
+// dense features to every batch, which touches them anyway, and moves the
+// intercept so the model stays a raw-space one), so sparse data stays
+// sparse.
 type Scaler struct {
 	inv []float64 // 1/scale per key, when loaded whole
 	t   tasks.Table
 	buf []float64
+	// cand are the dense features' centered statistics (Center applies
+	// them), nil when the scales are not loaded whole.
+	cand *Centered
+}
+
+// Centered are the centered features of a Scaler: Keys in increasing
+// order, Inv their 1/standard deviation and C their mean over standard
+// deviation (x' = x Inv - C is the standardized value).
+type Centered struct {
+	Keys []uint64
+	Inv  []float64
+	C    []float64
+	// NormC is sum C^2: how far the centered intercept moves per unit of
+	// the raw one.
+	NormC float64
+}
+
+// maxCentered bounds the centered features: each is added to every batch.
+const maxCentered = 1024
+
+// centerShare is the fraction of rows a feature must be non-zero in to be
+// centered.
+const centerShare = 0.5
+
+// Center switches the Scaler to centered scaling for the dense features
+// and returns them (nil when there are none, or the scales are not loaded
+// whole). Call it once, before any Lookup.
+func (s *Scaler) Center() *Centered {
+	c := s.cand
+	if c == nil || len(c.Keys) == 0 {
+		return nil
+	}
+	for i, k := range c.Keys {
+		s.inv[k] = c.Inv[i]
+	}
+	return c
+}
+
+// centered picks the dense features from per-key statistics (sum of
+// squares, count of non-zero values, sum) over n rows.
+func centered(n float64, stats func(k uint64) (sumSq, cnt, sum float64), size uint64) *Centered {
+	type cand struct {
+		k   uint64
+		cnt float64
+	}
+	var cs []cand
+	if n <= 0 {
+		return &Centered{}
+	}
+	for k := uint64(0); k < size; k++ {
+		sumSq, cnt, sum := stats(k)
+		if cnt < centerShare*n {
+			continue
+		}
+		m := sum / n
+		if v := sumSq/n - m*m; !(v > 1e-12*sumSq/n) { // constant: the intercept's job
+			continue
+		}
+		cs = append(cs, cand{k, cnt})
+	}
+	if len(cs) > maxCentered {
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].cnt > cs[j].cnt })
+		cs = cs[:maxCentered]
+		sort.Slice(cs, func(i, j int) bool { return cs[i].k < cs[j].k })
+	}
+	out := &Centered{}
+	for _, c := range cs {
+		sumSq, _, sum := stats(c.k)
+		m := sum / n
+		sd := math.Sqrt(sumSq/n - m*m)
+		out.Keys = append(out.Keys, c.k)
+		out.Inv = append(out.Inv, 1/sd)
+		out.C = append(out.C, m/sd)
+		out.NormC += (m / sd) * (m / sd)
+	}
+	return out
 }
 
 // maxLoadedScales bounds the scales a worker keeps in memory (32 MiB).
@@ -41,24 +130,32 @@ func (s *Scaler) Lookup(keys []uint64, out []float64) error {
 		}
 		return nil
 	}
-	s.buf = grow(s.buf, 2*len(keys))
+	s.buf = grow(s.buf, ScaleWidth*len(keys))
 	if err := s.t.Get(keys, s.buf); err != nil {
 		return err
 	}
 	for i := range keys {
-		out[i] = invScale(s.buf[2*i], s.buf[2*i+1])
+		out[i] = invScale(s.buf[ScaleWidth*i], s.buf[ScaleWidth*i+1])
 	}
 	return nil
 }
 
+// ScaleWidth is the width of ScaleTable(w): per feature the sum of
+// squares, the count of non-zero values and the sum; key Size holds 1
+// (the statistics are gathered) and the number of rows.
+const ScaleWidth = 3
+
 // PrepareScale gathers the feature statistics of input train into st
-// (the table ScaleTable(w) that AuxTables declares: size+1 keys, width 2,
-// sum of squares and count of non-zero values; key size marks them as
-// gathered) unless an earlier stage did, and returns the Scaler. Every
+// (the table ScaleTable(w) that AuxTables declares: size+1 keys of width
+// ScaleWidth; key size marks them as gathered) unless an earlier stage
+// did, and returns the Scaler. Every
 // worker of the stage must call it: each adds its share of the input and
 // they meet at Barriers.
 func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Input) (*Scaler, error) {
-	marker := make([]float64, 2)
+	if w := st.Spec().Width; w != ScaleWidth {
+		return nil, fmt.Errorf("lr: table %q has width %d, want %d", st.Spec().Name, w, ScaleWidth)
+	}
+	marker := make([]float64, ScaleWidth)
 	if err := st.Get([]uint64{size}, marker); err != nil {
 		return nil, err
 	}
@@ -67,8 +164,10 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 		return nil, err
 	}
 	if marker[0] == 0 {
-		acc := map[uint64]*[2]float64{}
+		acc := map[uint64]*[ScaleWidth]float64{}
+		rows := 0
 		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
+			rows += r.Len()
 			for j, k := range r.Keys {
 				if k >= size {
 					return fmt.Errorf("lr: feature key %d is outside the table (size %d)", k, size)
@@ -79,11 +178,12 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 				}
 				a := acc[k]
 				if a == nil {
-					a = new([2]float64)
+					a = new([ScaleWidth]float64)
 					acc[k] = a
 				}
 				a[0] += v * v
 				a[1]++
+				a[2] += v
 			}
 			return nil
 		})
@@ -95,43 +195,55 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 			keys = append(keys, k)
 		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-		vals := make([]float64, 0, 2*min(len(keys), chunkKeys))
+		vals := make([]float64, 0, ScaleWidth*min(len(keys), chunkKeys))
 		for lo := 0; lo < len(keys); lo += chunkKeys {
 			ks := keys[lo:min(lo+chunkKeys, len(keys))]
 			vals = vals[:0]
 			for _, k := range ks {
-				vals = append(vals, acc[k][0], acc[k][1])
+				vals = append(vals, acc[k][:]...)
 			}
 			if err := st.Add(ks, vals); err != nil {
 				return nil, err
 			}
 		}
+		if err := st.Add([]uint64{size}, []float64{0, float64(rows), 0}); err != nil {
+			return nil, err
+		}
 		if err := info.Barrier(); err != nil {
 			return nil, err
 		}
 		if info.Rank == 0 {
-			if err := st.Add([]uint64{size}, []float64{1, 0}); err != nil {
+			if err := st.Add([]uint64{size}, []float64{1, 0, 0}); err != nil {
 				return nil, err
 			}
+		}
+		marker[1] = -1 // read below, once every count is in
+	}
+	if marker[1] < 0 {
+		if err := st.Get([]uint64{size}, marker); err != nil {
+			return nil, err
 		}
 	}
 	sc := &Scaler{t: st}
 	if size <= maxLoadedScales {
 		sc.inv = make([]float64, size)
+		all := make([]float64, ScaleWidth*size)
 		keys := make([]uint64, 0, chunkKeys)
-		buf := make([]float64, 2*chunkKeys)
 		for lo := uint64(0); lo < size; lo += chunkKeys {
 			keys = keys[:0]
 			for k := lo; k < min(lo+chunkKeys, size); k++ {
 				keys = append(keys, k)
 			}
-			if err := st.Get(keys, buf[:2*len(keys)]); err != nil {
+			if err := st.Get(keys, all[ScaleWidth*lo:ScaleWidth*(lo+uint64(len(keys)))]); err != nil {
 				return nil, err
 			}
-			for i, k := range keys {
-				sc.inv[k] = invScale(buf[2*i], buf[2*i+1])
-			}
 		}
+		for k := range sc.inv {
+			sc.inv[k] = invScale(all[ScaleWidth*k], all[ScaleWidth*k+1])
+		}
+		sc.cand = centered(marker[1], func(k uint64) (float64, float64, float64) {
+			return all[ScaleWidth*k], all[ScaleWidth*k+1], all[ScaleWidth*k+2]
+		}, size)
 	}
 	return sc, nil
 }

@@ -16,25 +16,39 @@ import (
 // SGDConfig is svrg.sgd's parameters.
 type SGDConfig struct {
 	EpochsInner int
-	Batch       int
-	LR          float64
-	L2          float64
-	Train       string
+	// MinSteps is the fewest steps the stage takes (all workers
+	// together), whatever the data size.
+	MinSteps int
+	Batch    int
+	// LR is the step size; 0 (the param absent) chooses it from the data:
+	// 1/(2 L), L estimated on the workers' first batches (autoLR).
+	LR    float64
+	L2    float64
+	Train string
 }
+
+// defaultMinSteps is min_steps' default: on small data one pass is a
+// handful of steps, far too few for an ill-conditioned problem (455
+// breast cancer rows in batches of 50: 10 steps a round), while larger
+// data sets (50,000 rows in batches of 50) take as many in one pass.
+const defaultMinSteps = 1000
 
 // SGDConfigFrom reads and checks the stage parameters.
 func SGDConfigFrom(p tasks.Params) (SGDConfig, error) {
-	if err := p.Check("epochs_inner", "batch", "lr", "l2"); err != nil {
+	if err := p.Check("epochs_inner", "min_steps", "batch", "lr", "l2"); err != nil {
 		return SGDConfig{}, err
 	}
-	c := SGDConfig{EpochsInner: p.Int("epochs_inner", 1), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5),
-		L2: p.Float("l2", 0), Train: p.String("train", "train")}
+	c := SGDConfig{EpochsInner: p.Int("epochs_inner", 1), MinSteps: p.Int("min_steps", defaultMinSteps), Batch: p.Int("batch", 100),
+		LR: p.Float("lr", 0), L2: p.Float("l2", 0), Train: p.String("train", "train")}
+	_, explicitLR := p["lr"]
 	switch {
 	case c.EpochsInner < 1:
 		return c, fmt.Errorf("svrg: epochs_inner must be >= 1, got %d", c.EpochsInner)
+	case c.MinSteps < 0:
+		return c, fmt.Errorf("svrg: min_steps must be >= 0, got %d", c.MinSteps)
 	case c.Batch < 1:
 		return c, fmt.Errorf("svrg: batch must be >= 1, got %d", c.Batch)
-	case !(c.LR > 0):
+	case explicitLR && !(c.LR > 0):
 		return c, fmt.Errorf("svrg: lr must be > 0, got %v", c.LR)
 	case c.L2 < 0:
 		return c, fmt.Errorf("svrg: l2 must be >= 0, got %v", c.L2)
@@ -94,10 +108,12 @@ func SGD(info *tasks.Info) error {
 		s.snapB, s.muB = bs[keySnapBias], bs[keyMuBias]
 	}
 	// Every worker takes the same number of steps so that the workers
-	// stay in lockstep and the stage's steps total epochs_inner passes.
+	// stay in lockstep and the stage's steps total epochs_inner passes,
+	// and at least min_steps (the last inner epoch takes the extra).
 	workers := int64(max(info.Workers, 1))
 	perEpoch := int64(math.Ceil(one[0] / float64(workers*int64(cfg.Batch))))
-	total := perEpoch * int64(cfg.EpochsInner) * workers
+	mine := max(perEpoch*int64(cfg.EpochsInner), (int64(cfg.MinSteps)+workers-1)/workers)
+	total := mine * workers
 	var inv []float64 // 1/scale_k, nil without standardization
 	if opts.Standardize {
 		st, err := info.Table(lr.ScaleTable(TableW))
@@ -108,28 +124,47 @@ func SGD(info *tasks.Info) error {
 		if err != nil {
 			return err
 		}
+		if opts.Intercept {
+			// Without an intercept centering would change the model.
+			s.cent = sc.Center()
+		}
 		inv = make([]float64, dim)
 		if err := sc.Lookup(keys, inv); err != nil {
 			return err
 		}
+		s.withL2(inv, cfg.L2)
 	}
-	s.setDense(inv, total)
 	in := &stream{in: train}
 	defer in.close()
 	var batch datastore.Records
+	if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {
+		return err
+	}
+	if cfg.LR == 0 {
+		if s.lr, err = autoLR(info, s, &batch, inv); err != nil {
+			return err
+		}
+	}
+	s.setDense(inv, total)
 	steps := int64(0)
 	for epoch := 1; epoch <= cfg.EpochsInner; epoch++ {
 		var st lr.Stats
-		for range perEpoch {
-			if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {
-				return err
+		n := perEpoch
+		if epoch == cfg.EpochsInner {
+			n = mine - steps
+		}
+		for range n {
+			if steps > 0 {
+				if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {
+					return err
+				}
 			}
 			bs, err := s.run(&batch, 0, batch.Len(), float64(steps*workers+int64(info.Rank)))
 			if err != nil {
 				return err
 			}
 			if !s.finite {
-				return fmt.Errorf("svrg.sgd: stage %q inner epoch %d step %d: the update became non-finite (loss %v): the learning rate (lr = %g) is likely too large", info.StageName, epoch, steps+1, bs.LossSum/float64(max(bs.N, 1)), cfg.LR)
+				return fmt.Errorf("svrg.sgd: stage %q inner epoch %d step %d: the update became non-finite (loss %v): the learning rate (lr = %g) is likely too large", info.StageName, epoch, steps+1, bs.LossSum/float64(max(bs.N, 1)), s.lr)
 			}
 			steps++
 			st.Add(bs)
@@ -139,7 +174,7 @@ func SGD(info *tasks.Info) error {
 			}
 		}
 		if st.N > 0 && st.LossSum/float64(st.N) > divergedLoss {
-			return fmt.Errorf("svrg.sgd: stage %q inner epoch %d: mean training loss %.3g: training diverged; the learning rate (lr = %g) is likely too large", info.StageName, epoch, st.LossSum/float64(st.N), cfg.LR)
+			return fmt.Errorf("svrg.sgd: stage %q inner epoch %d: mean training loss %.3g: training diverged; the learning rate (lr = %g) is likely too large", info.StageName, epoch, st.LossSum/float64(st.N), s.lr)
 		}
 		info.ReportEpoch(epoch, map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
 	}
@@ -236,11 +271,26 @@ const maxEmptyPasses = 100
 // lockstep assume step t = s W + rank for a worker's s-th step). At the
 // end the table is turned back into w. a^-t stays below maxGrowth by
 // capping d (any positive d keeps SVRG's fixed point).
+//
+// Centered features (cent, see lr.Scaler.Center) make the preconditioner
+// T T' with T the map from centered standardized coordinates (w', b') to
+// raw ones (w = w' inv, b = b' - C.w'): with G the variance-reduced
+// gradient and e_k = C_k inv_k, a step moves a centered key by
+// -lr (d_k G_k - e_k G_b) and the intercept by
+// -lr ((1 + |C|^2) G_b - sum e_k G_k), which is plain SVRG on the centered
+// standardized features, written in raw space. Centered keys join every
+// batch and are stepped explicitly (their table value is w itself); the
+// intercept's constant part drifts lazily as before.
 type step struct {
 	w         tasks.Table
 	snap, mu  []float64 // dense, constant during the stage
 	lr, l2    float64
-	d         []float64   // per-key step factor (preconditioner)
+	d         []float64 // per-key step factor (preconditioner)
+	drift     []float64 // d_k mu_k: w's lazy drift per step without l2 (0 for centered keys)
+	cent      *lr.Centered
+	e         []float64   // e_k = C_k inv_k of the centered keys
+	explicit  []bool      // centered: stepped at every step, the table holds w
+	bdrift    float64     // the intercept's lazy drift per step: (1 + |C|^2) muB
 	loga      []float64   // log a_k, when l2 > 0
 	wstar     []float64   // w*_k, when l2 > 0
 	b, bstate tasks.Table // intercept tables, nil without
@@ -271,6 +321,29 @@ func (s *step) setDense(inv []float64, total int64) {
 			s.d[k] = inv[k] * inv[k]
 		}
 	}
+	s.explicit = make([]bool, dim)
+	s.bdrift = s.muB
+	if s.cent != nil {
+		s.e = make([]float64, len(s.cent.Keys))
+		for j, k := range s.cent.Keys {
+			s.explicit[k] = true
+			s.e[j] = s.cent.C[j] * s.cent.Inv[j]
+		}
+		s.bdrift = (1 + s.cent.NormC) * s.muB
+	}
+	s.drift = make([]float64, dim)
+	for k := range s.drift {
+		if !s.explicit[k] {
+			s.drift[k] = s.d[k] * s.mu[k]
+		}
+	}
+	defer func() {
+		for k, ex := range s.explicit {
+			if ex && s.loga != nil {
+				s.loga[k] = 0 // the table holds w: weight and alpha are identities
+			}
+		}
+	}()
 	if !(s.l2 > 0) {
 		return
 	}
@@ -280,7 +353,7 @@ func (s *step) setDense(inv []float64, total int64) {
 	s.loga, s.wstar = make([]float64, dim), make([]float64, dim)
 	for k := range s.d {
 		c := s.lr * s.d[k] * s.l2
-		if c > cmax {
+		if c > cmax && !s.explicit[k] { // an explicit key does not grow; capping it would skew T T'
 			c, s.d[k] = cmax, cmax/(s.lr*s.l2)
 		}
 		s.loga[k] = math.Log1p(-c)
@@ -291,7 +364,7 @@ func (s *step) setDense(inv []float64, total int64) {
 // weight recovers w_k at step t from the table's v.
 func (s *step) weight(k uint64, v, t float64) float64 {
 	if s.loga == nil {
-		return v - s.lr*t*s.d[k]*s.mu[k]
+		return v - s.lr*t*s.drift[k]
 	}
 	return s.wstar[k] + math.Exp(t*s.loga[k])*(v-s.wstar[k])
 }
@@ -318,7 +391,7 @@ func (s *step) finish(keys []uint64, total float64) error {
 		return fmt.Errorf("svrg.sgd: the model became non-finite at the end of the stage: the learning rate (lr = %g) is likely too large", s.lr)
 	}
 	if s.b != nil {
-		if err := s.b.Add(biasKey, []float64{-s.lr * total * s.muB}); err != nil {
+		if err := s.b.Add(biasKey, []float64{-s.lr * total * s.bdrift}); err != nil {
 			return err
 		}
 	}
@@ -353,6 +426,14 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 			s.keys = append(s.keys, k)
 		}
 	}
+	if s.cent != nil {
+		for _, k := range s.cent.Keys {
+			if s.stamp[k] != s.cur {
+				s.stamp[k] = s.cur
+				s.keys = append(s.keys, k)
+			}
+		}
+	}
 	slices.Sort(s.keys)
 	for i, k := range s.keys {
 		s.pos[k] = int32(i)
@@ -371,7 +452,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 		if err := s.b.Get(biasKey, u[:]); err != nil {
 			return lr.Stats{}, err
 		}
-		b = u[0] - s.lr*t*s.muB
+		b = u[0] - s.lr*t*s.bdrift
 	}
 	clear(s.delta)
 	gb := 0.0
@@ -401,9 +482,23 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 	}
 	// The data part of the step, in v's units at step t+1.
 	scale := -s.lr / float64(hi-lo)
-	check := scale * gb
+	db := scale * gb
+	if s.cent != nil {
+		// Centered keys: the whole variance-reduced gradient, explicitly.
+		gB := gb/float64(hi-lo) + s.muB
+		db *= 1 + s.cent.NormC
+		for j, k := range s.cent.Keys {
+			p := s.pos[k]
+			g := s.delta[p]/float64(hi-lo) + s.l2*(s.wv[p]-s.snap[k]) + s.mu[k]
+			db += s.lr * s.e[j] * g
+			s.delta[p] = -s.lr * (s.d[k]*g - s.e[j]*gB)
+		}
+	}
+	check := db
 	for i, k := range s.keys {
-		s.delta[i] *= scale * s.d[k] * s.alpha(k, t+1)
+		if !s.explicit[k] {
+			s.delta[i] *= scale * s.d[k] * s.alpha(k, t+1)
+		}
 		check += s.delta[i]
 	}
 	if !finite(check) || !finite(st.LossSum) {
@@ -411,7 +506,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 		return st, nil
 	}
 	if s.b != nil {
-		if err := s.b.Add(biasKey, []float64{scale * gb}); err != nil {
+		if err := s.b.Add(biasKey, []float64{db}); err != nil {
 			return st, err
 		}
 	}

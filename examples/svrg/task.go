@@ -26,8 +26,9 @@ type Config struct {
 	SGDMaxSlaves int
 
 	EpochsInner int     // passes of the sgd stage per round (1)
+	MinSteps    int     // fewest sgd steps per round (0: the stage's default, 1000)
 	Batch       int     // sgd mini-batch (100)
-	LR          float64 // sgd learning rate (0.5)
+	LR          float64 // sgd learning rate (0: chosen from the data)
 	L2          float64 // l2 regularization (0)
 	// NoIntercept fits no intercept; NoStandardize trains on raw feature
 	// values (the stages' intercept and standardize params, default on).
@@ -74,9 +75,6 @@ func (c Config) withDefaults() Config {
 	if c.Batch == 0 {
 		c.Batch = 100
 	}
-	if c.LR == 0 {
-		c.LR = 0.5
-	}
 	return c
 }
 
@@ -104,7 +102,13 @@ func Task(cfg Config) *tasks.MultiStageTask {
 	t.SetInput("train", tasks.InputSpec{Path: c.Train, BlockSize: c.BlockSize})
 	sgd := tasks.Stage{Name: "sgd", Func: "svrg.sgd", Workers: c.SGDWorkers, WorkerKind: c.SGDKind, MaxSlaves: c.SGDMaxSlaves,
 		Consistency: c.SGDConsistency,
-		Params:      tasks.Params{"epochs_inner": float64(c.EpochsInner), "batch": float64(c.Batch), "lr": c.LR, "l2": c.L2}}
+		Params:      tasks.Params{"epochs_inner": float64(c.EpochsInner), "batch": float64(c.Batch), "l2": c.L2}}
+	if c.LR != 0 {
+		sgd.Params["lr"] = c.LR
+	}
+	if c.MinSteps != 0 {
+		sgd.Params["min_steps"] = float64(c.MinSteps)
+	}
 	full := FullStage("full", c.FullWorkers, c.L2)
 	full.WorkerKind = c.FullKind
 	for _, p := range []tasks.Params{sgd.Params, full.Params} {
