@@ -50,7 +50,7 @@ type Config struct {
 	// share one process, so a replica would protect nothing.
 	DefaultReplicas int
 	Log             zerolog.Logger
-	Now      func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
+	Now             func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
 func (c *Config) defaults() error {
