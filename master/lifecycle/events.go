@@ -172,6 +172,7 @@ type ReleaseBlocks struct {
 // gates (proto.OpFinishRanks), so the survivors' clocks are not held back
 // by workers that will never tick again.
 type FinishRanks struct {
+	Stage  int
 	Slaves []string
 	Ranks  []int
 }

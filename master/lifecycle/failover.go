@@ -78,7 +78,7 @@ func (s *Stage) slaveDead(ev SlaveDead) []Action {
 	s.res.Failovers = append(s.res.Failovers, status.Failover{Slave: ev.Slave, Ranks: slices.Clone(workers), Survivors: s.live})
 	out := []Action{ReleaseBlocks{Slave: ev.Slave, Ranks: slices.Clone(workers)}}
 	if peers := s.peers(); len(peers) > 0 {
-		out = append(out, FinishRanks{Slaves: peers, Ranks: slices.Clone(workers)})
+		out = append(out, FinishRanks{Stage: s.cfg.Stage, Slaves: peers, Ranks: slices.Clone(workers)})
 	}
 	// The dead workers' waiters at barriers are answered (nobody listens),
 	// then barriers the living all reached open.
@@ -192,6 +192,15 @@ func (s *Stage) Live() []int {
 	out := make([]int, s.cfg.Workers)
 	for i := range out {
 		out[i] = i
+	}
+	return out
+}
+
+// Slaves lists the slaves of the placement, in placement order.
+func (s *Stage) Slaves() []string {
+	out := make([]string, 0, len(s.cfg.Placement))
+	for _, a := range s.cfg.Placement {
+		out = append(out, a.Slave)
 	}
 	return out
 }

@@ -110,7 +110,7 @@ func TestWorkerSlaveDeathCountsItsRanksOut(t *testing.T) {
 	acts := s.Step(SlaveDead{Slave: "s2", Err: errors.New("slave s2 died")})
 	want := []Action{
 		ReleaseBlocks{Slave: "s2", Ranks: []int{2}},
-		FinishRanks{Slaves: []string{"s1", "s3"}, Ranks: []int{2}},
+		FinishRanks{Stage: 1, Slaves: []string{"s1", "s3"}, Ranks: []int{2}},
 		ReleaseBarrier{Waiters: []any{"w2"}, Err: "stage 1 (train): worker 2 is counted out: its slave was declared dead"},
 	}
 	if len(acts) != len(want)+1 || !reflect.DeepEqual(acts[:3], want) {

@@ -86,6 +86,7 @@ type Stage struct {
 	dead     map[string]bool
 	deadRank map[int]bool
 	live     int
+	err      error // the error the run ended with
 }
 
 // New returns a Stage for cfg in phase Placed. Ranks go to the placement's
@@ -117,6 +118,9 @@ func (s *Stage) Ranks(slave string) []int { return s.ranks[slave] }
 
 // Phase is the Stage's phase.
 func (s *Stage) Phase() Phase { return s.phase }
+
+// Err is why the run failed: nil while it runs and when it completed.
+func (s *Stage) Err() error { return s.err }
 
 // Progress is the stage's progress as last published.
 func (s *Stage) Progress() status.Progress { return s.progress }
@@ -488,6 +492,7 @@ func (s *Stage) complete() []Action {
 
 // finish ends a run with err.
 func (s *Stage) finish(err error) []Action {
+	s.err = err
 	out := s.closeBarriers()
 	s.phase = Ended
 	return append(out, StageFinished{Result: s.res, Stopped: s.stopped, Err: err})
