@@ -87,7 +87,10 @@ func (t *taskRun) slaveDead(slave string, err error) {
 	t.mu.Unlock()
 	if running {
 		t.step(lifecycle.SlaveDead{Slave: slave, Err: err})
-		if mach.Err() == nil {
+		t.mu.Lock()
+		failed := mach.Err() != nil
+		t.mu.Unlock()
+		if !failed {
 			return
 		}
 	} else if why := t.betweenStages(slave); why == "" {
