@@ -31,6 +31,13 @@ type AsyncConfig struct {
 	Next func(ctx context.Context) (blk Block, ok bool, err error)
 	// IsLocal, optional, says whether a block is local, for PassStats.LocalBytes.
 	IsLocal func(Block) bool
+	// Done, optional, is told each block whose records the consumer has
+	// all processed: it is called from Next, on the consumer's goroutine,
+	// when the consumer asks for more after the block's last batch (the
+	// readers run ahead, so a block parsed is not a block processed). An
+	// error fails the pass. With several consumers sharing the reader,
+	// "processed" only means "taken".
+	Done func(Block) error
 	// Cache, optional, keeps parsed blocks for later passes under
 	// CacheScope; a cached block is replayed without reading the source.
 	Cache      *BlockCache
@@ -70,6 +77,7 @@ type AsyncReader struct {
 	maxBad    int
 	badFrac   float64 // ReadOptions.MaxBadFraction, checked at the pass's end (skip mode)
 	ahead     int     // blocks taken from Next whose end the consumer has not reached
+	ends      []Block // the blocks of the end markers (nil batches) queued, in order
 }
 
 // NewAsyncReader starts cfg.Producers producers that run until the blocks
@@ -142,7 +150,7 @@ func (r *AsyncReader) produce() {
 			for _, rec := range recs {
 				r.stats.Records += int64(rec.Len())
 			}
-			r.endBlock()
+			r.endBlock(blk)
 			r.mu.Unlock()
 			continue
 		}
@@ -161,7 +169,7 @@ func (r *AsyncReader) produce() {
 		local := r.cfg.IsLocal != nil && r.cfg.IsLocal(blk)
 		r.mu.Lock()
 		if err == nil {
-			r.endBlock()
+			r.endBlock(blk)
 		}
 		r.stats.Blocks++
 		r.stats.Bytes += st.Bytes
@@ -222,11 +230,12 @@ func (r *AsyncReader) releaseBlock() {
 	r.mu.Unlock()
 }
 
-// endBlock queues the marker that ends a block's records: when the
-// consumer reaches it the block no longer counts as ahead. r.mu held.
-func (r *AsyncReader) endBlock() {
+// endBlock queues the marker that ends blk's records: when the consumer
+// reaches it the block no longer counts as ahead, and is done. r.mu held.
+func (r *AsyncReader) endBlock(blk Block) {
 	r.queue = append(r.queue, nil)
 	r.qbytes = append(r.qbytes, 0)
+	r.ends = append(r.ends, blk)
 	r.broadcast()
 }
 
@@ -292,6 +301,19 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 			r.broadcast()
 			if rec == nil { // a block's end: one fewer block ahead
 				r.ahead--
+				blk := r.ends[0]
+				r.ends[0] = Block{}
+				r.ends = r.ends[1:]
+				if r.cfg.Done != nil {
+					r.mu.Unlock()
+					err := r.cfg.Done(blk)
+					r.mu.Lock()
+					if err != nil && r.err == nil && !r.closed {
+						r.err = err
+						r.broadcast()
+						r.cancel()
+					}
+				}
 				continue
 			}
 			return rec, nil
@@ -325,7 +347,7 @@ func (r *AsyncReader) Close() error {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
-		r.queue, r.qbytes, r.buffered = nil, nil, 0
+		r.queue, r.qbytes, r.buffered, r.ends = nil, nil, 0, nil
 		r.broadcast()
 	}
 	r.mu.Unlock()

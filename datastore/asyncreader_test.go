@@ -287,3 +287,79 @@ func TestAsyncReaderMaxBadFraction(t *testing.T) {
 		t.Fatalf("fraction 2: %v", err)
 	}
 }
+
+// Done hears of each block exactly once, from inside Next, after the
+// consumer took every batch holding its records and asked for more.
+func TestAsyncReaderDoneAfterLastBatch(t *testing.T) {
+	dir := libsvmDir(t, 3, 400)
+	for _, producers := range []int{1, 3} {
+		t.Run(fmt.Sprint(producers), func(t *testing.T) {
+			cfg := asyncConfig(t, dir, 3000)
+			cfg.Producers = producers
+			type at struct {
+				path string
+				off  int64
+			}
+			inNext := false
+			done := map[at]int{}
+			seen := map[at]bool{}
+			cfg.Done = func(b Block) error {
+				if !inNext {
+					t.Errorf("Done(%v) outside Next", b)
+				}
+				done[at{b.Path, b.Offset}]++
+				return nil
+			}
+			r := NewAsyncReader(context.Background(), cfg)
+			defer r.Close()
+			for {
+				inNext = true
+				rec, err := r.Next(context.Background())
+				inNext = false
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range rec.Origins {
+					k := at{o.Path, o.Block}
+					seen[k] = true
+					if done[k] > 0 {
+						t.Fatalf("a batch of block %v after its Done", k)
+					}
+				}
+			}
+			if len(done) == 0 || len(done) < len(seen) {
+				t.Fatalf("Done for %d blocks, records seen from %d", len(done), len(seen))
+			}
+			for b, n := range done {
+				if n != 1 {
+					t.Fatalf("Done(%v) %d times", b, n)
+				}
+			}
+			for k := range seen {
+				if done[k] != 1 {
+					t.Fatalf("records of block %v seen, Done %d times", k, done[k])
+				}
+			}
+		})
+	}
+}
+
+func TestAsyncReaderDoneErrorFailsThePass(t *testing.T) {
+	cfg := asyncConfig(t, libsvmDir(t, 2, 100), 1<<20)
+	boom := errors.New("master unreachable")
+	cfg.Done = func(Block) error { return boom }
+	r := NewAsyncReader(context.Background(), cfg)
+	defer r.Close()
+	for {
+		_, err := r.Next(context.Background())
+		if errors.Is(err, boom) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("Next: %v, want the Done error", err)
+		}
+	}
+}

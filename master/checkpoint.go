@@ -117,8 +117,8 @@ func waiterMsg(w any) *nats.Msg {
 // it takes a checkpoint if one is due, then releases the workers. It runs
 // on its own goroutine so the NATS handler that completed the barrier is
 // not held while the tables are read.
-func (t *taskRun) epochEnd(k int, st *tasks.Stage, epoch int, waiters []any) {
-	reply := proto.CtlReply{OK: true}
+func (t *taskRun) epochEnd(k int, st *tasks.Stage, epoch int, waiters []any, live []int) {
+	reply := proto.CtlReply{OK: true, Live: live}
 	// The last epoch counts, and is checkpointed, at the stage's end: the
 	// stage may still change its tables after it (lr writes its weights
 	// back to raw scale).

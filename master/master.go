@@ -15,7 +15,6 @@ import (
 	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
-	"github.com/flexps/flexps/master/assign"
 	"github.com/flexps/flexps/master/membership"
 	"github.com/flexps/flexps/scheduler"
 	"github.com/flexps/flexps/status"
@@ -42,7 +41,7 @@ type Master struct {
 	tasks     map[string]*taskRun
 	order     []string // task ids in submission order
 	queue     []waiting
-	assigners map[assignKey]*assign.Assigner
+	assigners map[assignKey]*assignment
 	seq       int
 
 	subs   []*nats.Subscription
@@ -83,7 +82,7 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 		cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), log: cfg.Log.With().Str("node", "master").Logger(),
 		policy: pol, sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		mem: membership.New(cfg.DeadAfter), slaves: map[string]*slaveInfo{},
-		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assign.Assigner{}, instance: nuid.Next(),
+		tasks: map[string]*taskRun{}, assigners: map[assignKey]*assignment{}, instance: nuid.Next(),
 	}, nil
 }
 
@@ -499,25 +498,6 @@ func (m *Master) onBarrier(msg *nats.Msg) {
 	tr.barrier(msg, req)
 }
 
-func (m *Master) onBlock(msg *nats.Msg) {
-	var req proto.BlockRequest
-	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		m.reply(msg, proto.BlockReply{Error: "malformed block request"})
-		return
-	}
-	m.mu.Lock()
-	a := m.assigners[assignKey{req.Task, req.Stage, req.Input}]
-	var out proto.BlockReply
-	if a == nil {
-		out.Error = fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)
-	} else {
-		b, local, ok := a.Next(req.Rank, req.Epoch)
-		out = proto.BlockReply{Block: b, Local: local, Done: !ok}
-	}
-	m.mu.Unlock()
-	m.reply(msg, out)
-}
-
 // aliveSlaves lists live slave ids, sorted.
 func (m *Master) aliveSlaves() []string {
 	m.mu.Lock()
@@ -539,16 +519,6 @@ func (m *Master) slaveHost(id string) string {
 		return s.Host
 	}
 	return ""
-}
-
-func (m *Master) setAssigner(k assignKey, a *assign.Assigner) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if a == nil {
-		delete(m.assigners, k)
-	} else {
-		m.assigners[k] = a
-	}
 }
 
 // ctl sends a control request to a slave and waits for its answer.
@@ -593,6 +563,12 @@ func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl
 }
 
 func (m *Master) publishTask(id string, ev status.Event) {
-	data, _ := json.Marshal(ev)
-	m.nc.Publish(m.subj.TaskEvents(id), data)
+	data, err := json.Marshal(ev)
+	if err != nil {
+		m.log.Error().Err(err).Str("task", id).Str("kind", ev.Kind).Msg("cannot encode the task event")
+		return
+	}
+	if err := m.nc.Publish(m.subj.TaskEvents(id), data); err != nil {
+		m.log.Warn().Err(err).Str("task", id).Str("kind", ev.Kind).Msg("cannot publish the task event")
+	}
 }

@@ -83,8 +83,12 @@ func (m *Master) onLeave(msg *nats.Msg) {
 		return
 	}
 	m.mu.Lock()
-	m.applyLocked(m.mem.Leave(l.ID, l.Instance), proto.JoinRequest{})
+	fails := m.applyLocked(m.mem.Leave(l.ID, l.Instance), proto.JoinRequest{})
 	m.mu.Unlock()
+	// A slave that leaves mid-stage is lost to its tasks as a dead one is.
+	for _, f := range fails {
+		f.tr.slaveDead(f.slave, f.err)
+	}
 }
 
 // tick runs the failure detector at now. The tasks of dead slaves fail

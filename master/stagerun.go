@@ -3,6 +3,7 @@ package master
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,12 +35,15 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	if err := t.createTables(); err != nil {
 		return stageErr(err)
 	}
-	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
+	if err := m.ctlAll(t.ctx, t.liveHosts(), proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
 		Consistency: st.Consistency, Workers: workers}); err != nil {
 		return stageErr(err)
 	}
+	// What the stage survives follows from its tables' replicas, resolved
+	// by createTables, and its worker kind.
+	surv := lifecycle.Survivability(st.Name, st.WorkerKind, t.spec.Tables)
 	mach := lifecycle.New(lifecycle.Config{Task: t.spec.ID, Stage: k, Name: st.Name, Func: st.Func, Workers: workers,
-		Placement: placement, Hosts: t.hosts, Epochs: st.Params.Int("epochs", 0), Trial: trial})
+		Placement: placement, Hosts: t.hosts, Epochs: st.Params.Int("epochs", 0), Trial: trial, Survival: surv})
 	epochBarrier := t.epochBarriers(st, trial)
 	// The FileAssigner knows where each rank runs.
 	var ws []assign.Worker
@@ -55,9 +59,14 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 			inputs = append(inputs, name)
 		}
 	}
+	keys := make([]assignKey, 0, len(inputs))
 	for _, in := range inputs {
-		m.setAssigner(assignKey{t.spec.ID, k, in}, assign.New(t.blocks[in], ws))
-		defer m.setAssigner(assignKey{t.spec.ID, k, in}, nil)
+		key := assignKey{t.spec.ID, k, in}
+		keys = append(keys, key)
+		// Only a stage that survives its workers' deaths holds a worker's
+		// "epoch empty" until no block of the epoch can come back.
+		m.setAssigner(key, assign.New(t.blocks[in], ws), surv.Workers)
+		defer m.setAssigner(key, nil, false)
 	}
 	// Direct model transfer between consecutive one-slave stages.
 	retain := t.spec.ModelTransfer == tasks.TransferDirect && st.OneSlave() && k+1 < len(t.spec.Stages) && t.spec.Stages[k+1].OneSlave()
@@ -66,21 +75,28 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		from = t.modelAt
 	}
 	t.mu.Lock()
-	t.stage, t.stageEnd = mach, make(chan lifecycle.StageFinished, 1)
+	t.stage, t.stageEnd, t.inputs = mach, make(chan lifecycle.StageFinished, 1), keys
 	t.status.Progress = mach.Progress()
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
-		t.stage = nil
+		t.stage, t.inputs = nil, nil
 		t.mu.Unlock()
 	}()
 	start := func(a lifecycle.StartWorkers) error {
 		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
 			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
-			Retain: retain, TransferFrom: from, StartEpoch: t.startEpoch, EpochBarrier: epochBarrier})
+			Retain: retain, TransferFrom: from, StartEpoch: t.startEpoch, EpochBarrier: epochBarrier, Survivable: surv.Shards})
 	}
 	stop := func(a lifecycle.StopWorkers) error {
 		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStopStage, Task: t.spec.ID, Stage: k})
+	}
+	// A slave that died since the placement was granted or the tables
+	// were placed is one the stage must do without, or fail for.
+	for _, s := range slices.Concat(t.hosts, mach.Slaves()) {
+		if !m.isAlive(s) {
+			t.step(lifecycle.SlaveDead{Slave: s, Err: fmt.Errorf("slave %s is no longer a member of the cluster", s)})
+		}
 	}
 	t.stepWith(lifecycle.Begin{Now: m.cfg.Now()}, start, stop)
 	t.mu.Lock()
@@ -90,16 +106,12 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		m.log.Info().Str("task", t.spec.ID).Int("stage", k).Str("func", st.Func).Int("workers", workers).Msg("stage started")
 	}
 
-	keys := make([]assignKey, 0, len(inputs))
-	for _, in := range inputs {
-		keys = append(keys, assignKey{t.spec.ID, k, in})
-	}
 	fin := t.awaitStage(keys, start, stop)
 	if fin.Err != nil {
 		return fin.Result, false, fin.Err
 	}
 	res, stopped = fin.Result, fin.Stopped
-	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
+	if err := m.ctlAll(t.ctx, t.liveHosts(), proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
 		return stageErr(err)
 	}
 	if stopped {
@@ -136,7 +148,9 @@ func (t *taskRun) awaitStage(inputs []assignKey, start func(lifecycle.StartWorke
 			// from where a resumed stage starts.
 			epoch := max(0, t.stage.Progress().Epoch-t.startEpoch)
 			t.mu.Unlock()
-			t.stepWith(lifecycle.Tick{Now: t.m.cfg.Now(), Handed: t.m.handed(inputs, epoch)}, start, stop)
+			now := t.m.cfg.Now()
+			t.m.expireHeld(inputs, now)
+			t.stepWith(lifecycle.Tick{Now: now, Handed: t.m.handed(inputs, epoch)}, start, stop)
 		}
 	}
 }
@@ -152,7 +166,7 @@ func (t *taskRun) step(ev lifecycle.Event) {
 // they cannot arise).
 func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers) error, stop func(lifecycle.StopWorkers) error) {
 	t.mu.Lock()
-	mach, end := t.stage, t.stageEnd
+	mach, end, inputs := t.stage, t.stageEnd, t.inputs
 	if mach == nil {
 		t.mu.Unlock()
 		if b, ok := ev.(lifecycle.BarrierArrived); ok {
@@ -165,6 +179,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 	t.mu.Unlock()
 
 	var starts []lifecycle.StartWorkers
+	var after []lifecycle.Event
 	for _, a := range acts {
 		switch a := a.(type) {
 		case lifecycle.StartWorkers:
@@ -172,23 +187,34 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 		case lifecycle.StopWorkers:
 			t.stepWith(lifecycle.Acked{Slave: a.Slave, Op: proto.OpStopStage, Err: t.ctlErr(stop(a)), Now: t.m.cfg.Now()}, start, stop)
 		case lifecycle.Publish:
-			t.publish(a.Kind, a.Epoch)
+			if a.Message != "" {
+				t.m.log.Warn().Str("task", t.spec.ID).Msg(a.Message)
+			}
+			t.publishMsg(a.Kind, a.Epoch, a.Message)
 		case lifecycle.ReleaseBarrier:
 			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" {
 				st := &t.spec.Stages[e.stage]
 				t.m.wg.Add(1)
 				go func() {
 					defer t.m.wg.Done()
-					t.epochEnd(e.stage, st, e.epoch, a.Waiters)
+					t.epochEnd(e.stage, st, e.epoch, a.Waiters, a.Live)
 				}()
 				continue
 			}
 			for _, w := range a.Waiters {
-				t.m.reply(waiterMsg(w), proto.CtlReply{OK: a.Err == "", Error: a.Err})
+				t.m.reply(waiterMsg(w), proto.CtlReply{OK: a.Err == "", Error: a.Err, Live: a.Live})
 			}
+		case lifecycle.ReleaseBlocks:
+			n := t.m.removeRanks(inputs, a.Ranks)
+			after = append(after, lifecycle.BlocksReleased{Slave: a.Slave, Blocks: n})
+		case lifecycle.FinishRanks:
+			t.finishRanks(a)
 		case lifecycle.StageFinished:
 			end <- a
 		}
+	}
+	for _, ev := range after {
+		t.stepWith(ev, start, stop)
 	}
 	if len(starts) == 0 {
 		return
@@ -208,6 +234,31 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 	for i, a := range starts {
 		t.stepWith(lifecycle.Acked{Slave: a.Slave, Op: proto.OpStartWorkers, Err: errs[i], Now: t.m.cfg.Now()}, start, stop)
 	}
+}
+
+// finishRanks tells the live slaves of the stage to count a dead slave's
+// workers out of the stage's consistency gates. It does not wait: the
+// death reaches the stage on the failure detector's goroutine. A live
+// slave that cannot be told would hold the survivors back for good, so
+// that fails the stage.
+func (t *taskRun) finishRanks(a lifecycle.FinishRanks) {
+	t.m.wg.Add(1)
+	go func() {
+		defer t.m.wg.Done()
+		var wg sync.WaitGroup
+		for _, s := range a.Slaves {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := t.m.ctl(t.ctx, s, proto.SlaveCtl{Op: proto.OpFinishRanks, Task: t.spec.ID, Stage: a.Stage, Ranks: a.Ranks})
+				if err == nil || t.ctx.Err() != nil || !t.m.isAlive(s) {
+					return
+				}
+				t.step(lifecycle.Cancel{Err: fmt.Errorf("stage %d: slave %s could not count out the workers %v of a dead slave: %w", a.Stage, s, a.Ranks, err)})
+			}()
+		}
+		wg.Wait()
+	}()
 }
 
 // ctlErr turns the failure of a control request the task's own end caused
@@ -289,11 +340,11 @@ func (m *Master) handed(inputs []assignKey, epoch int) float64 {
 	defer m.mu.Unlock()
 	sum, n := 0.0, 0
 	for _, k := range inputs {
-		a := m.assigners[k]
-		if a == nil {
+		as := m.assigners[k]
+		if as == nil {
 			continue
 		}
-		st := a.Stats(epoch)
+		st := as.a.Stats(epoch)
 		total := st.Remaining
 		for _, r := range st.PerRank {
 			total += r.Blocks

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,6 +53,7 @@ type taskRun struct {
 	// hands its one StageFinished to the task's goroutine.
 	stage    *lifecycle.Stage
 	stageEnd chan lifecycle.StageFinished
+	inputs   []assignKey // the running stage's inputs
 
 	// ckpt is the task's checkpoint state (nil: no [checkpoint]);
 	// resume the checkpoint a resumed task starts from (nil once its
@@ -76,12 +78,66 @@ func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datas
 	}
 }
 
-// slaveDead fails the task: a slave it used died. The running stage hears
-// it as a lifecycle event (where failover will go); the context ends
-// whatever else the task waits for.
+// slaveDead handles the death of a slave the task used. The running
+// stage hears it as a lifecycle event and either goes on without the
+// slave (its tables are replicated; its workers' blocks go to the
+// survivors) or fails. Between stages the task goes on if its tables are
+// replicated and no model waits in the dead slave's memory. A task that
+// cannot go on is cancelled, which ends whatever else it waits for.
 func (t *taskRun) slaveDead(slave string, err error) {
-	t.step(lifecycle.SlaveDead{Slave: slave, Err: err})
+	t.mu.Lock()
+	mach := t.stage
+	running := mach != nil && mach.Phase() != lifecycle.Ended
+	t.mu.Unlock()
+	if running {
+		t.step(lifecycle.SlaveDead{Slave: slave, Err: err})
+		t.mu.Lock()
+		failed := mach.Err() != nil
+		t.mu.Unlock()
+		if !failed {
+			return
+		}
+	} else if why := t.betweenStages(slave); why == "" {
+		t.m.log.Warn().Str("task", t.spec.ID).Str("slave", slave).Msg("a slave the task used died between stages; its tables are replicated, the task goes on")
+		return
+	} else {
+		err = fmt.Errorf("%w; the task cannot go on without it: %s", err, why)
+	}
 	t.cancel(err)
+}
+
+// betweenStages says why the task cannot lose slave while no stage runs
+// ("" when it can).
+func (t *taskRun) betweenStages(slave string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.modelAt == slave {
+		return fmt.Sprintf("the model of the last stage waits in slave %s's memory for a direct transfer", slave)
+	}
+	if !slices.Contains(t.hosts, slave) {
+		return ""
+	}
+	for _, tb := range t.spec.Tables {
+		if tb.Replicas < 2 {
+			return fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death", tb.Name, max(tb.Replicas, 1))
+		}
+	}
+	return ""
+}
+
+// liveHosts are the task's shard hosts still alive: a dead one is failed
+// over by its backups and gets no more control requests.
+func (t *taskRun) liveHosts() []string {
+	t.mu.Lock()
+	hosts := slices.Clone(t.hosts)
+	t.mu.Unlock()
+	out := hosts[:0]
+	for _, h := range hosts {
+		if t.m.isAlive(h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 func (t *taskRun) cancelRun(err error) { t.cancel(err) }
@@ -132,8 +188,10 @@ func (t *taskRun) event(ev proto.WorkerEvent) {
 	}
 }
 
-func (t *taskRun) publish(kind string, ep *status.Epoch) {
-	t.m.publishTask(t.spec.ID, status.Event{Kind: kind, Status: t.snapshot(), Epoch: ep})
+func (t *taskRun) publish(kind string, ep *status.Epoch) { t.publishMsg(kind, ep, "") }
+
+func (t *taskRun) publishMsg(kind string, ep *status.Epoch, msg string) {
+	t.m.publishTask(t.spec.ID, status.Event{Kind: kind, Status: t.snapshot(), Epoch: ep, Message: msg})
 }
 
 func (t *taskRun) run() {

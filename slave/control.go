@@ -42,6 +42,9 @@ type ctlStage struct {
 	running map[int]bool // ranks whose functions have not reported done or error
 	failed  map[int]bool // ranks that reported an error (or were turned into one)
 	stopped bool         // cancelled by the master, a dead peer or a failure
+	// survivable: the master decides what a dead peer means for the
+	// stage (its tables are replicated), so the slave does not fail it.
+	survivable bool
 }
 
 // EventKind names what happened.
@@ -70,11 +73,11 @@ type Event struct {
 	Ranks     []int // EvStartStage: ranks to run here
 	Workers   int   // EvStartStage: the stage's parallelism
 	OneSlave  bool  // EvStartStage: the stage runs all its workers on one slave
-	Hosts     []string
-	Node      string // EvPeerDead
-	// Survivable, EvPeerDead: tasks whose tables are all replicated: the
-	// dead slave's shards fail over, so their stages go on.
-	Survivable []string
+	// Survivable (EvStartStage): the stage goes on when a peer dies
+	// (proto.SlaveCtl.Survivable).
+	Survivable bool
+	Hosts      []string
+	Node       string // EvPeerDead
 	Reason     string
 	Report     proto.WorkerEvent // EvWorkerReport
 }
@@ -201,7 +204,8 @@ func (c *Control) start(ev Event) ([]Action, error) {
 		return nil, fmt.Errorf("task %s stage %d (%s): %w on this slave (ranks %v); stop it first", ev.Task, ev.Stage, ev.StageName, ErrRunning, sortedKeys(old.running))
 	}
 	c.gen++
-	st := &ctlStage{name: ev.StageName, gen: c.gen, hosts: slices.Clone(ev.Hosts), running: map[int]bool{}, failed: map[int]bool{}}
+	st := &ctlStage{name: ev.StageName, gen: c.gen, hosts: slices.Clone(ev.Hosts), running: map[int]bool{}, failed: map[int]bool{},
+		survivable: ev.Survivable}
 	for _, r := range ev.Ranks {
 		st.running[r] = true
 	}
@@ -276,14 +280,16 @@ func nonFinite(stage string, r proto.WorkerEvent) error {
 }
 
 // peerDead fails every live stage whose shards live on the dead node: its
-// workers would otherwise wait for answers that never come.
+// workers would otherwise wait for answers that never come. A survivable
+// stage is left alone: its shards have backups, and the master counts the
+// dead node's workers out and re-runs their blocks.
 func (c *Control) peerDead(ev Event) []Action {
 	var out []Action
 	for _, id := range slices.Sorted(maps.Keys(c.tasks)) {
 		t := c.tasks[id]
 		for _, k := range slices.Sorted(maps.Keys(t.stages)) {
 			st := t.stages[k]
-			if st.stopped || len(st.running) == 0 || !slices.Contains(st.hosts, ev.Node) || slices.Contains(ev.Survivable, id) {
+			if st.stopped || st.survivable || len(st.running) == 0 || !slices.Contains(st.hosts, ev.Node) {
 				continue
 			}
 			st.stopped = true

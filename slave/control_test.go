@@ -255,6 +255,24 @@ func TestPeerDeadFailsOnlyStagesWithShardsThere(t *testing.T) {
 	}
 }
 
+// A survivable stage is the master's to decide: a dead peer holding its
+// shards leaves it running here.
+func TestPeerDeadLeavesSurvivableStages(t *testing.T) {
+	c := NewControl(4)
+	if _, err := c.Step(Event{Kind: EvStartStage, Task: "t1", Stage: 0, StageName: "train", Ranks: []int{0, 1}, Workers: 4,
+		Hosts: []string{"s1", "s2"}, Survivable: true}); err != nil {
+		t.Fatal(err)
+	}
+	g2 := start(t, c, "t2", 0, []int{2}, "s1", "s2")
+	acts, err := c.Step(Event{Kind: EvPeerDead, Node: "s2", Reason: "no heartbeat"})
+	if err != nil || len(acts) != 1 || acts[0].Task != "t2" || acts[0].Gen != g2 {
+		t.Fatalf("peer dead: %+v %v, want only t2 cancelled", acts, err)
+	}
+	if got := c.Running("t1", 0); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("survivable stage running %v, want [0 1]", got)
+	}
+}
+
 func TestMasterGoneCancelsEveryTask(t *testing.T) {
 	c := NewControl(4)
 	start(t, c, "b", 0, []int{0})

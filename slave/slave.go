@@ -402,6 +402,12 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 	case proto.OpStopStage:
 		s.step(Event{Kind: EvStopStage, Task: req.Task, Stage: req.Stage})
 		return nil
+	case proto.OpFinishRanks:
+		// A slave of the stage died: its workers never tick again, so the
+		// gates here stop waiting for them.
+		s.kv.FinishRanks(req.Task, int32(req.Stage), req.Ranks)
+		s.log.Info().Str("task", req.Task).Int("stage", req.Stage).Ints("ranks", req.Ranks).Msg("workers of a dead slave counted out of the stage's consistency gates")
+		return nil
 	case proto.OpAbort, proto.OpDropTask:
 		s.step(Event{Kind: EvDropTask, Task: req.Task, Reason: req.Reason})
 		return nil
@@ -429,11 +435,10 @@ func (s *Slave) step(ev Event) {
 // PeerDead tells the slave that node died: workers of stages whose shards
 // live there fail with an error naming it instead of waiting on it.
 func (s *Slave) PeerDead(node, reason string) {
-	var survive []string
 	if s.kv != nil {
-		survive = s.kv.PeerDead(node) // replicated shards fail over
+		s.kv.PeerDead(node) // replicated shards fail over
 	}
-	s.step(Event{Kind: EvPeerDead, Node: node, Reason: reason, Survivable: survive})
+	s.step(Event{Kind: EvPeerDead, Node: node, Reason: reason})
 }
 
 // onMasterAlive notes the master's sign of life. Another instance than
@@ -538,7 +543,7 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 	t := s.task(req.Task)
 	s.mu.Lock()
 	acts, err := s.ctl.Step(Event{Kind: EvStartStage, Task: req.Task, Stage: req.Stage, StageName: st.Name,
-		Ranks: req.Ranks, Workers: req.Workers, OneSlave: st.OneSlave(), Hosts: req.Hosts})
+		Ranks: req.Ranks, Workers: req.Workers, OneSlave: st.OneSlave(), Hosts: req.Hosts, Survivable: req.Survivable})
 	if err != nil {
 		s.mu.Unlock()
 		return err

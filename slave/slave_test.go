@@ -139,6 +139,8 @@ func TestNonFiniteLossFailsTheTaskWithAClearError(t *testing.T) {
 func TestDeadPeerFailsTheStageNamingTheNode(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	waiting.Store(0)
+	// One replica: the stage cannot survive the death (with backups the
+	// master decides, see TestSurvivableStage*).
 	task := tasks.NewTask("peer").AddTable(kvstore.TableSpec{Name: "w", Size: 100, Replicas: 1}).
 		SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 4})
 	id, err := c.m.Submit(context.Background(), task)

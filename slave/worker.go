@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"time"
 
@@ -28,6 +29,7 @@ type worker struct {
 	local      *localModel // set for local, hogwild and single stages
 	localClock int64
 	barriers   int    // barriers passed
+	live       []int  // the stage's live ranks as of the last barrier (nil: all)
 	inc        uint64 // the slave's membership incarnation when the worker started (KV fencing)
 
 	client     *kvstore.Client
@@ -225,8 +227,15 @@ func (w *worker) barrier(epoch int) error {
 	if !rep.OK {
 		return fmt.Errorf("barrier %d: %s", w.barriers, rep.Error)
 	}
+	if rep.Live != nil {
+		w.live = rep.Live
+	}
 	return nil
 }
+
+// Live implements tasks.Runtime: the live ranks the last barrier's answer
+// named (nil while every worker lives).
+func (w *worker) Live() []int { return w.live }
 
 // Report implements tasks.Runtime.
 func (w *worker) Report(p tasks.Progress) {
@@ -388,24 +397,26 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	epoch := in.epoch
 	in.epoch++
 	next := func(ctx context.Context) (datastore.Block, bool, error) {
-		req, err := json.Marshal(proto.BlockRequest{Task: w.req.Task, Stage: w.req.Stage, Input: in.name, Rank: w.rank, Epoch: epoch})
-		if err != nil {
-			return datastore.Block{}, false, fmt.Errorf("input %q: encoding the block request: %w", in.name, err)
+		for {
+			rep, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch}, "asking the master for a block")
+			if err != nil {
+				return datastore.Block{}, false, err
+			}
+			if !rep.Retry {
+				return rep.Block, !rep.Done, nil
+			}
+			// The epoch's last blocks are still with other workers, who
+			// may die before finishing them: ask again.
 		}
-		rctx, cancel := context.WithTimeout(ctx, w.s.cfg.KVTimeout)
-		defer cancel()
-		msg, err := w.s.nc.RequestWithContext(rctx, w.s.subj.Block(), req)
-		if err != nil {
-			return datastore.Block{}, false, fmt.Errorf("input %q: asking the master for a block: %w", in.name, err)
+	}
+	// In a stage that survives a slave's death, each block the function
+	// finished is confirmed, so it is not re-run if this worker dies.
+	var done func(datastore.Block) error
+	if in.confirms() {
+		done = func(b datastore.Block) error {
+			_, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch, Confirm: &b}, "confirming block "+b.String())
+			return err
 		}
-		var rep proto.BlockReply
-		if err := json.Unmarshal(msg.Data, &rep); err != nil {
-			return datastore.Block{}, false, fmt.Errorf("input %q: malformed block reply", in.name)
-		}
-		if rep.Error != "" {
-			return datastore.Block{}, false, fmt.Errorf("input %q: %s", in.name, rep.Error)
-		}
-		return rep.Block, !rep.Done, nil
 	}
 	host := w.s.cfg.Host
 	producers := w.s.cfg.ReadProducers
@@ -416,7 +427,7 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	}
 	r := datastore.NewAsyncReader(ctx, datastore.AsyncConfig{
 		Source: w.s.sources, Format: in.format, Read: in.read, BufferBytes: w.s.cfg.ReadBuffer,
-		Producers: producers, Next: next,
+		Producers: producers, Next: next, Done: done,
 		Cache: w.s.cache, CacheScope: w.req.Task + "/" + in.name,
 		IsLocal: func(b datastore.Block) bool {
 			for _, h := range b.Hosts {
@@ -427,18 +438,76 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 			return false
 		},
 	})
-	return &trackedPass{AsyncReader: r, w: w}, nil
+	return &trackedPass{AsyncReader: r, w: w, in: in, epoch: epoch, ctx: ctx}, nil
 }
 
-// trackedPass records a pass's statistics when it is closed.
+// confirms reports whether the worker confirms the blocks it finished:
+// ps workers of a stage that survives a slave's death.
+func (in *input) confirms() bool {
+	return in.w.req.Survivable && in.w.local == nil && in.w.stage.WorkerKind == tasks.KindPS
+}
+
+// ask sends a block request for this worker and input (what fills in the
+// rest of req) and returns the master's answer; what says what for errors.
+func (in *input) ask(ctx context.Context, req proto.BlockRequest, what string) (proto.BlockReply, error) {
+	w := in.w
+	req.Task, req.Stage, req.Input, req.Rank = w.req.Task, w.req.Stage, in.name, w.rank
+	req.Slave, req.Instance = w.s.cfg.ID, w.s.self().instance
+	data, err := json.Marshal(req)
+	if err != nil {
+		return proto.BlockReply{}, fmt.Errorf("input %q: encoding the block request: %w", in.name, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, w.s.cfg.KVTimeout)
+	defer cancel()
+	msg, err := w.s.nc.RequestWithContext(rctx, w.s.subj.Block(), data)
+	if err != nil {
+		return proto.BlockReply{}, fmt.Errorf("input %q: %s: %w", in.name, what, err)
+	}
+	var rep proto.BlockReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return proto.BlockReply{}, fmt.Errorf("input %q: %s: malformed reply", in.name, what)
+	}
+	if rep.Error != "" {
+		return proto.BlockReply{}, fmt.Errorf("input %q: %s: %s", in.name, what, rep.Error)
+	}
+	return rep, nil
+}
+
+// trackedPass records a pass's statistics when it is closed, and, in a
+// stage whose workers confirm blocks, gives up the blocks of a pass the
+// function closed before its end.
 type trackedPass struct {
 	*datastore.AsyncReader
-	w    *worker
-	done bool
+	w     *worker
+	in    *input
+	epoch int
+	ctx   context.Context
+	eof   bool
+	done  bool
+}
+
+// Next notes the pass's end.
+func (p *trackedPass) Next(ctx context.Context) (*datastore.Records, error) {
+	rec, err := p.AsyncReader.Next(ctx)
+	if err == io.EOF {
+		p.eof = true
+	}
+	return rec, err
 }
 
 func (p *trackedPass) Close() error {
 	err := p.AsyncReader.Close()
+	if !p.done && !p.eof && p.in.confirms() && p.ctx.Err() == nil && p.w.ctx.Err() == nil {
+		// Closed early by choice: the blocks this worker holds are not to
+		// be waited for, nor re-run. (A worker stopped from outside keeps
+		// them: if its slave died, the survivors re-run them.)
+		if _, aerr := p.in.ask(p.w.ctx, proto.BlockRequest{Epoch: p.epoch, Abandon: true}, "giving up the rest of the pass"); aerr != nil {
+			p.w.s.log.Warn().Err(aerr).Str("task", p.w.req.Task).Int("stage", p.w.req.Stage).Int("worker", p.w.rank).Msg("blocks of a pass closed early not given up; the epoch's end waits for them")
+			if err == nil {
+				err = aerr
+			}
+		}
+	}
 	if !p.done {
 		p.done = true
 		st := p.AsyncReader.Stats()

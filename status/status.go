@@ -32,6 +32,9 @@ const (
 	EventEpoch    = "epoch"    // every worker of a stage reported an epoch; Event.Epoch is set
 	EventDone     = "done"     // the task finished successfully
 	EventFailed   = "failed"   // the task failed or was cancelled
+	// EventFailover: a slave of the running stage died and the stage goes
+	// on without it; Event.Message says who died and where its work went.
+	EventFailover = "failover"
 )
 
 // Task is a task's lifecycle as the master tracks it.
@@ -115,6 +118,22 @@ type StageResult struct {
 	Note          string             `json:"note,omitempty"`
 	WorkerStats   []WorkerStat       `json:"worker_stats,omitempty"`
 	BadLines      []string           `json:"bad_lines,omitempty"` // first malformed lines skipped
+	// Failovers are the slaves that died during the stage while it went
+	// on without them, in the order they died.
+	Failovers []Failover `json:"failovers,omitempty"`
+}
+
+// Failover is a slave that died during a stage that survived it.
+type Failover struct {
+	Slave string `json:"slave"`
+	// Ranks are the stage's workers that ran there (none: the slave only
+	// held shards, which its backups serve from then on).
+	Ranks []int `json:"ranks,omitempty"`
+	// Blocks counts the input blocks handed to those workers and not
+	// finished, which went back to the queue for the survivors to re-run.
+	Blocks int `json:"blocks"`
+	// Survivors is how many workers of the stage were left.
+	Survivors int `json:"survivors"`
 }
 
 // WorkerStat is what one worker of a stage read and how long it waited.
@@ -151,6 +170,8 @@ type Event struct {
 	Kind   string `json:"kind"` // one of the Event* constants
 	Status Task   `json:"status"`
 	Epoch  *Epoch `json:"epoch,omitempty"` // set for EventEpoch
+	// Message is a sentence for people (set for EventFailover).
+	Message string `json:"message,omitempty"`
 }
 
 // Slave is one slave as the master sees it.

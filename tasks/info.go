@@ -65,6 +65,9 @@ type Runtime interface {
 	// ReportEpoch sends an epoch's metrics; the master sums them over the
 	// stage's workers.
 	ReportEpoch(epoch int, metrics map[string]float64)
+	// Live lists the stage's live ranks, in order, as the last Barrier's
+	// release named them; nil while every worker lives.
+	Live() []int
 }
 
 // Input is a worker's share of an input.
@@ -133,6 +136,30 @@ func (i *Info) Clock() error { return i.Runtime.Clock() }
 // that ends makes the others' Barrier return an error. Costs one round
 // trip to the master.
 func (i *Info) Barrier() error { return i.Runtime.Barrier() }
+
+// Share is this worker's part of collective work among the stage's live
+// workers as of its last Barrier: index in [0, count), count the live
+// workers. While every worker lives it is (Rank, Workers). When a slave
+// dies in a stage that survives it, its workers are counted out and the
+// next Barrier's release tells each survivor who is left, so work split
+// "by rank" after a Barrier (each worker rewrites keys
+// [size*index/count, size*(index+1)/count) of a table) still covers every
+// key: split by Share, not by Rank and Workers, and call it after the
+// Barrier that starts the collective step.
+func (i *Info) Share() (index, count int) {
+	live := i.Runtime.Live()
+	if live == nil {
+		return i.Rank, i.Workers
+	}
+	for k, r := range live {
+		if r == i.Rank {
+			return k, len(live)
+		}
+	}
+	// Not among the living: this worker's slave was declared dead, and
+	// its next Barrier fails. Until then it keeps its own share.
+	return i.Rank, i.Workers
+}
 
 // Report sends progress to the master (cheap; call it every batch).
 func (i *Info) Report(samples int64, lossSum float64) {

@@ -309,3 +309,47 @@ func FuzzReadModel(f *testing.F) {
 		}
 	})
 }
+
+// liveRuntime answers Live only; the rest of Runtime is not used.
+type liveRuntime struct {
+	tasks.Runtime
+	live []int
+}
+
+func (r liveRuntime) Live() []int { return r.live }
+
+func TestShareAmongTheLiving(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		rank, n    int
+		live       []int
+		idx, count int
+	}{
+		{"everyone lives", 2, 4, nil, 2, 4},
+		{"a slave died", 3, 6, []int{0, 1, 3, 5}, 2, 4},
+		{"first survivor", 0, 6, []int{0, 1, 3, 5}, 0, 4},
+		{"counted out itself", 4, 6, []int{0, 1, 3, 5}, 4, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			info := &tasks.Info{Rank: c.rank, Workers: c.n, Runtime: liveRuntime{live: c.live}}
+			if idx, count := info.Share(); idx != c.idx || count != c.count {
+				t.Fatalf("Share() = %d, %d; want %d, %d", idx, count, c.idx, c.count)
+			}
+		})
+	}
+	// The survivors' shares of [0, size) cover every key once.
+	const size = 1000
+	live := []int{0, 2, 3, 7}
+	covered := make([]int, size)
+	for _, r := range live {
+		idx, n := (&tasks.Info{Rank: r, Workers: 8, Runtime: liveRuntime{live: live}}).Share()
+		for k := size * idx / n; k < size*(idx+1)/n; k++ {
+			covered[k]++
+		}
+	}
+	for k, n := range covered {
+		if n != 1 {
+			t.Fatalf("key %d covered %d times", k, n)
+		}
+	}
+}

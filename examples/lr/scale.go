@@ -271,16 +271,19 @@ func rescale(info *tasks.Info, w tasks.Table, sc *Scaler, toScaled bool) error {
 }
 
 // mulShare rewrites this worker's share of w's keys (an even split of
-// [0, size) by rank) by f, which turns values into new values in place,
-// between two Barriers: before, every worker's Adds are applied; after,
-// every share is rewritten.
+// [0, size) among the live workers, tasks.Info.Share) by f, which turns
+// values into new values in place, between two Barriers: before, every
+// worker's Adds are applied; after, every share is rewritten.
 func mulShare(info *tasks.Info, w tasks.Table, f func(keys []uint64, v []float64) error) error {
 	if err := info.Barrier(); err != nil {
 		return err
 	}
 	size := w.Spec().Size
-	n := uint64(info.Workers)
-	lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
+	// Shares among the workers alive at the Barrier: after a slave's
+	// death the survivors still cover every key.
+	idx, count := info.Share()
+	n := uint64(count)
+	lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
 	keys := make([]uint64, 0, chunkKeys)
 	vals := make([]float64, chunkKeys)
 	old := make([]float64, chunkKeys)

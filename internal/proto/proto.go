@@ -152,20 +152,34 @@ type BarrierRequest struct {
 	Epoch int `json:"epoch,omitempty"`
 }
 
-// BlockRequest asks the master's FileAssigner for a worker's next block.
+// BlockRequest asks the master's FileAssigner for a worker's next block
+// of Epoch; with Confirm set it instead reports that the worker processed
+// every record of that block (in stages that survive a slave's death, so
+// the block is not re-run when the worker dies), and with Abandon that the
+// worker closed its pass of Epoch early (its unprocessed blocks are
+// nobody's to wait for).
 type BlockRequest struct {
 	Task  string `json:"task"`
 	Stage int    `json:"stage"`
 	Input string `json:"input"`
 	Rank  int    `json:"rank"`
 	Epoch int    `json:"epoch"`
+	// Slave and Instance name the asking incarnation: a fenced one (a
+	// slave declared dead) is refused.
+	Slave    string           `json:"slave,omitempty"`
+	Instance string           `json:"instance,omitempty"`
+	Confirm  *datastore.Block `json:"confirm,omitempty"`
+	Abandon  bool             `json:"abandon,omitempty"`
 }
 
-// BlockReply carries the next block, or Done.
+// BlockReply carries the next block, or Done. Retry says the epoch has no
+// block to hand out now but blocks handed to other workers may still come
+// back (their slave may die before they finish them): ask again.
 type BlockReply struct {
 	Block datastore.Block `json:"block"`
 	Local bool            `json:"local"`
 	Done  bool            `json:"done"`
+	Retry bool            `json:"retry,omitempty"`
 	Error string          `json:"error,omitempty"`
 }
 
@@ -178,6 +192,10 @@ const (
 	OpStopStage    = "stop_stage" // cancel a stage's workers (end of an auto trial)
 	OpAbort        = "abort"
 	OpDropTask     = "drop_task"
+	// OpFinishRanks counts Ranks (the workers of a slave that died) out
+	// of the stage's consistency gates on the slave, so the survivors are
+	// not held back waiting for clocks that will never come.
+	OpFinishRanks = "finish_ranks"
 )
 
 // SlaveCtl is a control request from the master to a slave.
@@ -204,6 +222,11 @@ type SlaveCtl struct {
 	// EpochBarrier makes every worker's ReportEpoch a barrier at which the
 	// master may take a checkpoint (tasks with [checkpoint], ps stages).
 	EpochBarrier bool `json:"epoch_barrier,omitempty"`
+	// Survivable: the stage goes on when a slave dies (its tables are
+	// replicated), so the slave does not fail it when a peer dies, and the
+	// master decides; ps workers of such a stage confirm every block they
+	// processed (BlockRequest.Confirm).
+	Survivable bool `json:"survivable,omitempty"`
 	// Instance is the incarnation of the slave the request is meant
 	// for; another incarnation refuses it (it was sent before a rejoin).
 	Instance string `json:"instance,omitempty"`
@@ -229,4 +252,7 @@ type CtlReply struct {
 	// Instance is the answering slave's incarnation; the master refuses
 	// answers of a fenced one.
 	Instance string `json:"instance,omitempty"`
+	// Live lists the stage's live ranks in a barrier's answer once a
+	// worker died (nil: every rank lives).
+	Live []int `json:"live,omitempty"`
 }

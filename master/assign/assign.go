@@ -14,10 +14,17 @@
 // active in an epoch until Next tells it the epoch is empty or Release
 // recovers its blocks.
 //
-// A worker Confirms each block when it has read it. When a worker dies the
-// master calls Release: the blocks handed to it and not confirmed go back to
-// the epoch's queue for the survivors, so every block is read exactly once
-// per epoch. The Assigner is not safe for concurrent use; the master owns it.
+// A worker Confirms each block when it has processed its records. When a
+// worker dies the master calls Remove: the blocks handed to it and not
+// confirmed, in every epoch, go back to their epochs' queues for the
+// survivors, and the dead rank is refused from then on (a fenced worker
+// that still runs must not take or confirm blocks). Every block is then
+// processed exactly once per epoch by a live worker or confirmed by one
+// before it died, provided no live worker is told an epoch is over while
+// blocks of it may still come back: Settled says when none can (nothing
+// queued, nothing handed out unconfirmed), and the master holds a
+// worker's "epoch empty" answer until then. The Assigner is not safe for
+// concurrent use; the master owns it.
 package assign
 
 import (
@@ -39,6 +46,7 @@ type Assigner struct {
 	host   map[int]string // rank -> host
 	ranks  []int          // sorted
 	epochs map[int]*epoch
+	gone   map[int]bool // ranks removed (dead)
 }
 
 type epoch struct {
@@ -91,6 +99,7 @@ func New(blocks []datastore.Block, workers []Worker) *Assigner {
 		blocks: slices.Clone(blocks),
 		host:   map[int]string{},
 		epochs: map[int]*epoch{},
+		gone:   map[int]bool{},
 	}
 	for _, w := range workers {
 		if _, dup := a.host[w.Rank]; !dup {
@@ -124,11 +133,12 @@ func (a *Assigner) epoch(n int) *epoch {
 
 // Next hands rank the next block of epoch; local reports whether the block
 // has a replica on rank's host. ok is false when the epoch has no blocks
-// left to hand out (blocks may still come back through Release). A rank not
-// given to New gets blocks without locality.
+// left to hand out (blocks may still come back through Release or Remove
+// until Settled). A rank not given to New gets blocks without locality; a
+// removed rank gets none.
 func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok bool) {
 	e := a.epoch(epoch)
-	if e.nLeft == 0 {
+	if e.nLeft == 0 || a.gone[rank] {
 		e.inactive[rank] = true
 		return datastore.Block{}, false, false
 	}
@@ -137,7 +147,7 @@ func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok 
 	// How many active workers, other than rank, sit on each host.
 	others := map[string]int{}
 	for _, r := range a.ranks {
-		if r != rank && !e.inactive[r] {
+		if r != rank && !e.inactive[r] && !a.gone[r] {
 			others[a.host[r]]++
 		}
 	}
@@ -205,13 +215,14 @@ func (e *epoch) rank(r int) *RankStats {
 	return st
 }
 
-// Confirm records that rank has read b in epoch, so Release will not hand
-// it out again. Confirming a block that is not outstanding for rank does
-// nothing.
-func (a *Assigner) Confirm(rank int, epoch int, b datastore.Block) {
+// Confirm records that rank has processed b in epoch, so Release will not
+// hand it out again; it reports whether b was outstanding for rank (a
+// block confirmed twice, never handed to rank, or confirmed by a removed
+// rank is not).
+func (a *Assigner) Confirm(rank int, epoch int, b datastore.Block) bool {
 	e := a.epochs[epoch]
-	if e == nil {
-		return
+	if e == nil || a.gone[rank] {
+		return false
 	}
 	out := e.out[rank]
 	for k, i := range out {
@@ -219,9 +230,57 @@ func (a *Assigner) Confirm(rank int, epoch int, b datastore.Block) {
 		if blk.Path == b.Path && blk.Offset == b.Offset && blk.Length == b.Length {
 			e.out[rank] = slices.Delete(out, k, k+1)
 			e.rank(rank).Confirmed++
-			return
+			return true
 		}
 	}
+	return false
+}
+
+// Abandon confirms every block of epoch handed to rank and not confirmed
+// yet: the worker closed its pass early, by choice, so nobody is to wait
+// for those blocks or read them again. It returns how many there were.
+func (a *Assigner) Abandon(rank int, epoch int) int {
+	e := a.epochs[epoch]
+	if e == nil || a.gone[rank] {
+		return 0
+	}
+	n := len(e.out[rank])
+	delete(e.out, rank)
+	e.rank(rank).Confirmed += n
+	return n
+}
+
+// Remove is the recovery step after rank died: its unconfirmed blocks of
+// every epoch go back to their queues (Release), and the rank gets and
+// confirms no block from then on. It returns the blocks released, by
+// epoch.
+func (a *Assigner) Remove(rank int) map[int][]datastore.Block {
+	out := map[int][]datastore.Block{}
+	for n := range a.epochs {
+		if b := a.Release(rank, n); len(b) > 0 {
+			out[n] = b
+		}
+	}
+	a.gone[rank] = true
+	return out
+}
+
+// Settled reports whether epoch is over for good: no block is queued and
+// none is handed out unconfirmed, so none can come back.
+func (a *Assigner) Settled(epoch int) bool {
+	e := a.epochs[epoch]
+	if e == nil {
+		return len(a.blocks) == 0
+	}
+	if e.nLeft > 0 {
+		return false
+	}
+	for _, out := range e.out {
+		if len(out) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Release returns the blocks handed to rank in epoch that it did not

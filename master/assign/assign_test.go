@@ -348,3 +348,177 @@ func sameSet(a, b []int64) bool {
 	}
 	return true
 }
+
+// TestExactlyOnceUnderDeaths plays the master's protocol against random
+// deaths: a worker asks Next; an empty answer is given only once the epoch
+// is Settled (until then the worker waits and asks again); a worker
+// processes a block and confirms it; a dead worker is Removed, and what it
+// processed without confirming does not count. The model is the multiset
+// of (epoch, block) processed by live workers plus those confirmed by
+// workers before they died: whenever a worker is told an epoch is over,
+// every block of it is in the multiset exactly once.
+func TestExactlyOnceUnderDeaths(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		nb := rapid.IntRange(0, 20).Draw(rt, "blocks")
+		var blocks []datastore.Block
+		for i := range nb {
+			blocks = append(blocks, datastore.Block{Path: "/f", Offset: int64(i) * 100, Length: 100, Hosts: []string{fmt.Sprintf("h%d", i%3)}})
+		}
+		nw := rapid.IntRange(1, 5).Draw(rt, "workers")
+		var workers []Worker
+		for r := range nw {
+			workers = append(workers, Worker{Rank: r, Host: fmt.Sprintf("h%d", r%3)})
+		}
+		a := New(blocks, workers)
+		const epochs = 2
+		counted := make([]map[int64]int, epochs)             // the model
+		held := make([]map[int][]datastore.Block, epochs)    // handed, not yet processed
+		partial := make([]map[int][]datastore.Block, epochs) // processed, not confirmed
+		over := make([]map[int]bool, epochs)                 // told the epoch is over
+		for e := range epochs {
+			counted[e], held[e], partial[e], over[e] = map[int64]int{}, map[int][]datastore.Block{}, map[int][]datastore.Block{}, map[int]bool{}
+		}
+		dead := map[int]bool{}
+		check := func(e int) {
+			for _, b := range blocks {
+				if n := counted[e][b.Offset]; n != 1 {
+					rt.Fatalf("epoch %d is over for a worker but block %d was processed %d times", e, b.Offset, n)
+				}
+			}
+		}
+		ask := func(e, r int) bool {
+			b, _, ok := a.Next(r, e)
+			if ok {
+				if over[e][r] {
+					rt.Fatalf("rank %d got block %d of epoch %d after being told it was over", r, b.Offset, e)
+				}
+				held[e][r] = append(held[e][r], b)
+				return true
+			}
+			if a.Settled(e) {
+				over[e][r] = true
+				check(e)
+			}
+			return false
+		}
+		process := func(e, r int) {
+			if len(held[e][r]) == 0 {
+				return
+			}
+			b := held[e][r][0]
+			held[e][r] = held[e][r][1:]
+			partial[e][r] = append(partial[e][r], b)
+		}
+		confirm := func(e, r int) {
+			if len(partial[e][r]) == 0 {
+				return
+			}
+			b := partial[e][r][0]
+			partial[e][r] = partial[e][r][1:]
+			if !a.Confirm(r, e, b) {
+				rt.Fatalf("rank %d's confirmation of block %d refused", r, b.Offset)
+			}
+			counted[e][b.Offset]++
+		}
+		for range rapid.IntRange(0, 100).Draw(rt, "steps") {
+			e := rapid.IntRange(0, epochs-1).Draw(rt, "epoch")
+			r := rapid.IntRange(0, nw-1).Draw(rt, "rank")
+			if dead[r] {
+				// A fenced worker that still runs is refused.
+				if _, _, ok := a.Next(r, e); ok {
+					rt.Fatalf("removed rank %d got a block", r)
+				}
+				continue
+			}
+			switch rapid.IntRange(0, 6).Draw(rt, "action") {
+			case 0, 1:
+				ask(e, r)
+			case 2, 3:
+				process(e, r)
+			case 4, 5:
+				confirm(e, r)
+			case 6:
+				if r == 0 {
+					continue // one worker survives
+				}
+				dead[r] = true
+				released := a.Remove(r)
+				for n := range epochs {
+					if len(released[n]) != len(held[n][r])+len(partial[n][r]) {
+						rt.Fatalf("rank %d died holding %d+%d blocks of epoch %d, %d released", r, len(held[n][r]), len(partial[n][r]), n, len(released[n]))
+					}
+					held[n][r], partial[n][r] = nil, nil
+				}
+				for _, b := range released[0] {
+					if a.Confirm(r, 0, b) {
+						rt.Fatalf("removed rank %d confirmed block %d", r, b.Offset)
+					}
+				}
+			}
+		}
+		// Drain: the living work until each is told every epoch is over.
+		for e := range epochs {
+			for progress := true; progress; {
+				progress = false
+				for r := range nw {
+					if dead[r] || over[e][r] {
+						continue
+					}
+					for len(held[e][r]) > 0 || len(partial[e][r]) > 0 {
+						process(e, r)
+						confirm(e, r)
+					}
+					if ask(e, r) || over[e][r] {
+						progress = true
+					}
+				}
+			}
+			for r := range nw {
+				if !dead[r] && !over[e][r] {
+					rt.Fatalf("rank %d never told epoch %d is over", r, e)
+				}
+			}
+		}
+	})
+}
+
+func TestRemoveAndAbandon(t *testing.T) {
+	a := New(halves(2), []Worker{{0, "h1"}, {1, "h2"}})
+	b0, _, _ := a.Next(0, 0)
+	b1, _, _ := a.Next(0, 1)
+	c, _, _ := a.Next(1, 0)
+	if a.Settled(0) {
+		t.Fatal("settled with blocks queued")
+	}
+	got := a.Remove(0)
+	if !reflect.DeepEqual(got, map[int][]datastore.Block{0: {b0}, 1: {b1}}) {
+		t.Fatalf("Remove: %v", got)
+	}
+	if _, _, ok := a.Next(0, 0); ok {
+		t.Fatal("a removed rank got a block")
+	}
+	if a.Confirm(0, 0, b0) || a.Abandon(0, 0) != 0 {
+		t.Fatal("a removed rank confirmed")
+	}
+	for {
+		b, _, ok := a.Next(1, 0)
+		if !ok {
+			break
+		}
+		if !a.Confirm(1, 0, b) {
+			t.Fatalf("confirm of %v refused", b)
+		}
+	}
+	if a.Settled(0) {
+		t.Fatal("settled with a block unconfirmed")
+	}
+	if n := a.Abandon(1, 0); n != 1 || !a.Settled(0) {
+		t.Fatalf("abandon: %d, settled %v", n, a.Settled(0))
+	}
+	if a.Confirm(1, 0, c) {
+		t.Fatal("an abandoned block confirmed again")
+	}
+	if New(nil, nil).Settled(3) != true {
+		t.Fatal("no input: every epoch is settled")
+	}
+}

@@ -21,6 +21,18 @@
 // folded: a non-finite loss or metric fails the stage (ErrNonFinite),
 // naming the task, stage, epoch and worker, because a diverging model is
 // almost always a learning rate too large and writing its NaN weights
-// would only hide that. SlaveDead fails the stage today; failover will
-// turn it into re-placement of that slave's workers here.
+// would only hide that.
+//
+// A slave's death (SlaveDead) is survived when Config.Survival allows it
+// (Survivability: every table replicated, and for a slave running workers,
+// a ps stage): the dead slave's ranks are counted out of the stage (the
+// done, epoch and barrier counts use the live workers from then on, and
+// barrier arrivals are kept per rank, so a barrier the living all reached
+// opens at once), and the driver is told to release the dead ranks'
+// unconfirmed input blocks to the survivors (ReleaseBlocks, answered by
+// BlocksReleased), to count the ranks out of the consistency gates
+// (FinishRanks), and followers hear a status.EventFailover. Barrier
+// releases then carry the live ranks, so each worker can take its share
+// of collective work among the living. A death the stage cannot survive
+// fails it with an error that says why and what to set.
 package lifecycle

@@ -79,12 +79,20 @@ type Tick struct {
 // shuts down, the task failed elsewhere).
 type Cancel struct{ Err error }
 
-// SlaveDead reports that the failure detector declared Slave dead. Today a
-// stage that runs workers or tables there fails with Err; failover will
-// re-place the slave's work instead.
+// SlaveDead reports that the failure detector declared Slave dead (or it
+// left). A stage that cannot survive it (Config.Survival) fails with Err
+// and the reason; a survivable one counts the slave's workers out and goes
+// on (see failover.go).
 type SlaveDead struct {
 	Slave string
 	Err   error
+}
+
+// BlocksReleased is the driver's answer to ReleaseBlocks: Blocks input
+// blocks of the dead Slave's workers went back to the queue.
+type BlocksReleased struct {
+	Slave  string
+	Blocks int
 }
 
 func (Begin) isEvent()          {}
@@ -97,6 +105,7 @@ func (BarrierArrived) isEvent() {}
 func (Tick) isEvent()           {}
 func (Cancel) isEvent()         {}
 func (SlaveDead) isEvent()      {}
+func (BlocksReleased) isEvent() {}
 
 // FromWorker turns a worker's wire event, received at now, into a Stage
 // event (nil for an unknown kind).
@@ -129,18 +138,43 @@ type StartWorkers struct {
 type StopWorkers struct{ Slave string }
 
 // Publish sends a task event of Kind (status.EventStatus, EventProgress,
-// EventEpoch) to the task's followers; Progress is the stage's progress
-// it reports (Stage.Progress), Epoch is set for EventEpoch.
+// EventEpoch, EventFailover) to the task's followers; Progress is the
+// stage's progress it reports (Stage.Progress), Epoch is set for
+// EventEpoch, Message for EventFailover.
 type Publish struct {
 	Kind     string
 	Progress status.Progress
 	Epoch    *status.Epoch
+	Message  string
 }
 
 // ReleaseBarrier answers Waiters: OK when Err is empty, otherwise with Err.
+// Live lists the stage's live ranks once a worker died (nil: all of them
+// live), so each worker can take its share of the work among the living
+// (tasks.Info.Share).
 type ReleaseBarrier struct {
 	Waiters []any
 	Err     string
+	Live    []int
+}
+
+// ReleaseBlocks asks the driver to put the input blocks handed to Ranks
+// (the workers of the dead Slave) and not confirmed back in their epochs'
+// queues, in every epoch and input, and to refuse those ranks from then
+// on. The driver answers with BlocksReleased.
+type ReleaseBlocks struct {
+	Slave string
+	Ranks []int
+}
+
+// FinishRanks asks the driver to tell Slaves (the stage's live workers'
+// slaves and shard hosts) to count Ranks out of the stage's consistency
+// gates (proto.OpFinishRanks), so the survivors' clocks are not held back
+// by workers that will never tick again.
+type FinishRanks struct {
+	Stage  int
+	Slaves []string
+	Ranks  []int
 }
 
 // StageFinished ends the run: Err is nil and Result complete when every
@@ -156,4 +190,6 @@ func (StartWorkers) isAction()   {}
 func (StopWorkers) isAction()    {}
 func (Publish) isAction()        {}
 func (ReleaseBarrier) isAction() {}
+func (ReleaseBlocks) isAction()  {}
+func (FinishRanks) isAction()    {}
 func (StageFinished) isAction()  {}

@@ -173,3 +173,172 @@ func TestPropertyAllDoneCompletesOnce(t *testing.T) {
 		}
 	})
 }
+
+// Deaths in a survivable stage against a sequential model: workers arrive
+// at barriers in order, finish, and whole slaves die at random. A barrier
+// opens exactly when every live rank has reached it, telling the living
+// who they are; the stage completes, without error, exactly when every
+// live rank is done; it fails only when the last worker's slave dies; and
+// every dead slave's ranks are released once.
+func TestPropertyDeathsAgainstModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := genConfig(t)
+		cfg.Trial = 0
+		cfg.Survival = survives
+		s := New(cfg)
+		s.Step(Begin{Now: t0})
+		for _, a := range cfg.Placement {
+			s.Step(Acked{Slave: a.Slave, Op: proto.OpStartWorkers})
+		}
+		slaveOf := map[int]string{}
+		for _, a := range cfg.Placement {
+			for _, r := range s.Ranks(a.Slave) {
+				slaveOf[r] = a.Slave
+			}
+		}
+		// The model.
+		live := map[int]bool{}
+		for r := range cfg.Workers {
+			live[r] = true
+		}
+		deadSlave := map[string]bool{}
+		passed := map[int]int{}           // rank -> barriers passed
+		waiting := map[int]map[int]bool{} // seq -> live ranks waiting
+		done := map[int]bool{}
+		released := map[string]bool{}
+		ended := false
+		for i := range rapid.IntRange(1, 80).Draw(t, "steps") {
+			if ended {
+				break
+			}
+			rank := rapid.IntRange(0, cfg.Workers-1).Draw(t, "rank")
+			var ev Event
+			switch k := rapid.IntRange(0, 5).Draw(t, "kind"); {
+			case k == 0:
+				ev = SlaveDead{Slave: cfg.Placement[rapid.IntRange(0, len(cfg.Placement)-1).Draw(t, "victim")].Slave}
+			case k <= 2:
+				if done[rank] || waitingAny(waiting, rank) {
+					continue
+				}
+				ev = BarrierArrived{Stage: 0, Rank: rank, Seq: passed[rank] + 1, Waiter: rank}
+			default:
+				if done[rank] || waitingAny(waiting, rank) {
+					continue
+				}
+				ev = WorkerDone{Stage: 0, Rank: rank, Slave: slaveOf[rank], Now: t0}
+			}
+			// Step the model.
+			var wantRelease []int // seq released OK
+			wantEnd, wantErr := false, false
+			switch ev := ev.(type) {
+			case SlaveDead:
+				if deadSlave[ev.Slave] {
+					break
+				}
+				left := 0
+				for r := range live {
+					if slaveOf[r] != ev.Slave {
+						left++
+					}
+				}
+				if left == 0 {
+					wantEnd, wantErr = true, true
+					break
+				}
+				deadSlave[ev.Slave] = true
+				for r := range live {
+					if slaveOf[r] == ev.Slave {
+						delete(live, r)
+						for _, w := range waiting {
+							delete(w, r)
+						}
+					}
+				}
+			case BarrierArrived:
+				if live[ev.Rank] {
+					if waiting[ev.Seq] == nil {
+						waiting[ev.Seq] = map[int]bool{}
+					}
+					waiting[ev.Seq][ev.Rank] = true
+				}
+			case WorkerDone:
+				if live[ev.Rank] {
+					done[ev.Rank] = true
+				}
+			}
+			if !wantEnd {
+				for seq, w := range waiting {
+					if len(w) > 0 && len(w) == len(live) {
+						wantRelease = append(wantRelease, seq)
+						for r := range w {
+							passed[r] = seq
+						}
+						delete(waiting, seq)
+					}
+				}
+				if len(done) > 0 && countLive(done, live) == len(live) {
+					wantEnd = true
+				}
+			}
+			// Compare.
+			gotRelease := 0
+			for _, a := range s.Step(ev) {
+				switch a := a.(type) {
+				case ReleaseBarrier:
+					if a.Err != "" {
+						continue
+					}
+					gotRelease++
+					if len(deadSlave) > 0 && len(a.Live) != len(live) {
+						t.Fatalf("step %d: released with live %v, model %v", i, a.Live, live)
+					}
+					for _, r := range a.Live {
+						if !live[r] {
+							t.Fatalf("step %d: live %v lists dead rank %d", i, a.Live, r)
+						}
+					}
+				case ReleaseBlocks:
+					if released[a.Slave] || !deadSlave[a.Slave] {
+						t.Fatalf("step %d: ReleaseBlocks %+v (released before: %v, dead: %v)", i, a, released[a.Slave], deadSlave[a.Slave])
+					}
+					released[a.Slave] = true
+				case StageFinished:
+					ended = true
+					if !wantEnd || (a.Err != nil) != wantErr {
+						t.Fatalf("step %d: finished (err %v), model: end %v err %v", i, a.Err, wantEnd, wantErr)
+					}
+				}
+			}
+			if gotRelease != len(wantRelease) {
+				t.Fatalf("step %d (%#v): %d barriers released, model %v", i, ev, gotRelease, wantRelease)
+			}
+			if wantEnd && !ended {
+				t.Fatalf("step %d: the model ended, the stage did not", i)
+			}
+		}
+		for d := range deadSlave {
+			if !released[d] {
+				t.Fatalf("dead slave %s's blocks never released", d)
+			}
+		}
+	})
+}
+
+func waitingAny(waiting map[int]map[int]bool, rank int) bool {
+	for _, w := range waiting {
+		if w[rank] {
+			return true
+		}
+	}
+	return false
+}
+
+func countLive(set, live map[int]bool) int {
+	n := 0
+	for r := range set {
+		if live[r] {
+			n++
+		}
+	}
+	return n
+}

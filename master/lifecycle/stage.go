@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -36,6 +37,9 @@ type Config struct {
 	// ProgressEvery is the least time between progress events; default
 	// DefaultProgressEvery.
 	ProgressEvery time.Duration
+	// Survival is what the stage can lose and go on (Survivability); the
+	// zero value survives nothing, as before failover existed.
+	Survival Survival
 }
 
 // Phase is where a Stage is in its run.
@@ -65,7 +69,7 @@ type Stage struct {
 	acks        map[string]bool // slaves whose start was acknowledged
 	ackErrs     []error
 	stopped     bool
-	done        int // workers counted out
+	out         map[int]bool // live ranks counted out (done, or ended by a trial's stop)
 	res         status.StageResult
 	epochs      map[int]*status.Epoch
 	samples     int64
@@ -75,7 +79,14 @@ type Stage struct {
 	lastPublish time.Time
 	lastNow     time.Time // latest time an event carried
 	progress    status.Progress
-	barriers    map[int][]any
+	barriers    map[int]map[int]any // seq -> rank -> waiter
+	epochRanks  map[int]map[int]bool
+	// Deaths survived (failover.go): the dead slaves and their ranks,
+	// and how many workers are left.
+	dead     map[string]bool
+	deadRank map[int]bool
+	live     int
+	err      error // the error the run ended with
 }
 
 // New returns a Stage for cfg in phase Placed. Ranks go to the placement's
@@ -85,7 +96,8 @@ func New(cfg Config) *Stage {
 		cfg.ProgressEvery = DefaultProgressEvery
 	}
 	s := &Stage{cfg: cfg, ranks: map[string][]int{}, acks: map[string]bool{}, epochs: map[int]*status.Epoch{},
-		barriers: map[int][]any{}, progress: status.Progress{Epochs: cfg.Epochs}}
+		barriers: map[int]map[int]any{}, progress: status.Progress{Epochs: cfg.Epochs}, out: map[int]bool{},
+		epochRanks: map[int]map[int]bool{}, dead: map[string]bool{}, deadRank: map[int]bool{}, live: cfg.Workers}
 	rank := 0
 	for _, a := range cfg.Placement {
 		for range a.Workers {
@@ -106,6 +118,9 @@ func (s *Stage) Ranks(slave string) []int { return s.ranks[slave] }
 
 // Phase is the Stage's phase.
 func (s *Stage) Phase() Phase { return s.phase }
+
+// Err is why the run failed: nil while it runs and when it completed.
+func (s *Stage) Err() error { return s.err }
 
 // Progress is the stage's progress as last published.
 func (s *Stage) Progress() status.Progress { return s.progress }
@@ -138,9 +153,9 @@ func (s *Stage) Step(ev Event) []Action {
 	case Cancel:
 		return s.finish(ev.Err)
 	case SlaveDead:
-		if slices.Contains(s.cfg.Hosts, ev.Slave) || s.res.Placement[ev.Slave] > 0 {
-			return s.finish(ev.Err)
-		}
+		return s.slaveDead(ev)
+	case BlocksReleased:
+		return s.blocksReleased(ev)
 	}
 	return nil
 }
@@ -161,7 +176,7 @@ func (s *Stage) begin(ev Begin) []Action {
 	s.observe(ev.Now)
 	var out []Action
 	for _, a := range s.cfg.Placement {
-		if s.acks[a.Slave] {
+		if s.acks[a.Slave] || s.dead[a.Slave] {
 			continue
 		}
 		s.acks[a.Slave] = false
@@ -180,6 +195,9 @@ func (s *Stage) observe(now time.Time) {
 
 func (s *Stage) acked(ev Acked) []Action {
 	s.observe(ev.Now)
+	if s.dead[ev.Slave] {
+		return nil // counted out when it died; its answer is a timeout
+	}
 	switch ev.Op {
 	case proto.OpStartWorkers:
 		if s.phase != Starting {
@@ -192,20 +210,7 @@ func (s *Stage) acked(ev Acked) []Action {
 		if ev.Err != nil {
 			s.ackErrs = append(s.ackErrs, ev.Err)
 		}
-		for _, seen := range s.acks {
-			if !seen {
-				return nil
-			}
-		}
-		if err := errors.Join(s.ackErrs...); err != nil {
-			return s.finish(s.stageErr(err))
-		}
-		s.phase = Running
-		// Workers may all have finished before the last acknowledgement.
-		if s.done >= s.cfg.Workers {
-			return append([]Action{Publish{Kind: status.EventStatus, Progress: s.progress}}, s.complete()...)
-		}
-		return []Action{Publish{Kind: status.EventStatus, Progress: s.progress}}
+		return s.startedAll()
 	case proto.OpStopStage:
 		if ev.Err != nil {
 			return s.finish(s.stageErr(ev.Err))
@@ -214,9 +219,28 @@ func (s *Stage) acked(ev Acked) []Action {
 	return nil
 }
 
-// accepts reports whether a worker report for stage belongs to this run.
-func (s *Stage) accepts(stage int) bool {
-	return stage == s.cfg.Stage && s.phase != Placed
+// startedAll moves to Running once every live slave answered its start.
+func (s *Stage) startedAll() []Action {
+	for _, seen := range s.acks {
+		if !seen {
+			return nil
+		}
+	}
+	if err := errors.Join(s.ackErrs...); err != nil {
+		return s.finish(s.stageErr(err))
+	}
+	s.phase = Running
+	// Workers may all have finished before the last acknowledgement.
+	if len(s.out) >= s.live {
+		return append([]Action{Publish{Kind: status.EventStatus, Progress: s.progress}}, s.complete()...)
+	}
+	return []Action{Publish{Kind: status.EventStatus, Progress: s.progress}}
+}
+
+// accepts reports whether a worker report for stage belongs to this run;
+// reports of a dead slave's workers are not taken (their work is re-run).
+func (s *Stage) accepts(stage, rank int) bool {
+	return stage == s.cfg.Stage && s.phase != Placed && !s.deadRank[rank]
 }
 
 func (s *Stage) nonFinite(epoch, rank int, slave, what string, v float64) []Action {
@@ -244,7 +268,7 @@ func badMetric(m map[string]float64) (string, float64, bool) {
 func (s *Stage) currentEpoch() int { return s.progress.Epoch + 1 }
 
 func (s *Stage) workerProgress(ev WorkerProgress) []Action {
-	if !s.accepts(ev.Stage) {
+	if !s.accepts(ev.Stage, ev.Rank) {
 		return nil
 	}
 	if !finite(ev.LossSum) {
@@ -262,7 +286,7 @@ func (s *Stage) workerProgress(ev WorkerProgress) []Action {
 }
 
 func (s *Stage) workerEpoch(ev WorkerEpoch) []Action {
-	if !s.accepts(ev.Stage) {
+	if !s.accepts(ev.Stage, ev.Rank) {
 		return nil
 	}
 	if k, v, bad := badMetric(ev.Metrics); bad {
@@ -278,15 +302,38 @@ func (s *Stage) workerEpoch(ev WorkerEpoch) []Action {
 	for key, v := range ev.Metrics {
 		e.Metrics[key] += v
 	}
-	if e.Workers < s.cfg.Workers {
+	if s.epochRanks[ev.Epoch] == nil {
+		s.epochRanks[ev.Epoch] = map[int]bool{}
+	}
+	s.epochRanks[ev.Epoch][ev.Rank] = true
+	return s.epochDone(ev.Epoch)
+}
+
+// epochDone publishes epoch once every live worker reported it. Reports
+// of workers that died after sending theirs still count in its metrics.
+func (s *Stage) epochDone(epoch int) []Action {
+	e := s.epochs[epoch]
+	if e == nil || s.liveCount(s.epochRanks[epoch]) < s.live {
 		return nil
 	}
 	s.res.Epochs = append(s.res.Epochs, *e)
-	delete(s.epochs, ev.Epoch)
-	s.progress.Epoch = ev.Epoch
+	delete(s.epochs, epoch)
+	delete(s.epochRanks, epoch)
+	s.progress.Epoch = max(s.progress.Epoch, epoch)
 	s.progress.Fraction = max(s.progress.Fraction, s.fraction())
 	ep := *e
 	return []Action{Publish{Kind: status.EventEpoch, Progress: s.progress, Epoch: &ep}}
+}
+
+// liveCount counts the live ranks in set.
+func (s *Stage) liveCount(set map[int]bool) int {
+	n := 0
+	for r := range set {
+		if !s.deadRank[r] {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Stage) fraction() float64 {
@@ -297,14 +344,14 @@ func (s *Stage) fraction() float64 {
 }
 
 func (s *Stage) workerDone(ev WorkerDone) []Action {
-	if !s.accepts(ev.Stage) {
+	if !s.accepts(ev.Stage, ev.Rank) {
 		return nil
 	}
 	if k, v, bad := badMetric(ev.Metrics); bad {
 		return s.nonFinite(s.currentEpoch()-1, ev.Rank, ev.Slave, "metric "+k, v)
 	}
 	s.observe(ev.Now)
-	s.done++
+	s.out[ev.Rank] = true
 	s.res.WorkerSeconds += ev.Seconds
 	m := ev.Metrics
 	s.res.WorkerStats = append(s.res.WorkerStats, status.WorkerStat{Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds,
@@ -324,11 +371,11 @@ func (s *Stage) workerDone(ev WorkerDone) []Action {
 }
 
 func (s *Stage) workerFailed(ev WorkerFailed) []Action {
-	if !s.accepts(ev.Stage) {
+	if !s.accepts(ev.Stage, ev.Rank) {
 		return nil
 	}
 	if s.stopped {
-		s.done++ // stopped on purpose at the end of a trial
+		s.out[ev.Rank] = true // stopped on purpose at the end of a trial
 		return s.maybeComplete()
 	}
 	return s.finish(s.stageErr(fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Err)))
@@ -337,7 +384,7 @@ func (s *Stage) workerFailed(ev WorkerFailed) []Action {
 // maybeComplete completes the stage once every worker is counted out and
 // every start was acknowledged.
 func (s *Stage) maybeComplete() []Action {
-	if s.done < s.cfg.Workers || s.phase == Starting {
+	if len(s.out) < s.live || s.phase == Starting {
 		return nil
 	}
 	return s.complete()
@@ -347,13 +394,46 @@ func (s *Stage) barrier(ev BarrierArrived) []Action {
 	if ev.Stage != s.cfg.Stage || s.phase == Placed {
 		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.notRunning(ev.Stage)}}
 	}
-	s.barriers[ev.Seq] = append(s.barriers[ev.Seq], ev.Waiter)
-	if len(s.barriers[ev.Seq]) < s.cfg.Workers {
+	if s.deadRank[ev.Rank] {
+		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.deadErr(ev.Rank)}}
+	}
+	var out []Action
+	b := s.barriers[ev.Seq]
+	if b == nil {
+		b = map[int]any{}
+		s.barriers[ev.Seq] = b
+	}
+	if old, dup := b[ev.Rank]; dup {
+		// A retried request: the earlier one is answered (its asker has
+		// given up on it), the new one waits.
+		out = append(out, ReleaseBarrier{Waiters: []any{old}, Err: fmt.Sprintf("worker %d arrived at barrier %d again", ev.Rank, ev.Seq)})
+	}
+	b[ev.Rank] = ev.Waiter
+	return append(out, s.releaseBarrier(ev.Seq)...)
+}
+
+// releaseBarrier answers barrier seq's waiters once every live rank
+// arrived.
+func (s *Stage) releaseBarrier(seq int) []Action {
+	b := s.barriers[seq]
+	if s.liveCount(mapSet(b)) < s.live {
 		return nil
 	}
-	w := s.barriers[ev.Seq]
-	delete(s.barriers, ev.Seq)
-	return []Action{ReleaseBarrier{Waiters: w}}
+	delete(s.barriers, seq)
+	ranks := slices.Sorted(maps.Keys(b))
+	w := make([]any, 0, len(ranks))
+	for _, r := range ranks {
+		w = append(w, b[r])
+	}
+	return []Action{ReleaseBarrier{Waiters: w, Live: s.liveRanks()}}
+}
+
+func mapSet(m map[int]any) map[int]bool {
+	out := make(map[int]bool, len(m))
+	for r := range m {
+		out[r] = true
+	}
+	return out
 }
 
 func (s *Stage) tick(ev Tick) []Action {
@@ -382,7 +462,9 @@ func (s *Stage) tick(ev Tick) []Action {
 		s.res.Seconds = ev.Now.Sub(s.started).Seconds()
 		s.res.Samples = s.samples
 		for _, a := range s.cfg.Placement {
-			out = append(out, StopWorkers{Slave: a.Slave})
+			if !s.dead[a.Slave] {
+				out = append(out, StopWorkers{Slave: a.Slave})
+			}
 		}
 	}
 	return out
@@ -410,6 +492,7 @@ func (s *Stage) complete() []Action {
 
 // finish ends a run with err.
 func (s *Stage) finish(err error) []Action {
+	s.err = err
 	out := s.closeBarriers()
 	s.phase = Ended
 	return append(out, StageFinished{Result: s.res, Stopped: s.stopped, Err: err})
@@ -425,7 +508,10 @@ func (s *Stage) closeBarriers() []Action {
 	sort.Ints(seqs)
 	var w []any
 	for _, q := range seqs {
-		w = append(w, s.barriers[q]...)
+		b := s.barriers[q]
+		for _, r := range slices.Sorted(maps.Keys(b)) {
+			w = append(w, b[r])
+		}
 	}
 	s.barriers = nil
 	if len(w) == 0 {

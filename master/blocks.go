@@ -1,0 +1,205 @@
+package master
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/master/assign"
+	"github.com/nats-io/nats.go"
+)
+
+// This file serves the FileAssigner on the bus: block requests,
+// confirmations and abandoned passes. In a stage that survives a slave's
+// death, a worker is told an epoch is empty only once no block of it can
+// come back (assign.Settled): until then its request is held, without
+// blocking the handler, and answered when a confirmation or a death
+// changes the epoch, or with Retry after blockHold so the worker's own
+// request timeout never fires.
+
+// blockHold is the longest a block request is held before the worker is
+// told to ask again.
+const blockHold = time.Second
+
+// assignment is one input of a running stage: its FileAssigner and the
+// block requests waiting for the epoch to settle.
+type assignment struct {
+	a          *assign.Assigner
+	survivable bool
+	held       []heldBlock
+}
+
+type heldBlock struct {
+	msg   *nats.Msg
+	rank  int
+	epoch int
+	since time.Time
+}
+
+type blockAnswer struct {
+	msg *nats.Msg
+	rep proto.BlockReply
+}
+
+func (m *Master) onBlock(msg *nats.Msg) {
+	var req proto.BlockRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		m.reply(msg, proto.BlockReply{Error: "malformed block request"})
+		return
+	}
+	if req.Instance != "" {
+		if err := m.fenced(req.Slave, req.Instance); err != nil {
+			m.reply(msg, proto.BlockReply{Error: err.Error()})
+			return
+		}
+	}
+	m.mu.Lock()
+	as := m.assigners[assignKey{req.Task, req.Stage, req.Input}]
+	if as == nil {
+		m.mu.Unlock()
+		m.reply(msg, proto.BlockReply{Error: fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)})
+		return
+	}
+	var out []blockAnswer
+	switch {
+	case req.Confirm != nil:
+		as.a.Confirm(req.Rank, req.Epoch, *req.Confirm)
+		out = append(out, blockAnswer{msg, proto.BlockReply{}})
+		out = append(out, as.serveHeld()...)
+	case req.Abandon:
+		if as.a.Abandon(req.Rank, req.Epoch) > 0 {
+			out = as.serveHeld()
+		}
+		out = append(out, blockAnswer{msg, proto.BlockReply{}})
+	default:
+		if rep, ok := as.next(req.Rank, req.Epoch); ok {
+			out = append(out, blockAnswer{msg, rep})
+		} else {
+			as.held = append(as.held, heldBlock{msg: msg, rank: req.Rank, epoch: req.Epoch, since: m.cfg.Now()})
+		}
+	}
+	m.mu.Unlock()
+	m.answer(out)
+}
+
+// next answers rank's request for a block of epoch; false when the answer
+// must wait (the epoch has nothing queued but is not settled).
+func (as *assignment) next(rank, epoch int) (proto.BlockReply, bool) {
+	b, local, ok := as.a.Next(rank, epoch)
+	switch {
+	case ok:
+		return proto.BlockReply{Block: b, Local: local}, true
+	case !as.survivable || as.a.Settled(epoch):
+		return proto.BlockReply{Done: true}, true
+	}
+	return proto.BlockReply{}, false
+}
+
+// serveHeld answers the held requests the epoch's change lets go.
+func (as *assignment) serveHeld() []blockAnswer {
+	var out []blockAnswer
+	kept := as.held[:0]
+	for _, h := range as.held {
+		if rep, ok := as.next(h.rank, h.epoch); ok {
+			out = append(out, blockAnswer{h.msg, rep})
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(as.held[len(kept):])
+	as.held = kept
+	return out
+}
+
+// expire tells the requests held since before cutoff to ask again.
+func (as *assignment) expire(cutoff time.Time) []blockAnswer {
+	var out []blockAnswer
+	kept := as.held[:0]
+	for _, h := range as.held {
+		if h.since.Before(cutoff) {
+			out = append(out, blockAnswer{h.msg, proto.BlockReply{Retry: true}})
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(as.held[len(kept):])
+	as.held = kept
+	return out
+}
+
+func (m *Master) answer(out []blockAnswer) {
+	for _, a := range out {
+		m.reply(a.msg, a.rep)
+	}
+}
+
+// expireHeld answers the block requests of inputs held longer than
+// blockHold with Retry.
+func (m *Master) expireHeld(inputs []assignKey, now time.Time) {
+	var out []blockAnswer
+	m.mu.Lock()
+	for _, k := range inputs {
+		if as := m.assigners[k]; as != nil {
+			out = append(out, as.expire(now.Add(-blockHold))...)
+		}
+	}
+	m.mu.Unlock()
+	m.answer(out)
+}
+
+// removeRanks puts the unconfirmed blocks of dead ranks back in the
+// queues of inputs (every epoch) and refuses the ranks from then on; it
+// returns how many blocks went back.
+func (m *Master) removeRanks(inputs []assignKey, ranks []int) int {
+	var out []blockAnswer
+	n := 0
+	m.mu.Lock()
+	for _, k := range inputs {
+		as := m.assigners[k]
+		if as == nil {
+			continue
+		}
+		for _, r := range ranks {
+			for _, bs := range as.a.Remove(r) {
+				n += len(bs)
+			}
+		}
+		// Held requests of the dead ranks are answered too: nobody
+		// listens, and they must not take the released blocks.
+		kept := as.held[:0]
+		for _, h := range as.held {
+			if slices.Contains(ranks, h.rank) {
+				out = append(out, blockAnswer{h.msg, proto.BlockReply{Error: fmt.Sprintf("worker %d is counted out of the stage: its slave was declared dead", h.rank)}})
+				continue
+			}
+			kept = append(kept, h)
+		}
+		clear(as.held[len(kept):])
+		as.held = kept
+		out = append(out, as.serveHeld()...)
+	}
+	m.mu.Unlock()
+	m.answer(out)
+	return n
+}
+
+// setAssigner installs the assigner of an input of a running stage (nil:
+// the stage ended; requests still held are answered with an error).
+func (m *Master) setAssigner(k assignKey, a *assign.Assigner, survivable bool) {
+	var out []blockAnswer
+	m.mu.Lock()
+	if old := m.assigners[k]; old != nil {
+		for _, h := range old.held {
+			out = append(out, blockAnswer{h.msg, proto.BlockReply{Error: fmt.Sprintf("task %s stage %d ended", k.task, k.stage)}})
+		}
+	}
+	if a == nil {
+		delete(m.assigners, k)
+	} else {
+		m.assigners[k] = &assignment{a: a, survivable: survivable}
+	}
+	m.mu.Unlock()
+	m.answer(out)
+}

@@ -1,0 +1,203 @@
+package master
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
+)
+
+// A survivable stage on the real master with scripted slaves: the master
+// holds a worker's "epoch empty" while another worker's block is out,
+// hands it over when that worker's slave leaves, counts the dead ranks
+// out of barriers and gates, and finishes with the failover recorded.
+
+// blockAsk sends a block request and returns the reply channel.
+func (h *harness) blockAsk(req proto.BlockRequest) <-chan proto.BlockReply {
+	h.t.Helper()
+	data, err := json.Marshal(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	inbox := nats.NewInbox()
+	ch := make(chan proto.BlockReply, 1)
+	sub, err := h.nc.Subscribe(inbox, func(msg *nats.Msg) {
+		var rep proto.BlockReply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			rep.Error = "malformed: " + err.Error()
+		}
+		ch <- rep
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sub.AutoUnsubscribe(1)
+	h.t.Cleanup(func() { sub.Unsubscribe() })
+	if err := h.nc.PublishRequest(h.subj.Block(), inbox, data); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	return ch
+}
+
+func (h *harness) reply(ch <-chan proto.BlockReply, what string) proto.BlockReply {
+	h.t.Helper()
+	select {
+	case rep := <-ch:
+		return rep
+	case <-time.After(5 * time.Second):
+		h.t.Fatalf("%s: no answer", what)
+		return proto.BlockReply{}
+	}
+}
+
+// held counts the block requests the master holds for task id.
+func (h *harness) held(id string) int {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	n := 0
+	for k, as := range h.m.assigners {
+		if k.task == id {
+			n += len(as.held)
+		}
+	}
+	return n
+}
+
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDriverSurvivesASlavesDeath(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 2, nil)
+	s2 := h.slave("s2", 2, nil)
+	path := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(path, []byte(strings.Repeat("0123456789\n", 30)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	task := tasks.NewTask("drill").SetInput("train", tasks.InputSpec{Path: path, Format: "text", BlockSize: 110}).
+		SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4, MaxSlaves: 2})
+	id := h.submit(task)
+	st1, st2 := h.started(s1), h.started(s2)
+	if !st1.Survivable || !st2.Survivable {
+		t.Fatalf("start requests not marked survivable: %+v", st1)
+	}
+	ask := func(slave string, rank, epoch int, confirm *datastore.Block) <-chan proto.BlockReply {
+		return h.blockAsk(proto.BlockRequest{Task: id, Stage: 0, Input: "train", Rank: rank, Epoch: epoch, Slave: slave, Instance: "inst-" + slave, Confirm: confirm})
+	}
+	// Rank 2 on s2 takes a block and never finishes it; rank 0 reads and
+	// confirms all the others.
+	lost := h.reply(ask("s2", 2, 0, nil), "rank 2's block")
+	if lost.Done || lost.Error != "" {
+		t.Fatalf("rank 2: %+v", lost)
+	}
+	var mine []string
+	for {
+		rep := h.reply(ask("s1", 0, 0, nil), "rank 0's block")
+		if rep.Error != "" {
+			t.Fatal(rep.Error)
+		}
+		if rep.Done {
+			t.Fatal("epoch empty while rank 2's block is out")
+		}
+		if rep.Retry {
+			t.Fatalf("retry %+v", rep)
+		}
+		mine = append(mine, rep.Block.String())
+		if c := h.reply(ask("s1", 0, 0, &rep.Block), "confirmation"); c.Error != "" {
+			t.Fatal(c.Error)
+		}
+		if len(mine) == 2 {
+			break // 3 blocks: rank 2 holds the third
+		}
+	}
+	// The queue is empty, rank 2's block is out: rank 0's request waits.
+	waiting := ask("s1", 0, 0, nil)
+	h.eventually("rank 0's request held", func() bool { return h.held(id) == 1 })
+	// A rank 1 request too, then it is told to ask again after blockHold.
+	retry := ask("s1", 1, 0, nil)
+	h.eventually("rank 1's request held", func() bool { return h.held(id) == 2 })
+	h.clk.Advance(2 * blockHold)
+	if rep := h.reply(retry, "rank 1's held request"); !rep.Retry {
+		t.Fatalf("held past blockHold: %+v, want retry", rep)
+	}
+	if rep := h.reply(waiting, "rank 0's held request"); !rep.Retry {
+		t.Fatalf("held past blockHold: %+v, want retry", rep)
+	}
+	waiting = ask("s1", 0, 0, nil)
+	h.eventually("rank 0's request held again", func() bool { return h.held(id) == 1 })
+	// Ranks 0 and 1 wait at a barrier for ranks 2 and 3.
+	barrier := make(chan proto.CtlReply, 2)
+	for r := range 2 {
+		data, _ := json.Marshal(proto.BarrierRequest{Task: id, Stage: 0, Rank: r, Seq: 1})
+		go func() {
+			msg, err := h.nc.Request(h.subj.Barrier(), data, 5*time.Second)
+			var rep proto.CtlReply
+			if err == nil {
+				err = json.Unmarshal(msg.Data, &rep)
+			}
+			if err != nil {
+				rep.Error = err.Error()
+			}
+			barrier <- rep
+		}()
+	}
+	h.eventually("two at the barrier", func() bool { return h.waiting(id) })
+
+	// s2 leaves: its ranks are counted out, its block goes to rank 0.
+	data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
+	if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+		t.Fatal(err)
+	}
+	rep := h.reply(waiting, "rank 0's held request after the death")
+	if rep.Block.String() != lost.Block.String() {
+		t.Fatalf("rank 0 got %+v, want rank 2's unfinished block %v", rep, lost.Block)
+	}
+	for range 2 {
+		if b := <-barrier; !b.OK || !reflect.DeepEqual(b.Live, []int{0, 1}) {
+			t.Fatalf("barrier after the death: %+v, want released with live [0 1]", b)
+		}
+	}
+	h.eventually("s1 told to count ranks 2 and 3 out", func() bool { return slices.Contains(s1.seen(), proto.OpFinishRanks) })
+	// The dead slave's late requests are refused.
+	if late := h.reply(ask("s2", 2, 0, &lost.Block), "the dead rank's confirmation"); late.Error == "" {
+		t.Fatalf("confirmation of a fenced slave accepted: %+v", late)
+	}
+	if c := h.reply(ask("s1", 0, 0, &rep.Block), "confirmation"); c.Error != "" {
+		t.Fatal(c.Error)
+	}
+	if end := h.reply(ask("s1", 0, 0, nil), "end of epoch"); !end.Done {
+		t.Fatalf("after every block was confirmed: %+v, want done", end)
+	}
+	for r := range 2 {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+	}
+	st := h.wait(id, "done", inState(status.Done))
+	want := []status.Failover{{Slave: "s2", Ranks: []int{2, 3}, Blocks: 1, Survivors: 2}}
+	if got := st.Results[0].Failovers; !reflect.DeepEqual(got, want) {
+		t.Fatalf("failovers %+v, want %+v", got, want)
+	}
+	if slices.Contains(s2.seen(), proto.OpEndStage) {
+		t.Fatalf("the dead slave was sent end_stage: %v", s2.seen())
+	}
+}
