@@ -122,7 +122,7 @@ func (s *Server) replicated(data []byte, reply string, t *hostedTask, ht *hosted
 		view := ht
 		if rep.store != ht.store {
 			cp := *ht
-			cp.store, cp.shard, cp.live = rep.store, shard, nil
+			cp.store, cp.shard = rep.store, shard // live stays: static (replicated tables never move keys)
 			view = &cp
 		}
 		if m.Op == OpScan {

@@ -41,7 +41,10 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	}
 	// What the stage survives follows from its tables' replicas, resolved
 	// by createTables, and its worker kind.
-	surv := lifecycle.Survivability(st.Name, st.WorkerKind, t.spec.Tables)
+	t.mu.Lock()
+	tables := t.tablesLocked()
+	t.mu.Unlock()
+	surv := lifecycle.Survivability(st.Name, st.WorkerKind, tables)
 	mach := lifecycle.New(lifecycle.Config{Task: t.spec.ID, Stage: k, Name: st.Name, Func: st.Func, Workers: workers,
 		Placement: placement, Hosts: t.hosts, Epochs: st.Params.Int("epochs", 0), Trial: trial, Survival: surv})
 	epochBarrier := t.epochBarriers(st, trial)
@@ -65,7 +68,12 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		keys = append(keys, key)
 		// Only a stage that survives its workers' deaths holds a worker's
 		// "epoch empty" until no block of the epoch can come back.
-		m.setAssigner(key, assign.New(t.blocks[in], ws), surv.Workers)
+		// Holding an epoch's end for blocks that may come back is safe
+		// only when no consistency gate waits for the held worker's clock
+		// (ASP); under BSP/SSP the others would wait for it while it
+		// waits for their blocks. There, a block released by a death
+		// after everyone left its epoch is handed out late (assign.Next).
+		m.setAssigner(key, assign.New(t.blocks[in], ws), surv.Workers && st.Consistency.Kind == kvstore.ASP)
 		defer m.setAssigner(key, nil, false)
 	}
 	// Direct model transfer between consecutive one-slave stages.

@@ -117,7 +117,7 @@ func (t *taskRun) betweenStages(slave string) string {
 	if !slices.Contains(t.hosts, slave) {
 		return ""
 	}
-	for _, tb := range t.spec.Tables {
+	for _, tb := range t.tablesLocked() {
 		if tb.Replicas < 2 {
 			return fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death", tb.Name, max(tb.Replicas, 1))
 		}
@@ -465,12 +465,23 @@ func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageRe
 }
 
 func (t *taskRun) placements() []kvstore.Placement {
-	out := make([]kvstore.Placement, len(t.spec.Tables))
-	for i, spec := range t.spec.Tables {
-		if i < len(t.replicas) {
-			spec.Replicas = t.replicas[i]
-		}
+	specs := t.tablesLocked()
+	out := make([]kvstore.Placement, len(specs))
+	for i, spec := range specs {
 		out[i] = kvstore.Placement{Spec: spec, Hosts: t.hosts}
+	}
+	return out
+}
+
+// tablesLocked are the task's tables with their replicas as resolved on
+// the hosts (the spec keeps the user's setting); t.mu held or the tables
+// placed already.
+func (t *taskRun) tablesLocked() []kvstore.TableSpec {
+	out := slices.Clone(t.spec.Tables)
+	for i := range out {
+		if i < len(t.replicas) {
+			out[i].Replicas = t.replicas[i]
+		}
 	}
 	return out
 }
