@@ -51,9 +51,10 @@ type options struct {
 	workers                                 []int
 	kinds                                   []string
 	consistency                             kvstore.Consistency
-	cache                                   bool
+	cacheSize                               int
 	rounds                                  int
 	chunk                                   int
+	slaves                                  int
 }
 
 func main() {
@@ -73,10 +74,11 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "", "where to write the data and models (default: a temporary directory, removed at the end)")
 	flag.BoolVar(&o.jsonOut, "json", false, "also write one JSON line per result to stdout")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the engine runs to this file")
-	kinds := flag.String("kinds", "ps", "worker kinds to run, comma-separated (ps, local, hogwild, single); each with 1 and 2 workers (single: 1)")
+	kinds := flag.String("kinds", "ps", "worker kinds to run, comma-separated (ps, ps+lru, ps+lfu: ps with that process cache, local, hogwild, single); each with every -workers count (single: 1)")
 	cons := flag.String("consistency", "asp", "consistency of the engine's stage: asp, bsp or ssp:N")
 	workers := flag.String("workers", "1,2", "worker counts to run each kind with")
-	flag.BoolVar(&o.cache, "cache", false, "ps kind: turn on the worker's process cache")
+	flag.IntVar(&o.cacheSize, "cache-size", 100000, "keys of the process cache of ps+lru and ps+lfu runs")
+	flag.IntVar(&o.slaves, "slaves", 1, "in-process slaves; with 2, a ps stage's keys are half remote (and each slave has workers/slaves slots)")
 	flag.IntVar(&o.chunk, "chunk", 0, "local kind: keys per chunk lock (0: the engine's default)")
 	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds of the plain loop and every engine run")
 	flag.Parse()
@@ -115,6 +117,7 @@ type result struct {
 	TestLogLoss    float64   `json:"test_logloss"`
 	EpochSeconds   []float64 `json:"epoch_seconds"`
 	EpochSamplesPS []float64 `json:"epoch_samples_per_s"`
+	CacheHitRate   float64   `json:"cache_hit_rate,omitempty"`
 }
 
 func run(o options, cpuprofile string) error {
@@ -200,20 +203,27 @@ func run(o options, cpuprofile string) error {
 // epochs 2+), and the per-round values.
 func summarize(rounds [][]result) {
 	fmt.Printf("\n%d round(s); ratio = engine samples/s / plain loop samples/s in the same round, median over rounds\n", len(rounds))
-	fmt.Printf("%-34s %10s %12s   %s\n", "run", "whole", "epochs 2+", "per round (epochs 2+)")
+	fmt.Printf("(vs first engine run: epochs 2+ samples/s / the first engine run's in the same round, e.g. ps+lru / ps)\n")
+	fmt.Printf("%-40s %8s %10s %22s   %s\n", "run", "whole", "epochs 2+", "vs first engine run", "per round (epochs 2+)")
 	for i := 1; i < len(rounds[0]); i++ {
-		var whole, later []float64
+		var whole, later, first []float64
 		for _, rs := range rounds {
 			whole = append(whole, rs[i].SamplesPerS/rs[0].SamplesPerS)
 			if rs[i].LaterPerS > 0 && rs[0].LaterPerS > 0 {
 				later = append(later, rs[i].LaterPerS/rs[0].LaterPerS)
 			}
+			if rs[i].LaterPerS > 0 && rs[1].LaterPerS > 0 {
+				first = append(first, rs[i].LaterPerS/rs[1].LaterPerS)
+			}
 		}
 		per := ""
-		for _, v := range later {
+		for j, v := range later {
 			per += fmt.Sprintf(" %.2f", v)
+			if len(first) == len(later) && i > 1 {
+				per += fmt.Sprintf(" (%.2f)", first[j])
+			}
 		}
-		fmt.Printf("%-34s %10.2f %12.2f  %s\n", rounds[0][i].Name, median(whole), median(later), per)
+		fmt.Printf("%-40s %8.2f %10.2f %22.2f  %s\n", rounds[0][i].Name, median(whole), median(later), median(first), per)
 	}
 }
 
@@ -307,7 +317,12 @@ func engineSGD(ctx context.Context, o options, kind string, workers int, train, 
 		name += "s"
 	}
 	res := result{Name: name}
-	l, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: workers, Log: zerolog.Nop()})
+	cache := ""
+	if base, c, ok := strings.Cut(kind, "+"); ok {
+		kind, cache = base, c
+	}
+	slots := max(1, (workers+o.slaves-1)/o.slaves)
+	l, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: o.slaves, Slots: slots, Log: zerolog.Nop()})
 	if err != nil {
 		return res, err
 	}
@@ -327,8 +342,8 @@ func engineSGD(ctx context.Context, o options, kind string, workers int, train, 
 			// The same workload as the plain loop and the peers: raw features, no intercept.
 			"standardize": false, "intercept": false}}
 	stage.ChunkSize = o.chunk
-	if o.cache && kind == tasks.KindPS {
-		stage.Cache, stage.CacheSize = "lru", o.dim
+	if cache != "" {
+		stage.Cache, stage.CacheSize = cache, o.cacheSize
 	}
 	t.SetStages(stage)
 	st, err := l.SubmitAndWait(ctx, t, nil)
@@ -340,6 +355,10 @@ func engineSGD(ctx context.Context, o options, kind string, workers int, train, 
 	}
 	sr := st.Results[0]
 	res.Seconds, res.Samples = sr.Seconds, sr.Samples
+	if h, m := sr.Metrics[tasks.MetricCacheHits], sr.Metrics[tasks.MetricCacheMisses]; h+m > 0 {
+		res.CacheHitRate = h / (h + m)
+		res.Name += fmt.Sprintf(" (%.0f%% hits)", 100*res.CacheHitRate)
+	}
 	res.SamplesPerS = float64(sr.Samples) / sr.Seconds
 	var laterN, laterS float64
 	for _, e := range sr.Epochs {
