@@ -118,6 +118,7 @@ type result struct {
 	EpochSeconds   []float64 `json:"epoch_seconds"`
 	EpochSamplesPS []float64 `json:"epoch_samples_per_s"`
 	CacheHitRate   float64   `json:"cache_hit_rate,omitempty"`
+	BlockedSeconds float64   `json:"blocked_seconds"` // workers' time waiting on the consistency model
 }
 
 func run(o options, cpuprofile string) error {
@@ -355,6 +356,7 @@ func engineSGD(ctx context.Context, o options, kind string, workers int, train, 
 	}
 	sr := st.Results[0]
 	res.Seconds, res.Samples = sr.Seconds, sr.Samples
+	res.BlockedSeconds = sr.Metrics[tasks.MetricBlockedSeconds]
 	if h, m := sr.Metrics[tasks.MetricCacheHits], sr.Metrics[tasks.MetricCacheMisses]; h+m > 0 {
 		res.CacheHitRate = h / (h + m)
 		res.Name += fmt.Sprintf(" (%.0f%% hits)", 100*res.CacheHitRate)
