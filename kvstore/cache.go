@@ -3,6 +3,7 @@ package kvstore
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // The process cache keeps values of remote keys a worker read, so a later
@@ -104,6 +105,13 @@ type CachedTable struct {
 	miss    []uint64  // keys of the current read that go to the table
 	missAt  []int32   // their positions in the caller's keys
 	missOut []float64 // their values
+
+	// The last Get's keys and the slot each ended in (-1: not cached). A
+	// training step adds to the keys it just read, so Add finds their
+	// slots here with one sequential comparison instead of an index probe
+	// per key; a slot is trusted only while it still holds its key.
+	lastKeys []uint64
+	lastSlot []int32
 }
 
 // NewCachedTable wraps t with a cache of kind holding at most capacity
@@ -140,6 +148,7 @@ func NewCachedTable(t CacheSource, kind CacheKind, capacity int) (*CachedTable, 
 	}
 	if kind != CacheNone && !t.AllLocal() {
 		ct.core = newCacheCore(kind, capacity, spec.Width)
+		ct.core.track(spec.Size)
 	}
 	return ct, nil
 }
@@ -196,9 +205,13 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	}
 	clock, w := ct.t.WorkerClock(), ct.w
 	ct.miss, ct.missAt = ct.miss[:0], ct.missAt[:0]
+	ct.lastKeys = append(ct.lastKeys[:0], keys...)
+	ct.lastSlot = slices.Grow(ct.lastSlot[:0], len(keys))[:len(keys)]
 	for i, k := range keys {
+		ct.lastSlot[i] = -1
 		if ct.remote(k) {
 			if s := cc.lookup(k); s >= 0 {
+				ct.lastSlot[i] = int32(s)
 				if ct.fresh(cc.stamp[s], clock) {
 					copy(out[i*w:(i+1)*w], cc.row(s))
 					cc.touch(s)
@@ -230,12 +243,20 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 		if !ct.remote(k) {
 			continue
 		}
-		s := cc.lookup(k)
+		s := int(ct.lastSlot[i])
+		if s < 0 || !cc.holds(s, k) {
+			s = cc.lookup(k) // a repeat of k earlier in keys may have inserted it
+		}
 		if s < 0 {
+			if !cc.admit(k) {
+				ct.lastSlot[i] = -1
+				continue
+			}
 			s = cc.insert(k)
 		} else {
 			cc.touch(s)
 		}
+		ct.lastSlot[i] = int32(s)
 		copy(cc.row(s), v)
 		cc.stamp[s] = stamp
 	}
@@ -255,6 +276,18 @@ func (ct *CachedTable) Add(keys []uint64, deltas []float64) error {
 		return nil
 	}
 	w := ct.w
+	if slices.Equal(keys, ct.lastKeys) {
+		for i, k := range keys {
+			if s := int(ct.lastSlot[i]); s >= 0 && cc.holds(s, k) {
+				ct.apply(cc.row(s), deltas[i*w:(i+1)*w])
+			} else if s < 0 {
+				continue // not cached when read, and nothing was inserted since
+			} else if s = cc.lookup(k); s >= 0 { // evicted by a later key of that read
+				ct.apply(cc.row(s), deltas[i*w:(i+1)*w])
+			}
+		}
+		return nil
+	}
 	for i, k := range keys {
 		if s := cc.lookup(k); s >= 0 {
 			ct.apply(cc.row(s), deltas[i*w:(i+1)*w])
@@ -337,6 +370,71 @@ type cacheCore struct {
 	minFreq   int
 	accesses  int
 	evictions int64
+
+	// in has a bit per key of the table telling whether it is cached, when
+	// the table is small enough (see track): most keys a worker reads are
+	// not cached (a Zipf tail), and one bit test in a dense bitmap is far
+	// cheaper than probing the index, which is sized for the capacity
+	// and rarely in the CPU's cache.
+	in []uint64
+
+	// seen is the doorkeeper of a full cache: a hashed bit per recently
+	// missed key. A full cache admits a key only on its second miss within
+	// the window (seenN marks; cleared at a quarter of the bits), so the
+	// long tail of keys read once in a while does not evict the hot keys
+	// and does not cost an insert and an eviction per read.
+	seen  []uint64
+	seenN int
+}
+
+// admit reports whether a missed key may be inserted: always while the
+// cache has free slots, else only if it missed recently already.
+func (c *cacheCore) admit(key uint64) bool {
+	if c.n < c.cap {
+		return true
+	}
+	if c.seen == nil {
+		bits := 1 << 12
+		for bits < 4*c.cap && bits < 1<<24 {
+			bits <<= 1
+		}
+		c.seen = make([]uint64, bits/64)
+	}
+	h := (key * 0xbf58476d1ce4e5b9) >> 40 & uint64(len(c.seen)*64-1)
+	w, b := h>>6, uint64(1)<<(h&63)
+	if c.seen[w]&b != 0 {
+		return true
+	}
+	c.seen[w] |= b
+	if c.seenN++; c.seenN > len(c.seen)*16 {
+		clear(c.seen)
+		c.seenN = 0
+	}
+	return false
+}
+
+// maxTrackedKeys bounds the tables whose keys get a presence bit (16 MiB).
+const maxTrackedKeys = 1 << 27
+
+// track keeps presence bits for keys [0, size) when size allows.
+func (c *cacheCore) track(size uint64) {
+	if size <= maxTrackedKeys {
+		c.in = make([]uint64, (size+63)/64)
+		for s := range c.n {
+			c.setIn(c.keys[s], true)
+		}
+	}
+}
+
+func (c *cacheCore) setIn(key uint64, on bool) {
+	if c.in == nil {
+		return
+	}
+	if on {
+		c.in[key>>6] |= 1 << (key & 63)
+	} else {
+		c.in[key>>6] &^= 1 << (key & 63)
+	}
 }
 
 const (
@@ -363,17 +461,26 @@ func newCacheCore(kind CacheKind, capacity, width int) *cacheCore {
 // purge empties the cache.
 func (c *cacheCore) purge() {
 	c.index.clear()
+	clear(c.in)
+	clear(c.seen)
+	c.seenN = 0
 	c.n, c.minFreq, c.accesses = 0, 1, 0
 	for s := c.cap; s < len(c.next); s++ {
 		c.prev[s], c.next[s] = int32(s), int32(s)
 	}
 }
 
+// holds reports whether slot s is in use and caches key.
+func (c *cacheCore) holds(s int, key uint64) bool { return s < c.n && c.keys[s] == key }
+
 func (c *cacheCore) row(s int) []float64 { return c.vals[s*c.width : (s+1)*c.width] }
 
 // lookup is key's slot, -1 when not cached.
 func (c *cacheCore) lookup(key uint64) int {
 	if c.n == 0 {
+		return -1
+	}
+	if c.in != nil && (key>>6 >= uint64(len(c.in)) || c.in[key>>6]&(1<<(key&63)) == 0) {
 		return -1
 	}
 	return int(c.index.get(key))
@@ -436,10 +543,12 @@ func (c *cacheCore) insert(key uint64) int {
 		}
 		c.unlink(i)
 		c.index.del(c.keys[i])
+		c.setIn(c.keys[i], false)
 		c.evictions++
 	}
 	c.keys[i] = key
 	c.index.put(key, i)
+	c.setIn(key, true)
 	if c.kind == CacheLRU {
 		c.pushFront(0, i)
 		return int(i)
@@ -480,12 +589,17 @@ func (c *cacheCore) access() {
 
 // slotIndex maps keys to slots: linear probing over a power-of-two table
 // at most half full, deletion by backward shift (no tombstones), so it
-// never allocates after it is built.
+// never allocates after it is built. A key and its slot share one entry,
+// so a probe touches one cache line.
 type slotIndex struct {
-	keys  []uint64
-	slots []int32 // slot+1; 0 is empty
+	e     []indexEntry
 	mask  uint64
 	shift uint
+}
+
+type indexEntry struct {
+	key  uint64
+	slot int32 // slot+1; 0 is empty
 }
 
 func newSlotIndex(n int) slotIndex {
@@ -493,52 +607,52 @@ func newSlotIndex(n int) slotIndex {
 	for size < 2*n {
 		size, bits = size*2, bits+1
 	}
-	return slotIndex{keys: make([]uint64, size), slots: make([]int32, size), mask: uint64(size - 1), shift: 64 - bits}
+	return slotIndex{e: make([]indexEntry, size), mask: uint64(size - 1), shift: 64 - bits}
 }
 
 func (x *slotIndex) home(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> x.shift }
 
-func (x *slotIndex) clear() { clear(x.slots) }
+func (x *slotIndex) clear() { clear(x.e) }
 
 func (x *slotIndex) get(k uint64) int32 {
 	for i := x.home(k); ; i = (i + 1) & x.mask {
-		s := x.slots[i]
-		if s == 0 {
+		e := &x.e[i]
+		if e.slot == 0 {
 			return -1
 		}
-		if x.keys[i] == k {
-			return s - 1
+		if e.key == k {
+			return e.slot - 1
 		}
 	}
 }
 
 func (x *slotIndex) put(k uint64, slot int32) {
 	i := x.home(k)
-	for x.slots[i] != 0 && x.keys[i] != k {
+	for x.e[i].slot != 0 && x.e[i].key != k {
 		i = (i + 1) & x.mask
 	}
-	x.keys[i], x.slots[i] = k, slot+1
+	x.e[i] = indexEntry{key: k, slot: slot + 1}
 }
 
 func (x *slotIndex) del(k uint64) {
 	i := x.home(k)
 	for {
-		if x.slots[i] == 0 {
+		if x.e[i].slot == 0 {
 			return
 		}
-		if x.keys[i] == k {
+		if x.e[i].key == k {
 			break
 		}
 		i = (i + 1) & x.mask
 	}
-	x.slots[i] = 0
+	x.e[i].slot = 0
 	// Move back every later entry of the run whose probe path crosses the
 	// hole, so lookups never stop early.
-	for j := (i + 1) & x.mask; x.slots[j] != 0; j = (j + 1) & x.mask {
-		h := x.home(x.keys[j])
+	for j := (i + 1) & x.mask; x.e[j].slot != 0; j = (j + 1) & x.mask {
+		h := x.home(x.e[j].key)
 		if (i-h)&x.mask < (j-h)&x.mask {
-			x.keys[i], x.slots[i] = x.keys[j], x.slots[j]
-			x.slots[j] = 0
+			x.e[i] = x.e[j]
+			x.e[j].slot = 0
 			i = j
 		}
 	}

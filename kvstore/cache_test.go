@@ -260,6 +260,9 @@ func TestCacheCoreModel(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				capacity := rapid.IntRange(1, 12).Draw(rt, "cap")
 				c := newCacheCore(kind, capacity, 1)
+				if rapid.Bool().Draw(rt, "presence bits") {
+					c.track(41)
+				}
 				var lru []uint64 // least recent first
 				ops := rapid.IntRange(1, 300).Draw(rt, "ops")
 				for range ops {
@@ -358,6 +361,10 @@ func TestCacheStalenessProperty(t *testing.T) {
 			tbls   = make([]*CachedTable, n)
 			clocks = make([]int64, n)
 			adds   = make([][]add, size) // per key
+			// lastGet is each worker's last read if its keys were
+			// distinct: an Add of exactly those keys (a training step)
+			// takes CachedTable's path that reuses the read's slots.
+			lastGet = make([][]uint64, n)
 		)
 		for w := range n {
 			self := rapid.IntRange(-1, 1).Draw(rt, "self")
@@ -377,6 +384,10 @@ func TestCacheStalenessProperty(t *testing.T) {
 			switch op {
 			case "get":
 				keys := rapid.SliceOfN(rapid.Uint64Range(0, size-1), 1, 6).Draw(rt, "keys")
+				lastGet[w] = nil
+				if d := slices.Clone(keys); len(slices.Compact(slices.Sorted(slices.Values(d)))) == len(keys) {
+					lastGet[w] = keys
+				}
 				out := make([]float64, len(keys))
 				if err := tbls[w].Get(keys, out); err != nil {
 					rt.Fatal(err)
@@ -403,6 +414,9 @@ func TestCacheStalenessProperty(t *testing.T) {
 				}
 			case "add":
 				keys := rapid.SliceOfNDistinct(rapid.Uint64Range(0, size-1), 1, 4, rapid.ID).Draw(rt, "keys")
+				if lastGet[w] != nil && rapid.Bool().Draw(rt, "step") {
+					keys = slices.Clone(lastGet[w])
+				}
 				keys = slices.DeleteFunc(keys, func(k uint64) bool { return len(adds[k]) >= 52 })
 				deltas := make([]float64, len(keys))
 				for i, k := range keys {
@@ -662,4 +676,25 @@ func BenchmarkCachedGetHit(b *testing.B) {
 			noErr(b, cl.Finish())
 		})
 	}
+}
+
+// A full cache admits a missed key only on its second miss, so a tail of
+// keys read once does not evict hot ones; a cache with room admits all.
+func TestCacheCoreAdmission(t *testing.T) {
+	c := newCacheCore(CacheLRU, 2, 1)
+	check(t, c.admit(1), "a cache with room admits")
+	c.insert(1)
+	c.insert(2)
+	check(t, !c.admit(10), "first miss of 10 in a full cache")
+	check(t, !c.admit(11), "first miss of 11")
+	check(t, c.admit(10), "second miss of 10")
+	c.purge()
+	c.insert(1)
+	c.insert(2)
+	check(t, !c.admit(10), "purge forgets the misses")
+	// The window ages: after many other misses, 10 counts as new again.
+	for k := uint64(100); k < 100+uint64(len(c.seen))*64; k++ {
+		c.admit(k)
+	}
+	check(t, c.seenN < len(c.seen)*16, "the doorkeeper was cleared")
 }

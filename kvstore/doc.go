@@ -7,7 +7,8 @@
 // partition arithmetic, they ask the Directory who owns a key, so keys can
 // move later. Each shard is a Store, a dense array over its initial keys
 // or a sparse hash map of the keys written, in float32 or float64, safe for
-// concurrent workers (atomics for dense shards, striped locks for sparse).
+// concurrent workers (stripe locks over key ranges for dense
+// shards, hashed stripe locks for sparse).
 //
 // Client side: a worker's Client opens TableClients, which group a call's
 // keys by owner, serve keys of the worker's own slave straight from its

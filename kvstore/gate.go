@@ -38,30 +38,37 @@ func NewGate(c Consistency, workers int) *Gate {
 }
 
 // enter checks a read; if it may not proceed it parks fn under a new id
-// and returns that id. It returns the fns released meanwhile (SparseSSP).
-func (g *Gate) enter(worker int, clock int64, keys []uint64, fn func(error)) (id uint64, now error, parked bool, released []func(error)) {
+// and returns that id. A nil fn parks a send on a new channel, returned as
+// ch: it is made only then, so a read that may proceed (the common case)
+// allocates nothing. It returns the fns released meanwhile (SparseSSP).
+func (g *Gate) enter(worker int, clock int64, keys []uint64, fn func(error)) (id uint64, ch chan error, now error, parked bool, released []func(error)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed != nil {
-		return 0, g.closed, false, nil
+		return 0, nil, g.closed, false, nil
 	}
 	if !g.ctrl.valid(worker) {
-		return 0, fmt.Errorf("%w: %d of %d", ErrBadWorker, worker, len(g.ctrl.clocks)), false, nil
+		return 0, nil, fmt.Errorf("%w: %d of %d", ErrBadWorker, worker, len(g.ctrl.clocks)), false, nil
 	}
 	if g.ctrl.Check(worker, clock, keys) {
 		if g.sparse {
 			released = g.take(g.ctrl.Poll())
 		}
-		return 0, nil, false, released
+		return 0, nil, nil, false, released
 	}
 	g.nextID++
 	id = g.nextID
 	g.ctrl.Park(id, worker, clock, keys)
+	if fn == nil {
+		c := make(chan error, 1)
+		fn = func(err error) { c <- err }
+		ch = c
+	}
 	g.pending[id] = fn
 	if g.sparse {
 		released = g.take(g.ctrl.Poll())
 	}
-	return id, nil, true, released
+	return id, ch, nil, true, released
 }
 
 // take removes the callbacks of ids from pending. Caller holds mu.
@@ -88,8 +95,7 @@ func run(fns []func(error), err error) {
 // Wait blocks until worker's read of keys at clock may proceed, ctx is
 // done (ctx.Err()), or the gate is closed (its error).
 func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64) error {
-	ch := make(chan error, 1)
-	id, err, parked, released := g.enter(worker, clock, keys, func(err error) { ch <- err })
+	id, ch, err, parked, released := g.enter(worker, clock, keys, nil)
 	run(released, nil)
 	if !parked {
 		return err
@@ -116,7 +122,7 @@ func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64)
 // may now, else later from the goroutine that calls Advance or Finish.
 // On Close (or an invalid worker) fn gets the error. fn must not block long.
 func (g *Gate) park(worker int, clock int64, keys []uint64, fn func(error)) {
-	_, err, parked, released := g.enter(worker, clock, keys, fn)
+	_, _, err, parked, released := g.enter(worker, clock, keys, fn)
 	run(released, nil)
 	if !parked {
 		fn(err)

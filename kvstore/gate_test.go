@@ -123,3 +123,18 @@ func TestGateBSPWorkers(t *testing.T) {
 		})
 	}
 }
+
+// A read that may proceed allocates nothing: local stages call Wait on
+// every Get.
+func TestGateWaitNoAlloc(t *testing.T) {
+	g := NewGate(Consistency{Kind: SSP, Staleness: 2}, 2)
+	ctx := context.Background()
+	a := testing.AllocsPerRun(100, func() {
+		if err := g.Wait(ctx, 0, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if a != 0 {
+		t.Fatalf("Wait allocates %v times per call", a)
+	}
+}

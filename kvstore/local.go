@@ -36,9 +36,11 @@ func (m LockMode) String() string {
 // locks; mode is then ignored and Values returns nil).
 //
 // With ChunkLocks each call takes every chunk lock it needs once: sorted
-// keys are walked run by run; unsorted keys are first ordered by chunk
-// (stably) in a pooled scratch buffer. Calls are atomic per chunk, not as a
-// whole. Keys >= Size are a caller error and are skipped.
+// keys are walked run by run; unsorted keys are first grouped by chunk
+// (stably, by a counting sort when the table has few chunks for the
+// batch's size, else by sorting) in a pooled scratch buffer. Calls are
+// atomic per chunk, not as a whole. Keys >= Size are a caller error and
+// are skipped.
 type LocalTable struct {
 	spec      TableSpec
 	mode      LockMode
@@ -48,7 +50,7 @@ type LocalTable struct {
 	chunks    []sync.Mutex
 	global    sync.Mutex
 	sparse    Store
-	scratch   sync.Pool // *[]uint64 for ordering unsorted keys
+	scratch   sync.Pool // *localScratch for grouping unsorted keys
 }
 
 // NewLocalTable returns a table initialized per spec.Init.
@@ -64,7 +66,7 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 		return nil, fmt.Errorf("%w: table %q: unknown lock mode %d", ErrBadSpec, spec.Name, int(mode))
 	}
 	t := &LocalTable{spec: spec, mode: mode, width: spec.Width, chunkSize: uint64(chunkSize)}
-	t.scratch.New = func() any { return new([]uint64) }
+	t.scratch.New = func() any { return new(localScratch) }
 	if spec.Storage == Sparse {
 		dir, err := NewDirectory(spec, 1)
 		if err != nil {
@@ -175,12 +177,44 @@ func (t *LocalTable) do(op localOp, keys []uint64, vals []float64) {
 		}
 	case GlobalLock:
 		t.global.Lock()
-		for i, k := range keys {
-			t.apply(op, k, vals[i*w:][:w])
-		}
+		t.run(op, keys, vals)
 		t.global.Unlock()
 	default:
 		t.doChunked(op, keys, vals)
+	}
+}
+
+// run applies op to keys in one tight loop per op (no per-key switch):
+// this is the inner loop of every local stage's Get and Add.
+func (t *LocalTable) run(op localOp, keys []uint64, vals []float64) {
+	w := t.width
+	size := t.spec.Size
+	if w == 1 {
+		vals = vals[:len(keys)]
+		switch op {
+		case opGet:
+			for i, k := range keys {
+				if k < size {
+					vals[i] = t.vals[k]
+				}
+			}
+		case opAdd:
+			for i, k := range keys {
+				if k < size {
+					t.vals[k] += vals[i]
+				}
+			}
+		case opSet:
+			for i, k := range keys {
+				if k < size {
+					t.vals[k] = vals[i]
+				}
+			}
+		}
+		return
+	}
+	for i, k := range keys {
+		t.apply(op, k, vals[i*w:][:w])
 	}
 }
 
@@ -191,38 +225,95 @@ func (t *LocalTable) chunkOf(k uint64) uint64 {
 	return k / t.chunkSize
 }
 
+// doChunked takes each chunk lock the keys need once. Sorted keys (what
+// lr.sgd and the client send) are cut into runs of one chunk by comparing
+// each key with the run's chunk end, not by dividing every key; other
+// orders are grouped by chunk first.
 func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	w := t.width
-	sorted := true
-	for i := 1; i < len(keys); i++ {
-		if t.chunkOf(keys[i]) < t.chunkOf(keys[i-1]) {
-			sorted = false
-			break
-		}
+	n := len(keys)
+	for n > 0 && keys[n-1] >= t.spec.Size { // sorted keys put strays last
+		n--
 	}
-	if sorted {
-		for i := 0; i < len(keys); {
-			c := t.chunkOf(keys[i])
+	if slices.IsSorted(keys[:n]) {
+		for i := 0; i < n; {
+			c := keys[i] / t.chunkSize
+			end := (c + 1) * t.chunkSize
 			j := i + 1
-			for j < len(keys) && t.chunkOf(keys[j]) == c {
+			for j < n && keys[j] < end {
 				j++
 			}
-			if c < uint64(len(t.chunks)) {
-				mu := &t.chunks[c]
-				mu.Lock()
-				for x := i; x < j; x++ {
-					t.apply(op, keys[x], vals[x*w:][:w])
-				}
-				mu.Unlock()
-			}
+			mu := &t.chunks[c]
+			mu.Lock()
+			t.run(op, keys[i:j], vals[i*w:j*w])
+			mu.Unlock()
 			i = j
 		}
 		return
 	}
-	// Group by chunk with one sort of packed (chunk, position) words:
-	// local tables hold at most 2^31 values, so both halves fit 32 bits.
-	bp := t.scratch.Get().(*[]uint64)
-	order := grow(*bp, len(keys))
+	sc := t.scratch.Get().(*localScratch)
+	if len(t.chunks) <= 4*len(keys)+64 {
+		t.byCounting(op, keys, vals, sc)
+	} else {
+		t.bySorting(op, keys, vals, sc)
+	}
+	t.scratch.Put(sc)
+}
+
+// localScratch is a call's pooled buffers for grouping unsorted keys.
+type localScratch struct {
+	order  []uint64
+	counts []uint32
+}
+
+// byCounting groups keys by chunk with a counting sort, O(keys + chunks):
+// for tables of few chunks relative to the batch (the default chunk size
+// over an LR model) this costs a few passes over the keys, far less than
+// sorting them.
+func (t *LocalTable) byCounting(op localOp, keys []uint64, vals []float64, sc *localScratch) {
+	w := t.width
+	nc := len(t.chunks)
+	if cap(sc.counts) < nc+2 {
+		sc.counts = make([]uint32, nc+2)
+	}
+	counts := sc.counts[:nc+2] // chunk c's start at counts[c+1] after the prefix sum; strays in chunk nc
+	clear(counts)
+	for _, k := range keys {
+		counts[t.chunkOf(k)+1]++
+	}
+	for c := 1; c < len(counts); c++ {
+		counts[c] += counts[c-1]
+	}
+	sc.order = grow(sc.order, len(keys))
+	order := sc.order
+	for i, k := range keys {
+		c := t.chunkOf(k)
+		order[counts[c]] = uint64(i)
+		counts[c]++
+	}
+	// counts[c] is now chunk c's end.
+	start := uint32(0)
+	for c := range nc {
+		end := counts[c]
+		if end == start {
+			continue
+		}
+		mu := &t.chunks[c]
+		mu.Lock()
+		for _, p := range order[start:end] {
+			t.apply(op, keys[p], vals[int(p)*w:][:w])
+		}
+		mu.Unlock()
+		start = end
+	}
+}
+
+// bySorting groups keys by chunk with one sort of packed (chunk, position)
+// words: local tables hold at most 2^31 values, so both halves fit 32 bits.
+func (t *LocalTable) bySorting(op localOp, keys []uint64, vals []float64, sc *localScratch) {
+	w := t.width
+	sc.order = grow(sc.order, len(keys))
+	order := sc.order
 	for i, k := range keys {
 		order[i] = t.chunkOf(k)<<32 | uint64(i)
 	}
@@ -244,8 +335,6 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 		}
 		i = j
 	}
-	*bp = order
-	t.scratch.Put(bp)
 }
 
 // Get copies the values of keys into out (len(keys)*Width).

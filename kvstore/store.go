@@ -34,8 +34,9 @@ type Store interface {
 // storing float32 or float64. Values cross the API as float64. spec is
 // completed with its defaults; it should have passed Validate.
 //
-// Concurrency: dense shards take no locks (per-value atomics, see load and
-// add). Sparse shards split keys into 16 stripes by a hash, each with its
+// Concurrency: dense shards lock stripes of consecutive local indexes
+// (about 16k values each) one at a time as a call walks its keys, and
+// read and add plainly inside (see dense). Sparse shards split keys into 16 stripes by a hash, each with its
 // own RWMutex: a call first collects the stripes it touches into a bitmask,
 // then takes each of those locks once, in stripe order (so calls never
 // deadlock), does all its work, and releases them.
@@ -143,16 +144,44 @@ func (b *storeBase) local(key uint64) (uint64, bool) {
 	}
 }
 
-// dense keeps the shard's initial keys in one array indexed by LocalIndex.
+// dense keeps the shard's initial keys in one array indexed by LocalIndex,
+// guarded by stripe locks: stripe i covers local indexes [i<<shift,
+// (i+1)<<shift), about stripeVals values whatever the width. Every call
+// walks its keys in order and holds one stripe lock at a time, switching
+// when a key falls in another stripe; inside, values are read and added
+// with plain loads and stores. Sorted keys (the client sends them sorted)
+// and range calls therefore take one lock per stripe they touch, not one
+// locked instruction per value, which is what bounded bulk pushes when
+// every value was added by a compare-and-swap loop. Readers take the read
+// side, so workers reading hot keys do not exclude each other; a vector of
+// width > 1 is read and written whole within its stripe, so a Get never
+// sees half of a concurrent Add to one key.
 type dense[T float] struct {
 	storeBase
-	n    uint64 // keys held
-	vals []T    // n*width, read and written with atomics only
+	n     uint64 // keys held
+	vals  []T    // n*width, read and written under the stripe's lock
+	shift uint   // log2 of keys per stripe
+	locks []stripeLock
+}
+
+// stripeVals is about how many values one stripe lock covers: large enough
+// that range calls pay a lock per several kilobytes, small enough that a
+// writer holds it for a few microseconds at most.
+const stripeVals = 16384
+
+// stripeLock is padded to a cache line so that neighbouring stripes taken
+// by different cores do not share one.
+type stripeLock struct {
+	sync.RWMutex
+	_ [64 - 24]byte
 }
 
 func newDense[T float](b storeBase) *dense[T] {
 	n := b.dir.ShardKeys(b.shard)
 	d := &dense[T]{storeBase: b, n: n, vals: make([]T, n*uint64(b.width))}
+	keys := uint64(max(1, stripeVals/b.width))
+	d.shift = uint(bits.Len64(keys) - 1)
+	d.locks = make([]stripeLock, (n>>d.shift)+1)
 	if !b.init.IsZero() {
 		d.eachKey(func(l, key uint64) {
 			row := d.vals[l*uint64(b.width):][:b.width]
@@ -163,6 +192,52 @@ func newDense[T float](b storeBase) *dense[T] {
 	}
 	return d
 }
+
+// walker holds at most one stripe lock of a dense store while a call walks
+// its keys; the zero value holds none.
+type walker struct {
+	locks []stripeLock
+	shift uint
+	cur   *stripeLock
+	write bool
+}
+
+func (d *dense[T]) walker(write bool) walker {
+	return walker{locks: d.locks, shift: d.shift, write: write}
+}
+
+// at makes sure the walker holds the stripe of local index l. It is small
+// enough to inline; switching stripes is the call.
+func (w *walker) at(l uint64) {
+	if m := &w.locks[l>>w.shift]; m != w.cur {
+		w.move(m)
+	}
+}
+
+func (w *walker) move(m *stripeLock) {
+	w.release()
+	if w.write {
+		m.Lock()
+	} else {
+		m.RLock()
+	}
+	w.cur = m
+}
+
+func (w *walker) release() {
+	if w.cur == nil {
+		return
+	}
+	if w.write {
+		w.cur.Unlock()
+	} else {
+		w.cur.RUnlock()
+	}
+	w.cur = nil
+}
+
+// stripeEnd is the first local index after l's stripe.
+func (d *dense[T]) stripeEnd(l uint64) uint64 { return (l>>d.shift + 1) << d.shift }
 
 // eachKey visits (local index, key) of every held key in ascending key order.
 func (d *dense[T]) eachKey(fn func(local, key uint64)) {
@@ -192,28 +267,15 @@ func (d *dense[T]) Len() int { return int(d.n) }
 func (d *dense[T]) Get(keys []uint64, out []float64) {
 	w := d.width
 	out = out[:len(keys)*w]
-	for i, k := range keys {
-		l, ok := d.local(k)
-		if !ok {
-			continue
-		}
-		row := d.vals[l*uint64(w):][:w]
-		o := out[i*w:][:w]
-		for c := range row {
-			o[c] = load(&row[c])
-		}
-	}
-}
-
-func (d *dense[T]) Add(keys []uint64, deltas []float64) {
-	w := d.width
-	deltas = deltas[:len(keys)*w]
+	lk := d.walker(false)
 	if w == 1 {
 		for i, k := range keys {
 			if l, ok := d.local(k); ok {
-				add(&d.vals[l], deltas[i])
+				lk.at(l)
+				out[i] = float64(d.vals[l])
 			}
 		}
+		lk.release()
 		return
 	}
 	for i, k := range keys {
@@ -221,27 +283,60 @@ func (d *dense[T]) Add(keys []uint64, deltas []float64) {
 		if !ok {
 			continue
 		}
+		lk.at(l)
 		row := d.vals[l*uint64(w):][:w]
-		dl := deltas[i*w:][:w]
-		for c := range row {
-			add(&row[c], dl[c])
+		o := out[i*w:][:w]
+		for c, v := range row {
+			o[c] = float64(v)
 		}
 	}
+	lk.release()
 }
 
-func (d *dense[T]) Set(keys []uint64, vals []float64) {
+func (d *dense[T]) Add(keys []uint64, deltas []float64) {
 	w := d.width
-	vals = vals[:len(keys)*w]
+	deltas = deltas[:len(keys)*w]
+	lk := d.walker(true)
+	if w == 1 {
+		for i, k := range keys {
+			if l, ok := d.local(k); ok {
+				lk.at(l)
+				d.vals[l] = T(float64(d.vals[l]) + deltas[i])
+			}
+		}
+		lk.release()
+		return
+	}
 	for i, k := range keys {
 		l, ok := d.local(k)
 		if !ok {
 			continue
 		}
+		lk.at(l)
 		row := d.vals[l*uint64(w):][:w]
-		for c, v := range vals[i*w:][:w] {
-			store(&row[c], v)
+		for c, dv := range deltas[i*w:][:w] {
+			row[c] = T(float64(row[c]) + dv)
 		}
 	}
+	lk.release()
+}
+
+func (d *dense[T]) Set(keys []uint64, vals []float64) {
+	w := d.width
+	vals = vals[:len(keys)*w]
+	lk := d.walker(true)
+	for i, k := range keys {
+		l, ok := d.local(k)
+		if !ok {
+			continue
+		}
+		lk.at(l)
+		row := d.vals[l*uint64(w):][:w]
+		for c, v := range vals[i*w:][:w] {
+			row[c] = T(v)
+		}
+	}
+	lk.release()
 }
 
 // inRange reports whether [first, first+n) lies inside a contiguous shard.
@@ -249,18 +344,41 @@ func (d *dense[T]) inRange(first uint64, n int) bool {
 	return d.contiguous && n >= 0 && first >= d.lo && first <= d.hi && uint64(n) <= d.hi-first
 }
 
+// spans calls fn for each stripe's part of local indexes [lo, lo+n), with
+// that stripe locked, and the part's values dst and its offset (in values)
+// from lo.
+func (d *dense[T]) spans(lo uint64, n int, write bool, fn func(dst []T, off int)) {
+	w := uint64(d.width)
+	for l, end := lo, lo+uint64(n); l < end; {
+		stop := min(end, d.stripeEnd(l))
+		m := &d.locks[l>>d.shift]
+		if write {
+			m.Lock()
+		} else {
+			m.RLock()
+		}
+		fn(d.vals[l*w:stop*w], int((l-lo)*w))
+		if write {
+			m.Unlock()
+		} else {
+			m.RUnlock()
+		}
+		l = stop
+	}
+}
+
 func (d *dense[T]) GetRange(first uint64, n int, out []float64) {
 	if !d.inRange(first, n) {
 		d.rangeSlow(first, n, out, d.Get)
 		return
 	}
-	w := uint64(d.width)
-	lo := first - d.lo
-	src := d.vals[lo*w : (lo+uint64(n))*w]
-	out = out[:len(src)]
-	for i := range src {
-		out[i] = load(&src[i])
-	}
+	out = out[:n*d.width]
+	d.spans(first-d.lo, n, false, func(src []T, off int) {
+		o := out[off:][:len(src)]
+		for i, v := range src {
+			o[i] = float64(v)
+		}
+	})
 }
 
 func (d *dense[T]) SetRange(first uint64, n int, vals []float64) {
@@ -268,13 +386,13 @@ func (d *dense[T]) SetRange(first uint64, n int, vals []float64) {
 		d.rangeSlow(first, n, vals, d.Set)
 		return
 	}
-	w := uint64(d.width)
-	lo := first - d.lo
-	dst := d.vals[lo*w : (lo+uint64(n))*w]
-	vals = vals[:len(dst)]
-	for i := range dst {
-		store(&dst[i], vals[i])
-	}
+	vals = vals[:n*d.width]
+	d.spans(first-d.lo, n, true, func(dst []T, off int) {
+		v := vals[off:][:len(dst)]
+		for i := range dst {
+			dst[i] = T(v[i])
+		}
+	})
 }
 
 func (d *dense[T]) AddRange(first uint64, n int, deltas []float64) {
@@ -282,13 +400,13 @@ func (d *dense[T]) AddRange(first uint64, n int, deltas []float64) {
 		d.rangeSlow(first, n, deltas, d.Add)
 		return
 	}
-	w := uint64(d.width)
-	lo := first - d.lo
-	dst := d.vals[lo*w : (lo+uint64(n))*w]
-	deltas = deltas[:len(dst)]
-	for i := range dst {
-		add(&dst[i], deltas[i])
-	}
+	deltas = deltas[:n*d.width]
+	d.spans(first-d.lo, n, true, func(dst []T, off int) {
+		v := deltas[off:][:len(dst)]
+		for i := range dst {
+			dst[i] = T(float64(dst[i]) + v[i])
+		}
+	})
 }
 
 // rangeSlow serves a range op key by key in batches (hash shards, or a
@@ -311,6 +429,8 @@ func rangeByKeys(first uint64, n int, width int, vals []float64, op func([]uint6
 	}
 }
 
+// Range copies each key's row under its stripe's read lock and calls fn
+// with no lock held, so fn may call back into d.
 func (d *dense[T]) Range(fn func(key uint64, vals []float64) bool) {
 	w := uint64(d.width)
 	buf := make([]float64, w)
@@ -319,11 +439,28 @@ func (d *dense[T]) Range(fn func(key uint64, vals []float64) bool) {
 		if stop {
 			return
 		}
-		for c := range d.vals[l*w : (l+1)*w] {
-			buf[c] = load(&d.vals[l*w+uint64(c)])
+		m := &d.locks[l>>d.shift]
+		m.RLock()
+		for c, v := range d.vals[l*w : (l+1)*w] {
+			buf[c] = float64(v)
 		}
+		m.RUnlock()
 		stop = !fn(key, buf)
 	})
+}
+
+// appendRows appends the values of local indexes [lo, hi) to vals, each
+// stripe read under its lock (for Scan).
+func (d *dense[T]) appendRows(vals []float64, lo, hi uint64) []float64 {
+	if lo >= hi {
+		return vals
+	}
+	d.spans(lo, int(hi-lo), false, func(src []T, _ int) {
+		for _, v := range src {
+			vals = append(vals, float64(v))
+		}
+	})
+	return vals
 }
 
 // sparse keeps the keys ever written in per-stripe open-addressing hash
@@ -544,48 +681,14 @@ func (s *sparse[T]) Range(fn func(key uint64, vals []float64) bool) {
 	}
 }
 
-// Dense shards take no locks: every value is read with an atomic load and
-// added with a compare-and-swap loop, so concurrent Adds to one key are
-// never lost, workers on different cores do not bounce lock words between
-// their caches, and the race detector has nothing to report. A vector of
-// width > 1 is updated value by value, not as a whole: a concurrent Get may
-// see some of its columns updated and others not yet (as in ps-lite).
-// unsafe.Sizeof is a constant per instantiation, so each load/add/store
-// compiles to one path.
-
+// load reads one value with an atomic load. Dense stores read and write
+// under their stripe locks instead (see dense); a reader that holds no
+// stripe lock must use appendRows.
 func load[T float](p *T) float64 {
 	if unsafe.Sizeof(*p) == 4 {
 		return float64(math.Float32frombits(atomic.LoadUint32((*uint32)(unsafe.Pointer(p)))))
 	}
 	return math.Float64frombits(atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
-}
-
-func store[T float](p *T, v float64) {
-	if unsafe.Sizeof(*p) == 4 {
-		atomic.StoreUint32((*uint32)(unsafe.Pointer(p)), math.Float32bits(float32(v)))
-		return
-	}
-	atomic.StoreUint64((*uint64)(unsafe.Pointer(p)), math.Float64bits(v))
-}
-
-func add[T float](p *T, d float64) {
-	if unsafe.Sizeof(*p) == 4 {
-		u := (*uint32)(unsafe.Pointer(p))
-		for {
-			old := atomic.LoadUint32(u)
-			nv := math.Float32bits(float32(float64(math.Float32frombits(old)) + d))
-			if atomic.CompareAndSwapUint32(u, old, nv) {
-				return
-			}
-		}
-	}
-	u := (*uint64)(unsafe.Pointer(p))
-	for {
-		old := atomic.LoadUint64(u)
-		if atomic.CompareAndSwapUint64(u, old, math.Float64bits(math.Float64frombits(old)+d)) {
-			return
-		}
-	}
 }
 
 // rawAppender is implemented by stores that can encode values straight
@@ -596,27 +699,42 @@ type rawAppender interface {
 	AppendRangeRaw(dst []byte, first uint64, n int) ([]byte, bool)
 }
 
-func appendValue[T float](dst []byte, p *T) []byte {
-	if unsafe.Sizeof(*p) == 4 {
-		return binary.LittleEndian.AppendUint32(dst, atomic.LoadUint32((*uint32)(unsafe.Pointer(p))))
+// putValues writes src little-endian in its own dtype into dst, which
+// holds len(src) values.
+func putValues[T float](dst []byte, src []T) {
+	var zero T
+	if unsafe.Sizeof(zero) == 4 {
+		dst = dst[:4*len(src)]
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(float32(v)))
+		}
+		return
 	}
-	return binary.LittleEndian.AppendUint64(dst, atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
+	dst = dst[:8*len(src)]
+	for i, v := range src {
+		binary.LittleEndian.PutUint64(dst[8*i:], math.Float64bits(float64(v)))
+	}
 }
 
 func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	w := uint64(d.width)
 	var zero T
-	var missing [8]byte
-	for _, k := range keys {
+	size := int(unsafe.Sizeof(zero))
+	rowBytes := int(w) * size
+	off := len(dst)
+	dst = slices.Grow(dst, len(keys)*rowBytes)[:off+len(keys)*rowBytes]
+	lk := d.walker(false)
+	for i, k := range keys {
+		out := dst[off+i*rowBytes:][:rowBytes]
 		l, ok := d.local(k)
-		for c := uint64(0); c < w; c++ {
-			if ok {
-				dst = appendValue(dst, &d.vals[l*w+c])
-			} else {
-				dst = append(dst, missing[:unsafe.Sizeof(zero)]...)
-			}
+		if !ok {
+			clear(out)
+			continue
 		}
+		lk.at(l)
+		putValues(out, d.vals[l*w:(l+1)*w])
 	}
+	lk.release()
 	return dst
 }
 
@@ -624,12 +742,14 @@ func (d *dense[T]) AppendRangeRaw(dst []byte, first uint64, n int) ([]byte, bool
 	if !d.inRange(first, n) {
 		return dst, false
 	}
-	w := uint64(d.width)
-	lo := first - d.lo
-	src := d.vals[lo*w : (lo+uint64(n))*w]
-	for i := range src {
-		dst = appendValue(dst, &src[i])
-	}
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	off := len(dst)
+	total := n * d.width * size
+	dst = slices.Grow(dst, total)[:off+total]
+	d.spans(first-d.lo, n, false, func(src []T, at int) {
+		putValues(dst[off+at*size:], src)
+	})
 	return dst, true
 }
 
@@ -643,19 +763,22 @@ func (d *dense[T]) AddRangeRaw(first uint64, n int, raw []byte, dtype DType) boo
 	if !d.inRange(first, n) {
 		return false
 	}
-	w := uint64(d.width)
-	lo := first - d.lo
-	dst := d.vals[lo*w : (lo+uint64(n))*w]
 	if dtype == Float32 {
-		raw = raw[:4*len(dst)]
-		for i := range dst {
-			add(&dst[i], float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))))
-		}
+		raw = raw[:4*n*d.width]
+		d.spans(first-d.lo, n, true, func(dst []T, at int) {
+			r := raw[4*at:][:4*len(dst)]
+			for i := range dst {
+				dst[i] = T(float64(dst[i]) + float64(math.Float32frombits(binary.LittleEndian.Uint32(r[4*i:]))))
+			}
+		})
 		return true
 	}
-	raw = raw[:8*len(dst)]
-	for i := range dst {
-		add(&dst[i], math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:])))
-	}
+	raw = raw[:8*n*d.width]
+	d.spans(first-d.lo, n, true, func(dst []T, at int) {
+		r := raw[8*at:][:8*len(dst)]
+		for i := range dst {
+			dst[i] = T(float64(dst[i]) + math.Float64frombits(binary.LittleEndian.Uint64(r[8*i:])))
+		}
+	})
 	return true
 }

@@ -1,7 +1,9 @@
 package kvstore
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -386,6 +388,148 @@ func sortU64(ks []uint64) {
 	for i := 1; i < len(ks); i++ {
 		for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
 			ks[j], ks[j-1] = ks[j-1], ks[j]
+		}
+	}
+}
+
+// TestDenseConcurrentRowsWhole: writers add all-ones rows through every
+// write path (keyed, range, raw range) while readers read through every
+// read path. Each Add changes all columns of a row under one stripe lock,
+// so a reader must never see a row whose columns differ (a torn row), and
+// the final total must be exact (no lost update).
+func TestDenseConcurrentRowsWhole(t *testing.T) {
+	for _, dt := range []DType{Float32, Float64} {
+		for _, part := range []Partition{RangePartition, HashPartition} {
+			t.Run(fmt.Sprintf("%s/%s", dt, part), func(t *testing.T) {
+				const size, width = 6000, 8
+				N := 300
+				if raceEnabled {
+					N = 60
+				}
+				s, d := newTestStore(t, storeCase{Dense, dt, part}, size, width, 2, 0, "zero")
+				ds := s.(interface {
+					rawAppender
+					rawAdder
+				})
+				keys := ownedKeys(d, 0, size)
+				var wg sync.WaitGroup
+				var added [3]int64 // rows added per writer
+				for g := range 3 {
+					wg.Go(func() {
+						r := rand.New(rand.NewPCG(uint64(g), 7))
+						ones := make([]float64, 600*width)
+						for i := range ones {
+							ones[i] = 1
+						}
+						raw := make([]byte, 0, 600*width*8)
+						for range N {
+							switch g {
+							case 0: // sorted keyed Adds spanning stripes
+								ks := make([]uint64, 1+r.IntN(200))
+								for i := range ks {
+									ks[i] = keys[r.IntN(len(keys))]
+								}
+								sortU64(ks)
+								s.Add(ks, ones[:len(ks)*width])
+								added[g] += int64(len(ks))
+							case 1: // ranges (a hash shard serves them key by key)
+								first, n := uint64(r.IntN(size-600)), 1+r.IntN(600)
+								s.AddRange(first, n, ones[:n*width])
+								added[g] += int64(ownedIn(d, 0, first, n))
+							case 2: // raw ranges in the table's dtype, as the server applies them
+								first, n := uint64(r.IntN(size-600)), 1+r.IntN(600)
+								raw = raw[:0]
+								for range n * width {
+									if dt == Float32 {
+										raw = append(raw, 0, 0, 0x80, 0x3f) // 1.0f
+									} else {
+										raw = append(raw, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f)
+									}
+								}
+								if !ds.AddRangeRaw(first, n, raw, dt) {
+									s.AddRange(first, n, ones[:n*width])
+								}
+								added[g] += int64(ownedIn(d, 0, first, n))
+							}
+						}
+					})
+				}
+				stop := make(chan struct{})
+				var readers sync.WaitGroup
+				for g := range 2 {
+					readers.Go(func() {
+						out := make([]float64, len(keys)*width)
+						all := make([]float64, size*width)
+						var raw []byte
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							if g == 0 {
+								s.Get(keys, out)
+							} else {
+								s.GetRange(0, size, all) // foreign keys stay zero
+								if !checkRowsWhole(t, all, width) {
+									return
+								}
+								raw = ds.AppendRaw(raw[:0], keys)
+								rawToFloats(raw, dt, out)
+							}
+							if !checkRowsWhole(t, out, width) {
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(stop)
+				readers.Wait()
+				out := make([]float64, len(keys)*width)
+				s.Get(keys, out)
+				checkRowsWhole(t, out, width)
+				var sum float64
+				for _, v := range out {
+					sum += v
+				}
+				equal(t, float64(added[0]+added[1]+added[2])*width, sum)
+			})
+		}
+	}
+}
+
+func ownedIn(d Directory, shard int, first uint64, n int) int {
+	c := 0
+	for k := first; k < first+uint64(n); k++ {
+		if d.Owner(k) == shard {
+			c++
+		}
+	}
+	return c
+}
+
+// checkRowsWhole reports a torn row with t.Errorf (it runs on reader
+// goroutines, where Fatal is not allowed) and returns false.
+func checkRowsWhole(t *testing.T, vals []float64, width int) bool {
+	t.Helper()
+	for i := 0; i < len(vals); i += width {
+		for c := 1; c < width; c++ {
+			if vals[i+c] != vals[i] {
+				t.Errorf("torn row at %d: %v", i/width, vals[i:i+width])
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func rawToFloats(raw []byte, dt DType, out []float64) {
+	for i := range out {
+		if dt == Float32 {
+			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+		} else {
+			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
 		}
 	}
 }

@@ -50,7 +50,7 @@ type localEntry struct {
 }
 
 // DefaultChunkSize is the keys per chunk lock when a local stage names none.
-const DefaultChunkSize = 64
+const DefaultChunkSize = 4096
 
 func newLocalModel(s *Slave, req proto.SlaveCtl, st tasks.Stage, workers int) *localModel {
 	m := &localModel{s: s, req: req, stage: st, workers: workers, left: workers,

@@ -21,6 +21,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
@@ -46,6 +49,12 @@ type options struct {
 	dir                                     string
 	jsonOut                                 bool
 	workers                                 []int
+	kinds                                   []string
+	consistency                             kvstore.Consistency
+	cacheSize                               int
+	rounds                                  int
+	chunk                                   int
+	slaves                                  int
 }
 
 func main() {
@@ -65,11 +74,31 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "", "where to write the data and models (default: a temporary directory, removed at the end)")
 	flag.BoolVar(&o.jsonOut, "json", false, "also write one JSON line per result to stdout")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the engine runs to this file")
+	kinds := flag.String("kinds", "ps", "worker kinds to run, comma-separated (ps, ps+lru, ps+lfu: ps with that process cache, local, hogwild, single); each with every -workers count (single: 1)")
+	cons := flag.String("consistency", "asp", "consistency of the engine's stage: asp, bsp or ssp:N")
+	workers := flag.String("workers", "1,2", "worker counts to run each kind with")
+	flag.IntVar(&o.cacheSize, "cache-size", 100000, "keys of the process cache of ps+lru and ps+lfu runs")
+	flag.IntVar(&o.slaves, "slaves", 1, "in-process slaves; with 2, a ps stage's keys are half remote (and each slave has workers/slaves slots)")
+	flag.IntVar(&o.chunk, "chunk", 0, "local kind: keys per chunk lock (0: the engine's default)")
+	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds of the plain loop and every engine run")
 	flag.Parse()
+	var err error
+	if o.consistency, err = parseConsistency(*cons); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/lr:", err)
+		os.Exit(2)
+	}
+	o.kinds = strings.Split(*kinds, ",")
+	for _, w := range strings.Split(*workers, ",") {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench/lr: bad -workers %q\n", *workers)
+			os.Exit(2)
+		}
+		o.workers = append(o.workers, n)
+	}
 	if o.testRows <= 0 {
 		o.testRows = max(o.rows/10, 1)
 	}
-	o.workers = []int{1, 2}
 	if err := run(o, cpuprofile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/lr:", err)
 		os.Exit(1)
@@ -88,6 +117,8 @@ type result struct {
 	TestLogLoss    float64   `json:"test_logloss"`
 	EpochSeconds   []float64 `json:"epoch_seconds"`
 	EpochSamplesPS []float64 `json:"epoch_samples_per_s"`
+	CacheHitRate   float64   `json:"cache_hit_rate,omitempty"`
+	BlockedSeconds float64   `json:"blocked_seconds"` // workers' time waiting on the consistency model
 }
 
 func run(o options, cpuprofile string) error {
@@ -131,7 +162,6 @@ func run(o options, cpuprofile string) error {
 	fmt.Printf("# parse: %d blocks, %d records, %.1f MB in %.2fs = %.1f MB/s, %.0f records/s (one goroutine, ReadBlock with the libsvm format)\n",
 		parse.blocks, parse.records, float64(parse.bytes)/1e6, parse.seconds, parseMBs, float64(parse.records)/parse.seconds)
 
-	results := []result{plainSGD(o, trainRecs, testAll)}
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
 		if err != nil {
@@ -142,15 +172,89 @@ func run(o options, cpuprofile string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	for _, w := range o.workers {
-		r, err := engineSGD(ctx, o, w, train, filepath.Join(dir, fmt.Sprintf("model-%dw", w)), testAll)
-		if err != nil {
-			return fmt.Errorf("engine with %d workers: %w", w, err)
+	// Rounds interleave the plain loop and every engine run, so each
+	// engine/plain ratio is taken within a round; the summary prints the
+	// median over rounds.
+	var rounds [][]result
+	for round := 1; round <= o.rounds; round++ {
+		results := []result{plainSGD(o, trainRecs, testAll)}
+		for _, kind := range o.kinds {
+			for _, w := range o.workers {
+				if kind == tasks.KindSingle && w > 1 {
+					continue
+				}
+				r, err := engineSGD(ctx, o, kind, w, train, filepath.Join(dir, fmt.Sprintf("model-%s-%dw", kind, w)), testAll)
+				if err != nil {
+					return fmt.Errorf("engine, %s kind with %d workers: %w", kind, w, err)
+				}
+				results = append(results, r)
+			}
 		}
-		results = append(results, r)
+		if round == 1 {
+			report(o, results, parse)
+		}
+		rounds = append(rounds, results)
 	}
-	report(o, results, parse)
+	summarize(rounds)
 	return nil
+}
+
+// summarize prints, per engine run, the median over rounds of its
+// samples/s divided by the plain loop's of the same round (whole run and
+// epochs 2+), and the per-round values.
+func summarize(rounds [][]result) {
+	fmt.Printf("\n%d round(s); ratio = engine samples/s / plain loop samples/s in the same round, median over rounds\n", len(rounds))
+	fmt.Printf("(vs first engine run: epochs 2+ samples/s / the first engine run's in the same round, e.g. ps+lru / ps)\n")
+	fmt.Printf("%-40s %8s %10s %22s   %s\n", "run", "whole", "epochs 2+", "vs first engine run", "per round (epochs 2+)")
+	for i := 1; i < len(rounds[0]); i++ {
+		var whole, later, first []float64
+		for _, rs := range rounds {
+			whole = append(whole, rs[i].SamplesPerS/rs[0].SamplesPerS)
+			if rs[i].LaterPerS > 0 && rs[0].LaterPerS > 0 {
+				later = append(later, rs[i].LaterPerS/rs[0].LaterPerS)
+			}
+			if rs[i].LaterPerS > 0 && rs[1].LaterPerS > 0 {
+				first = append(first, rs[i].LaterPerS/rs[1].LaterPerS)
+			}
+		}
+		per := ""
+		for j, v := range later {
+			per += fmt.Sprintf(" %.2f", v)
+			if len(first) == len(later) && i > 1 {
+				per += fmt.Sprintf(" (%.2f)", first[j])
+			}
+		}
+		fmt.Printf("%-40s %8.2f %10.2f %22.2f  %s\n", rounds[0][i].Name, median(whole), median(later), median(first), per)
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// parseConsistency reads asp, bsp or ssp:N.
+func parseConsistency(s string) (kvstore.Consistency, error) {
+	switch {
+	case s == "asp":
+		return kvstore.Consistency{Kind: kvstore.ASP}, nil
+	case s == "bsp":
+		return kvstore.Consistency{Kind: kvstore.BSP}, nil
+	case strings.HasPrefix(s, "ssp:"):
+		n, err := strconv.Atoi(s[len("ssp:"):])
+		if err != nil || n < 0 {
+			return kvstore.Consistency{}, fmt.Errorf("-consistency %q: want ssp:N with N >= 0", s)
+		}
+		return kvstore.Consistency{Kind: kvstore.SSP, Staleness: n}, nil
+	}
+	return kvstore.Consistency{}, fmt.Errorf("-consistency %q: want asp, bsp or ssp:N", s)
 }
 
 // engineBlockSize is the master's default block size for local files, so
@@ -208,13 +312,18 @@ func concat(batches []*datastore.Records) *datastore.Records {
 
 // engineSGD runs lr.sgd with the given number of workers on a fresh
 // in-process cluster of one slave with that many slots.
-func engineSGD(ctx context.Context, o options, workers int, train, output string, test *datastore.Records) (result, error) {
-	name := fmt.Sprintf("engine, %d worker", workers)
+func engineSGD(ctx context.Context, o options, kind string, workers int, train, output string, test *datastore.Records) (result, error) {
+	name := fmt.Sprintf("engine %s, %d worker", kind, workers)
 	if workers > 1 {
 		name += "s"
 	}
 	res := result{Name: name}
-	l, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: workers, Log: zerolog.Nop()})
+	cache := ""
+	if base, c, ok := strings.Cut(kind, "+"); ok {
+		kind, cache = base, c
+	}
+	slots := max(1, (workers+o.slaves-1)/o.slaves)
+	l, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: o.slaves, Slots: slots, Log: zerolog.Nop()})
 	if err != nil {
 		return res, err
 	}
@@ -224,11 +333,20 @@ func engineSGD(ctx context.Context, o options, workers int, train, output string
 	t.Output = output
 	t.AddTable(kvstore.TableSpec{Name: "w", Size: uint64(o.dim), DType: kvstore.DType(o.dtype), Storage: kvstore.Dense})
 	t.SetInput("train", tasks.InputSpec{Path: train, Format: "libsvm"})
-	t.SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: tasks.KindPS,
-		Consistency: kvstore.Consistency{Kind: kvstore.ASP},
+	cons := o.consistency
+	if workers == 1 {
+		cons = kvstore.Consistency{Kind: kvstore.ASP}
+	}
+	stage := tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: kind,
+		Consistency: cons,
 		Params: tasks.Params{"epochs": o.epochs, "batch": o.batch, "lr": o.lr,
 			// The same workload as the plain loop and the peers: raw features, no intercept.
-			"standardize": false, "intercept": false}})
+			"standardize": false, "intercept": false}}
+	stage.ChunkSize = o.chunk
+	if cache != "" {
+		stage.Cache, stage.CacheSize = cache, o.cacheSize
+	}
+	t.SetStages(stage)
 	st, err := l.SubmitAndWait(ctx, t, nil)
 	if err != nil {
 		return res, err
@@ -238,6 +356,11 @@ func engineSGD(ctx context.Context, o options, workers int, train, output string
 	}
 	sr := st.Results[0]
 	res.Seconds, res.Samples = sr.Seconds, sr.Samples
+	res.BlockedSeconds = sr.Metrics[tasks.MetricBlockedSeconds]
+	if h, m := sr.Metrics[tasks.MetricCacheHits], sr.Metrics[tasks.MetricCacheMisses]; h+m > 0 {
+		res.CacheHitRate = h / (h + m)
+		res.Name += fmt.Sprintf(" (%.0f%% hits)", 100*res.CacheHitRate)
+	}
 	res.SamplesPerS = float64(sr.Samples) / sr.Seconds
 	var laterN, laterS float64
 	for _, e := range sr.Epochs {
@@ -267,24 +390,28 @@ func engineSGD(ctx context.Context, o options, workers int, train, output string
 
 func report(o options, rs []result, parse parseStats) {
 	fmt.Println()
-	fmt.Printf("%-18s %10s %10s %14s %14s %12s %10s %10s\n", "trainer", "seconds", "samples", "samples/s", "epoch2+ /s", "train loss", "test acc", "test loss")
+	fmt.Printf("%-28s %10s %10s %14s %14s %12s %10s %10s\n", "trainer", "seconds", "samples", "samples/s", "epoch2+ /s", "train loss", "test acc", "test loss")
 	for _, r := range rs {
 		later := "-"
 		if r.LaterPerS > 0 {
 			later = fmt.Sprintf("%.0f", r.LaterPerS)
 		}
-		fmt.Printf("%-18s %10.2f %10d %14.0f %14s %12.4f %10.4f %10.4f\n", r.Name, r.Seconds, r.Samples, r.SamplesPerS, later, r.TrainLoss, r.TestAccuracy, r.TestLogLoss)
+		fmt.Printf("%-28s %10.2f %10d %14.0f %14s %12.4f %10.4f %10.4f\n", r.Name, r.Seconds, r.Samples, r.SamplesPerS, later, r.TrainLoss, r.TestAccuracy, r.TestLogLoss)
 	}
 	fmt.Println()
 	fmt.Println("per-epoch samples/s (engine epochs: the slowest worker's epoch time, which includes re-reading and parsing the file):")
 	for _, r := range rs {
-		fmt.Printf("  %-18s", r.Name)
+		fmt.Printf("  %-28s", r.Name)
 		for i, v := range r.EpochSamplesPS {
 			fmt.Printf("  e%d %.0f (%.2fs)", i+1, v, r.EpochSeconds[i])
 		}
 		fmt.Println()
 	}
 	plain, one := rs[0], rs[1]
+	if len(o.kinds) != 1 || !slices.Equal(o.workers, []int{1, 2}) {
+		writeJSON(o, rs)
+		return
+	}
 	fmt.Println()
 	check := func(what string, v, target float64) {
 		mark := "ok"
@@ -311,10 +438,17 @@ func report(o options, rs []result, parse parseStats) {
 		o.rows, parsePerEpoch, float64(parse.bytes)/1e6/parse.seconds, trainPerEpoch)
 	fmt.Printf("a single-threaded parse+train epoch would take about %.2fs (%.0f samples/s); the 1-worker engine epoch took %.2fs\n",
 		parsePerEpoch+trainPerEpoch, float64(o.rows)/(parsePerEpoch+trainPerEpoch), meanLater(one))
-	if o.jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		for _, r := range rs {
-			enc.Encode(r)
+	writeJSON(o, rs)
+}
+
+func writeJSON(o options, rs []result) {
+	if !o.jsonOut {
+		return
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range rs {
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/lr:", err)
 		}
 	}
 }
