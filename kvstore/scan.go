@@ -37,14 +37,13 @@ func (d *dense[T]) Scan(cursor uint64, max int, keys []uint64, vals []float64) (
 	if cursor >= d.n {
 		return keys, vals, d.n, false, nil
 	}
-	w := uint64(d.width)
 	end := min(d.n, cursor+uint64(max))
 	for l := cursor; l < end; l++ {
 		keys = append(keys, d.keyAt(l))
-		for c := range w {
-			vals = append(vals, load(&d.vals[l*w+c]))
-		}
 	}
+	// Under the stripe locks: a scan may run while Adds go on (a
+	// checkpoint, a snapshot for a new replica).
+	vals = d.appendRows(vals, cursor, end)
 	return keys, vals, end, end < d.n, nil
 }
 

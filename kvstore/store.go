@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -679,16 +678,6 @@ func (s *sparse[T]) Range(fn func(key uint64, vals []float64) bool) {
 			return
 		}
 	}
-}
-
-// load reads one value with an atomic load. Dense stores read and write
-// under their stripe locks instead (see dense); a reader that holds no
-// stripe lock must use appendRows.
-func load[T float](p *T) float64 {
-	if unsafe.Sizeof(*p) == 4 {
-		return float64(math.Float32frombits(atomic.LoadUint32((*uint32)(unsafe.Pointer(p)))))
-	}
-	return math.Float64frombits(atomic.LoadUint64((*uint64)(unsafe.Pointer(p))))
 }
 
 // rawAppender is implemented by stores that can encode values straight
