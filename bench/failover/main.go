@@ -7,14 +7,16 @@
 //     read that started after it (every read before returns from the dead
 //     slave or waits for the failover). -kills rounds, each on a fresh
 //     cluster; p50 and p99 over them.
+//
 //   - cost: logistic regression (ps kind, 3 slaves x 2 workers, SSP) with
 //     its tables at replicas = 1 and replicas = 2, interleaved round by
 //     round; samples/s of epochs 2+ and the ratio R1/R2 per round.
+//
 //   - checkpoint: the same job at replicas = 2 with a checkpoint every
 //     epoch; the master's checkpoint log lines give MB written, MB/s and
 //     the stall (the time workers wait at the clock boundary).
 //
-//	go run ./bench/failover [-kills 20] [-rounds 3] [-only recovery,cost,checkpoint]
+//     go run ./bench/failover [-kills 20] [-rounds 3] [-only recovery,cost,checkpoint]
 //
 // The slaves are this program (-role slave), so the probe is registered
 // in them; the master is the flexps binary it builds.
