@@ -12,16 +12,12 @@ import (
 )
 
 // This file serves the FileAssigner on the bus: block requests,
-// confirmations and abandoned passes. In an ASP stage that survives a
-// slave's death, a worker is told an epoch is empty only once no block of
-// it can come back (assign.Settled): until then its request is held,
-// without blocking the handler, and answered when a confirmation or a
-// death changes the epoch, or with Retry after blockHold so the worker's
-// own request timeout never fires. Under BSP and SSP a held worker would
-// hold the others back at their consistency gates while it waits for
-// their blocks, so there the epoch's end is not held, and a block a death
-// releases after every live worker left its epoch is handed out late, in
-// a later epoch's pass (assign.Next), and confirmed for its own epoch.
+// confirmations and abandoned passes. In a stage that survives a slave's
+// death, a worker is told an epoch is empty only once no block of it can
+// come back (assign.Settled): until then its request is held, without
+// blocking the handler, and answered when a confirmation or a death
+// changes the epoch, or with Retry after blockHold so the worker's own
+// request timeout never fires.
 
 // blockHold is the longest a block request is held before the worker is
 // told to ask again.
@@ -31,7 +27,7 @@ const blockHold = time.Second
 // block requests waiting for the epoch to settle.
 type assignment struct {
 	a          *assign.Assigner
-	survivable bool // hold an epoch's end until it is settled (ASP, survivable)
+	survivable bool
 	held       []heldBlock
 }
 

@@ -68,12 +68,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		keys = append(keys, key)
 		// Only a stage that survives its workers' deaths holds a worker's
 		// "epoch empty" until no block of the epoch can come back.
-		// Holding an epoch's end for blocks that may come back is safe
-		// only when no consistency gate waits for the held worker's clock
-		// (ASP); under BSP/SSP the others would wait for it while it
-		// waits for their blocks. There, a block released by a death
-		// after everyone left its epoch is handed out late (assign.Next).
-		m.setAssigner(key, assign.New(t.blocks[in], ws), surv.Workers && st.Consistency.Kind == kvstore.ASP)
+		m.setAssigner(key, assign.New(t.blocks[in], ws), surv.Workers)
 		defer m.setAssigner(key, nil, false)
 	}
 	// Direct model transfer between consecutive one-slave stages.

@@ -138,13 +138,9 @@ func (a *Assigner) epoch(n int) *epoch {
 // removed rank gets none.
 func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok bool) {
 	e := a.epoch(epoch)
-	if a.gone[rank] {
+	if e.nLeft == 0 || a.gone[rank] {
 		e.inactive[rank] = true
 		return datastore.Block{}, false, false
-	}
-	if e.nLeft == 0 {
-		e.inactive[rank] = true
-		return a.late(rank, epoch)
 	}
 	delete(e.inactive, rank)
 	host := a.host[rank]
@@ -210,39 +206,6 @@ func (a *Assigner) Next(rank int, epoch int) (b datastore.Block, local bool, ok 
 	return b, bestLocal, true
 }
 
-// late hands rank a block of an earlier epoch than epoch that is queued
-// again: released by a death after every live worker had left that epoch,
-// it would otherwise never be read for it. The rank reads it in its
-// current pass; Confirm finds it in its own epoch.
-func (a *Assigner) late(rank, epoch int) (datastore.Block, bool, bool) {
-	for n := 1; n < epoch; n++ {
-		e := a.epochs[n]
-		if e == nil || e.nLeft == 0 {
-			continue
-		}
-		for i, l := range e.left {
-			if !l {
-				continue
-			}
-			e.left[i] = false
-			e.holder[i] = rank
-			e.nLeft--
-			e.out[rank] = append(e.out[rank], i)
-			b := a.blocks[i]
-			st := e.rank(rank)
-			st.Blocks++
-			st.Bytes += b.Length
-			local := a.host[rank] != "" && slices.Contains(b.Hosts, a.host[rank])
-			if local {
-				st.LocalBlocks++
-				st.LocalBytes += b.Length
-			}
-			return b, local, true
-		}
-	}
-	return datastore.Block{}, false, false
-}
-
 func (e *epoch) rank(r int) *RankStats {
 	st := e.stats[r]
 	if st == nil {
@@ -257,25 +220,8 @@ func (e *epoch) rank(r int) *RankStats {
 // block confirmed twice, never handed to rank, or confirmed by a removed
 // rank is not).
 func (a *Assigner) Confirm(rank int, epoch int, b datastore.Block) bool {
-	if a.gone[rank] {
-		return false
-	}
-	if a.confirmIn(rank, epoch, b) {
-		return true
-	}
-	// A block handed out late (Next) is confirmed in the pass that read
-	// it, and counts for its own epoch.
-	for n := range a.epochs {
-		if n != epoch && a.confirmIn(rank, n, b) {
-			return true
-		}
-	}
-	return false
-}
-
-func (a *Assigner) confirmIn(rank, epoch int, b datastore.Block) bool {
 	e := a.epochs[epoch]
-	if e == nil {
+	if e == nil || a.gone[rank] {
 		return false
 	}
 	out := e.out[rank]
