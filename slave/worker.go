@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
