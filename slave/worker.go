@@ -543,11 +543,11 @@ func (p *trackedPass) Close() error {
 		// Closed early by choice: the blocks this worker holds are not to
 		// be waited for, nor re-run. (A worker stopped from outside keeps
 		// them: if its slave died, the survivors re-run them.)
+		// Not an error of the pass, whose data was read: the master also
+		// gives up a worker's blocks when it returns, and a stage that
+		// ended has nothing to give up.
 		if _, aerr := p.in.ask(p.w.ctx, proto.BlockRequest{Epoch: p.epoch, Abandon: true}, "giving up the rest of the pass"); aerr != nil {
-			p.w.s.log.Warn().Err(aerr).Str("task", p.w.req.Task).Int("stage", p.w.req.Stage).Int("worker", p.w.rank).Msg("blocks of a pass closed early not given up; the epoch's end waits for them")
-			if err == nil {
-				err = aerr
-			}
+			p.w.s.log.Debug().Err(aerr).Str("task", p.w.req.Task).Int("stage", p.w.req.Stage).Int("worker", p.w.rank).Msg("blocks of a pass closed early not given up; they are when the worker returns")
 		}
 	}
 	if !p.done {
