@@ -185,6 +185,21 @@ func (m *Master) removeRanks(inputs []assignKey, ranks []int) int {
 	return n
 }
 
+// rankEnded gives up what a worker that returned from its stage function
+// still held: a pass it never closed must not keep the others' epoch end
+// waiting.
+func (m *Master) rankEnded(inputs []assignKey, rank int) {
+	var out []blockAnswer
+	m.mu.Lock()
+	for _, k := range inputs {
+		if as := m.assigners[k]; as != nil && as.a.AbandonAll(rank) > 0 {
+			out = append(out, as.serveHeld()...)
+		}
+	}
+	m.mu.Unlock()
+	m.answer(out)
+}
+
 // setAssigner installs the assigner of an input of a running stage (nil:
 // the stage ended; requests still held are answered with an error).
 func (m *Master) setAssigner(k assignKey, a *assign.Assigner, survivable bool) {

@@ -183,6 +183,12 @@ func (t *taskRun) snapshot() status.Task {
 
 // event hands a worker's event to the running stage.
 func (t *taskRun) event(ev proto.WorkerEvent) {
+	if ev.Kind == proto.WorkerDone {
+		t.mu.Lock()
+		inputs := t.inputs
+		t.mu.Unlock()
+		t.m.rankEnded(inputs, ev.Rank)
+	}
 	if e := lifecycle.FromWorker(ev, t.m.cfg.Now()); e != nil {
 		t.step(e)
 	}

@@ -3,9 +3,11 @@ package slave
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
@@ -30,6 +32,7 @@ type worker struct {
 	localClock int64
 	barriers   int    // barriers passed
 	live       []int  // the stage's live ranks as of the last barrier (nil: all)
+	psClock    int64  // the KV client's clock (ps stages), for idle ticks
 	inc        uint64 // the slave's membership incarnation when the worker started (KV fencing)
 
 	client     *kvstore.Client
@@ -177,6 +180,7 @@ func (w *worker) Clock() error {
 		}
 		return nil
 	}
+	w.psClock++
 	return w.client.Clock()
 }
 
@@ -197,6 +201,7 @@ func (w *worker) barrier(epoch int) error {
 	// after the barrier everyone counts on from the same clock.
 	barrierClock := int64(w.barriers) << 40
 	if w.local == nil {
+		w.psClock = max(w.psClock, barrierClock)
 		if err := w.client.ClockTo(barrierClock); err != nil {
 			return err
 		}
@@ -389,6 +394,8 @@ type input struct {
 	format datastore.Format
 	read   datastore.ReadOptions
 	epoch  int
+	// asking counts the block requests in flight (idle ticks, below).
+	asking atomic.Int32
 }
 
 // Pass implements tasks.Input.
@@ -398,7 +405,9 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	in.epoch++
 	next := func(ctx context.Context) (datastore.Block, bool, error) {
 		for {
+			in.asking.Add(1)
 			rep, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch}, "asking the master for a block")
+			in.asking.Add(-1)
 			if err != nil {
 				return datastore.Block{}, false, err
 			}
@@ -486,13 +495,47 @@ type trackedPass struct {
 	done  bool
 }
 
-// Next notes the pass's end.
+// idleEvery is how often a worker starved at its epoch's end checks
+// whether others wait for its clock.
+const idleEvery = 5 * time.Millisecond
+
+// Next notes the pass's end. In a stage whose workers confirm blocks under
+// a clock-gated consistency model (BSP, SSP), a worker whose pass is
+// starved because the master holds its block request at the epoch's end
+// (blocks of the epoch are still with other workers) ticks its clock
+// whenever it is the slowest: those others may be waiting for its clock to
+// read, and the master for them to finish their blocks. Each tick is an
+// empty iteration; a worker never ticks past the slowest of the others.
 func (p *trackedPass) Next(ctx context.Context) (*datastore.Records, error) {
-	rec, err := p.AsyncReader.Next(ctx)
-	if err == io.EOF {
-		p.eof = true
+	if !p.in.idleTicks() {
+		rec, err := p.AsyncReader.Next(ctx)
+		p.eof = p.eof || err == io.EOF
+		return rec, err
 	}
-	return rec, err
+	w := p.w
+	for {
+		sub, cancel := context.WithTimeout(ctx, idleEvery)
+		rec, err := p.AsyncReader.Next(sub)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			p.eof = p.eof || err == io.EOF
+			return rec, err
+		}
+		if p.in.asking.Load() == 0 {
+			continue // starved by reading, not by the master
+		}
+		if g := w.s.kv.Gate(w.req.Task, int32(w.req.Stage)); g != nil && w.psClock > g.MinClock() {
+			continue // nobody waits for this worker
+		}
+		if err := w.Clock(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// idleTicks reports whether a starved pass ticks the worker's clock.
+func (in *input) idleTicks() bool {
+	return in.confirms() && in.w.req.Consistency.Kind != kvstore.ASP
 }
 
 func (p *trackedPass) Close() error {
@@ -501,11 +544,11 @@ func (p *trackedPass) Close() error {
 		// Closed early by choice: the blocks this worker holds are not to
 		// be waited for, nor re-run. (A worker stopped from outside keeps
 		// them: if its slave died, the survivors re-run them.)
+		// Not an error of the pass, whose data was read: the master also
+		// gives up a worker's blocks when it returns, and a stage that
+		// ended has nothing to give up.
 		if _, aerr := p.in.ask(p.w.ctx, proto.BlockRequest{Epoch: p.epoch, Abandon: true}, "giving up the rest of the pass"); aerr != nil {
-			p.w.s.log.Warn().Err(aerr).Str("task", p.w.req.Task).Int("stage", p.w.req.Stage).Int("worker", p.w.rank).Msg("blocks of a pass closed early not given up; the epoch's end waits for them")
-			if err == nil {
-				err = aerr
-			}
+			p.w.s.log.Debug().Err(aerr).Str("task", p.w.req.Task).Int("stage", p.w.req.Stage).Int("worker", p.w.rank).Msg("blocks of a pass closed early not given up; they are when the worker returns")
 		}
 	}
 	if !p.done {

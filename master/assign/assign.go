@@ -250,6 +250,16 @@ func (a *Assigner) Abandon(rank int, epoch int) int {
 	return n
 }
 
+// AbandonAll is Abandon in every epoch: rank's stage function returned,
+// so whatever it still held it will not finish, and nobody is to wait.
+func (a *Assigner) AbandonAll(rank int) int {
+	n := 0
+	for e := range a.epochs {
+		n += a.Abandon(rank, e)
+	}
+	return n
+}
+
 // Remove is the recovery step after rank died: its unconfirmed blocks of
 // every epoch go back to their queues (Release), and the rank gets and
 // confirms no block from then on. It returns the blocks released, by

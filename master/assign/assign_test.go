@@ -518,6 +518,10 @@ func TestRemoveAndAbandon(t *testing.T) {
 	if a.Confirm(1, 0, c) {
 		t.Fatal("an abandoned block confirmed again")
 	}
+	d, _, _ := a.Next(1, 5)
+	if n := a.AbandonAll(1); n != 1 || !a.Settled(0) || a.Confirm(1, 5, d) {
+		t.Fatalf("AbandonAll: %d", n)
+	}
 	if New(nil, nil).Settled(3) != true {
 		t.Fatal("no input: every epoch is settled")
 	}
