@@ -154,7 +154,15 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 	s.inc = incarnation{instance: inst}
 	s.imu.Unlock()
 	s.fence.Store(nil)
+	s.mu.Lock()
+	if s.closed {
+		// A view that arrived while the slave shuts down: no rejoin.
+		s.mu.Unlock()
+		s.rejoining.Store(false)
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() { // not on the bus's callback goroutine: the join waits for an answer
 		defer s.wg.Done()
 		defer s.rejoining.Store(false)

@@ -133,6 +133,7 @@ type Slave struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // heartbeat and workers
+	closed bool           // Close began waiting for wg; guarded by mu
 }
 
 type slaveTask struct {
@@ -328,6 +329,7 @@ func (s *Slave) Close() {
 		delete(s.tasks, id)
 		s.ctl.Step(Event{Kind: EvDropTask, Task: id})
 	}
+	s.closed = true // no goroutine joins wg from now on (rejoin)
 	s.mu.Unlock()
 	s.wg.Wait()
 	if s.kv != nil {
