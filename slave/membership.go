@@ -154,17 +154,9 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 	s.inc = incarnation{instance: inst}
 	s.imu.Unlock()
 	s.fence.Store(nil)
-	s.mu.Lock()
-	if s.closed {
-		// A view that arrived while the slave shuts down: no rejoin.
-		s.mu.Unlock()
-		s.rejoining.Store(false)
-		return
-	}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() { // not on the bus's callback goroutine: the join waits for an answer
-		defer s.wg.Done()
+	// Not on the bus's callback goroutine: the join waits for an answer.
+	// A view that arrives while the slave shuts down starts no rejoin.
+	started := s.background(func() {
 		defer s.rejoining.Store(false)
 		for s.ctx.Err() == nil {
 			rep, err := s.join()
@@ -182,7 +174,10 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 			case <-s.ctx.Done():
 			}
 		}
-	}()
+	})
+	if !started {
+		s.rejoining.Store(false)
+	}
 }
 
 // leave tells the master this slave shuts down cleanly, so it is not

@@ -462,14 +462,28 @@ func (s *Slave) onMasterAlive(msg *nats.Msg) {
 	}
 	if prev != "" && prev != a.Instance {
 		s.log.Warn().Str("was", prev).Str("now", a.Instance).Msg("the master restarted; dropping the tasks of the old one")
-		s.wg.Add(1)
-		go func() { // not on the bus's callback goroutine
-			defer s.wg.Done()
+		s.background(func() { // not on the bus's callback goroutine
 			s.MasterGone("the master restarted")
 			// Its membership starts anew: join it (same instance).
 			s.rejoin("the master restarted", false)
-		}()
+		})
 	}
+}
+
+// background runs f on a goroutine Close waits for, unless Close already
+// began waiting (then f does not run: the slave is going away).
+func (s *Slave) background(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // checkMaster drops every task once the master has been silent longer
@@ -563,11 +577,9 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 	}
 	for i, rank := range req.Ranks {
 		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, gen: gen, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local, inc: s.Incarnation()}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
+		if !s.background(w.run) {
+			return errors.New("slave shutting down")
+		}
 	}
 	return nil
 }
