@@ -136,55 +136,49 @@ func TestNonFiniteLossFailsTheTaskWithAClearError(t *testing.T) {
 	}
 }
 
-func TestDeadPeerFailsTheStageNamingTheNode(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	waiting.Store(0)
-	// One replica: the stage cannot survive the death (with backups the
-	// master decides, see TestSurvivableStage*).
-	task := tasks.NewTask("peer").AddTable(kvstore.TableSpec{Name: "w", Size: 100, Replicas: 1}).
-		SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 4})
-	id, err := c.m.Submit(context.Background(), task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for waiting.Load() < 4 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	// slave-0 learns that slave-1, which holds shards of the task, died.
-	c.slaves[0].PeerDead("slave-1", "no heartbeat")
-	st := c.wait(t, id)
-	if st.State != status.Failed || !strings.Contains(st.Reason, "slave slave-1 holding its shards died: no heartbeat") {
-		t.Fatalf("state %s reason %q", st.State, st.Reason)
-	}
-}
-
-// A death costs a task whose tables are all replicated nothing on the
-// survivors: the dead slave's shards fail over, the stage goes on.
-func TestDeadPeerOfReplicatedTablesKeepsTheStage(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	waiting.Store(0)
-	task := tasks.NewTask("peer").AddTable(kvstore.TableSpec{Name: "w", Size: 100, Replicas: 2}).
-		SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 4})
-	id, err := c.m.Submit(context.Background(), task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for waiting.Load() < 4 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	s := c.slaves[0]
-	s.PeerDead("slave-1", "no heartbeat")
-	s.mu.Lock()
-	running := s.ctl.Running(id, 0)
-	s.mu.Unlock()
-	if len(running) != 2 {
-		t.Fatalf("workers still running on slave-0 after slave-1 died: %v, want its 2", running)
-	}
-	if r := s.kv.Routes(id); r == nil || r.Alive("slave-1") {
-		t.Fatal("slave-0's routes still have slave-1 alive")
-	}
-	for _, sl := range c.slaves {
-		sl.MasterGone("test over") // stops the waiting workers
+// A slave hears that a peer holding shards of a running task died: with
+// one replica the stage fails naming the node; with two the dead slave's
+// shards fail over in the slave's routes and its workers go on (the
+// master decides the stage's fate, see TestSurvivableStage*).
+func TestDeadPeer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+	}{{"unreplicated stage fails naming the node", 1}, {"replicated stage goes on", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCluster(t, 2, 2)
+			waiting.Store(0)
+			task := tasks.NewTask("peer").AddTable(kvstore.TableSpec{Name: "w", Size: 100, Replicas: tc.replicas}).
+				SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 4})
+			id, err := c.m.Submit(context.Background(), task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for waiting.Load() < 4 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			s := c.slaves[0]
+			s.PeerDead("slave-1", "no heartbeat")
+			if tc.replicas == 1 {
+				st := c.wait(t, id)
+				if st.State != status.Failed || !strings.Contains(st.Reason, "slave slave-1 holding its shards died: no heartbeat") {
+					t.Fatalf("state %s reason %q", st.State, st.Reason)
+				}
+				return
+			}
+			s.mu.Lock()
+			running := s.ctl.Running(id, 0)
+			s.mu.Unlock()
+			if len(running) != 2 {
+				t.Fatalf("workers still running on slave-0 after slave-1 died: %v, want its 2", running)
+			}
+			if r := s.kv.Routes(id); r == nil || r.Alive("slave-1") {
+				t.Fatal("slave-0's routes still have slave-1 alive")
+			}
+			for _, sl := range c.slaves {
+				sl.MasterGone("test over") // stops the waiting workers
+			}
+		})
 	}
 }
 

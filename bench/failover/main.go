@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,6 +82,9 @@ type opts struct {
 	rows              int
 }
 
+// slaveRole is the program's own slave mode (its stage functions registered).
+var slaveRole *benchkit.SlaveRole
+
 func main() {
 	var o opts
 	flag.StringVar(&o.dir, "dir", filepath.Join(os.TempDir(), "flexps-failover-bench"), "work directory (data, logs)")
@@ -89,18 +93,9 @@ func main() {
 	flag.IntVar(&o.kills, "kills", 20, "recovery: kills, each on a fresh cluster")
 	flag.IntVar(&o.rounds, "rounds", 3, "cost: interleaved rounds of replicas 1 and 2")
 	flag.IntVar(&o.rows, "rows", 200000, "cost, checkpoint: LR training rows")
-	role := flag.String("role", "", "internal: \"slave\" runs a flexps slave with the probe registered")
-	config := flag.String("config", "", "internal (-role slave): cluster TOML")
-	natsURL := flag.String("nats", "", "internal (-role slave): NATS URL")
-	id := flag.String("id", "", "internal (-role slave): slave id")
+	slaveRole = benchkit.RegisterSlaveRole()
 	flag.Parse()
-	if *role == "slave" {
-		if err := benchkit.RunSlave(*config, *natsURL, *id); err != nil {
-			fmt.Fprintln(os.Stderr, "bench/failover slave:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	slaveRole.Run("bench/failover")
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -134,7 +129,7 @@ func run(o opts) error {
 			return fmt.Errorf("go build ./cmd/flexps (run from the repository root): %v\n%s", err, out)
 		}
 	}
-	fmt.Printf("# bench/failover on %d cores, load %s\n", nprocs(), loadavg())
+	fmt.Printf("# bench/failover on %d cores, load %s\n", runtime.NumCPU(), loadavg())
 	if o.want("recovery") {
 		if err := recovery(o); err != nil {
 			return fmt.Errorf("recovery: %w", err)
@@ -160,10 +155,6 @@ func run(o opts) error {
 }
 
 func recovery(o opts) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	var times []time.Duration
 	for k := range o.kills {
 		dir := filepath.Join(o.dir, fmt.Sprintf("kill-%02d", k))
@@ -172,7 +163,7 @@ func recovery(o opts) error {
 		}
 		// The defaults a user gets: 300ms heartbeats, 900ms timeout.
 		cl, err := benchkit.StartWith(o.flexps, dir, 3, 1, benchkit.Options{Heartbeat: "300ms", DeadAfter: "900ms"}, func(c *benchkit.Cluster, i int) []string {
-			return []string{self, "-role", "slave", "-config", c.Config, "-nats", c.URL, "-id", fmt.Sprintf("slave-%d", i)}
+			return slaveRole.Argv(c, fmt.Sprintf("slave-%d", i))
 		})
 		if err != nil {
 			return err
@@ -399,14 +390,6 @@ func checkpointCost(o opts, train, test string) error {
 		return errors.New("no \"checkpoint written\" line in the master's log")
 	}
 	return sc.Err()
-}
-
-func nprocs() int {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	return strings.Count(string(b), "processor\t:")
 }
 
 func loadavg() string {

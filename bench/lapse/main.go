@@ -74,6 +74,9 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 }
 
+// slaveRole is the program's own slave mode (its stage functions registered).
+var slaveRole *benchkit.SlaveRole
+
 func main() {
 	var o opts
 	rounds := 1
@@ -102,18 +105,9 @@ func main() {
 	flag.IntVar(&o.slots, "slots", 2, "workers per slave (Lapse: worker threads per process)")
 	flag.StringVar(&o.only, "only", "", "comma-separated subset of static,localize,local,lapse,probe (prep: only write the data)")
 	flag.DurationVar(&o.lapseTimeout, "lapse-timeout", 20*time.Minute, "give up on a Lapse run after this long")
-	role := flag.String("role", "", "internal: \"slave\" runs a flexps slave with the probe registered (with -config, -nats, -id)")
-	config := flag.String("config", "", "internal (-role slave): cluster TOML")
-	natsURL := flag.String("nats", "", "internal (-role slave): NATS URL")
-	id := flag.String("id", "", "internal (-role slave): slave id")
+	slaveRole = benchkit.RegisterSlaveRole()
 	flag.Parse()
-	if *role == "slave" {
-		if err := benchkit.RunSlave(*config, *natsURL, *id); err != nil {
-			fmt.Fprintln(os.Stderr, "bench/lapse slave:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	slaveRole.Run("bench/lapse")
 	o.rounds = rounds
 	if err := o.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/lapse:", err)

@@ -94,12 +94,8 @@ type latency struct {
 }
 
 func runProbe(o opts, dir string) ([]latency, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	cl, err := benchkit.StartWith(o.flexps, dir, o.slaves, o.slots, benchkit.Options{}, func(c *benchkit.Cluster, i int) []string {
-		return []string{self, "-role", "slave", "-config", c.Config, "-nats", c.URL, "-id", fmt.Sprintf("probe-%d", i)}
+		return slaveRole.Argv(c, fmt.Sprintf("probe-%d", i))
 	})
 	if err != nil {
 		return nil, err

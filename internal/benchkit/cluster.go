@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -328,6 +329,44 @@ func RunCleanups() {
 	for i := len(fns) - 1; i >= 0; i-- {
 		fns[i]()
 	}
+}
+
+// SlaveRole is a bench program's own slave mode: RegisterSlaveRole adds
+// the flags (-role slave, -config, -nats, -id) that StartWith's slaveArgv
+// passes when the program re-executes itself as a slave.
+type SlaveRole struct{ role, config, url, id *string }
+
+// RegisterSlaveRole registers the slave-mode flags on flag.CommandLine;
+// call Run after flag.Parse.
+func RegisterSlaveRole() *SlaveRole {
+	return &SlaveRole{
+		role:   flag.String("role", "", "internal: \"slave\" runs a flexps slave with this program's stage functions registered (with -config, -nats, -id)"),
+		config: flag.String("config", "", "internal (-role slave): cluster TOML"),
+		url:    flag.String("nats", "", "internal (-role slave): NATS URL"),
+		id:     flag.String("id", "", "internal (-role slave): slave id"),
+	}
+}
+
+// Argv is the command line that starts this program as slave id of c.
+func (r *SlaveRole) Argv(c *Cluster, id string) []string {
+	self, err := os.Executable()
+	if err != nil {
+		self = os.Args[0]
+	}
+	return []string{self, "-role", "slave", "-config", c.Config, "-nats", c.URL, "-id", id}
+}
+
+// Run runs the slave and exits when the flags ask for the slave mode;
+// otherwise it returns.
+func (r *SlaveRole) Run(name string) {
+	if *r.role != "slave" {
+		return
+	}
+	if err := RunSlave(*r.config, *r.url, *r.id); err != nil {
+		fmt.Fprintf(os.Stderr, "%s slave: %v\n", name, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // RunSlave runs a flexps slave in this process (the same engine.StartSlave
