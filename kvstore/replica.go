@@ -242,8 +242,9 @@ func (s *Server) applyWrite(ht *hostedTable, st Store, m *Message) error {
 // view when the view may still change (the right node is one it still
 // thinks alive and the sender knows better); otherwise it fails it.
 func (s *Server) wrongNode(data []byte, reply string, t *hostedTask, ht *hostedTable, m *Message, chain []int) {
-	if len(t.parked) < maxParked {
+	if len(t.parked) < maxParked && t.parkedBytes+len(data) <= maxParkedBytes {
 		t.parked = append(t.parked, heldReq{data: slices.Clone(data), reply: reply})
+		t.parkedBytes += len(data)
 		return
 	}
 	who := "none"
@@ -253,8 +254,12 @@ func (s *Server) wrongNode(data []byte, reply string, t *hostedTask, ht *hostedT
 	s.fail(reply, fmt.Errorf("kvstore: %s of table %q shard %d sent to slave %s, whose view has slave %s serving it", m.Op, m.Table, m.Shard, s.node, who))
 }
 
-// maxParked bounds the requests a node keeps while its view lags.
-const maxParked = 1 << 16
+// maxParked and maxParkedBytes bound the requests a node keeps while its
+// view lags (normally for well under a heartbeat).
+const (
+	maxParked      = 1 << 16
+	maxParkedBytes = 256 << 20
+)
 
 func (s *Server) lost(t *hostedTask, ht *hostedTable, shard int) error {
 	return fmt.Errorf("%w: table %q shard %d (first on slave %s): its replicas died before a new copy was complete", ErrShardLost, ht.spec.Name, shard, t.hosts[shard])
@@ -320,7 +325,7 @@ func (s *Server) failover(t *hostedTask) {
 	// Requests that waited for this view, now, in their order and before
 	// anything that came after them.
 	p := t.parked
-	t.parked = nil
+	t.parked, t.parkedBytes = nil, 0
 	for _, q := range p {
 		var pm Message
 		if err := decodeRaw(q.data, &pm); err != nil {

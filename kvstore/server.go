@@ -50,12 +50,13 @@ type hostedTask struct {
 
 	// Replication (replica.go); the handler goroutine owns these after
 	// CreateTables.
-	hosts     []string
-	self      int     // this node's index in hosts
-	routes    *Routes // the task's membership view, shared with its clients
-	seen      []bool  // the dead hosts the handler has failed over from
-	seenEpoch uint64  // the routes' epoch seen
-	parked    []heldReq
+	hosts       []string
+	self        int     // this node's index in hosts
+	routes      *Routes // the task's membership view, shared with its clients
+	seen        []bool  // the dead hosts the handler has failed over from
+	seenEpoch   uint64  // the routes' epoch seen
+	parked      []heldReq
+	parkedBytes int
 }
 
 type hostedTable struct {
