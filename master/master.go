@@ -562,6 +562,30 @@ func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl
 	return errors.Join(errs...)
 }
 
+// ctlCleanup is ctlAll for clean-up requests (end_stage): a slave that
+// died or left meanwhile (no longer alive, or nothing answers on its
+// control subject) is skipped with a warning, since its death reaches
+// the task through the membership, which fails the task if it cannot
+// survive it.
+func (m *Master) ctlCleanup(ctx context.Context, slaves []string, req proto.SlaveCtl) error {
+	errs := make([]error, len(slaves))
+	var wg sync.WaitGroup
+	for i, s := range slaves {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := m.ctl(ctx, s, req)
+			if err != nil && (!m.isAlive(s) || errors.Is(err, nats.ErrNoResponders)) {
+				m.log.Warn().Err(err).Str("slave", s).Str("task", req.Task).Str("op", req.Op).Msg("slave gone before the clean-up request; skipped")
+				err = nil
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 func (m *Master) publishTask(id string, ev status.Event) {
 	data, err := json.Marshal(ev)
 	if err != nil {

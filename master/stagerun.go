@@ -114,7 +114,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		return fin.Result, false, fin.Err
 	}
 	res, stopped = fin.Result, fin.Stopped
-	if err := m.ctlAll(t.ctx, t.liveHosts(), proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
+	if err := m.ctlCleanup(t.ctx, t.liveHosts(), proto.SlaveCtl{Op: proto.OpEndStage, Task: t.spec.ID, Stage: k}); err != nil {
 		return stageErr(err)
 	}
 	if stopped {
