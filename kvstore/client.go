@@ -81,7 +81,6 @@ type Client struct {
 	spare   []*retained
 	reqID   uint64
 	view    View          // the membership view the client routes by
-	suspect bool          // a request found no server: wait for the view to change
 	waited  time.Duration // waited for an answer since the last one (retries)
 }
 
@@ -362,7 +361,6 @@ func (c *Client) receiveOne(p *pending) error {
 	if (msg.NoResponder || msg.Err != nil) && c.cfg.Routes != nil {
 		// A slave died: the membership view will say so (within the
 		// failure timeout), and receive re-sends then.
-		c.suspect = true
 		return nil
 	}
 	if msg.NoResponder {

@@ -18,13 +18,12 @@ import (
 
 // retained is a request kept until acknowledged.
 type retained struct {
-	data     []byte
-	reply    string
-	host     string // where it was last sent
-	units    int
-	shard    int // -1: a clock or finish for host
-	replicas int
-	table    *TableClient // a write's table (its unacked count)
+	data  []byte
+	reply string
+	host  string // where it was last sent
+	units int
+	shard int          // a write's shard
+	table *TableClient // a write's table; nil for a clock or finish to host
 }
 
 // errViewChanged is returned by receiveOne when the membership view
@@ -54,16 +53,15 @@ func (c *Client) publishRepl(t *TableClient, shard, units int) error {
 	e := c.newRetained()
 	e.data = AppendMessage(e.data[:0], &c.msg)
 	e.reply = c.ackTo(t.spec.Name + "#" + strconv.Itoa(shard))
-	e.units, e.shard, e.replicas, e.host, e.table = units, shard, t.spec.Replicas, host, t
+	e.units, e.shard, e.host, e.table = units, shard, host, t
 	c.kept[c.reqID] = e
 	t.unacked[shard]++
 	c.inflight += units
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(e.data))
-	if err := c.cfg.Transport.Send(host, e.reply, e.data); err != nil {
-		// Sent again once the view says who serves the shard now.
-		c.suspect = true
-	}
+	// A send that fails is sent again once the view says who serves
+	// the shard now (or after RetryAfter).
+	_ = c.cfg.Transport.Send(host, e.reply, e.data)
 	return nil
 }
 
@@ -82,13 +80,11 @@ func (c *Client) publishClock(host string) error {
 	c.msg.From, c.msg.Repl, c.msg.ReqID, c.msg.Epoch = c.cfg.Incarnation, true, c.reqID, c.view.Epoch
 	e := c.newRetained()
 	e.data = AppendMessage(e.data[:0], &c.msg)
-	e.reply, e.units, e.shard, e.host, e.table = c.ackTo(host), 1, -1, host, nil
+	e.reply, e.units, e.shard, e.host, e.table = c.ackTo(host), 1, 0, host, nil
 	c.kept[c.reqID] = e
 	c.inflight++
 	c.stats.Requests++
-	if err := c.cfg.Transport.Send(host, e.reply, e.data); err != nil {
-		c.suspect = true
-	}
+	_ = c.cfg.Transport.Send(host, e.reply, e.data) // re-sent like a write, or dropped with its host
 	return nil
 }
 
@@ -138,7 +134,6 @@ func (c *Client) acked(id uint64) {
 func (c *Client) reroute() error {
 	r := c.cfg.Routes
 	c.view = r.View()
-	c.suspect = false
 	ids := make([]uint64, 0, len(c.kept))
 	for id := range c.kept {
 		ids = append(ids, id)
@@ -147,20 +142,18 @@ func (c *Client) reroute() error {
 	n := len(r.Hosts())
 	for _, id := range ids {
 		e := c.kept[id]
-		if e.shard < 0 {
+		if e.table == nil {
 			if !r.Alive(e.host) {
 				c.acked(id)
 			}
 			continue
 		}
-		chain := Chain(n, c.view.Dead, e.shard, e.replicas)
+		chain := Chain(n, c.view.Dead, e.shard, e.table.spec.Replicas)
 		if len(chain) == 0 {
 			return fmt.Errorf("%w: shard %d: no live slave left", ErrShardLost, e.shard)
 		}
 		e.host = r.Hosts()[chain[0]]
-		if err := c.cfg.Transport.Send(e.host, e.reply, e.data); err != nil {
-			c.suspect = true
-		}
+		_ = c.cfg.Transport.Send(e.host, e.reply, e.data) // a failure: sent again at the next change or retry
 	}
 	if c.scan != nil {
 		return c.scan.reroute()

@@ -2,7 +2,7 @@ package kvstore
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -123,4 +123,4 @@ func Chain(n int, dead []bool, shard, replicas int) []int {
 }
 
 // ErrShardLost is wrapped when every replica of a shard died.
-var ErrShardLost = fmt.Errorf("kvstore: every replica of a shard died")
+var ErrShardLost = errors.New("kvstore: every replica of a shard died")

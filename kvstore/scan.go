@@ -229,7 +229,7 @@ func (sc *scan) request(shard int, cursor uint64) error {
 		if !t.repl {
 			return t.scanErr(shard, err)
 		}
-		c.suspect = true // asked again after the failover
+		// Asked again after the failover (scan.reroute).
 	}
 	if !sc.open[shard] {
 		sc.left++

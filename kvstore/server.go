@@ -208,44 +208,18 @@ func (s *Server) Routes(task string) *Routes {
 	return nil
 }
 
-// Replicated reports whether every table of a task hosted here is
-// replicated (a slave's death then costs the task nothing).
-func (s *Server) Replicated(task string) bool {
-	t := s.task(task)
-	if t == nil {
-		return false
-	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for _, ht := range t.tables {
-		if ht.repl == nil {
-			return false
-		}
-	}
-	return len(t.tables) > 0
-}
-
 // PeerDead marks node dead in the view of every task hosted here: the
-// shards it headed fail over to their backups. It returns the tasks whose
-// tables are all replicated (Replicated), sorted: their stages go on.
-func (s *Server) PeerDead(node string) []string {
+// shards it headed fail over to their backups.
+func (s *Server) PeerDead(node string) {
 	s.mu.RLock()
-	ids := make([]string, 0, len(s.tasks))
-	for id := range s.tasks {
-		ids = append(ids, id)
+	ts := make([]*hostedTask, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		ts = append(ts, t)
 	}
 	s.mu.RUnlock()
-	slices.Sort(ids)
-	var survive []string
-	for _, id := range ids {
-		if t := s.task(id); t != nil {
-			t.routes.MarkDead(node)
-			if s.Replicated(id) {
-				survive = append(survive, id)
-			}
-		}
+	for _, t := range ts {
+		t.routes.MarkDead(node)
 	}
-	return survive
 }
 
 // FinishRanks counts the given workers of a stage out of its gate, as if

@@ -454,7 +454,7 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 		if !t.repl {
 			return err
 		}
-		c.suspect = true // its answer comes after the failover: wait reads again
+		// Read again after the failover (errViewChanged).
 	}
 	c.stats.Requests++
 	c.stats.BytesSent += int64(len(c.enc))
