@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,36 +94,7 @@ func TestDrill4CtrlCCheckpointResume(t *testing.T) {
 	// No periodic checkpoint falls due: the one written is Ctrl-C's.
 	job := ckJob(t, dir, "stopped", train, test, filepath.Join(dir, "stopped.model"), epochs, "1h", ckdir)
 
-	command, env := cli()
-	cmd := exec.Command(command[0], append(command[1:], "run", job, "--log-level", "error")...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	for !strings.Contains(stdout.String(), "test_acc") {
-		select {
-		case err := <-done:
-			t.Fatalf("run ended before it was interrupted: %v\n%s\n%s", err, stdout.String(), stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("run still going after SIGINT:\n%s", stderr.String())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 130 {
-		t.Fatalf("exit %d, want 130\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-	}
+	stdout, stderr := interruptRun(t, job, 2*time.Minute)
 	m := regexp.MustCompile(`resume with:\n\s+(flexps run --resume .*)\n`).FindStringSubmatch(stderr.String())
 	if m == nil {
 		t.Fatalf("no resume command printed:\n%s", stderr.String())
