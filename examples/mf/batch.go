@@ -162,12 +162,18 @@ type MiniBatch struct {
 	biasKey   [1]uint64
 	biasVal   [1]float64
 	BiasShare float64 // fraction of the global bias change this worker adds (1/workers)
+	imp       *implicit
+	trainName string // the training input's name, for errors
 }
 
 // NewMiniBatch prepares buffers for the tables.
 func NewMiniBatch(t Tables, rank int) *MiniBatch {
-	return &MiniBatch{rank: rank, tabs: t, users: newSide(0, t.Users, t.UserBias, t.UserCount, rank),
+	m := &MiniBatch{rank: rank, tabs: t, users: newSide(0, t.Users, t.UserBias, t.UserCount, rank),
 		items: newSide(1, t.Items, t.ItemBias, t.ItemCount, rank), bias: t.Bias, BiasShare: 1}
+	if t.UserImplicit != nil {
+		m.imp = &implicit{rank: rank, users: t.UserImplicit, items: t.ItemImplicit}
+	}
+	return m
 }
 
 func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, counts bool) error {
@@ -179,6 +185,11 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, counts bool) error 
 	for _, s := range []*side{m.users, m.items} {
 		s.collect(r, lo, hi)
 		if err := s.read(counts); err != nil {
+			return err
+		}
+	}
+	if m.imp != nil {
+		if err := m.imp.read(m.users.keys); err != nil {
 			return err
 		}
 	}
@@ -207,6 +218,13 @@ func (m *MiniBatch) predict(r *datastore.Records, i int) (float64, int, int) {
 		p += m.items.b[v]
 	}
 	fu, fv := m.users.f[u*m.rank:(u+1)*m.rank], m.items.f[v*m.rank:(v+1)*m.rank]
+	if m.imp != nil {
+		z := m.imp.z(u)
+		for k, x := range fu {
+			p += (x + z[k]) * fv[k]
+		}
+		return p, u, v
+	}
 	for k, x := range fu {
 		p += x * fv[k]
 	}
@@ -224,6 +242,9 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 	}
 	m.users.snapshot()
 	m.items.snapshot()
+	if m.imp != nil {
+		m.imp.snapshot()
+	}
 	m.mu0 = m.mu
 	var st Stats
 	lr := h.LR
@@ -252,6 +273,21 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 		}
 		lu, li := h.L2*su, h.L2*si
 		fu, fv := m.users.f[u*m.rank:(u+1)*m.rank], m.items.f[v*m.rank:(v+1)*m.rank]
+		if m.imp != nil {
+			// The item's gradient sees the user's whole row p_u + z_u; z_u
+			// moves as SGD on the y_j of N(u) would move it, and G_u keeps
+			// the step for them (implicit.go).
+			z, g := m.imp.z(u), m.imp.g(u)
+			for k := range fu {
+				x, y := fu[k], fv[k]
+				step := lr * e * y
+				fu[k] += step - lr*lu*x
+				fv[k] += lr * (e*(x+z[k]) - li*y)
+				z[k] += step
+				g[k] += step
+			}
+			continue
+		}
 		for k := range fu {
 			x, y := fu[k], fv[k]
 			fu[k] += lr * (e*y - lu*x)
@@ -267,8 +303,18 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 			return st, err
 		}
 	}
+	if m.imp != nil {
+		if err := m.imp.diff(); err != nil {
+			return st, err
+		}
+	}
 	for _, s := range []*side{m.users, m.items} {
 		if err := s.push(); err != nil {
+			return st, err
+		}
+	}
+	if m.imp != nil {
+		if err := m.imp.users.Add(m.users.keys, m.imp.deltas); err != nil {
 			return st, err
 		}
 	}

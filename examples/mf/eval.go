@@ -41,6 +41,14 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		return nil
 	}
 	mu, bu, bi := vec("bias"), vec("user_bias"), vec("item_bias")
+	var z []float64 // implicit feedback: z_u, the first rank of 2 rank values per user
+	if t, ok := model.Table(UserImplicitTable("users")); ok {
+		if t.Spec.Width != 2*rank || t.Spec.Size < ut.Spec.Size {
+			return nil, fmt.Errorf("mf model: table %q has size %d width %d, want width %d and size >= %d",
+				t.Spec.Name, t.Spec.Size, t.Spec.Width, 2*rank, ut.Spec.Size)
+		}
+		z = t.DenseValues()
+	}
 	at := func(x []float64, k uint64) float64 {
 		if k < uint64(len(x)) {
 			return x[k]
@@ -67,7 +75,11 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		p := at(mu, 0) + at(bu, a) + at(bi, b)
 		fu, fv := u[int(a)*rank:int(a+1)*rank], v[int(b)*rank:int(b+1)*rank]
 		for k := range fu {
-			p += fu[k] * fv[k]
+			x := fu[k]
+			if z != nil {
+				x += z[2*int(a)*rank+k]
+			}
+			p += x * fv[k]
 		}
 		e := label - p
 		sq += e * e

@@ -1,14 +1,16 @@
 // Package mf is matrix factorization of a ratings matrix by mini-batch SGD
 // on flexps tables: a rating r(u, i) is predicted as
 //
-//	mu + b_u + b_i + p_u . q_i
+//	mu + b_u + b_i + (p_u + z_u) . q_i
 //
 // with p_u a row of table "users" and q_i a row of table "items" (width =
-// rank), the global mean mu (table "bias", size 1) and the user and item
-// biases (tables "user_bias" and "item_bias"). The stage adds the bias
-// tables to the task itself (tasks.RegisterTables), so they are part of
-// the saved model and the evaluator uses them; biases = false leaves them
-// out (p_u . q_i alone).
+// rank), the global mean mu (table "bias", size 1), the user and item
+// biases (tables "user_bias" and "item_bias") and the implicit feedback
+// z_u of SVD++ (implicit.go: from the items u rated, tables
+// "users.implicit" and "items.implicit"). The stage adds the bias and
+// implicit tables to the task itself (tasks.RegisterTables), so they are
+// part of the saved model and the evaluator uses them; biases = false and
+// implicit = false leave them out (p_u . q_i alone).
 //
 // Before the first epoch the workers count, in one pass over their share
 // of the training input, the ratings of every user and item into the
@@ -48,7 +50,7 @@
 // Stage functions registered here:
 //
 //	mf.sgd   params: rank (the tables' width), epochs (20), batch (500), lr (0.05),
-//	         decay (0.1), l2 (25), l2_bias (12), biases (true),
+//	         decay (0.1), l2 (25), l2_bias (12), biases (true), implicit (true),
 //	         users ("users"), items ("items"), bias ("bias"), user_bias ("user_bias"),
 //	         item_bias ("item_bias"), train ("train"), test ("test", optional input)
 //
@@ -92,6 +94,7 @@ type Config struct {
 	L2       float64 // factor rows, per row and epoch (divided among the row's ratings)
 	L2Bias   float64 // user and item biases, likewise
 	Biases   bool
+	Implicit bool // SVD++'s implicit feedback (implicit.go)
 	Users    string
 	Items    string
 	Bias     string
@@ -106,14 +109,17 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	if err := p.Check("rank", "epochs", "batch", "lr", "l2", "l2_bias", "decay"); err != nil {
 		return Config{}, fmt.Errorf("mf: %w", err)
 	}
-	if v, ok := p["biases"]; ok {
-		if _, isBool := v.(bool); !isBool {
-			return Config{}, fmt.Errorf("mf: param \"biases\": want true or false, got %v", v)
+	for _, k := range []string{"biases", "implicit"} {
+		if v, ok := p[k]; ok {
+			if _, isBool := v.(bool); !isBool {
+				return Config{}, fmt.Errorf("mf: param %q: want true or false, got %v", k, v)
+			}
 		}
 	}
 	c := Config{Rank: p.Int("rank", 0), Epochs: p.Int("epochs", 20), Batch: p.Int("batch", 500), LR: p.Float("lr", 0.05),
 		Decay: p.Float("decay", 0.1), L2: p.Float("l2", 25), Biases: p.Bool("biases", true),
-		Users: p.String("users", "users"), Items: p.String("items", "items"), Bias: p.String("bias", "bias"),
+		Implicit: p.Bool("implicit", true),
+		Users:    p.String("users", "users"), Items: p.String("items", "items"), Bias: p.String("bias", "bias"),
 		UserBias: p.String("user_bias", "user_bias"), ItemBias: p.String("item_bias", "item_bias"),
 		Train: p.String("train", "train"), Test: p.String("test", "test")}
 	c.L2Bias = p.Float("l2_bias", 12)
@@ -155,6 +161,15 @@ func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
 		if st.Params.Bool("biases", true) {
 			out = append(out, kvstore.TableSpec{Name: bias, Size: t.Size, Partition: t.Partition})
 		}
+		if st.Params.Bool("implicit", true) {
+			// Zero-initialized: z_u = 0 until the first epoch's steps reach the y_j.
+			rank := max(t.Width, 1)
+			if t.Name == users {
+				out = append(out, kvstore.TableSpec{Name: UserImplicitTable(t.Name), Size: t.Size, Width: 2 * rank, Partition: t.Partition})
+			} else {
+				out = append(out, kvstore.TableSpec{Name: ItemImplicitTable(t.Name), Size: t.Size, Width: rank, Partition: t.Partition})
+			}
+		}
 		out = append(out, kvstore.TableSpec{Name: CountTable(t.Name), Size: t.Size + 1, Width: countWidth, Partition: t.Partition})
 	}
 	return out
@@ -165,6 +180,7 @@ func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
 type Tables struct {
 	Users, Items, Bias, UserBias, ItemBias tasks.Table
 	UserCount, ItemCount                   tasks.Table
+	UserImplicit, ItemImplicit             tasks.Table // nil without implicit feedback
 }
 
 // openTables opens and checks the tables: the factor tables must have
@@ -206,6 +222,14 @@ func openTables(info *tasks.Info, cfg *Config) (Tables, error) {
 	}
 	if t.ItemCount, err = open(CountTable(cfg.Items), countWidth, t.Items.Spec().Size+1); err != nil {
 		return t, err
+	}
+	if cfg.Implicit {
+		if t.UserImplicit, err = open(UserImplicitTable(cfg.Users), 2*cfg.Rank, t.Users.Spec().Size); err != nil {
+			return t, err
+		}
+		if t.ItemImplicit, err = open(ItemImplicitTable(cfg.Items), cfg.Rank, t.Items.Spec().Size); err != nil {
+			return t, err
+		}
 	}
 	if !cfg.Biases {
 		return t, nil
@@ -250,6 +274,7 @@ func SGD(info *tasks.Info) error {
 	}
 	m := NewMiniBatch(tabs, cfg.Rank)
 	m.BiasShare = 1 / float64(max(info.Workers, 1))
+	m.trainName = cfg.Train
 	for _, s := range []*side{m.users, m.items} {
 		if err := s.loadCounts(); err != nil {
 			return fmt.Errorf("mf: counts: %w", err)
@@ -278,12 +303,19 @@ func SGD(info *tasks.Info) error {
 			noise = min(max(st.SqErr/float64(st.N)/variance, minNoise), 1)
 		}
 		metrics := map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricSqErrSum: st.SqErr, tasks.MetricAbsErrSum: st.AbsErr}
-		if cfg.Biases {
+		if cfg.Biases || m.imp != nil {
 			if err := info.Barrier(); err != nil {
 				return fmt.Errorf("mf: stage %q epoch %d: %w", info.StageName, epoch, err)
 			}
+		}
+		if cfg.Biases {
 			if err := refitBiases(info, m, train, cfg, h.L2Bias); err != nil {
 				return fmt.Errorf("mf: stage %q epoch %d: bias refit: %w", info.StageName, epoch, err)
+			}
+		}
+		if m.imp != nil {
+			if err := m.imp.endEpoch(info, m, train, h.LR, h.L2); err != nil {
+				return fmt.Errorf("mf: stage %q epoch %d: implicit feedback: %w", info.StageName, epoch, err)
 			}
 		}
 		// Every worker's Adds of this epoch are applied before the test

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/examples/mf"
@@ -136,14 +137,13 @@ func insteval(t *testing.T) (string, string) {
 // TestInstEvalBeatsBiasBaseline trains with configs/mf-insteval.toml's
 // settings (the defaults, 30 epochs) on 2 hogwild workers (fast under
 // -race; every kind is in scripts/quality.sh). InstEval's ratings are
-// mostly noise: a rank-8 ALS with the best of three L2s gets only 0.0006
-// below the regularized bias baseline (scripts/quality.sh), and MF lands
-// within 0.0003 of it either side depending on data order (1.1995-1.1999
-// against 1.19979). So the test asks MF to be no worse than the baseline
-// by more than that spread, and to beat the item means clearly; the old
-// model (per-rating L2, biases learned from zero) lost to the bias
-// baseline by 0.003. The generated low-rank test is the one where the
-// factors must win by a wide margin.
+// mostly noise: without implicit feedback MF lands within 0.0003 of the
+// regularized bias baseline either side (1.1995-1.1999 against 1.19979)
+// and a rank-8 ALS with the best of three L2s gets only 0.0006 below it.
+// With implicit feedback (the default) the lecturers a student rated
+// carry the signal: 1.1951-1.1955 at every kind and worker count. The
+// test asks for at least 0.002 below the baseline (half the gain) and a
+// clear win over the item means.
 func TestInstEvalBeatsBiasBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a while")
@@ -156,8 +156,8 @@ func TestInstEvalBeatsBiasBaseline(t *testing.T) {
 	}
 	t.Logf("test RMSE per epoch %.4f", r.testRMSE)
 	t.Logf("InstEval test RMSE: mf %.5f (evaluator), bias baseline %.5f, item mean %.5f", r.rmse, base, itemMean)
-	if r.rmse > base+3e-4 {
-		t.Fatalf("mf test RMSE %.5f is above the bias baseline %.5f", r.rmse, base)
+	if r.rmse > base-0.002 {
+		t.Fatalf("mf test RMSE %.5f is not at least 0.002 below the bias baseline %.5f", r.rmse, base)
 	}
 	if r.rmse >= itemMean-0.02 {
 		t.Fatalf("mf test RMSE %.5f is not clearly below the item-mean baseline %.5f", r.rmse, itemMean)
@@ -230,13 +230,14 @@ func TestConfigFrom(t *testing.T) {
 		{"zero epochs", tasks.Params{"epochs": 0}, "epochs"},
 		{"string lr", tasks.Params{"lr": "fast"}, `param "lr"`},
 		{"biases not bool", tasks.Params{"biases": "yes"}, "biases"},
+		{"implicit not bool", tasks.Params{"implicit": 1}, `param "implicit"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := mf.ConfigFrom(tc.params)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Fatal(err)
-			case tc.err == "" && (c.LR != 0.05 || c.Decay != 0.1 || c.L2 != 25 || c.L2Bias != 12 || !c.Biases || c.Epochs != 20):
+			case tc.err == "" && (c.LR != 0.05 || c.Decay != 0.1 || c.L2 != 25 || c.L2Bias != 12 || !c.Biases || !c.Implicit || c.Epochs != 20):
 				t.Errorf("defaults %+v", c)
 			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 				t.Errorf("error %v, want one containing %q", err, tc.err)
@@ -251,7 +252,8 @@ func TestAddTables(t *testing.T) {
 	for _, s := range mf.AddTables(tasks.Stage{Func: "mf.sgd", Params: tasks.Params{}}, declared) {
 		got[s.Name] = s
 	}
-	want := map[string][2]uint64{"bias": {1, 1}, "user_bias": {10, 1}, "item_bias": {7, 1}, "users.count": {11, 3}, "items.count": {8, 3}}
+	want := map[string][2]uint64{"bias": {1, 1}, "user_bias": {10, 1}, "item_bias": {7, 1}, "users.count": {11, 3}, "items.count": {8, 3},
+		"users.implicit": {10, 8}, "items.implicit": {7, 4}}
 	for name, w := range want {
 		s, ok := got[name]
 		if !ok || s.Size != w[0] || uint64(max(s.Width, 1)) != w[1] {
@@ -261,8 +263,80 @@ func TestAddTables(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("tables %v, want %d", got, len(want))
 	}
-	noBias := mf.AddTables(tasks.Stage{Params: tasks.Params{"biases": false}}, declared)
+	noBias := mf.AddTables(tasks.Stage{Params: tasks.Params{"biases": false, "implicit": false}}, declared)
 	if len(noBias) != 2 {
-		t.Errorf("biases = false: tables %v, want only the counts", noBias)
+		t.Errorf("biases = false, implicit = false: tables %v, want only the counts", noBias)
+	}
+}
+
+// TestImplicitSumsAreTheModels checks the invariant the implicit-feedback
+// passes keep (implicit.go): in the written model every user's z row is
+// |N(u)|^-1/2 times the sum of the y rows of the items u rated in
+// training, and the gradient accumulators are cleared, at every worker
+// kind and consistency model that reorders Adds.
+func TestImplicitSumsAreTheModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for a while")
+	}
+	dir := t.TempDir()
+	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	const users, items, rank = 120, 80, 3
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 4000, Noise: 0.3, Seed: 5,
+		TestPath: testPath, TestRows: 500}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := datastore.ReadAll(context.Background(), trainPath, "ratings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		kind string
+		cons kvstore.Consistency
+	}{{"ps", kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}}, {"ps", kvstore.Consistency{Kind: kvstore.ASP}}, {"hogwild", kvstore.Consistency{Kind: kvstore.BSP}}} {
+		t.Run(fmt.Sprintf("%s-%v", c.kind, c.cons.Kind), func(t *testing.T) {
+			r := train(t, trainPath, testPath, users, items, rank, 2, c.cons, c.kind, tasks.Params{"epochs": 3})
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			m, err := tasks.LoadModel(r.out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			zt, ok1 := m.Table(mf.UserImplicitTable("users"))
+			yt, ok2 := m.Table(mf.ItemImplicitTable("items"))
+			if !ok1 || !ok2 {
+				t.Fatalf("model lacks the implicit tables (%v, %v)", ok1, ok2)
+			}
+			zg, y := zt.DenseValues(), yt.DenseValues()
+			want := make([]float64, users*rank)
+			n := make([]float64, users)
+			for i := 0; i < tr.Len(); i++ {
+				_, k, _ := tr.Row(i)
+				n[k[0]]++
+			}
+			var norm float64
+			for i := 0; i < tr.Len(); i++ {
+				_, k, _ := tr.Row(i)
+				u, j := int(k[0]), int(k[1])
+				for d := range rank {
+					want[u*rank+d] += y[j*rank+d] / math.Sqrt(n[u])
+					norm = max(norm, math.Abs(y[j*rank+d]))
+				}
+			}
+			if norm == 0 {
+				t.Fatal("every y row is zero: the implicit steps never reached the items")
+			}
+			for u := range users {
+				for d := range rank {
+					z, g := zg[2*u*rank+d], zg[(2*u+1)*rank+d]
+					if math.Abs(z-want[u*rank+d]) > 1e-9*(1+math.Abs(want[u*rank+d])) || g != 0 {
+						t.Fatalf("user %d dim %d: z %.12g, want %.12g; accumulator %g, want 0", u, d, z, want[u*rank+d], g)
+					}
+				}
+			}
+			if last := r.testRMSE[len(r.testRMSE)-1]; math.Abs(last-r.rmse) > 1e-6 {
+				t.Errorf("last epoch's reported test RMSE %.6f differs from the evaluator's %.6f", last, r.rmse)
+			}
+		})
 	}
 }
