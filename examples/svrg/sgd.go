@@ -21,7 +21,7 @@ type SGDConfig struct {
 	MinSteps int
 	Batch    int
 	// LR is the step size; 0 (the param absent) chooses it from the data:
-	// 1/(2 L), L estimated on the workers' first batches (autoLR).
+	// 1/L, L estimated on each worker's first 2048 records (autoLR).
 	LR    float64
 	L2    float64
 	Train string
@@ -136,14 +136,18 @@ func SGD(info *tasks.Info) error {
 	}
 	in := &stream{in: train}
 	defer in.close()
+	if cfg.LR == 0 {
+		var sample datastore.Records
+		if err := in.next(info.Ctx, &sample, max(cfg.Batch, curvatureRows)); err != nil {
+			return err
+		}
+		if s.lr, err = autoLR(info, s, &sample, inv); err != nil {
+			return err
+		}
+	}
 	var batch datastore.Records
 	if err := in.next(info.Ctx, &batch, cfg.Batch); err != nil {
 		return err
-	}
-	if cfg.LR == 0 {
-		if s.lr, err = autoLR(info, s, &batch, inv); err != nil {
-			return err
-		}
 	}
 	s.setDense(inv, total)
 	steps := int64(0)

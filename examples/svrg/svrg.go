@@ -78,8 +78,8 @@
 //     the setting.
 //
 // Step size and inner length: without an lr param svrg.sgd chooses lr =
-// 1/(2 L), L the largest curvature of the preconditioned loss on the
-// workers' first batches (power iteration; see autoLR, table
+// 1/L, L the largest curvature of the preconditioned loss on the
+// workers' first 2048 records (power iteration; see autoLR, table
 // "w.svrg.step"), measured once per task; a given lr is used as is. The
 // inner stage takes epochs_inner passes and at least min_steps (1000)
 // steps: on small data a pass is a handful of steps.
