@@ -52,14 +52,18 @@ func (c *BlockCache) Get(scope string, b Block) ([]*Records, bool) {
 	return r, ok
 }
 
-// Put offers a fully read block; it is kept if it fits the budget.
+// Put offers a fully read block; it is kept if it fits the budget, with
+// the parser's spare capacity trimmed (Records.Compact): recs itself is
+// not changed.
 func (c *BlockCache) Put(scope string, b Block, recs []*Records) bool {
 	if c == nil || c.budget <= 0 {
 		return false
 	}
 	var size int64
-	for _, r := range recs {
-		size += r.Bytes()
+	kept := make([]*Records, len(recs))
+	for i, r := range recs {
+		kept[i] = r.Compact()
+		size += kept[i].Bytes()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,7 +75,7 @@ func (c *BlockCache) Put(scope string, b Block, recs []*Records) bool {
 		c.full = true
 		return false
 	}
-	c.blocks[k] = recs
+	c.blocks[k] = kept
 	c.used += size
 	return true
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sync"
 	"syscall"
@@ -20,9 +21,9 @@ import (
 
 func runCmd(g *globals) *cobra.Command {
 	var (
-		config, cpuprofile, metricsOut, resume string
-		slaves, slots                          int
-		mon                                    clusterFlags
+		config, cpuprofile, memprofile, metricsOut, resume string
+		slaves, slots                                      int
+		mon                                                clusterFlags
 	)
 	c := &cobra.Command{
 		Use:   "run JOB.toml | run --resume DIR",
@@ -93,13 +94,27 @@ func runCmd(g *globals) *cobra.Command {
 			p.Logs = &g.logs
 			p.Metrics = mw
 			id := engine.NewTaskID()
+			onEvent := p.Event
+			var heapErr error
+			if memprofile != "" {
+				// At the end of every epoch, while the slaves hold their
+				// tables and parsed-data caches: the last one written is the
+				// live heap of the last epoch.
+				onEvent = func(ev status.Event) {
+					p.Event(ev)
+					if ev.Kind == "epoch" {
+						heapErr = writeHeapProfile(memprofile)
+					}
+				}
+			}
 			var st status.Task
 			if resume != "" {
-				st, err = local.ResumeAndWait(ctx, resume, id, func(w string) { fmt.Fprintln(os.Stderr, "flexps run: warning: "+w) }, p.Event)
+				st, err = local.ResumeAndWait(ctx, resume, id, func(w string) { fmt.Fprintln(os.Stderr, "flexps run: warning: "+w) }, onEvent)
 			} else {
 				task.ID = id
-				st, err = local.SubmitAndWait(ctx, task, p.Event)
+				st, err = local.SubmitAndWait(ctx, task, onEvent)
 			}
+			err = errors.Join(err, heapErr)
 			if ctx.Err() != nil && ckDir != "" {
 				rc := resumeCommand(ckDir, opt.Slaves, opt.Slots, config)
 				err = finalCheckpoint(local.Client, id, p, rc)
@@ -116,6 +131,7 @@ func runCmd(g *globals) *cobra.Command {
 	fs.IntVar(&slaves, "slaves", 0, "slaves to start (default: the job's [local] slaves, else 2)")
 	fs.IntVar(&slots, "slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&memprofile, "memprofile", "", "write a heap profile (live objects at the end of each epoch, the last one kept) to this file")
 	fs.StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
 	fs.StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (the job's [checkpoint] dir) instead of running a job file")
 	mon.registerMonitor(fs, true)
@@ -479,4 +495,21 @@ func evalCmd(g *globals) *cobra.Command {
 	fs.StringVar(&format, "format", "", "data format (default: the model kind's)")
 	fs.StringVar(&kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf)")
 	return c
+}
+
+// writeHeapProfile writes the live heap, after a collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memprofile: %w", err)
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("memprofile %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("memprofile %s: %w", path, err)
+	}
+	return nil
 }
