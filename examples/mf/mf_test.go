@@ -141,7 +141,7 @@ func insteval(t *testing.T) (string, string) {
 // regularized bias baseline either side (1.1995-1.1999 against 1.19979)
 // and a rank-8 ALS with the best of three L2s gets only 0.0006 below it.
 // With implicit feedback (the default) the lecturers a student rated
-// carry the signal: 1.1951-1.1955 at every kind and worker count. The
+// carry the signal: 1.1950-1.1956 at every kind and worker count. The
 // test asks for at least 0.002 below the baseline (half the gain) and a
 // clear win over the item means.
 func TestInstEvalBeatsBiasBaseline(t *testing.T) {
