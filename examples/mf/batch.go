@@ -65,6 +65,12 @@ func (s *side) read(counts bool) error {
 	if !counts {
 		return nil
 	}
+	return s.readInv()
+}
+
+// readInv sets the L2 shares 1/n of the batch's keys from their rating
+// counts.
+func (s *side) readInv() error {
 	s.inv = grow(s.inv, len(s.keys))
 	if s.counts != nil {
 		for i, k := range s.keys {
@@ -176,6 +182,32 @@ func NewMiniBatch(t Tables, rank int) *MiniBatch {
 	return m
 }
 
+// gatherIDs collects the distinct users and items of records lo..hi and
+// their L2 shares, without reading any model row.
+func (m *MiniBatch) gatherIDs(r *datastore.Records, lo, hi int) error {
+	for i := lo; i < hi; i++ {
+		if _, _, err := ratingIDs(r, i, m.tabs); err != nil {
+			return err
+		}
+	}
+	for _, s := range []*side{m.users, m.items} {
+		s.collect(r, lo, hi)
+		if err := s.readInv(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// positions returns the batch positions of record i's user and item
+// (after gather or gatherIDs).
+func (m *MiniBatch) positions(r *datastore.Records, i int) (int, int) {
+	a := r.Offsets[i]
+	pu, _ := m.users.index.Get(r.Keys[a])
+	pi, _ := m.items.index.Get(r.Keys[a+1])
+	return int(pu), int(pi)
+}
+
 func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, counts bool) error {
 	for i := lo; i < hi; i++ {
 		if _, _, err := ratingIDs(r, i, m.tabs); err != nil {
@@ -206,10 +238,7 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, counts bool) error 
 // predict returns the prediction for record i and the positions of its
 // user and item in the batch.
 func (m *MiniBatch) predict(r *datastore.Records, i int) (float64, int, int) {
-	a := r.Offsets[i]
-	pu, _ := m.users.index.Get(r.Keys[a])
-	pi, _ := m.items.index.Get(r.Keys[a+1])
-	u, v := int(pu), int(pi)
+	u, v := m.positions(r, i)
 	p := m.mu
 	if m.users.bias != nil {
 		p += m.users.b[u]

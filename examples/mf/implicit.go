@@ -89,11 +89,14 @@ func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, 
 	// y_j += sum over ratings (u, j) of |N(u)|^-1/2 G_u.
 	acc := map[uint64][]float64{}
 	err := tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
-		if err := m.gather(r, lo, hi, true); err != nil {
+		if err := m.gatherIDs(r, lo, hi); err != nil {
+			return err
+		}
+		if err := im.read(m.users.keys); err != nil {
 			return err
 		}
 		for i := lo; i < hi; i++ {
-			_, u, v := m.predict(r, i)
+			u, v := m.positions(r, i)
 			spread(acc, m.items.keys[v], im.g(u), math.Sqrt(m.users.inv[u])*m.items.inv[v], im.rank)
 		}
 		return nil
@@ -121,7 +124,7 @@ func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, 
 	clear(acc)
 	y := make([]float64, 0, im.rank*4096)
 	err = tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
-		if err := m.gather(r, lo, hi, true); err != nil {
+		if err := m.gatherIDs(r, lo, hi); err != nil {
 			return err
 		}
 		y = grow(y, im.rank*len(m.items.keys))
@@ -129,7 +132,7 @@ func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, 
 			return err
 		}
 		for i := lo; i < hi; i++ {
-			_, u, v := m.predict(r, i)
+			u, v := m.positions(r, i)
 			spread(acc, m.users.keys[u], y[v*im.rank:(v+1)*im.rank], math.Sqrt(m.users.inv[u]), im.rank)
 		}
 		return nil
