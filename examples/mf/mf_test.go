@@ -272,8 +272,8 @@ func TestAddTables(t *testing.T) {
 // TestImplicitSumsAreTheModels checks the invariant the implicit-feedback
 // passes keep (implicit.go): in the written model every user's z row is
 // |N(u)|^-1/2 times the sum of the y rows of the items u rated in
-// training, and the gradient accumulators are cleared, at every worker
-// kind and consistency model that reorders Adds.
+// training, and the gradient accumulators are cleared, at the worker
+// kinds and consistency models that reorder or defer Adds.
 func TestImplicitSumsAreTheModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a while")
@@ -292,7 +292,8 @@ func TestImplicitSumsAreTheModels(t *testing.T) {
 	for _, c := range []struct {
 		kind string
 		cons kvstore.Consistency
-	}{{"ps", kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}}, {"ps", kvstore.Consistency{Kind: kvstore.ASP}}, {"hogwild", kvstore.Consistency{Kind: kvstore.BSP}}} {
+	}{{"ps", kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}}, {"ps", kvstore.Consistency{Kind: kvstore.ASP}}, {"hogwild", kvstore.Consistency{Kind: kvstore.BSP}},
+		{"local", kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}}} {
 		t.Run(fmt.Sprintf("%s-%v", c.kind, c.cons.Kind), func(t *testing.T) {
 			r := train(t, trainPath, testPath, users, items, rank, 2, c.cons, c.kind, tasks.Params{"epochs": 3})
 			if r.err != nil {
