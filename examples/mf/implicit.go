@@ -171,6 +171,14 @@ func addRows(tab tasks.Table, acc map[uint64][]float64, width, from, rank int) e
 		keys, vals = keys[:0], vals[:0]
 		return err
 	}
+	// A diverged step must never reach the table, not even in part.
+	for _, row := range acc {
+		for _, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, tab.Spec().Name)
+			}
+		}
+	}
 	for k, row := range acc {
 		keys = append(keys, k)
 		n := len(vals)

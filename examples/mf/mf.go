@@ -314,7 +314,11 @@ func SGD(info *tasks.Info) error {
 			}
 		}
 		if m.imp != nil {
-			if err := m.imp.endEpoch(info, m, train, h.LR, h.L2); err != nil {
+			err := m.imp.endEpoch(info, m, train, h.LR, h.L2)
+			if errors.Is(err, ErrDiverged) {
+				return fmt.Errorf("mf: stage %q epoch %d: implicit feedback: %w at lr %g: lower lr (or raise l2)", info.StageName, epoch, err, h.LR)
+			}
+			if err != nil {
 				return fmt.Errorf("mf: stage %q epoch %d: implicit feedback: %w", info.StageName, epoch, err)
 			}
 		}
