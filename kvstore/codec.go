@@ -176,7 +176,12 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		var prev uint64
 		for _, k := range m.Keys {
 			d := int64(k - prev)
-			dst = binary.AppendUvarint(dst, uint64(d<<1)^uint64(d>>63))
+			z := uint64(d<<1) ^ uint64(d>>63)
+			if z < 0x80 { // most deltas of a sorted batch (see decoder.keys)
+				dst = append(dst, byte(z))
+			} else {
+				dst = binary.AppendUvarint(dst, z)
+			}
 			prev = k
 		}
 	}
