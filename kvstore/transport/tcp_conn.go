@@ -37,8 +37,10 @@ type tcpConn struct {
 }
 
 // start runs a connection's reader and writer; false if the endpoint is
-// closing.
-func (t *TCP) start(nc net.Conn, remote, node string) (*tcpConn, bool) {
+// closing. An inbound connection is registered as remote's way back
+// before its reader starts: a request it carries may be answered at once,
+// and an answer that found no inbound connection would dial one.
+func (t *TCP) start(nc net.Conn, remote, node string, inbound bool) (*tcpConn, bool) {
 	c := &tcpConn{t: t, nc: nc, remote: remote, node: node, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	c.space = sync.NewCond(&c.mu)
 	t.mu.Lock()
@@ -48,6 +50,9 @@ func (t *TCP) start(nc net.Conn, remote, node string) (*tcpConn, bool) {
 		return nil, false
 	}
 	t.conns[c] = struct{}{}
+	if inbound {
+		t.inbound[remote] = c
+	}
 	t.wg.Add(2)
 	t.mu.Unlock()
 	go c.readLoop()

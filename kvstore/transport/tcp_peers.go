@@ -133,7 +133,7 @@ func (t *TCP) dial(node string, hr helloReply) (*tcpConn, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	t.dials.Add(1)
-	c, ok := t.start(nc, node, node)
+	c, ok := t.start(nc, node, node, false)
 	if !ok {
 		return nil, errTCPClosed
 	}
@@ -182,11 +182,7 @@ func (t *TCP) accept(nc net.Conn) {
 		return
 	}
 	nc.SetDeadline(time.Time{})
-	if c, ok := t.start(nc, dialer, node); ok {
-		t.mu.Lock()
-		t.inbound[dialer] = c
-		t.mu.Unlock()
-	}
+	t.start(nc, dialer, node, true)
 }
 
 // replyConn is a connection to endpoint name for answers: the one its
