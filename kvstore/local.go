@@ -3,6 +3,7 @@ package kvstore
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type LocalTable struct {
 	mode      LockMode
 	width     int
 	chunkSize uint64
+	div       chunkDiv
 	vals      []float64
 	chunks    []sync.Mutex
 	global    sync.Mutex
@@ -66,6 +68,7 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 		return nil, fmt.Errorf("%w: table %q: unknown lock mode %d", ErrBadSpec, spec.Name, int(mode))
 	}
 	t := &LocalTable{spec: spec, mode: mode, width: spec.Width, chunkSize: uint64(chunkSize)}
+	t.div = newChunkDiv(spec.Size, uint64(chunkSize))
 	t.scratch.New = func() any { return new(localScratch) }
 	if spec.Storage == Sparse {
 		dir, err := NewDirectory(spec, 1)
@@ -218,11 +221,45 @@ func (t *LocalTable) run(op localOp, keys []uint64, vals []float64) {
 	}
 }
 
+// chunkDiv divides keys by the chunk size without a divide instruction on
+// the per-key paths (a 64-bit divide costs tens of cycles, as much as the
+// key's add): by a shift when the size is a power of two (the default),
+// else by a multiply-high with a magic number (Lemire's fastdiv, exact for
+// keys and divisors below 2^32, which local tables' are). Larger tables
+// with other sizes divide.
+type chunkDiv struct {
+	d     uint64
+	shift uint   // < 64: d is 1 << shift
+	magic uint64 // != 0: k / d is the high word of magic * k
+}
+
+func newChunkDiv(size, d uint64) chunkDiv {
+	switch {
+	case d&(d-1) == 0:
+		return chunkDiv{d: d, shift: uint(bits.TrailingZeros64(d))}
+	case size <= 1<<32 && d < 1<<32:
+		return chunkDiv{d: d, shift: 64, magic: math.MaxUint64/d + 1}
+	}
+	return chunkDiv{d: d, shift: 64}
+}
+
+// of is k / d for k < the table's size.
+func (c chunkDiv) of(k uint64) uint64 {
+	switch {
+	case c.shift < 64:
+		return k >> c.shift
+	case c.magic != 0:
+		hi, _ := bits.Mul64(c.magic, k)
+		return hi
+	}
+	return k / c.d
+}
+
 func (t *LocalTable) chunkOf(k uint64) uint64 {
 	if k >= t.spec.Size {
 		return uint64(len(t.chunks)) // sentinel: no lock, skipped by apply
 	}
-	return k / t.chunkSize
+	return t.div.of(k)
 }
 
 // doChunked takes each chunk lock the keys need once. Sorted keys (what
@@ -271,7 +308,6 @@ type localScratch struct {
 // over an LR model) this costs a few passes over the keys, far less than
 // sorting them.
 func (t *LocalTable) byCounting(op localOp, keys []uint64, vals []float64, sc *localScratch) {
-	w := t.width
 	nc := len(t.chunks)
 	if cap(sc.counts) < nc+2 {
 		sc.counts = make([]uint32, nc+2)
@@ -300,11 +336,36 @@ func (t *LocalTable) byCounting(op localOp, keys []uint64, vals []float64, sc *l
 		}
 		mu := &t.chunks[c]
 		mu.Lock()
-		for _, p := range order[start:end] {
-			t.apply(op, keys[p], vals[int(p)*w:][:w])
-		}
+		t.runOrder(op, keys, vals, order[start:end])
 		mu.Unlock()
 		start = end
+	}
+}
+
+// runOrder is run over keys[p] for the positions p in order (every key
+// in range): one tight loop per op for width 1, as run.
+func (t *LocalTable) runOrder(op localOp, keys []uint64, vals []float64, order []uint64) {
+	if t.width != 1 {
+		w := t.width
+		for _, p := range order {
+			t.apply(op, keys[p], vals[int(p)*w:][:w])
+		}
+		return
+	}
+	tv := t.vals
+	switch op {
+	case opGet:
+		for _, p := range order {
+			vals[p] = tv[keys[p]]
+		}
+	case opAdd:
+		for _, p := range order {
+			tv[keys[p]] += vals[p]
+		}
+	case opSet:
+		for _, p := range order {
+			tv[keys[p]] = vals[p]
+		}
 	}
 }
 
