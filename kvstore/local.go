@@ -170,11 +170,49 @@ func (t *LocalTable) applyAtomic(op localOp, k uint64, v []float64) {
 	}
 }
 
+// runAtomic is applyAtomic over keys of width 1 in one tight loop per op,
+// so the loads of many keys are in flight at once.
+func (t *LocalTable) runAtomic(op localOp, keys []uint64, vals []float64) {
+	size := t.spec.Size
+	tv := t.vals
+	vals = vals[:len(keys)]
+	switch op {
+	case opGet:
+		for i, k := range keys {
+			if k < size {
+				vals[i] = math.Float64frombits(atomic.LoadUint64((*uint64)(unsafe.Pointer(&tv[k]))))
+			}
+		}
+	case opAdd:
+		for i, k := range keys {
+			if k < size {
+				p := (*uint64)(unsafe.Pointer(&tv[k]))
+				for {
+					old := atomic.LoadUint64(p)
+					if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+vals[i])) {
+						break
+					}
+				}
+			}
+		}
+	case opSet:
+		for i, k := range keys {
+			if k < size {
+				atomic.StoreUint64((*uint64)(unsafe.Pointer(&tv[k])), math.Float64bits(vals[i]))
+			}
+		}
+	}
+}
+
 func (t *LocalTable) do(op localOp, keys []uint64, vals []float64) {
 	w := t.width
 	vals = vals[:len(keys)*w]
 	switch t.mode {
 	case NoLocks:
+		if w == 1 {
+			t.runAtomic(op, keys, vals)
+			return
+		}
 		for i, k := range keys {
 			t.applyAtomic(op, k, vals[i*w:][:w])
 		}

@@ -28,9 +28,10 @@ type Table interface {
 // sized to the batch, see batchIndex).
 type MiniBatch struct {
 	t     Table
-	bias  Table   // intercept (one key), nil without
-	b     float64 // the intercept read with the batch
-	scale *Scaler // feature scales, nil when training on raw values
+	bias  Table      // intercept (one key), nil without
+	b     float64    // the intercept read with the batch
+	one   [1]float64 // the intercept's value buffer: a slice of a local would escape through the Table interface every batch
+	scale *Scaler    // feature scales, nil when training on raw values
 	// cent are the centered features (nil: none), added to every
 	// training batch; cpos[j] is cent.Keys[j]'s position in keys.
 	cent *Centered
@@ -108,11 +109,10 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 	}
 	m.b = 0
 	if m.bias != nil {
-		var b [1]float64
-		if err := m.bias.Get(biasKey, b[:]); err != nil {
+		if err := m.bias.Get(biasKey, m.one[:]); err != nil {
 			return err
 		}
-		m.b = b[0]
+		m.b = m.one[0]
 	}
 	return nil
 }
@@ -260,7 +260,8 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 		return st, nil
 	}
 	if m.bias != nil {
-		if err := m.bias.Add(biasKey, []float64{db}); err != nil {
+		m.one[0] = db
+		if err := m.bias.Add(biasKey, m.one[:]); err != nil {
 			return st, err
 		}
 	}
