@@ -301,9 +301,11 @@ func (t *LocalTable) chunkOf(k uint64) uint64 {
 }
 
 // doChunked takes each chunk lock the keys need once. Sorted keys (what
-// lr.sgd and the client send) are cut into runs of one chunk by comparing
-// each key with the run's chunk end, not by dividing every key; other
-// orders are grouped by chunk first.
+// the client and range-like callers send) are cut into runs of one chunk
+// by comparing each key with the run's chunk end, not by dividing every
+// key; other orders (lr.sgd's batches, in first-seen order: sorting them
+// costs the caller more than grouping them here) are grouped by chunk
+// first.
 func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	w := t.width
 	n := len(keys)
