@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +21,20 @@ var ErrBadWorker = errors.New("kvstore: worker index out of range")
 // wait on it (Wait) or leave a callback (park, for the server); Advance and Finish
 // release them. Callbacks run outside the gate's lock, on the goroutine
 // that released them.
+//
+// Under ASP, BSP and SSP the common case takes no lock: every worker has
+// its own cache line holding its clock and its count of reads, and the
+// gate publishes a lower bound of the slowest live worker's clock (min).
+// A read whose clock is within the bound of min proceeds at once; so does
+// an Advance while no read is parked (it only raises min when the worker
+// may have been the slowest). Everything else (a read that may have to
+// wait, an Advance or Finish that may release one) takes the lock and
+// first brings the controller up to date with the workers' clocks. A
+// parked read and an Advance cannot miss each other: the read counts
+// itself in waiters before reading the clocks, the Advance stores its
+// clock before reading waiters (both sequentially consistent atomics), so
+// at least one of them sees the other. SparseSSP, whose rule needs the
+// keys every worker reads, always takes the lock.
 type Gate struct {
 	mu      sync.Mutex
 	ctrl    *Controller
@@ -26,21 +42,77 @@ type Gate struct {
 	nextID  uint64
 	pending map[uint64]func(error)
 	closed  error
+
+	bound   int64        // the controller's bound; -1: ASP
+	min     atomic.Int64 // <= every live worker's clock; only rises
+	waiters atomic.Int32 // parked reads plus reads in the locked path
+	shut    atomic.Bool  // closed is set
+	workers []gateWorker
+}
+
+// gateWorker is one worker's lock-free state, on a cache line of its own
+// so workers that advance do not invalidate each other's lines.
+type gateWorker struct {
+	clock atomic.Int64 // the latest clock Advance was given
+	reads atomic.Int64 // reads that proceeded without the lock
+	done  atomic.Bool  // finished (set under mu)
+	_     [64 - 17]byte
 }
 
 // NewGate returns a gate for workers workers under c, timed by time.Now.
 func NewGate(c Consistency, workers int) *Gate {
-	return &Gate{
+	g := &Gate{
 		ctrl:    NewController(c, workers, time.Now),
 		sparse:  c.Kind == SparseSSP,
 		pending: make(map[uint64]func(error)),
+		bound:   int64(c.Bound()),
+		workers: make([]gateWorker, max(workers, 0)),
 	}
+	if c.Kind == ASP {
+		g.bound = -1
+	}
+	g.min.Store(g.ctrl.MinClock())
+	return g
+}
+
+// sync gives the controller the clocks Advance stored without the lock,
+// publishes its min and returns the reads that released. Caller holds mu.
+func (g *Gate) sync() (ready []uint64) {
+	for w := range g.workers {
+		ready = append(ready, g.ctrl.Advance(w, g.workers[w].clock.Load())...)
+	}
+	g.raise(g.ctrl.MinClock())
+	return ready
+}
+
+// raise publishes m as min unless min is higher already.
+func (g *Gate) raise(m int64) {
+	for {
+		old := g.min.Load()
+		if m <= old || g.min.CompareAndSwap(old, m) {
+			return
+		}
+	}
+}
+
+// fastRead reports whether worker's read at clock may proceed without the
+// lock, counting it if so.
+func (g *Gate) fastRead(worker int, clock int64) bool {
+	if g.sparse || worker < 0 || worker >= len(g.workers) || g.shut.Load() {
+		return false
+	}
+	if g.bound >= 0 && clock-g.min.Load() > g.bound {
+		return false
+	}
+	g.workers[worker].reads.Add(1)
+	return true
 }
 
 // enter checks a read; if it may not proceed it parks fn under a new id
 // and returns that id. A nil fn parks a send on a new channel, returned as
 // ch: it is made only then, so a read that may proceed (the common case)
-// allocates nothing. It returns the fns released meanwhile (SparseSSP).
+// allocates nothing. It returns the fns released meanwhile (by the clocks
+// it synced; under SparseSSP by the keys it recorded).
 func (g *Gate) enter(worker int, clock int64, keys []uint64, fn func(error)) (id uint64, ch chan error, now error, parked bool, released []func(error)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -50,11 +122,14 @@ func (g *Gate) enter(worker int, clock int64, keys []uint64, fn func(error)) (id
 	if !g.ctrl.valid(worker) {
 		return 0, nil, fmt.Errorf("%w: %d of %d", ErrBadWorker, worker, len(g.ctrl.clocks)), false, nil
 	}
+	g.waiters.Add(1) // before reading the clocks: see Gate
+	ready := g.sync()
 	if g.ctrl.Check(worker, clock, keys) {
+		g.waiters.Add(-1)
 		if g.sparse {
-			released = g.take(g.ctrl.Poll())
+			ready = append(ready, g.ctrl.Poll()...)
 		}
-		return 0, nil, nil, false, released
+		return 0, nil, nil, false, g.take(ready)
 	}
 	g.nextID++
 	id = g.nextID
@@ -66,9 +141,9 @@ func (g *Gate) enter(worker int, clock int64, keys []uint64, fn func(error)) (id
 	}
 	g.pending[id] = fn
 	if g.sparse {
-		released = g.take(g.ctrl.Poll())
+		ready = append(ready, g.ctrl.Poll()...)
 	}
-	return id, ch, nil, true, released
+	return id, ch, nil, true, g.take(ready)
 }
 
 // take removes the callbacks of ids from pending. Caller holds mu.
@@ -81,6 +156,7 @@ func (g *Gate) take(ids []uint64) []func(error) {
 		if fn, ok := g.pending[id]; ok {
 			fns = append(fns, fn)
 			delete(g.pending, id)
+			g.waiters.Add(-1)
 		}
 	}
 	return fns
@@ -95,6 +171,9 @@ func run(fns []func(error), err error) {
 // Wait blocks until worker's read of keys at clock may proceed, ctx is
 // done (ctx.Err()), or the gate is closed (its error).
 func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64) error {
+	if g.fastRead(worker, clock) {
+		return nil
+	}
 	id, ch, err, parked, released := g.enter(worker, clock, keys, nil)
 	run(released, nil)
 	if !parked {
@@ -109,6 +188,7 @@ func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64)
 	_, still := g.pending[id]
 	if still {
 		delete(g.pending, id)
+		g.waiters.Add(-1)
 		g.ctrl.Cancel(id)
 	}
 	g.mu.Unlock()
@@ -122,6 +202,10 @@ func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64)
 // may now, else later from the goroutine that calls Advance or Finish.
 // On Close (or an invalid worker) fn gets the error. fn must not block long.
 func (g *Gate) park(worker int, clock int64, keys []uint64, fn func(error)) {
+	if g.fastRead(worker, clock) {
+		fn(nil)
+		return
+	}
 	_, _, err, parked, released := g.enter(worker, clock, keys, fn)
 	run(released, nil)
 	if !parked {
@@ -129,18 +213,60 @@ func (g *Gate) park(worker int, clock int64, keys []uint64, fn func(error)) {
 	}
 }
 
-// Advance moves worker's clock forward and releases the reads it unblocks.
+// Advance moves worker's clock forward (lower or equal clocks are
+// ignored) and releases the reads it unblocks.
 func (g *Gate) Advance(worker int, clock int64) {
+	if worker < 0 || worker >= len(g.workers) {
+		return
+	}
+	me := &g.workers[worker]
+	old := me.clock.Load()
+	for {
+		if clock <= old {
+			return
+		}
+		if me.clock.CompareAndSwap(old, clock) {
+			break
+		}
+		old = me.clock.Load()
+	}
+	if !g.sparse {
+		if old <= g.min.Load() {
+			g.raise(g.scanMin()) // it may have been the slowest
+		}
+		if g.waiters.Load() == 0 { // after the Store: see Gate
+			return
+		}
+	}
 	g.mu.Lock()
-	fns := g.take(g.ctrl.Advance(worker, clock))
+	fns := g.take(g.sync())
 	g.mu.Unlock()
 	run(fns, nil)
+}
+
+// scanMin is the smallest clock of the workers not known to be finished,
+// math.MaxInt64 if none: a lower bound of min, read without the lock
+// (clocks only rise, a finished worker only stops counting).
+func (g *Gate) scanMin() int64 {
+	m := int64(math.MaxInt64)
+	for w := range g.workers {
+		if gw := &g.workers[w]; !gw.done.Load() {
+			m = min(m, gw.clock.Load())
+		}
+	}
+	return m
 }
 
 // Finish marks worker done and releases the reads it held back.
 func (g *Gate) Finish(worker int) {
 	g.mu.Lock()
-	fns := g.take(g.ctrl.Finish(worker))
+	ready := g.sync()
+	ready = append(ready, g.ctrl.Finish(worker)...)
+	if g.ctrl.valid(worker) {
+		g.workers[worker].done.Store(true)
+	}
+	g.raise(g.ctrl.MinClock())
+	fns := g.take(ready)
 	g.mu.Unlock()
 	run(fns, nil)
 }
@@ -157,10 +283,12 @@ func (g *Gate) Close(err error) {
 		return
 	}
 	g.closed = err
+	g.shut.Store(true)
 	fns := make([]func(error), 0, len(g.pending))
 	for id, fn := range g.pending {
 		g.ctrl.Cancel(id)
 		fns = append(fns, fn)
+		g.waiters.Add(-1)
 	}
 	clear(g.pending)
 	g.mu.Unlock()
@@ -172,7 +300,11 @@ func (g *Gate) Close(err error) {
 func (g *Gate) Stats(worker int) (reads, waits int64, blocked time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.ctrl.Reads(worker), g.ctrl.Waits(worker), g.ctrl.BlockedTime(worker)
+	reads = g.ctrl.Reads(worker)
+	if g.ctrl.valid(worker) {
+		reads += g.workers[worker].reads.Load()
+	}
+	return reads, g.ctrl.Waits(worker), g.ctrl.BlockedTime(worker)
 }
 
 // MinClock is the slowest unfinished worker's clock: every Add of an
@@ -180,6 +312,9 @@ func (g *Gate) Stats(worker int) (reads, waits int64, blocked time.Duration) {
 // stamp them conservatively.
 func (g *Gate) MinClock() int64 {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.ctrl.MinClock()
+	fns := g.take(g.sync())
+	m := g.ctrl.MinClock()
+	g.mu.Unlock()
+	run(fns, nil)
+	return m
 }

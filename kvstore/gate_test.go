@@ -3,10 +3,13 @@ package kvstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 func TestGateWaitReleasedByAdvance(t *testing.T) {
@@ -137,4 +140,83 @@ func TestGateWaitNoAlloc(t *testing.T) {
 	if a != 0 {
 		t.Fatalf("Wait allocates %v times per call", a)
 	}
+}
+
+// TestGateMatchesController drives a Gate from one goroutine with random
+// reads (park), Advances (some of them stale) and Finishes, and a bare
+// Controller with the same steps: every read must be released exactly
+// when the controller releases it, and the gate's MinClock and read
+// counts must agree, whether a step took the lock-free path or the lock.
+func TestGateMatchesController(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		workers := rapid.IntRange(1, 4).Draw(rt, "workers")
+		cons := rapid.SampledFrom([]Consistency{{Kind: ASP}, {Kind: BSP}, {Kind: SSP, Staleness: 1}, {Kind: SSP, Staleness: 3},
+			{Kind: SparseSSP, Staleness: 1, Speculation: 1}}).Draw(rt, "consistency")
+		g := NewGate(cons, workers)
+		ref := NewController(cons, workers, nil)
+		var released []uint64 // read numbers the gate released, in order
+		clocks := make([]int64, workers)
+		var next uint64
+		for step := range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			w := rapid.IntRange(0, workers-1).Draw(rt, "worker")
+			var want []uint64
+			switch rapid.SampledFrom([]string{"read", "read", "advance", "advance", "finish"}).Draw(rt, "op") {
+			case "read":
+				next++
+				id := next
+				c := clocks[w] + int64(rapid.IntRange(0, 4).Draw(rt, "ahead"))
+				keys := []uint64{uint64(rapid.IntRange(0, 3).Draw(rt, "key"))}
+				if ref.Check(w, c, keys) {
+					want = []uint64{id}
+				} else {
+					ref.Park(id, w, c, keys)
+				}
+				if cons.Kind == SparseSSP {
+					want = append(want, ref.Poll()...)
+				}
+				g.park(w, c, keys, func(err error) {
+					if err != nil {
+						rt.Fatalf("read %d: %v", id, err)
+					}
+					released = append(released, id)
+				})
+			case "advance":
+				c := clocks[w] + int64(rapid.IntRange(-1, 2).Draw(rt, "by"))
+				clocks[w] = max(clocks[w], c)
+				want = ref.Advance(w, c)
+				g.Advance(w, c)
+			case "finish":
+				want = ref.Finish(w)
+				g.Finish(w)
+			}
+			if !slices.Equal(released, want) && !(len(released) == 0 && len(want) == 0) {
+				// Released together, in any order: the gate runs the ones a
+				// sync released before the step's own.
+				a, b := slices.Clone(released), slices.Clone(want)
+				slices.Sort(a)
+				slices.Sort(b)
+				if !slices.Equal(a, b) {
+					rt.Fatalf("step %d: gate released %v, controller %v (clocks %v)", step, released, want, ref.Clocks())
+				}
+			}
+			released = released[:0]
+			if !rapid.Bool().Draw(rt, "inspect") {
+				continue // leave the lock-free state unsynced
+			}
+			if got, want := g.MinClock(), ref.MinClock(); got != want {
+				rt.Fatalf("step %d: MinClock %d, controller %d", step, got, want)
+			}
+			if len(released) > 0 {
+				rt.Fatalf("step %d: MinClock released %v, which the step should have", step, released)
+			}
+			for v := range workers {
+				if reads, _, _ := g.Stats(v); reads != ref.Reads(v) {
+					rt.Fatalf("step %d: worker %d: %d reads counted, controller %d", step, v, reads, ref.Reads(v))
+				}
+				if _, waits, _ := g.Stats(v); waits != ref.Waits(v) {
+					rt.Fatalf("step %d: worker %d: %d waits counted, controller %d", step, v, waits, ref.Waits(v))
+				}
+			}
+		}
+	})
 }

@@ -3,6 +3,7 @@ package kvstore
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type LocalTable struct {
 	mode      LockMode
 	width     int
 	chunkSize uint64
+	div       chunkDiv
 	vals      []float64
 	chunks    []sync.Mutex
 	global    sync.Mutex
@@ -66,6 +68,7 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 		return nil, fmt.Errorf("%w: table %q: unknown lock mode %d", ErrBadSpec, spec.Name, int(mode))
 	}
 	t := &LocalTable{spec: spec, mode: mode, width: spec.Width, chunkSize: uint64(chunkSize)}
+	t.div = newChunkDiv(spec.Size, uint64(chunkSize))
 	t.scratch.New = func() any { return new(localScratch) }
 	if spec.Storage == Sparse {
 		dir, err := NewDirectory(spec, 1)
@@ -167,11 +170,49 @@ func (t *LocalTable) applyAtomic(op localOp, k uint64, v []float64) {
 	}
 }
 
+// runAtomic is applyAtomic over keys of width 1 in one tight loop per op,
+// so the loads of many keys are in flight at once.
+func (t *LocalTable) runAtomic(op localOp, keys []uint64, vals []float64) {
+	size := t.spec.Size
+	tv := t.vals
+	vals = vals[:len(keys)]
+	switch op {
+	case opGet:
+		for i, k := range keys {
+			if k < size {
+				vals[i] = math.Float64frombits(atomic.LoadUint64((*uint64)(unsafe.Pointer(&tv[k]))))
+			}
+		}
+	case opAdd:
+		for i, k := range keys {
+			if k < size {
+				p := (*uint64)(unsafe.Pointer(&tv[k]))
+				for {
+					old := atomic.LoadUint64(p)
+					if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+vals[i])) {
+						break
+					}
+				}
+			}
+		}
+	case opSet:
+		for i, k := range keys {
+			if k < size {
+				atomic.StoreUint64((*uint64)(unsafe.Pointer(&tv[k])), math.Float64bits(vals[i]))
+			}
+		}
+	}
+}
+
 func (t *LocalTable) do(op localOp, keys []uint64, vals []float64) {
 	w := t.width
 	vals = vals[:len(keys)*w]
 	switch t.mode {
 	case NoLocks:
+		if w == 1 {
+			t.runAtomic(op, keys, vals)
+			return
+		}
 		for i, k := range keys {
 			t.applyAtomic(op, k, vals[i*w:][:w])
 		}
@@ -218,17 +259,53 @@ func (t *LocalTable) run(op localOp, keys []uint64, vals []float64) {
 	}
 }
 
+// chunkDiv divides keys by the chunk size without a divide instruction on
+// the per-key paths (a 64-bit divide costs tens of cycles, as much as the
+// key's add): by a shift when the size is a power of two (the default),
+// else by a multiply-high with a magic number (Lemire's fastdiv, exact for
+// keys and divisors below 2^32, which local tables' are). Larger tables
+// with other sizes divide.
+type chunkDiv struct {
+	d     uint64
+	shift uint   // < 64: d is 1 << shift
+	magic uint64 // != 0: k / d is the high word of magic * k
+}
+
+func newChunkDiv(size, d uint64) chunkDiv {
+	switch {
+	case d&(d-1) == 0:
+		return chunkDiv{d: d, shift: uint(bits.TrailingZeros64(d))}
+	case size <= 1<<32 && d < 1<<32:
+		return chunkDiv{d: d, shift: 64, magic: math.MaxUint64/d + 1}
+	}
+	return chunkDiv{d: d, shift: 64}
+}
+
+// of is k / d for k < the table's size.
+func (c chunkDiv) of(k uint64) uint64 {
+	switch {
+	case c.shift < 64:
+		return k >> c.shift
+	case c.magic != 0:
+		hi, _ := bits.Mul64(c.magic, k)
+		return hi
+	}
+	return k / c.d
+}
+
 func (t *LocalTable) chunkOf(k uint64) uint64 {
 	if k >= t.spec.Size {
 		return uint64(len(t.chunks)) // sentinel: no lock, skipped by apply
 	}
-	return k / t.chunkSize
+	return t.div.of(k)
 }
 
 // doChunked takes each chunk lock the keys need once. Sorted keys (what
-// lr.sgd and the client send) are cut into runs of one chunk by comparing
-// each key with the run's chunk end, not by dividing every key; other
-// orders are grouped by chunk first.
+// the client and range-like callers send) are cut into runs of one chunk
+// by comparing each key with the run's chunk end, not by dividing every
+// key; other orders (lr.sgd's batches, in first-seen order: sorting them
+// costs the caller more than grouping them here) are grouped by chunk
+// first.
 func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	w := t.width
 	n := len(keys)
@@ -271,7 +348,6 @@ type localScratch struct {
 // over an LR model) this costs a few passes over the keys, far less than
 // sorting them.
 func (t *LocalTable) byCounting(op localOp, keys []uint64, vals []float64, sc *localScratch) {
-	w := t.width
 	nc := len(t.chunks)
 	if cap(sc.counts) < nc+2 {
 		sc.counts = make([]uint32, nc+2)
@@ -300,11 +376,36 @@ func (t *LocalTable) byCounting(op localOp, keys []uint64, vals []float64, sc *l
 		}
 		mu := &t.chunks[c]
 		mu.Lock()
-		for _, p := range order[start:end] {
-			t.apply(op, keys[p], vals[int(p)*w:][:w])
-		}
+		t.runOrder(op, keys, vals, order[start:end])
 		mu.Unlock()
 		start = end
+	}
+}
+
+// runOrder is run over keys[p] for the positions p in order (every key
+// in range): one tight loop per op for width 1, as run.
+func (t *LocalTable) runOrder(op localOp, keys []uint64, vals []float64, order []uint64) {
+	if t.width != 1 {
+		w := t.width
+		for _, p := range order {
+			t.apply(op, keys[p], vals[int(p)*w:][:w])
+		}
+		return
+	}
+	tv := t.vals
+	switch op {
+	case opGet:
+		for _, p := range order {
+			vals[p] = tv[keys[p]]
+		}
+	case opAdd:
+		for _, p := range order {
+			tv[keys[p]] += vals[p]
+		}
+	case opSet:
+		for _, p := range order {
+			tv[keys[p]] = vals[p]
+		}
 	}
 }
 

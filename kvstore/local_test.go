@@ -297,3 +297,25 @@ func TestLocalTableModel(t *testing.T) {
 		}
 	})
 }
+
+// TestChunkDivExact: the shift and multiply-high divisions equal k / d
+// for every divisor class (powers of two, other sizes below 2^32, and
+// tables too large for the magic number) at random and edge keys.
+func TestChunkDivExact(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		d := rapid.OneOf(
+			rapid.Uint64Range(1, 5000),
+			rapid.Uint64Range(1, 1<<32-1),
+			rapid.Map(rapid.UintRange(0, 31), func(s uint) uint64 { return 1 << s }),
+		).Draw(rt, "d")
+		size := rapid.SampledFrom([]uint64{1 << 20, 1 << 32, 1<<32 + 1, 1 << 40}).Draw(rt, "size")
+		c := newChunkDiv(size, d)
+		keys := rapid.SliceOf(rapid.Uint64Range(0, size-1)).Draw(rt, "keys")
+		keys = append(keys, 0, size-1, min(d, size-1), min(d-1, size-1), min(d+1, size-1))
+		for _, k := range keys {
+			if got, want := c.of(k), k/d; got != want {
+				rt.Fatalf("size %d: %d / %d = %d, chunkDiv gives %d (%+v)", size, k, d, want, got, c)
+			}
+		}
+	})
+}

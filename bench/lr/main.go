@@ -55,6 +55,7 @@ type options struct {
 	rounds                                  int
 	chunk                                   int
 	slaves                                  int
+	blockSize                               int64
 }
 
 func main() {
@@ -81,6 +82,7 @@ func main() {
 	flag.IntVar(&o.slaves, "slaves", 1, "in-process slaves; with 2, a ps stage's keys are half remote (and each slave has workers/slaves slots)")
 	flag.IntVar(&o.chunk, "chunk", 0, "local kind: keys per chunk lock (0: the engine's default)")
 	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds of the plain loop and every engine run")
+	flag.Int64Var(&o.blockSize, "block-size", 0, "bytes per input block of the engine runs (0: the cluster default, 8 MiB: 7 blocks for 200k rows, so 2 workers get 4 and 3)")
 	flag.Parse()
 	var err error
 	if o.consistency, err = parseConsistency(*cons); err != nil {
@@ -332,7 +334,7 @@ func engineSGD(ctx context.Context, o options, kind string, workers int, train, 
 	t.Kind = "lr"
 	t.Output = output
 	t.AddTable(kvstore.TableSpec{Name: "w", Size: uint64(o.dim), DType: kvstore.DType(o.dtype), Storage: kvstore.Dense})
-	t.SetInput("train", tasks.InputSpec{Path: train, Format: "libsvm"})
+	t.SetInput("train", tasks.InputSpec{Path: train, Format: "libsvm", BlockSize: o.blockSize})
 	cons := o.consistency
 	if workers == 1 {
 		cons = kvstore.Consistency{Kind: kvstore.ASP}

@@ -3,10 +3,8 @@ package lr
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/flexps/flexps/datastore"
-	"github.com/flexps/flexps/tasks"
 )
 
 // Stats are a batch's or an epoch's counts.
@@ -26,13 +24,14 @@ type Table interface {
 }
 
 // MiniBatch holds a worker's reusable buffers: the batch's distinct keys,
-// their weights and gradients, and a key -> position index (a stamped
-// array for moderate dimensions, a map beyond).
+// their weights and gradients, and a key -> position index (a hash table
+// sized to the batch, see batchIndex).
 type MiniBatch struct {
 	t     Table
-	bias  Table   // intercept (one key), nil without
-	b     float64 // the intercept read with the batch
-	scale *Scaler // feature scales, nil when training on raw values
+	bias  Table      // intercept (one key), nil without
+	b     float64    // the intercept read with the batch
+	one   [1]float64 // the intercept's value buffer: a slice of a local would escape through the Table interface every batch
+	scale *Scaler    // feature scales, nil when training on raw values
 	// cent are the centered features (nil: none), added to every
 	// training batch; cpos[j] is cent.Keys[j]'s position in keys.
 	cent *Centered
@@ -46,11 +45,7 @@ type MiniBatch struct {
 	grad   []float64
 	pos    []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
 	base   int     // r.Offsets[lo] of the current batch
-	index  *tasks.KeyIndex
-	// SortKeys sorts each batch's keys before the Get: chunk-locked local
-	// tables then take each chunk lock once without sorting twice per
-	// batch themselves.
-	SortKeys bool
+	index  batchIndex
 	// T is the number of steps (of all workers) since the table last held
 	// the weights themselves, for Step's lazy l2: with l2 > 0 the table
 	// holds w / (1 - lr l2)^T. The caller sets it before each Step and
@@ -60,56 +55,40 @@ type MiniBatch struct {
 
 // NewMiniBatch prepares buffers for table t.
 func NewMiniBatch(t Table) *MiniBatch {
-	size := uint64(0)
-	if sp, ok := t.(tasks.Table); ok {
-		size = sp.Spec().Size
-	}
-	return &MiniBatch{t: t, index: tasks.NewKeyIndex(size), finite: true}
+	return &MiniBatch{t: t, finite: true}
 }
 
 // gather collects the distinct keys of records lo..hi (and with center the
 // centered features) and reads their weights, times cur (the table holds
 // w / cur).
 func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center bool) error {
-	m.index.Reset()
 	m.keys = m.keys[:0]
 	m.base = r.Offsets[lo]
 	occ := r.Keys[m.base:r.Offsets[hi]]
+	center = center && m.cent != nil
+	n := len(occ)
+	if center {
+		n += len(m.cent.Keys)
+	}
+	m.index.Reset(n)
 	if cap(m.pos) < len(occ) {
 		m.pos = make([]int32, len(occ))
 	}
 	m.pos = m.pos[:len(occ)]
 	for j, k := range occ {
-		p, ok := m.index.Get(k)
-		if !ok {
-			p = int32(len(m.keys))
-			m.index.Put(k, p)
+		p, added := m.index.Lookup(k, int32(len(m.keys)))
+		if added {
 			m.keys = append(m.keys, k)
 		}
 		m.pos[j] = p
 	}
-	center = center && m.cent != nil
-	if center {
-		for _, k := range m.cent.Keys {
-			if _, ok := m.index.Get(k); !ok {
-				m.index.Put(k, int32(len(m.keys)))
-				m.keys = append(m.keys, k)
-			}
-		}
-	}
-	if m.SortKeys {
-		slices.Sort(m.keys)
-		for i, k := range m.keys {
-			m.index.Put(k, int32(i))
-		}
-		for j, k := range occ {
-			m.pos[j], _ = m.index.Get(k)
-		}
-	}
 	if center {
 		m.cpos = m.cpos[:0]
 		for _, k := range m.cent.Keys {
-			p, _ := m.index.Get(k)
+			p, added := m.index.Lookup(k, int32(len(m.keys)))
+			if added {
+				m.keys = append(m.keys, k)
+			}
 			m.cpos = append(m.cpos, p)
 		}
 	}
@@ -130,11 +109,10 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 	}
 	m.b = 0
 	if m.bias != nil {
-		var b [1]float64
-		if err := m.bias.Get(biasKey, b[:]); err != nil {
+		if err := m.bias.Get(biasKey, m.one[:]); err != nil {
 			return err
 		}
-		m.b = b[0]
+		m.b = m.one[0]
 	}
 	return nil
 }
@@ -282,7 +260,8 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 		return st, nil
 	}
 	if m.bias != nil {
-		if err := m.bias.Add(biasKey, []float64{db}); err != nil {
+		m.one[0] = db
+		if err := m.bias.Add(biasKey, m.one[:]); err != nil {
 			return st, err
 		}
 	}
