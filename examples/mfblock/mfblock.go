@@ -48,6 +48,10 @@ const Func = "mf.blocked"
 const (
 	MetricLocalizeSeconds = "localize_seconds"
 	MetricLocalizeCalls   = "localize_calls"
+	// MetricBarrierSeconds is the time workers waited at the sub-epoch
+	// barriers: DSGD's straggler cost (every sub-epoch waits for the
+	// slowest worker's block).
+	MetricBarrierSeconds = "barrier_seconds"
 )
 
 func init() {
@@ -138,7 +142,7 @@ func Blocked(info *tasks.Info) error {
 			blockItems[b] = append(blockItems[b], r.i)
 		}
 	}
-	var locSecs, locCalls float64
+	var locSecs, locCalls, barSecs float64
 	localize := func(t tasks.Table, keys []uint64) error {
 		if !cfg.localize || len(keys) == 0 {
 			return nil
@@ -176,16 +180,18 @@ func Blocked(info *tasks.Info) error {
 					return err
 				}
 			}
+			bstart := time.Now()
 			if err := info.Barrier(); err != nil {
 				return err
 			}
+			barSecs += time.Since(bstart).Seconds()
 		}
 		if math.IsNaN(sq) || math.IsInf(sq, 0) {
 			return fmt.Errorf("%s: stage %q epoch %d: the training error is not finite (lr %v too large?)", Func, info.StageName, epoch, h.lr)
 		}
 		m := map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricSqErrSum: sq, tasks.MetricLossSum: sq,
-			MetricLocalizeSeconds: locSecs, MetricLocalizeCalls: locCalls}
-		locSecs, locCalls = 0, 0
+			MetricLocalizeSeconds: locSecs, MetricLocalizeCalls: locCalls, MetricBarrierSeconds: barSecs}
+		locSecs, locCalls, barSecs = 0, 0, 0
 		if test != nil {
 			tn, tsq, err := evaluate(info, test, st, cfg.test)
 			if err != nil {
