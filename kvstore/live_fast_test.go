@@ -261,3 +261,57 @@ func hammer(tab *kvstore.TableClient, cl *kvstore.Client, w, ops int, mine []flo
 	}
 	return cl.Flush()
 }
+
+// A key leaves the slave while a worker of the slave is between finding
+// it owned and reading or adding it in memory (the hook runs at that
+// moment and asks another slave to localize the key): the move waits for
+// the worker, so the read returns the value before the move and the Add
+// travels with the key, never into a row left behind.
+func TestKeyMovesAwayWhileAWorkerUsesIt(t *testing.T) {
+	for _, op := range []kvstore.Op{kvstore.OpGet, kvstore.OpAdd} {
+		t.Run(op.String(), func(t *testing.T) {
+			spec := kvstore.TableSpec{Name: "w", Size: 20, Width: 2}.WithDefaults()
+			c := startCluster(t, 2, false, spec)
+			c0, c1 := c.client(0, 0, 0, asp), c.client(1, 0, 1, asp)
+			w0, w1 := c.table(c0, spec), c.table(c1, spec)
+			const k, other = 3, 14 // homes: slave 0 and slave 1
+			ok(t, w0.Localize([]uint64{other}))
+			ok(t, w0.Add([]uint64{k}, []float64{1, 2}))
+			moved := make(chan error, 1)
+			hooked := false
+			restore := kvstore.SetTestHookOwned(func(o kvstore.Op) {
+				if o != op || hooked {
+					return
+				}
+				hooked = true
+				go func() { moved <- w1.Localize([]uint64{k}) }()
+				// Give the move every chance to run now if the lock
+				// did not hold it back.
+				time.Sleep(50 * time.Millisecond)
+				select {
+				case err := <-moved:
+					t.Errorf("the key moved away while worker 0 used it in memory (localize err %v)", err)
+					moved <- nil
+				default:
+				}
+			})
+			got := make([]float64, 2)
+			if op == kvstore.OpGet {
+				ok(t, w0.Get([]uint64{k}, got))
+				same(t, []float64{1, 2}, got, "key %d read as it moved", k)
+			} else {
+				ok(t, w0.Add([]uint64{k}, []float64{10, 20}))
+			}
+			restore()
+			ok(t, <-moved)
+			same(t, true, hooked, "the hook ran")
+			same(t, true, w1.Owned(k), "key %d on slave 1", k)
+			ok(t, w1.Get([]uint64{k}, got))
+			want := []float64{1, 2}
+			if op == kvstore.OpAdd {
+				want = []float64{11, 22}
+			}
+			same(t, want, got, "key %d after the move", k)
+		})
+	}
+}

@@ -216,6 +216,11 @@ func (t *TableClient) classify(keys []uint64, sc *classScratch) {
 	}
 }
 
+// testHookOwned, set only by tests, runs while a worker holds the move
+// lock between finding which keys of its batch are here and using them:
+// a test moves a key away at that moment and checks the move waits.
+var testHookOwned func(op Op)
+
 // readOwned reads the keys classify found here into their rows of out
 // (move lock held for reading). A batch wholly in one store is read
 // straight into out.
@@ -307,6 +312,9 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 	sc := &t.csc
 	t.classify(keys, sc)
 	if !c.gated() {
+		if testHookOwned != nil {
+			testHookOwned(OpGet)
+		}
 		t.readOwned(keys, out, sc)
 		lv.mu.RUnlock()
 		c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))
@@ -412,6 +420,9 @@ func (t *TableClient) writeLive(keys []uint64, vals []float64, op Op) error {
 	}
 	sc := &t.csc
 	t.classify(keys, sc)
+	if testHookOwned != nil {
+		testHookOwned(op)
+	}
 	t.writeOwned(keys, vals, op, sc)
 	lv.mu.RUnlock()
 	c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))

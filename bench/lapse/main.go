@@ -315,7 +315,7 @@ replicas = 1
 [input.train]
 path = %q
 format = "ratings"
-block_size = 1048576       # 1 MiB: many blocks: the workers' shares come out even (DSGD waits for the slowest)
+block_size = %d            # ~32 blocks per worker: the workers' shares come out even (DSGD waits for the slowest)
 
 [[stage]]
 name = "dsgd"
@@ -331,7 +331,7 @@ batch = %d
 lr = %v
 l2 = %v
 localize = %v
-`, v.name, out, o.users, o.rank, o.items, o.rank, d.train, workers, v.kind, o.rank, o.epochs, o.batch, o.lr, o.l2, v.localize)
+`, v.name, out, o.users, o.rank, o.items, o.rank, d.train, d.inputBlock(workers), workers, v.kind, o.rank, o.epochs, o.batch, o.lr, o.l2, v.localize)
 }
 
 func measureFlexps(o opts, cl *benchkit.Cluster, d dataset, dir string, round int, v variant) (row, error) {

@@ -9,29 +9,38 @@ import (
 type hyper struct{ lr, l2 float64 }
 
 // side is one side of the matrix in a batch: its distinct ids, their
-// rows as read and the working copy SGD updates.
+// rows as read, the working copy SGD updates, and for each rating of the
+// batch the index of its row (so the update loop does no lookups).
 type side struct {
 	t     tasks.Table
 	index *tasks.KeyIndex
 	keys  []uint64
+	at    []int32
 	f, f0 []float64
 	rank  int
+	items bool // the side of r.i (else r.u)
 }
 
-func newSide(t tasks.Table, rank int) *side {
-	return &side{t: t, index: tasks.NewKeyIndex(t.Spec().Size), rank: rank}
+func newSide(t tasks.Table, rank int, items bool) *side {
+	return &side{t: t, index: tasks.NewKeyIndex(t.Spec().Size), rank: rank, items: items}
 }
 
-// gather reads the rows of ids (one Get).
-func (s *side) gather(ids func(i int) uint64, n int) error {
+// gather reads the rows of the batch's distinct ids (one Get).
+func (s *side) gather(rs []rating) error {
 	s.index.Reset()
-	s.keys = s.keys[:0]
-	for i := range n {
-		k := ids(i)
-		if _, ok := s.index.Get(k); !ok {
-			s.index.Put(k, int32(len(s.keys)))
+	s.keys, s.at = s.keys[:0], s.at[:0]
+	for _, r := range rs {
+		k := r.u
+		if s.items {
+			k = r.i
+		}
+		j, ok := s.index.Get(k)
+		if !ok {
+			j = int32(len(s.keys))
+			s.index.Put(k, j)
 			s.keys = append(s.keys, k)
 		}
+		s.at = append(s.at, j)
 	}
 	s.f = grow(s.f, len(s.keys)*s.rank)
 	if err := s.t.Get(s.keys, s.f); err != nil {
@@ -41,9 +50,9 @@ func (s *side) gather(ids func(i int) uint64, n int) error {
 	return nil
 }
 
-func (s *side) row(k uint64) []float64 {
-	j, _ := s.index.Get(k)
-	return s.f[int(j)*s.rank : int(j+1)*s.rank]
+// row is the working row of the batch's n-th rating.
+func (s *side) row(n int) []float64 {
+	return s.f[int(s.at[n])*s.rank:][:s.rank]
 }
 
 // push adds the change back (one Add).
@@ -61,14 +70,14 @@ type stepper struct {
 }
 
 func newStepper(users, items tasks.Table, rank int) *stepper {
-	return &stepper{users: newSide(users, rank), items: newSide(items, rank), rank: rank}
+	return &stepper{users: newSide(users, rank, false), items: newSide(items, rank, true), rank: rank}
 }
 
 func (st *stepper) gather(rs []rating) error {
-	if err := st.users.gather(func(i int) uint64 { return rs[i].u }, len(rs)); err != nil {
+	if err := st.users.gather(rs); err != nil {
 		return fmt.Errorf("%s: %w", Func, err)
 	}
-	if err := st.items.gather(func(i int) uint64 { return rs[i].i }, len(rs)); err != nil {
+	if err := st.items.gather(rs); err != nil {
 		return fmt.Errorf("%s: %w", Func, err)
 	}
 	return nil
@@ -82,8 +91,9 @@ func (st *stepper) step(rs []rating, h hyper) (int64, float64, error) {
 		return 0, 0, err
 	}
 	var sq float64
-	for _, r := range rs {
-		p, q := st.users.row(r.u), st.items.row(r.i)
+	for n, r := range rs {
+		p, q := st.users.row(n), st.items.row(n)
+		q = q[:len(p)] // one length: no bounds checks in the loops
 		var dot float64
 		for f := range p {
 			dot += p[f] * q[f]
@@ -116,8 +126,9 @@ func (st *stepper) eval(rs []rating) (int64, float64, error) {
 		return 0, 0, err
 	}
 	var sq float64
-	for _, r := range rs {
-		p, q := st.users.row(r.u), st.items.row(r.i)
+	for n, r := range rs {
+		p, q := st.users.row(n), st.items.row(n)
+		q = q[:len(p)]
 		var dot float64
 		for f := range p {
 			dot += p[f] * q[f]
