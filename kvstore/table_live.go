@@ -221,6 +221,27 @@ func (t *TableClient) classify(keys []uint64, sc *classScratch) {
 // a test moves a key away at that moment and checks the move waits.
 var testHookOwned func(op Op)
 
+// wholeStore returns the store holding every key of the batch when all of
+// them are owned here and in the same store (move lock held for reading),
+// else nil. Blocked training's batches nearly always are (a block's items
+// share a home; so do a worker's users): those skip classify's lists.
+func (t *TableClient) wholeStore(keys []uint64) Store {
+	lv := t.lv
+	if len(keys) == 0 {
+		return nil
+	}
+	home := lv.isHome(keys[0])
+	for _, k := range keys {
+		if !lv.node.Owns(k) || lv.isHome(k) != home {
+			return nil
+		}
+	}
+	if home {
+		return lv.home
+	}
+	return lv.guest
+}
+
 // readOwned reads the keys classify found here into their rows of out
 // (move lock held for reading). A batch wholly in one store is read
 // straight into out.
@@ -231,19 +252,19 @@ func (t *TableClient) readOwned(keys []uint64, out []float64, sc *classScratch) 
 	case nh+ng == 0:
 		return
 	case nh == len(keys):
-		lv.home.Get(keys, out)
+		getHeld(lv.home, keys, out)
 		return
 	case ng == len(keys):
-		lv.guest.Get(keys, out)
+		getHeld(lv.guest, keys, out)
 		return
 	}
 	sc.hBuf = grow(sc.hBuf, len(sc.hKeys)*w)
 	sc.gBuf = grow(sc.gBuf, len(sc.gKeys)*w)
 	if len(sc.hKeys) > 0 {
-		lv.home.Get(sc.hKeys, sc.hBuf)
+		getHeld(lv.home, sc.hKeys, sc.hBuf)
 	}
 	if len(sc.gKeys) > 0 {
-		lv.guest.Get(sc.gKeys, sc.gBuf)
+		getHeld(lv.guest, sc.gKeys, sc.gBuf)
 	}
 	for j, i := range sc.hIdx {
 		copy(out[i*w:(i+1)*w], sc.hBuf[j*w:(j+1)*w])
@@ -263,7 +284,7 @@ func (t *TableClient) writeOwned(keys []uint64, vals []float64, op Op, sc *class
 		if op == OpSet {
 			st.Set(ks, vs)
 		} else {
-			st.Add(ks, vs)
+			addHeld(st, ks, vs)
 		}
 	}
 	switch nh, ng := len(sc.hIdx), len(sc.gIdx); {
@@ -310,8 +331,17 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 		return nil, err
 	}
 	sc := &t.csc
-	t.classify(keys, sc)
 	if !c.gated() {
+		if st := t.wholeStore(keys); st != nil {
+			if testHookOwned != nil {
+				testHookOwned(OpGet)
+			}
+			getHeld(st, keys, out)
+			lv.mu.RUnlock()
+			c.stats.LocalKeys += int64(len(keys))
+			return nil, nil
+		}
+		t.classify(keys, sc)
 		if testHookOwned != nil {
 			testHookOwned(OpGet)
 		}
@@ -328,6 +358,7 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 		}
 		return p, nil
 	}
+	t.classify(keys, sc)
 	moves := lv.moves.Load()
 	lv.mu.RUnlock()
 	p := t.begin(out)
@@ -417,6 +448,19 @@ func (t *TableClient) writeLive(keys []uint64, vals []float64, op Op) error {
 	w := t.spec.Width
 	if err := t.lockRoutes(); err != nil {
 		return err
+	}
+	if st := t.wholeStore(keys); st != nil {
+		if testHookOwned != nil {
+			testHookOwned(op)
+		}
+		if op == OpSet {
+			st.Set(keys, vals)
+		} else {
+			addHeld(st, keys, vals)
+		}
+		lv.mu.RUnlock()
+		c.stats.LocalKeys += int64(len(keys))
+		return nil
 	}
 	sc := &t.csc
 	t.classify(keys, sc)

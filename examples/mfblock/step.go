@@ -93,12 +93,8 @@ func (st *stepper) step(rs []rating, h hyper) (int64, float64, error) {
 	var sq float64
 	for n, r := range rs {
 		p, q := st.users.row(n), st.items.row(n)
-		q = q[:len(p)] // one length: no bounds checks in the loops
-		var dot float64
-		for f := range p {
-			dot += p[f] * q[f]
-		}
-		e := r.r - dot
+		q = q[:len(p)] // one length: no bounds checks in the loop
+		e := r.r - dot(p, q)
 		sq += e * e
 		for f := range p {
 			pf, qf := p[f], q[f]
@@ -127,16 +123,29 @@ func (st *stepper) eval(rs []rating) (int64, float64, error) {
 	}
 	var sq float64
 	for n, r := range rs {
-		p, q := st.users.row(n), st.items.row(n)
-		q = q[:len(p)]
-		var dot float64
-		for f := range p {
-			dot += p[f] * q[f]
-		}
-		e := r.r - dot
+		e := r.r - dot(st.users.row(n), st.items.row(n))
 		sq += e * e
 	}
 	return int64(len(rs)), sq, nil
+}
+
+// dot is p . q summed in four interleaved partial sums, so the additions
+// pipeline instead of forming one chain of len(p) dependent adds (the
+// latency of that chain was most of a rank-16 update).
+func dot(p, q []float64) float64 {
+	q = q[:len(p)]
+	var s0, s1, s2, s3 float64
+	f := 0
+	for ; f+4 <= len(p); f += 4 {
+		s0 += p[f] * q[f]
+		s1 += p[f+1] * q[f+1]
+		s2 += p[f+2] * q[f+2]
+		s3 += p[f+3] * q[f+3]
+	}
+	for ; f < len(p); f++ {
+		s0 += p[f] * q[f]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 func grow(s []float64, n int) []float64 {
