@@ -57,8 +57,9 @@ func (s *side) row(n int) []float64 {
 
 // push adds the change back (one Add).
 func (s *side) push() error {
-	for i := range s.f {
-		s.f0[i] = s.f[i] - s.f0[i]
+	f0 := s.f0[:len(s.f)]
+	for i, v := range s.f {
+		f0[i] = v - f0[i]
 	}
 	return s.t.Add(s.keys, s.f0)
 }
