@@ -126,19 +126,28 @@ func Blocked(info *tasks.Info) error {
 	nItems := items.Spec().Size
 	blocks := uint64(max(info.Workers, 1))
 	blockOf := func(i uint64) int { return int(i * blocks / nItems) }
+	// The worker's ratings by item block (sized first: millions of
+	// ratings), the distinct items of each block and the distinct users.
+	counts := make([]int, blocks)
+	for _, r := range data {
+		counts[blockOf(r.i)]++
+	}
 	byBlock := make([][]rating, blocks)
-	blockItems := make([][]uint64, blocks) // distinct items of the worker's ratings, per block
+	for b := range byBlock {
+		byBlock[b] = make([]rating, 0, counts[b])
+	}
+	blockItems := make([][]uint64, blocks)
 	var myUsers []uint64
-	seenU, seenI := map[uint64]bool{}, map[uint64]bool{}
+	seenU, seenI := tasks.NewKeyIndex(users.Spec().Size), tasks.NewKeyIndex(nItems)
 	for _, r := range data {
 		b := blockOf(r.i)
 		byBlock[b] = append(byBlock[b], r)
-		if !seenU[r.u] {
-			seenU[r.u] = true
+		if _, ok := seenU.Get(r.u); !ok {
+			seenU.Put(r.u, 0)
 			myUsers = append(myUsers, r.u)
 		}
-		if !seenI[r.i] {
-			seenI[r.i] = true
+		if _, ok := seenI.Get(r.i); !ok {
+			seenI.Put(r.i, 0)
 			blockItems[b] = append(blockItems[b], r.i)
 		}
 	}
