@@ -29,10 +29,17 @@ func newSide(t tasks.Table, rank int, items bool) *side {
 func (s *side) gather(rs []rating) error {
 	s.index.Reset()
 	s.keys, s.at = s.keys[:0], s.at[:0]
+	var last uint64
+	var lastJ int32 = -1
 	for _, r := range rs {
 		k := r.u
 		if s.items {
 			k = r.i
+		}
+		// Ratings grouped by user repeat the previous rating's user.
+		if lastJ >= 0 && k == last {
+			s.at = append(s.at, lastJ)
+			continue
 		}
 		j, ok := s.index.Get(k)
 		if !ok {
@@ -41,6 +48,7 @@ func (s *side) gather(rs []rating) error {
 			s.keys = append(s.keys, k)
 		}
 		s.at = append(s.at, j)
+		last, lastJ = k, j
 	}
 	s.f = grow(s.f, len(s.keys)*s.rank)
 	if err := s.t.Get(s.keys, s.f); err != nil {
