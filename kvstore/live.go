@@ -37,7 +37,9 @@ type live struct {
 	self  int
 	hosts []string
 	home  Store // the home shard's store
-	guest Store // keys owned here whose home is elsewhere
+	guest Store // keys owned here whose home is elsewhere (made by activate)
+	spec  TableSpec
+	whole Directory // one shard over the whole key space (the guest store's)
 	dir   Directory
 	// lo, hi: the home shard's keys when the partitioning is contiguous.
 	lo, hi     uint64
@@ -97,10 +99,23 @@ func newLive(spec TableSpec, dir Directory, shard int, hosts []string, home Stor
 	if err != nil {
 		return nil, err
 	}
-	lv := &live{self: shard, hosts: hosts, home: home, guest: NewStore(guestSpec(spec), whole, 0), dir: dir, waiters: map[uint64][]*localizeWaiter{}}
+	lv := &live{self: shard, hosts: hosts, home: home, spec: spec, whole: whole, dir: dir, waiters: map[uint64][]*localizeWaiter{}}
 	lv.lo, lv.hi, lv.contiguous = dir.Bounds(shard)
-	lv.node = ownership.NewNodeSized(ownership.NodeID(shard), func(k uint64) ownership.NodeID { return ownership.NodeID(dir.Owner(k)) }, spec.Size)
+	lv.node = ownership.NewNode(ownership.NodeID(shard), func(k uint64) ownership.NodeID { return ownership.NodeID(dir.Owner(k)) })
 	return lv, nil
+}
+
+// activate switches the table to dynamic on this node (move lock held
+// for writing): the guest store and the ownership bitset are made now,
+// at the first relocation message, so a table nobody localizes costs
+// neither.
+func (lv *live) activate() {
+	if lv.dynamic.Load() {
+		return
+	}
+	lv.guest = NewStore(guestSpec(lv.spec), lv.whole, 0)
+	lv.node.EnableIndex(lv.spec.Size)
+	lv.dynamic.Store(true)
 }
 
 // denseGuestMaxBytes bounds the guest store kept as a dense array over
@@ -308,7 +323,7 @@ func (s *Server) relocate(reply string, t *hostedTask, ht *hostedTable, m *Messa
 	lv.mu.Lock()
 	defer s.runLater()
 	defer lv.mu.Unlock()
-	lv.dynamic.Store(true)
+	lv.activate()
 	keys := slices.Clone(m.Keys)
 	switch {
 	case m.Op == OpLocalize && reply != "":

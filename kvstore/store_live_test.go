@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -8,7 +9,14 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/flexps/flexps/kvstore/ownership"
+	"github.com/flexps/flexps/kvstore/transport"
+	"github.com/rs/zerolog"
 )
+
+const ownershipMaxIndexed = ownership.MaxIndexedKeys
 
 // getHeld and addHeld (the fast path of a live table's owned batch) read
 // and add exactly what Get and Add do, on every kind of store: the dense
@@ -235,5 +243,68 @@ func TestHeldRowsLockTheirStripes(t *testing.T) {
 		if !maps.Equal(want, got) {
 			t.Fatalf("keys %v: stripes locked %v, want %v", keys, got, want)
 		}
+	}
+}
+
+// A table is static until the first relocation reaches its slave: no
+// guest store, no ownership bitset. The first Localize makes both, and
+// the guest store is dense for a table that fits denseGuestMaxBytes.
+func TestTableActivatesAtFirstRelocation(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spec  TableSpec
+		dense bool
+	}{
+		{"small dense", TableSpec{Name: "w", Size: 40, Width: 2}, true},
+		{"large sparse", TableSpec{Name: "w", Size: 1 << 40, Width: 2, Storage: Sparse}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := transport.NewMem()
+			hosts := []string{"a", "b"}
+			var servers []*Server
+			for _, h := range hosts {
+				s, err := NewServer(tr, h, zerolog.Nop())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if err := s.CreateTables("t", h, []Placement{{Spec: tc.spec, Hosts: hosts}}); err != nil {
+					t.Fatal(err)
+				}
+				servers = append(servers, s)
+			}
+			lv := servers[0].hosted("t", "w").live
+			if lv.guest != nil || lv.node.Indexed() || lv.dynamic.Load() {
+				t.Fatal("a table nobody localized has a guest store or an ownership bitset")
+			}
+			cl, err := NewClient(ClientConfig{Transport: tr, Task: "t", Hosts: hosts, Self: "a", Server: servers[0],
+				Consistency: Consistency{Kind: ASP}, Timeout: 10 * time.Second, Ctx: context.Background()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			tc2, err := cl.Table(Placement{Spec: tc.spec, Hosts: hosts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			far := tc.spec.Size - 1 // range partitioning: slave b's
+			if tc2.Local(far) {
+				t.Fatalf("key %d is slave a's already", far)
+			}
+			if err := tc2.Localize([]uint64{far}); err != nil {
+				t.Fatal(err)
+			}
+			lv.mu.RLock()
+			defer lv.mu.RUnlock()
+			if !lv.dynamic.Load() || lv.guest == nil || lv.node.Indexed() != (tc.spec.Size <= ownershipMaxIndexed) {
+				t.Fatalf("after a Localize: dynamic %v, guest store %v, bitset %v", lv.dynamic.Load(), lv.guest != nil, lv.node.Indexed())
+			}
+			if _, dense := lv.guest.(*dense[float64]); dense != tc.dense {
+				t.Fatalf("guest store dense: %v, want %v", dense, tc.dense)
+			}
+			if !lv.node.Owns(far) {
+				t.Fatalf("key %d not owned by slave a after its Localize", far)
+			}
+		})
 	}
 }

@@ -105,22 +105,30 @@ func NewNode(id NodeID, home func(uint64) NodeID) *Node {
 	return &Node{ID: id, Home: home, moved: map[uint64]loc{}, guests: map[uint64]uint64{}, incoming: map[uint64][]Msg{}}
 }
 
-// NewNodeSized is NewNode for keys in [0, size): when size is at most
-// MaxIndexedKeys the node also keeps Owns as a bitset (one bit per key,
-// built here in one pass over the home function), which OwnsAt and Owns
-// read instead of the maps. Keys >= size are owned by nobody.
+// NewNodeSized is NewNode with the ownership bitset (EnableIndex).
 func NewNodeSized(id NodeID, home func(uint64) NodeID, size uint64) *Node {
 	n := NewNode(id, home)
-	if size == 0 || size > MaxIndexedKeys {
-		return n
+	n.EnableIndex(size)
+	return n
+}
+
+// EnableIndex makes the node keep Owns as a bitset over keys [0, size)
+// from now on (built here from the maps, in one pass over the key space),
+// when size is at most MaxIndexedKeys; OwnsAt and Owns then read it
+// instead of the maps, and keys >= size are owned by nobody. A caller
+// enables it when the table starts to move, so tables that never do pay
+// neither the pass nor the memory.
+func (n *Node) EnableIndex(size uint64) {
+	if n.own != nil || size == 0 || size > MaxIndexedKeys {
+		return
 	}
-	n.own = make([]uint64, (size+63)/64)
+	own := make([]uint64, (size+63)/64)
 	for k := range size {
-		if home(k) == id {
-			n.own[k>>6] |= 1 << (k & 63)
+		if n.ownsByMaps(k) {
+			own[k>>6] |= 1 << (k & 63)
 		}
 	}
-	return n
+	n.own = own
 }
 
 // note brings k's ownership bit in line with the maps after a change of
