@@ -16,16 +16,19 @@ import (
 // the task's i-th slave (the ownership NodeID is the shard index). A key
 // is owned by its home until a worker localizes it; from then on the
 // home's ownership.Node knows the current owner, and the owner keeps the
-// value in its guest store (a sparse store over the whole key space). The
+// value in its guest store (a store over the whole key space: a dense
+// array when the table fits in denseGuestMaxBytes, else sparse). The
 // relocation machine (package ownership) decides; the Server executes its
 // actions on the stores and the transport.
 //
 // A table stays static until the first relocation message reaches its
 // node: a static node serves exactly as before (no lock, no ownership
-// lookups), so tables nobody localizes pay nothing. The switch to dynamic
-// happens under the move lock, which workers of the slave hold for
-// reading around every in-memory batch, so no in-memory Add races with a
-// key leaving the node.
+// lookups, no guest store), so tables nobody localizes pay nothing. The
+// switch to dynamic (activate) happens under the move lock, which workers
+// of the slave hold for reading around every in-memory batch, so no
+// in-memory Add races with a key leaving the node; it also gives the node
+// its ownership bitset, so a worker checks a key it owns with one bit
+// test.
 type live struct {
 	// mu orders moves against in-memory access: the server's handler
 	// holds it for writing while it steps the machine (installing or
