@@ -25,8 +25,10 @@
 // Each worker reads its share of the training input once and keeps it in
 // memory (the schedule needs the same ratings in every epoch). Sub-epochs
 // end at a stage barrier. It reports what mf.sgd reports (samples,
-// sq_err_sum and loss_sum: the job table prints RMSE), and
-// localize_seconds / localize_calls (time workers spent in Localize).
+// sq_err_sum and loss_sum: the job table prints RMSE),
+// localize_seconds / localize_calls (time workers spent in Localize) and
+// barrier_seconds (time they waited at the sub-epoch barriers for the
+// slowest worker).
 // The model kind is "mf": flexps eval prints its RMSE on a ratings file.
 package mfblock
 
