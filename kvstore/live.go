@@ -16,29 +16,38 @@ import (
 // the task's i-th slave (the ownership NodeID is the shard index). A key
 // is owned by its home until a worker localizes it; from then on the
 // home's ownership.Node knows the current owner, and the owner keeps the
-// value in its guest store (a sparse store over the whole key space). The
+// value in its guest store (a store over the whole key space: a dense
+// array when the table fits in denseGuestMaxBytes, else sparse). The
 // relocation machine (package ownership) decides; the Server executes its
 // actions on the stores and the transport.
 //
 // A table stays static until the first relocation message reaches its
 // node: a static node serves exactly as before (no lock, no ownership
-// lookups), so tables nobody localizes pay nothing. The switch to dynamic
-// happens under the move lock, which workers of the slave hold for
-// reading around every in-memory batch, so no in-memory Add races with a
-// key leaving the node.
+// lookups, no guest store), so tables nobody localizes pay nothing. The
+// switch to dynamic (activate) happens under the move lock, which workers
+// of the slave hold for reading around every in-memory batch, so no
+// in-memory Add races with a key leaving the node; it also gives the node
+// its ownership bitset, so a worker checks a key it owns with one bit
+// test.
 type live struct {
 	// mu orders moves against in-memory access: the server's handler
 	// holds it for writing while it steps the machine (installing or
 	// extracting values); workers hold it for reading around each batch
 	// they serve from memory. Nobody waits on the network or a gate while
 	// holding it.
-	mu      sync.RWMutex
-	node    *ownership.Node
-	self    int
-	hosts   []string
-	home    Store // the home shard's store
-	guest   Store // keys owned here whose home is elsewhere
-	dynamic atomic.Bool
+	mu    sync.RWMutex
+	node  *ownership.Node
+	self  int
+	hosts []string
+	home  Store // the home shard's store
+	guest Store // keys owned here whose home is elsewhere (made by activate)
+	spec  TableSpec
+	whole Directory // one shard over the whole key space (the guest store's)
+	dir   Directory
+	// lo, hi: the home shard's keys when the partitioning is contiguous.
+	lo, hi     uint64
+	contiguous bool
+	dynamic    atomic.Bool
 	// moves counts installs and extracts here. A worker flushes its
 	// in-flight Adds before its first in-memory access after a change,
 	// so an Add still travelling the old route cannot land after a read
@@ -93,23 +102,60 @@ func newLive(spec TableSpec, dir Directory, shard int, hosts []string, home Stor
 	if err != nil {
 		return nil, err
 	}
-	gspec := spec
-	gspec.Storage = Sparse
-	lv := &live{self: shard, hosts: hosts, home: home, guest: NewStore(gspec, whole, 0), waiters: map[uint64][]*localizeWaiter{}}
+	lv := &live{self: shard, hosts: hosts, home: home, spec: spec, whole: whole, dir: dir, waiters: map[uint64][]*localizeWaiter{}}
+	lv.lo, lv.hi, lv.contiguous = dir.Bounds(shard)
 	lv.node = ownership.NewNode(ownership.NodeID(shard), func(k uint64) ownership.NodeID { return ownership.NodeID(dir.Owner(k)) })
 	return lv, nil
 }
 
+// activate switches the table to dynamic on this node (move lock held
+// for writing): the guest store and the ownership bitset are made now,
+// at the first relocation message, so a table nobody localizes costs
+// neither.
+func (lv *live) activate() {
+	if lv.dynamic.Load() {
+		return
+	}
+	lv.guest = NewStore(guestSpec(lv.spec), lv.whole, 0)
+	lv.node.EnableIndex(lv.spec.Size)
+	lv.dynamic.Store(true)
+}
+
+// denseGuestMaxBytes bounds the guest store kept as a dense array over
+// the whole key space: a guest read or add is then an index, not a hash
+// probe (the sparse guest store's open addressing cost a worker's
+// in-memory batch about as much as the dense home shard's copy). Pages
+// of the array no guest ever touched are never written, so the memory a
+// slave really uses grows with the keys it holds, not with the table.
+const denseGuestMaxBytes = 32 << 20
+
+// guestSpec is the spec of a table's guest store: dense (zero-initialized:
+// every guest row is installed before it is read) when the whole table
+// fits in denseGuestMaxBytes, else sparse.
+func guestSpec(spec TableSpec) TableSpec {
+	g := spec
+	g.Storage, g.Init = Sparse, "zero"
+	bytes := uint64(8)
+	if spec.DType == Float32 {
+		bytes = 4
+	}
+	if spec.Size <= denseGuestMaxBytes/bytes/uint64(max(spec.Width, 1)) {
+		g.Storage = Dense
+	}
+	return g
+}
+
+// isHome reports whether k's home is this node (its value lives in the
+// home store when owned here).
+func (lv *live) isHome(k uint64) bool {
+	if lv.contiguous {
+		return k-lv.lo < lv.hi-lv.lo
+	}
+	return lv.dir.Owner(k) == lv.self
+}
+
 // homeOf is the shard index of k's home.
 func (lv *live) homeOf(k uint64) int { return int(lv.node.Home(k)) }
-
-// storeOf is where this node keeps k's value when it owns k.
-func (lv *live) storeOf(k uint64) Store {
-	if lv.homeOf(k) == lv.self {
-		return lv.home
-	}
-	return lv.guest
-}
 
 // split calls fn with the keys (and their rows of vals, when vals is not
 // nil) that live in each of the two stores. Scratch comes from sc.
@@ -117,7 +163,7 @@ func (lv *live) split(keys []uint64, vals []float64, w int, sc *liveScratch, fn 
 	sc.hk, sc.gk, sc.hi, sc.gi = sc.hk[:0], sc.gk[:0], sc.hi[:0], sc.gi[:0]
 	sc.hv, sc.gv = sc.hv[:0], sc.gv[:0]
 	for i, k := range keys {
-		if lv.homeOf(k) == lv.self {
+		if lv.isHome(k) {
 			sc.hk, sc.hi = append(sc.hk, k), append(sc.hi, i)
 			if vals != nil {
 				sc.hv = append(sc.hv, vals[i*w:(i+1)*w]...)
@@ -280,7 +326,7 @@ func (s *Server) relocate(reply string, t *hostedTask, ht *hostedTable, m *Messa
 	lv.mu.Lock()
 	defer s.runLater()
 	defer lv.mu.Unlock()
-	lv.dynamic.Store(true)
+	lv.activate()
 	keys := slices.Clone(m.Keys)
 	switch {
 	case m.Op == OpLocalize && reply != "":
@@ -508,10 +554,13 @@ func (s *Server) scanLive(ht *hostedTable, cursor uint64, page int) ([]uint64, [
 	if err != nil {
 		return nil, nil, 0, false, err
 	}
+	guests := st == lv.guest
 	lv.mu.RLock()
 	n := 0
 	for i, k := range keys {
-		if lv.node.Owns(k) {
+		// A dense guest store spans every key: its rows of home keys
+		// are never used (the home store has those).
+		if lv.node.Owns(k) && !(guests && lv.isHome(k)) {
 			keys[n] = k
 			copy(vals[n*w:(n+1)*w], vals[i*w:(i+1)*w])
 			n++

@@ -1,10 +1,6 @@
 package kvstore
 
-import (
-	"fmt"
-
-	"github.com/flexps/flexps/kvstore/ownership"
-)
+import "fmt"
 
 // dyn reports whether keys of this table have moved through this slave,
 // or the worker learned where moved keys live: then every access consults
@@ -196,21 +192,23 @@ type classScratch struct {
 	hIdx, gIdx, rIdx []int    // positions: in the home shard here, guests here, elsewhere
 	hKeys, gKeys     []uint64 // their keys, for the two local stores
 	hBuf, gBuf       []float64
+	wKeys, sub       []uint64 // a gated read: the keys it waits for; those classified again
+	again            []int
+	second           *classScratch // a gated read's second classification
 }
 
 // classify splits keys by where they live now (move lock held for
-// reading): this slave's home shard, its guests, or another slave.
+// reading): this slave's home shard, its guests, or another slave. With
+// the node's ownership bitset a key costs one bit test and a bounds check.
 func (t *TableClient) classify(keys []uint64, sc *classScratch) {
 	lv := t.lv
 	sc.hIdx, sc.gIdx, sc.rIdx = sc.hIdx[:0], sc.gIdx[:0], sc.rIdx[:0]
 	sc.hKeys, sc.gKeys = sc.hKeys[:0], sc.gKeys[:0]
-	self := ownership.NodeID(lv.self)
 	for i, k := range keys {
-		h := ownership.NodeID(t.dir.Owner(k))
 		switch {
-		case !lv.node.OwnsAt(k, h):
+		case !lv.node.Owns(k):
 			sc.rIdx = append(sc.rIdx, i)
-		case h == self:
+		case lv.isHome(k):
 			sc.hIdx, sc.hKeys = append(sc.hIdx, i), append(sc.hKeys, k)
 		default:
 			sc.gIdx, sc.gKeys = append(sc.gIdx, i), append(sc.gKeys, k)
@@ -218,17 +216,148 @@ func (t *TableClient) classify(keys []uint64, sc *classScratch) {
 	}
 }
 
+// testHookOwned, set only by tests, runs while a worker holds the move
+// lock between finding which keys of its batch are here and using them:
+// a test moves a key away at that moment and checks the move waits.
+var testHookOwned func(op Op)
+
+// wholeStore returns the store holding every key of the batch when all of
+// them are owned here and in the same store (move lock held for reading),
+// else nil. Blocked training's batches nearly always are (a block's items
+// share a home; so do a worker's users): those skip classify's lists.
+func (t *TableClient) wholeStore(keys []uint64) Store {
+	lv := t.lv
+	if len(keys) == 0 {
+		return nil
+	}
+	home := lv.isHome(keys[0])
+	for _, k := range keys {
+		if !lv.node.Owns(k) || lv.isHome(k) != home {
+			return nil
+		}
+	}
+	if home {
+		return lv.home
+	}
+	return lv.guest
+}
+
+// readOwned reads the keys classify found here into their rows of out
+// (move lock held for reading). A batch wholly in one store is read
+// straight into out.
+func (t *TableClient) readOwned(keys []uint64, out []float64, sc *classScratch) {
+	lv := t.lv
+	w := t.spec.Width
+	switch nh, ng := len(sc.hIdx), len(sc.gIdx); {
+	case nh+ng == 0:
+		return
+	case nh == len(keys):
+		getHeld(lv.home, keys, out)
+		return
+	case ng == len(keys):
+		getHeld(lv.guest, keys, out)
+		return
+	}
+	sc.hBuf = grow(sc.hBuf, len(sc.hKeys)*w)
+	sc.gBuf = grow(sc.gBuf, len(sc.gKeys)*w)
+	if len(sc.hKeys) > 0 {
+		getHeld(lv.home, sc.hKeys, sc.hBuf)
+	}
+	if len(sc.gKeys) > 0 {
+		getHeld(lv.guest, sc.gKeys, sc.gBuf)
+	}
+	for j, i := range sc.hIdx {
+		copy(out[i*w:(i+1)*w], sc.hBuf[j*w:(j+1)*w])
+	}
+	for j, i := range sc.gIdx {
+		copy(out[i*w:(i+1)*w], sc.gBuf[j*w:(j+1)*w])
+	}
+}
+
+// writeOwned adds (or sets) the rows of vals of the keys classify found
+// here (move lock held for reading). A batch wholly in one store goes
+// straight from vals.
+func (t *TableClient) writeOwned(keys []uint64, vals []float64, op Op, sc *classScratch) {
+	lv := t.lv
+	w := t.spec.Width
+	write := func(st Store, ks []uint64, vs []float64) {
+		if op == OpSet {
+			st.Set(ks, vs)
+		} else {
+			addHeld(st, ks, vs)
+		}
+	}
+	switch nh, ng := len(sc.hIdx), len(sc.gIdx); {
+	case nh+ng == 0:
+		return
+	case nh == len(keys):
+		write(lv.home, keys, vals)
+		return
+	case ng == len(keys):
+		write(lv.guest, keys, vals)
+		return
+	}
+	gather := func(buf []float64, idx []int) []float64 {
+		buf = grow(buf, len(idx)*w)
+		for j, i := range idx {
+			copy(buf[j*w:(j+1)*w], vals[i*w:(i+1)*w])
+		}
+		return buf
+	}
+	if len(sc.hKeys) > 0 {
+		sc.hBuf = gather(sc.hBuf, sc.hIdx)
+		write(lv.home, sc.hKeys, sc.hBuf)
+	}
+	if len(sc.gKeys) > 0 {
+		sc.gBuf = gather(sc.gBuf, sc.gIdx)
+		write(lv.guest, sc.gKeys, sc.gBuf)
+	}
+}
+
 // getLive issues a read of a dynamic table: keys this slave owns from
 // memory now, the others from their homes (which forward to the owner)
-// or the owners the worker learned; the caller waits for the read.
+// or the owners the worker learned; the caller waits for the read (nil:
+// every key was read from memory).
+//
+// Without a gate to wait at (ASP) the owned keys are found and read
+// under one hold of the move lock: no key can leave between the two.
+// Under SSP/BSP the read first waits at the gate with the lock released
+// (the server must be able to move keys meanwhile), then takes it again
+// and reads what is still here; keys that left go to their homes.
 func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pending, error) {
 	c := t.c
 	lv := t.lv
-	w := t.spec.Width
 	if err := t.lockRoutes(); err != nil {
 		return nil, err
 	}
 	sc := &t.csc
+	if !c.gated() {
+		if st := t.wholeStore(keys); st != nil {
+			if testHookOwned != nil {
+				testHookOwned(OpGet)
+			}
+			getHeld(st, keys, out)
+			lv.mu.RUnlock()
+			c.stats.LocalKeys += int64(len(keys))
+			return nil, nil
+		}
+		t.classify(keys, sc)
+		if testHookOwned != nil {
+			testHookOwned(OpGet)
+		}
+		t.readOwned(keys, out, sc)
+		lv.mu.RUnlock()
+		c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))
+		if len(sc.rIdx) == 0 {
+			return nil, nil
+		}
+		p := t.begin(out)
+		if err := t.sendGets(p, keys, sc.rIdx); err != nil {
+			c.release(p)
+			return nil, err
+		}
+		return p, nil
+	}
 	t.classify(keys, sc)
 	moves := lv.moves.Load()
 	lv.mu.RUnlock()
@@ -243,7 +372,8 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 	if len(sc.hIdx)+len(sc.gIdx) == 0 {
 		return p, nil
 	}
-	if err := t.waitLocal(append(sc.hKeys, sc.gKeys...)); err != nil {
+	sc.wKeys = append(append(sc.wKeys[:0], sc.hKeys...), sc.gKeys...)
+	if err := t.waitLocal(sc.wKeys); err != nil {
 		return fail(err)
 	}
 	if stamped {
@@ -253,41 +383,32 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 	if lv.moves.Load() != moves {
 		// Keys moved while the read waited at the gate: classify the
 		// local ones again; those that left go to their homes.
-		var again []int
-		again = append(append(again, sc.hIdx...), sc.gIdx...)
-		sub := make([]uint64, len(again))
-		for j, i := range again {
-			sub[j] = keys[i]
+		again := append(append(sc.again[:0], sc.hIdx...), sc.gIdx...)
+		sc.again = again
+		sub := sc.sub[:0]
+		for _, i := range again {
+			sub = append(sub, keys[i])
 		}
-		var sc2 classScratch
-		t.classify(sub, &sc2)
+		sc.sub = sub
+		if sc.second == nil {
+			sc.second = &classScratch{}
+		}
+		sc2 := sc.second
+		t.classify(sub, sc2)
 		remap := func(idx []int) []int {
 			for j := range idx {
 				idx[j] = again[idx[j]]
 			}
 			return idx
 		}
-		sc.hIdx, sc.hKeys = remap(sc2.hIdx), sc2.hKeys
-		sc.gIdx, sc.gKeys = remap(sc2.gIdx), sc2.gKeys
-		sc.rIdx = remap(sc2.rIdx)
+		sc.hIdx, sc.hKeys = append(sc.hIdx[:0], remap(sc2.hIdx)...), append(sc.hKeys[:0], sc2.hKeys...)
+		sc.gIdx, sc.gKeys = append(sc.gIdx[:0], remap(sc2.gIdx)...), append(sc.gKeys[:0], sc2.gKeys...)
+		sc.rIdx = append(sc.rIdx[:0], remap(sc2.rIdx)...)
 	} else {
 		sc.rIdx = sc.rIdx[:0]
 	}
-	sc.hBuf = grow(sc.hBuf, len(sc.hKeys)*w)
-	sc.gBuf = grow(sc.gBuf, len(sc.gKeys)*w)
-	if len(sc.hKeys) > 0 {
-		lv.home.Get(sc.hKeys, sc.hBuf)
-	}
-	if len(sc.gKeys) > 0 {
-		lv.guest.Get(sc.gKeys, sc.gBuf)
-	}
+	t.readOwned(keys, out, sc)
 	lv.mu.RUnlock()
-	for j, i := range sc.hIdx {
-		copy(out[i*w:(i+1)*w], sc.hBuf[j*w:(j+1)*w])
-	}
-	for j, i := range sc.gIdx {
-		copy(out[i*w:(i+1)*w], sc.gBuf[j*w:(j+1)*w])
-	}
 	c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))
 	if err := t.sendGets(p, keys, sc.rIdx); err != nil {
 		return fail(err)
@@ -298,6 +419,9 @@ func (t *TableClient) getLive(keys []uint64, out []float64, stamped bool) (*pend
 // sendGets asks the homes of keys[idx] for them, as parts of read p.
 func (t *TableClient) sendGets(p *pending, keys []uint64, idx []int) error {
 	c := t.c
+	if len(idx) == 0 {
+		return nil
+	}
 	for h, is := range t.byRoute(keys, idx) {
 		for a := 0; a < len(is); a += t.maxKeys {
 			b := min(a+t.maxKeys, len(is))
@@ -325,33 +449,30 @@ func (t *TableClient) writeLive(keys []uint64, vals []float64, op Op) error {
 	if err := t.lockRoutes(); err != nil {
 		return err
 	}
+	if st := t.wholeStore(keys); st != nil {
+		if testHookOwned != nil {
+			testHookOwned(op)
+		}
+		if op == OpSet {
+			st.Set(keys, vals)
+		} else {
+			addHeld(st, keys, vals)
+		}
+		lv.mu.RUnlock()
+		c.stats.LocalKeys += int64(len(keys))
+		return nil
+	}
 	sc := &t.csc
 	t.classify(keys, sc)
-	gather := func(buf []float64, idx []int) []float64 {
-		buf = grow(buf, len(idx)*w)
-		for j, i := range idx {
-			copy(buf[j*w:(j+1)*w], vals[i*w:(i+1)*w])
-		}
-		return buf
+	if testHookOwned != nil {
+		testHookOwned(op)
 	}
-	for _, part := range []struct {
-		st   Store
-		keys []uint64
-		idx  []int
-		buf  *[]float64
-	}{{lv.home, sc.hKeys, sc.hIdx, &sc.hBuf}, {lv.guest, sc.gKeys, sc.gIdx, &sc.gBuf}} {
-		if len(part.keys) == 0 {
-			continue
-		}
-		*part.buf = gather(*part.buf, part.idx)
-		if op == OpSet {
-			part.st.Set(part.keys, *part.buf)
-		} else {
-			part.st.Add(part.keys, *part.buf)
-		}
-	}
+	t.writeOwned(keys, vals, op, sc)
 	lv.mu.RUnlock()
 	c.stats.LocalKeys += int64(len(sc.hKeys) + len(sc.gKeys))
+	if len(sc.rIdx) == 0 {
+		return nil
+	}
 	for h, is := range t.byRoute(keys, sc.rIdx) {
 		for a := 0; a < len(is); a += t.maxKeys {
 			b := min(a+t.maxKeys, len(is))

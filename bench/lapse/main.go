@@ -269,6 +269,8 @@ type row struct {
 	relocated           float64
 	locCalls, locSecs   float64 // over all epochs
 	locCallsN, locSecsN float64 // epochs 2..N: item blocks only
+	barSecsN            float64 // epochs 2..N: seconds workers waited at sub-epoch barriers, summed
+	workers             int
 	testRMSE            float64
 	cpuSecs             float64 // CPU time of all processes over the whole job
 	runQueue            float64 // seconds their threads waited for a CPU (NaN: not measured)
@@ -315,7 +317,7 @@ replicas = 1
 [input.train]
 path = %q
 format = "ratings"
-block_size = 1048576       # 1 MiB: many blocks: the workers' shares come out even (DSGD waits for the slowest)
+block_size = %d            # ~32 blocks per worker: the workers' shares come out even (DSGD waits for the slowest)
 
 [[stage]]
 name = "dsgd"
@@ -331,7 +333,7 @@ batch = %d
 lr = %v
 l2 = %v
 localize = %v
-`, v.name, out, o.users, o.rank, o.items, o.rank, d.train, workers, v.kind, o.rank, o.epochs, o.batch, o.lr, o.l2, v.localize)
+`, v.name, out, o.users, o.rank, o.items, o.rank, d.train, d.inputBlock(workers), workers, v.kind, o.rank, o.epochs, o.batch, o.lr, o.l2, v.localize)
 }
 
 func measureFlexps(o opts, cl *benchkit.Cluster, d dataset, dir string, round int, v variant) (row, error) {
@@ -360,7 +362,11 @@ func measureFlexps(o opts, cl *benchkit.Cluster, d dataset, dir string, round in
 	if err != nil {
 		return row{}, err
 	}
-	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN(), cpuSecs: cpu1 - cpu0, runQueue: rq1 - rq0}
+	workers := o.slaves * o.slots
+	if v.oneSlave {
+		workers = o.slots
+	}
+	r := row{round: round, name: v.name, label: v.label, localShare: math.NaN(), cpuSecs: cpu1 - cpu0, runQueue: rq1 - rq0, workers: workers}
 	var stage *benchkit.Record
 	for i := range recs {
 		switch rec := &recs[i]; rec.Type {
@@ -372,6 +378,7 @@ func measureFlexps(o opts, cl *benchkit.Cluster, d dataset, dir string, round in
 			if rec.Epoch > 1 {
 				r.locCallsN += c
 				r.locSecsN += s
+				r.barSecsN += rec.Metrics["barrier_seconds"]
 			}
 		case "stage":
 			stage = rec

@@ -17,8 +17,8 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 	fmt.Fprintf(w, "command: %s\n", command())
 	fmt.Fprintf(w, "data: %d training / %d test ratings, %d users x %d items (hidden rank %d, sorted by user); rank %d, %d epochs, batch %d, lr %v, l2 %v; %d slaves x %d workers\n\n",
 		d.rows, d.testRows, o.users, o.items, o.hiddenRank, o.rank, o.epochs, o.batch, o.lr, o.l2, o.slaves, o.slots)
-	fmt.Fprintln(w, "| round | run | epoch s (2..N) | epoch 1 s | local accesses | relocated keys/s | Localize calls | Localize ms/call (all / items) | test RMSE | job CPU s | run-queue wait s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| round | run | epoch s (2..N) | epoch 1 s | local accesses | relocated keys/s | Localize calls | Localize ms/call (all / items) | barrier wait s | test RMSE | job CPU s | run-queue wait s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		loc := "-"
 		if r.locCalls > 0 {
@@ -28,8 +28,12 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 		if !math.IsNaN(r.runQueue) {
 			rq = fmt.Sprintf("%.1f", r.runQueue)
 		}
-		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %s | %s | %.0f | %s | %.4f | %.1f | %s |\n", r.round, r.label, r.steady(), first(r.epochSecs),
-			pct(r.localShare), num(r.relocPerSec), r.locCalls, loc, r.testRMSE, r.cpuSecs, rq)
+		bar := "-"
+		if n := len(r.epochSecs) - 1; n > 0 && r.workers > 0 && r.barSecsN > 0 {
+			bar = fmt.Sprintf("%.2f", r.barSecsN/float64(n*r.workers))
+		}
+		fmt.Fprintf(w, "| %d | %s | %.2f | %.2f | %s | %s | %.0f | %s | %s | %.4f | %.1f | %s |\n", r.round, r.label, r.steady(), first(r.epochSecs),
+			pct(r.localShare), num(r.relocPerSec), r.locCalls, loc, bar, r.testRMSE, r.cpuSecs, rq)
 	}
 	fmt.Fprintln(w)
 	ratio := func(name, num, den string, target float64) {
@@ -76,6 +80,7 @@ func printTable(w io.Writer, o opts, d dataset, rows []row, lapseWhy string) {
 	cpuRatio("job CPU time (b) flexps Localize / (d) Lapse", "localize", "lapse")
 	fmt.Fprintln(w, "- job CPU s: user + system time of all the run's processes (flexps: master with the embedded NATS server and the slaves; Lapse: scheduler and servers) over the whole job, data loading included; less distorted by a busy machine than wall time")
 	fmt.Fprintln(w, "- run-queue wait s: seconds the flexps processes' threads were runnable but waiting for a CPU during the job (/proc/PID/task/*/schedstat): high on a busy machine")
+	fmt.Fprintln(w, "- barrier wait s: per worker and epoch (2..N), time mf.blocked waited at its sub-epoch barriers for the slowest worker (DSGD's straggler cost); - where the run did not report it")
 	fmt.Fprintln(w, "- Localize latency: mean per call from the summed localize_seconds / localize_calls (p50/p99 are not in the summed metrics: see the probe below); \"items\" = epochs 2..N, the per-sub-epoch item blocks only (epoch 1 also localizes each worker's users once)")
 }
 

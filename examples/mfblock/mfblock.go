@@ -25,8 +25,10 @@
 // Each worker reads its share of the training input once and keeps it in
 // memory (the schedule needs the same ratings in every epoch). Sub-epochs
 // end at a stage barrier. It reports what mf.sgd reports (samples,
-// sq_err_sum and loss_sum: the job table prints RMSE), and
-// localize_seconds / localize_calls (time workers spent in Localize).
+// sq_err_sum and loss_sum: the job table prints RMSE),
+// localize_seconds / localize_calls (time workers spent in Localize) and
+// barrier_seconds (time they waited at the sub-epoch barriers for the
+// slowest worker).
 // The model kind is "mf": flexps eval prints its RMSE on a ratings file.
 package mfblock
 
@@ -48,6 +50,10 @@ const Func = "mf.blocked"
 const (
 	MetricLocalizeSeconds = "localize_seconds"
 	MetricLocalizeCalls   = "localize_calls"
+	// MetricBarrierSeconds is the time workers waited at the sub-epoch
+	// barriers: DSGD's straggler cost (every sub-epoch waits for the
+	// slowest worker's block).
+	MetricBarrierSeconds = "barrier_seconds"
 )
 
 func init() {
@@ -122,23 +128,32 @@ func Blocked(info *tasks.Info) error {
 	nItems := items.Spec().Size
 	blocks := uint64(max(info.Workers, 1))
 	blockOf := func(i uint64) int { return int(i * blocks / nItems) }
+	// The worker's ratings by item block (sized first: millions of
+	// ratings), the distinct items of each block and the distinct users.
+	counts := make([]int, blocks)
+	for _, r := range data {
+		counts[blockOf(r.i)]++
+	}
 	byBlock := make([][]rating, blocks)
-	blockItems := make([][]uint64, blocks) // distinct items of the worker's ratings, per block
+	for b := range byBlock {
+		byBlock[b] = make([]rating, 0, counts[b])
+	}
+	blockItems := make([][]uint64, blocks)
 	var myUsers []uint64
-	seenU, seenI := map[uint64]bool{}, map[uint64]bool{}
+	seenU, seenI := tasks.NewKeyIndex(users.Spec().Size), tasks.NewKeyIndex(nItems)
 	for _, r := range data {
 		b := blockOf(r.i)
 		byBlock[b] = append(byBlock[b], r)
-		if !seenU[r.u] {
-			seenU[r.u] = true
+		if _, ok := seenU.Get(r.u); !ok {
+			seenU.Put(r.u, 0)
 			myUsers = append(myUsers, r.u)
 		}
-		if !seenI[r.i] {
-			seenI[r.i] = true
+		if _, ok := seenI.Get(r.i); !ok {
+			seenI.Put(r.i, 0)
 			blockItems[b] = append(blockItems[b], r.i)
 		}
 	}
-	var locSecs, locCalls float64
+	var locSecs, locCalls, barSecs float64
 	localize := func(t tasks.Table, keys []uint64) error {
 		if !cfg.localize || len(keys) == 0 {
 			return nil
@@ -176,16 +191,18 @@ func Blocked(info *tasks.Info) error {
 					return err
 				}
 			}
+			bstart := time.Now()
 			if err := info.Barrier(); err != nil {
 				return err
 			}
+			barSecs += time.Since(bstart).Seconds()
 		}
 		if math.IsNaN(sq) || math.IsInf(sq, 0) {
 			return fmt.Errorf("%s: stage %q epoch %d: the training error is not finite (lr %v too large?)", Func, info.StageName, epoch, h.lr)
 		}
 		m := map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricSqErrSum: sq, tasks.MetricLossSum: sq,
-			MetricLocalizeSeconds: locSecs, MetricLocalizeCalls: locCalls}
-		locSecs, locCalls = 0, 0
+			MetricLocalizeSeconds: locSecs, MetricLocalizeCalls: locCalls, MetricBarrierSeconds: barSecs}
+		locSecs, locCalls, barSecs = 0, 0, 0
 		if test != nil {
 			tn, tsq, err := evaluate(info, test, st, cfg.test)
 			if err != nil {

@@ -36,8 +36,9 @@ func TestClientsProperty(t *testing.T) {
 		home := func(k uint64) NodeID { return NodeID(int(k) % nn) }
 		nodes := make([]*Node, nn)
 		stores := make([]map[uint64]float64, nn)
+		sized := rapid.Bool().Draw(t, "sized")
 		for i := range nodes {
-			nodes[i] = NewNode(NodeID(i), home)
+			nodes[i] = newTestNode(NodeID(i), home, sized, keys)
 			stores[i] = map[uint64]float64{}
 		}
 		for k := uint64(0); k < keys; k++ {
@@ -192,6 +193,7 @@ func TestClientsProperty(t *testing.T) {
 				switch x := x.(type) {
 				case Msg:
 					run(e.to, nodes[e.to].Step(x))
+					checkOwned(t, nodes, stores, keys)
 				case delivery:
 					if clients[x.client].Reply(x.req, x.keys, x.spawned, x.from) && x.isGet {
 						if len(getVals[x.req]) != len(getKeys[x.req]) {
@@ -208,6 +210,7 @@ func TestClientsProperty(t *testing.T) {
 			case c == 3:
 				at := NodeID(cl / mpn)
 				run(at, nodes[at].StartLocalize(ks))
+				checkOwned(t, nodes, stores, keys)
 			case blocked[cl]:
 			case c == 1:
 				request(cl, Add, ks)

@@ -87,16 +87,76 @@ type Node struct {
 	moved    map[uint64]loc    // home role: home keys owned elsewhere
 	guests   map[uint64]uint64 // owner role: non-home keys owned here -> version
 	incoming map[uint64][]Msg  // requester role: queued requests per incoming key
-	Stats    Stats
+	// own, when the node was given the key space's size, is Owns as a
+	// bitset over [0, size): the answer the maps give, kept in step with
+	// them by note after every change of a key's entries. It turns the
+	// per-key check of a worker's in-memory batch (up to three map
+	// lookups) into one load and a mask.
+	own   []uint64
+	Stats Stats
 }
+
+// MaxIndexedKeys is the largest key space NewNodeSized keeps an
+// ownership bitset for (16 MiB of bits); beyond it Owns asks the maps.
+const MaxIndexedKeys = 1 << 27
 
 // NewNode returns a node whose home keys all live at home.
 func NewNode(id NodeID, home func(uint64) NodeID) *Node {
 	return &Node{ID: id, Home: home, moved: map[uint64]loc{}, guests: map[uint64]uint64{}, incoming: map[uint64][]Msg{}}
 }
 
+// NewNodeSized is NewNode with the ownership bitset (EnableIndex).
+func NewNodeSized(id NodeID, home func(uint64) NodeID, size uint64) *Node {
+	n := NewNode(id, home)
+	n.EnableIndex(size)
+	return n
+}
+
+// EnableIndex makes the node keep Owns as a bitset over keys [0, size)
+// from now on (built here from the maps, in one pass over the key space),
+// when size is at most MaxIndexedKeys; OwnsAt and Owns then read it
+// instead of the maps, and keys >= size are owned by nobody. A caller
+// enables it when the table starts to move, so tables that never do pay
+// neither the pass nor the memory.
+func (n *Node) EnableIndex(size uint64) {
+	if n.own != nil || size == 0 || size > MaxIndexedKeys {
+		return
+	}
+	own := make([]uint64, (size+63)/64)
+	for k := range size {
+		if n.ownsByMaps(k) {
+			own[k>>6] |= 1 << (k & 63)
+		}
+	}
+	n.own = own
+}
+
+// note brings k's ownership bit in line with the maps after a change of
+// k's entries.
+func (n *Node) note(k uint64) {
+	if k>>6 >= uint64(len(n.own)) {
+		return
+	}
+	if n.ownsByMaps(k) {
+		n.own[k>>6] |= 1 << (k & 63)
+	} else {
+		n.own[k>>6] &^= 1 << (k & 63)
+	}
+}
+
+// Indexed reports whether the node keeps the ownership bitset.
+func (n *Node) Indexed() bool { return n.own != nil }
+
 // Owns reports whether the key's value is in this node's store now.
 func (n *Node) Owns(k uint64) bool {
+	if n.own != nil {
+		return k>>6 < uint64(len(n.own)) && n.own[k>>6]&(1<<(k&63)) != 0
+	}
+	return n.ownsByMaps(k)
+}
+
+// ownsByMaps is Owns computed from the role maps.
+func (n *Node) ownsByMaps(k uint64) bool {
 	if _, ok := n.incoming[k]; ok {
 		return false
 	}
@@ -111,6 +171,9 @@ func (n *Node) Owns(k uint64) bool {
 // OwnsAt is Owns for a key whose home the caller already computed (the
 // hot path of a worker's batch: one lookup, none on empty maps).
 func (n *Node) OwnsAt(k uint64, home NodeID) bool {
+	if n.own != nil {
+		return k>>6 < uint64(len(n.own)) && n.own[k>>6]&(1<<(k&63)) != 0
+	}
 	if len(n.incoming) > 0 {
 		if _, ok := n.incoming[k]; ok {
 			return false
@@ -145,6 +208,7 @@ func (n *Node) StartLocalize(keys []uint64) []Action {
 			continue
 		}
 		n.incoming[k] = nil
+		n.note(k)
 		h := n.Home(k)
 		if _, ok := byHome[h]; !ok {
 			order = append(order, h)
@@ -252,6 +316,7 @@ func (n *Node) localize(m Msg) []Action {
 		} else {
 			n.moved[k] = loc{owner: m.Node, version: l.version}
 		}
+		n.note(k)
 		if l.owner == n.ID && n.Incoming(k) { // rule 3: the home's own move back is still on its way
 			n.incoming[k] = append(n.incoming[k], Msg{Kind: Transfer, Keys: []uint64{k}, Versions: []uint64{l.version}, Node: m.Node, Positions: []int{0}})
 			n.Stats.RelocationMsgs++
@@ -292,6 +357,7 @@ func (n *Node) transfer(m Msg) []Action {
 			continue
 		}
 		delete(n.guests, k)
+		n.note(k)
 		out.Keys = append(out.Keys, k)
 		out.Versions = append(out.Versions, m.Versions[i])
 	}
@@ -313,6 +379,7 @@ func (n *Node) values(m Msg) []Action {
 		}
 		queued = append(queued, n.incoming[k]...)
 		delete(n.incoming, k)
+		n.note(k)
 	}
 	acts = append(acts, Action{Kind: LocalizeDone, Msg: Msg{Keys: m.Keys}})
 	for _, q := range queued {

@@ -17,8 +17,9 @@ func TestRelocationProperty(t *testing.T) {
 		home := func(k uint64) NodeID { return NodeID(int(k) % nn) }
 		nodes := make([]*Node, nn)
 		stores := make([]map[uint64]float64, nn)
+		sized := rapid.Bool().Draw(t, "sized")
 		for i := range nodes {
-			nodes[i] = NewNode(NodeID(i), home)
+			nodes[i] = newTestNode(NodeID(i), home, sized, keys)
 			stores[i] = map[uint64]float64{}
 		}
 		for k := uint64(0); k < keys; k++ {
@@ -91,12 +92,14 @@ func TestRelocationProperty(t *testing.T) {
 					t.Fatal("messages do not settle")
 				}
 				run(e.to, nodes[e.to].Step(m))
+				checkOwned(t, nodes, stores, keys)
 			case c == 1:
 				want[k]++
 				run(at, nodes[at].Step(Msg{Kind: Add, Keys: []uint64{k}, Positions: []int{0}, Vals: [][]float64{{1}}}))
 			default:
 				run(at, nodes[at].StartLocalize([]uint64{k}))
 			}
+			checkOwned(t, nodes, stores, keys)
 		}
 		checkFinal(t, nodes, stores, want, keys)
 	})
@@ -120,6 +123,29 @@ func checkFinal(t *rapid.T, nodes []*Node, stores []map[uint64]float64, want map
 		}
 		if owners != 1 {
 			t.Fatalf("key %d has %d owners", k, owners)
+		}
+	}
+}
+
+// newTestNode is a node with (sized) or without the ownership bitset.
+func newTestNode(id NodeID, home func(uint64) NodeID, sized bool, keys uint64) *Node {
+	if sized {
+		return NewNodeSized(id, home, keys)
+	}
+	return NewNode(id, home)
+}
+
+// checkOwned checks, between deliveries, that a node owns a key exactly
+// when its store holds the key's value (an Extract leaves with the step
+// that took the key away, an Install comes with the step that gives it),
+// and that the ownership bitset agrees with the maps.
+func checkOwned(t *rapid.T, nodes []*Node, stores []map[uint64]float64, keys uint64) {
+	for i, nd := range nodes {
+		for k := uint64(0); k < keys; k++ {
+			_, held := stores[i][k]
+			if own := nd.Owns(k); own != held || own != nd.ownsByMaps(k) || own != nd.OwnsAt(k, nd.Home(k)) {
+				t.Fatalf("node %d key %d: Owns %v, maps %v, OwnsAt %v, value held %v", i, k, own, nd.ownsByMaps(k), nd.OwnsAt(k, nd.Home(k)), held)
+			}
 		}
 	}
 }
