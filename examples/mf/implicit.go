@@ -83,10 +83,10 @@ func (im *implicit) diff() error {
 }
 
 // endEpoch moves the epoch's gradient steps into the y_j, shrinks them by
-// the epoch's L2 (l2 per row, at learning rate lr), and recomputes every
-// z_u, with barriers between the phases so each reads complete sums.
+// the epoch's L2 (lr l2 / n_j), and recomputes every z_u, with barriers
+// between the phases so each reads complete sums.
 func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, lr, l2 float64) error {
-	// y_j += sum over ratings (u, j) of |N(u)|^-1/2 G_u.
+	// y_j += 1/n_j sum over ratings (u, j) of |N(u)|^-1/2 G_u.
 	acc := map[uint64][]float64{}
 	err := tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
 		if err := m.gatherIDs(r, lo, hi); err != nil {
