@@ -98,21 +98,25 @@ func (s *side) snapshot() {
 // update must never reach the model, and both sides are checked before
 // either is added.
 func (s *side) diff() error {
-	s.deltas = grow(s.deltas, len(s.f))
-	for i := range s.f {
-		s.deltas[i] = s.f[i] - s.f0[i]
-		if math.IsNaN(s.deltas[i]) || math.IsInf(s.deltas[i], 0) {
-			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.t.Spec().Name)
+	var err error
+	if s.deltas, err = finiteDiff(s.deltas, s.f, s.f0, s.t); err != nil {
+		return err
+	}
+	s.bdeltas, err = finiteDiff(s.bdeltas, s.b, s.b0, s.bias)
+	return err
+}
+
+// finiteDiff sets dst (grown to len(cur)) to cur - old, or returns an
+// error wrapping ErrDiverged naming tab if a difference is not finite.
+func finiteDiff(dst, cur, old []float64, tab tasks.Table) ([]float64, error) {
+	dst = grow(dst, len(cur))
+	for i := range cur {
+		dst[i] = cur[i] - old[i]
+		if math.IsNaN(dst[i]) || math.IsInf(dst[i], 0) {
+			return dst, fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, tab.Spec().Name)
 		}
 	}
-	s.bdeltas = grow(s.bdeltas, len(s.b))
-	for i := range s.b {
-		s.bdeltas[i] = s.b[i] - s.b0[i]
-		if math.IsNaN(s.bdeltas[i]) || math.IsInf(s.bdeltas[i], 0) {
-			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, s.bias.Spec().Name)
-		}
-	}
-	return nil
+	return dst, nil
 }
 
 // push adds the change diff computed to the tables.

@@ -72,14 +72,9 @@ func (im *implicit) g(u int) []float64 { return im.v[(2*u+1)*im.rank : (2*u+2)*i
 func (im *implicit) snapshot() { im.v0 = append(im.v0[:0], im.v...) }
 
 func (im *implicit) diff() error {
-	im.deltas = grow(im.deltas, len(im.v))
-	for i := range im.v {
-		im.deltas[i] = im.v[i] - im.v0[i]
-		if math.IsNaN(im.deltas[i]) || math.IsInf(im.deltas[i], 0) {
-			return fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, im.users.Spec().Name)
-		}
-	}
-	return nil
+	var err error
+	im.deltas, err = finiteDiff(im.deltas, im.v, im.v0, im.users)
+	return err
 }
 
 // endEpoch moves the epoch's gradient steps into the y_j, shrinks them by

@@ -56,28 +56,18 @@ func refitBiases(info *tasks.Info, m *MiniBatch, train tasks.Input, cfg Config, 
 	return nil
 }
 
-// addScratch adds the residual sums into the count table's last column.
+// addScratch adds the residual sums into the count table's last column
+// (a non-finite sum adds nothing and wraps ErrDiverged: see addRows).
 func addScratch(tab tasks.Table, acc map[uint64]float64) error {
-	keys := make([]uint64, 0, min(len(acc), chunkKeys))
-	vals := make([]float64, 0, countWidth*min(len(acc), chunkKeys))
-	flush := func() error {
-		if len(keys) == 0 {
-			return nil
-		}
-		err := tab.Add(keys, vals)
-		keys, vals = keys[:0], vals[:0]
-		return err
-	}
+	rows := make(map[uint64][]float64, len(acc))
+	flat := make([]float64, len(acc))
+	i := 0
 	for k, v := range acc {
-		keys = append(keys, k)
-		vals = append(vals, 0, 0, v)
-		if len(keys) == chunkKeys {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
+		flat[i] = v
+		rows[k] = flat[i : i+1 : i+1]
+		i++
 	}
-	return flush()
+	return addRows(tab, rows, countWidth, 2, 1)
 }
 
 // setShare sets the biases of this worker's share of the keys from the
