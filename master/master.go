@@ -549,17 +549,7 @@ func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) erro
 
 // ctlAll sends req to every slave in parallel; the first error wins.
 func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl) error {
-	errs := make([]error, len(slaves))
-	var wg sync.WaitGroup
-	for i, s := range slaves {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = m.ctl(ctx, s, req)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return eachSlave(slaves, func(s string) error { return m.ctl(ctx, s, req) })
 }
 
 // ctlCleanup is ctlAll for clean-up requests (end_stage): a slave that
@@ -568,19 +558,22 @@ func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl
 // the task through the membership, which fails the task if it cannot
 // survive it.
 func (m *Master) ctlCleanup(ctx context.Context, slaves []string, req proto.SlaveCtl) error {
+	return eachSlave(slaves, func(s string) error {
+		err := m.ctl(ctx, s, req)
+		if err != nil && (!m.isAlive(s) || errors.Is(err, nats.ErrNoResponders)) {
+			m.log.Warn().Err(err).Str("slave", s).Str("task", req.Task).Str("op", req.Op).Msg("slave gone before the clean-up request; skipped")
+			return nil
+		}
+		return err
+	})
+}
+
+// eachSlave runs fn for every slave in parallel and joins the errors.
+func eachSlave(slaves []string, fn func(slave string) error) error {
 	errs := make([]error, len(slaves))
 	var wg sync.WaitGroup
 	for i, s := range slaves {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := m.ctl(ctx, s, req)
-			if err != nil && (!m.isAlive(s) || errors.Is(err, nats.ErrNoResponders)) {
-				m.log.Warn().Err(err).Str("slave", s).Str("task", req.Task).Str("op", req.Op).Msg("slave gone before the clean-up request; skipped")
-				err = nil
-			}
-			errs[i] = err
-		}()
+		wg.Go(func() { errs[i] = fn(s) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

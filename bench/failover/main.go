@@ -115,19 +115,9 @@ func (o opts) want(name string) bool {
 }
 
 func run(o opts) error {
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	var err error
+	if o.dir, o.flexps, err = benchkit.WorkDir(o.dir, o.flexps); err != nil {
 		return err
-	}
-	dir, err := filepath.Abs(o.dir)
-	if err != nil {
-		return err
-	}
-	o.dir = dir
-	if o.flexps == "" {
-		o.flexps = filepath.Join(dir, "flexps")
-		if out, err := exec.Command("go", "build", "-o", o.flexps, "./cmd/flexps").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/flexps (run from the repository root): %v\n%s", err, out)
-		}
 	}
 	fmt.Printf("# bench/failover on %d cores, load %s\n", runtime.NumCPU(), loadavg())
 	if o.want("recovery") {

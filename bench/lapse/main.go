@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -162,23 +161,15 @@ func (o opts) want(name string) bool {
 }
 
 func run(ctx context.Context, o opts) error {
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	if o.flexps == "" {
+		logf("building %s", filepath.Join(o.dir, "flexps"))
+	}
+	var err error
+	if o.dir, o.flexps, err = benchkit.WorkDir(o.dir, o.flexps); err != nil {
 		return err
 	}
-	dir, err := filepath.Abs(o.dir)
-	if err != nil {
-		return err
-	}
-	o.dir = dir
 	if o.lapse == "" {
 		o.lapse = filepath.Join(o.dir, "lapse-mf", "matrix_factorization")
-	}
-	if o.flexps == "" {
-		o.flexps = filepath.Join(o.dir, "flexps")
-		logf("building %s", o.flexps)
-		if out, err := exec.Command("go", "build", "-o", o.flexps, "./cmd/flexps").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/flexps (run from the repository root): %w\n%s", err, out)
-		}
 	}
 	d, err := prepare(o, o.flexps)
 	if err != nil {

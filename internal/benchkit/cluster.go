@@ -40,6 +40,26 @@ type Options struct {
 	ExtraConfig string // appended to the cluster TOML
 }
 
+// WorkDir makes dir (and its parents) and returns it absolute, with the
+// flexps binary to run: flexps itself when given, else one built from
+// ./cmd/flexps into dir (the program runs from the repository root).
+func WorkDir(dir, flexps string) (absDir, binary string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	if absDir, err = filepath.Abs(dir); err != nil {
+		return "", "", err
+	}
+	if flexps != "" {
+		return absDir, flexps, nil
+	}
+	binary = filepath.Join(absDir, "flexps")
+	if out, err := exec.Command("go", "build", "-o", binary, "./cmd/flexps").CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("go build ./cmd/flexps (run from the repository root): %w\n%s", err, out)
+	}
+	return absDir, binary, nil
+}
+
 // FreePort is a loopback TCP port that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
