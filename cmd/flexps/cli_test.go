@@ -47,6 +47,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "cancel without id", args: []string{"cancel"}, exit: 2, stderr: []string{"one task id"}},
 		{name: "plot without -o", args: []string{"plot", "m.jsonl"}, exit: 2, stderr: []string{"-o/--out"}},
 		{name: "plot unknown format", args: []string{"plot", "m.jsonl", "-o", "x.gif"}, exit: 2, stderr: []string{`"gif"`}},
+		{name: "memprofile path checked first", args: []string{"run", "--memprofile", filepath.Join(dir, "no", "such", "dir", "h.prof"), "x.toml"}, exit: 1, stderr: []string{"memprofile"}},
 		{name: "bad log level", args: []string{"run", "--log-level", "loud", "x.toml"}, exit: 2, stderr: []string{`log level "loud"`}},
 	}
 	for _, tc := range cases {

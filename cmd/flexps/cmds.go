@@ -45,6 +45,13 @@ func runCmd(g *globals) *cobra.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if memprofile != "" {
+				// A path that cannot be written fails now, not after the
+				// first epoch.
+				if err := writeHeapProfile(memprofile); err != nil {
+					return err
+				}
+			}
 			cf := clusterFlags{config: config, httpListen: mon.httpListen, metricsListen: mon.metricsListen}
 			cfg, err := cf.load()
 			if err != nil {
