@@ -48,6 +48,8 @@ func TestCommandLine(t *testing.T) {
 		{name: "plot without -o", args: []string{"plot", "m.jsonl"}, exit: 2, stderr: []string{"-o/--out"}},
 		{name: "plot unknown format", args: []string{"plot", "m.jsonl", "-o", "x.gif"}, exit: 2, stderr: []string{`"gif"`}},
 		{name: "memprofile path checked first", args: []string{"run", "--memprofile", filepath.Join(dir, "no", "such", "dir", "h.prof"), "x.toml"}, exit: 1, stderr: []string{"memprofile"}},
+		{name: "cpuprofile path checked first", args: []string{"run", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "c.prof"), "x.toml"}, exit: 1, stderr: []string{"cpu profile", "c.prof"}},
+		{name: "slave cpuprofile path checked before joining", args: []string{"slave", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "s.prof"), "--nats", "nats://127.0.0.1:1"}, exit: 1, stderr: []string{"cpu profile", "s.prof"}},
 		{name: "bad log level", args: []string{"run", "--log-level", "loud", "x.toml"}, exit: 2, stderr: []string{`log level "loud"`}},
 	}
 	for _, tc := range cases {

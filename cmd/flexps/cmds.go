@@ -34,17 +34,11 @@ func runCmd(g *globals) *cobra.Command {
 				return usageError{"want exactly one job file, or --resume DIR without one: " + cmd.UseLine()}
 			}
 			ctx := cmd.Context()
-			if cpuprofile != "" {
-				f, err := os.Create(cpuprofile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(cpuprofile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			if memprofile != "" {
 				// A path that cannot be written fails now, not after the
 				// first epoch.
@@ -213,6 +207,7 @@ func slaveCmd(g *globals) *cobra.Command {
 	var (
 		cf                  clusterFlags
 		masterURL, id, host string
+		cpuprofile          string
 		slots               int
 	)
 	c := &cobra.Command{
@@ -247,6 +242,11 @@ func slaveCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stop, err := startCPUProfile(cpuprofile)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			n, err := engine.StartSlave(ctx, *cfg, log)
 			if err != nil {
 				return err
@@ -264,6 +264,7 @@ func slaveCmd(g *globals) *cobra.Command {
 	fs.IntVar(&slots, "slots", 0, "worker slots (default: [slave] slots, else 2)")
 	fs.StringVar(&id, "id", "", "slave id (default: [slave] id, else host-pid)")
 	fs.StringVar(&host, "host", "", "host name for data locality (default: [slave] host, else the OS host name)")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the slave's whole life to this file (written when it stops)")
 	return c
 }
 
@@ -519,4 +520,26 @@ func writeHeapProfile(path string) error {
 		return fmt.Errorf("memprofile %s: %w", path, err)
 	}
 	return nil
+}
+
+// startCPUProfile starts a CPU profile to path ("" profiles nothing) and
+// returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "flexps: cpu profile %s: %v\n", path, err)
+		}
+	}, nil
 }
