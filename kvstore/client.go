@@ -75,6 +75,8 @@ type Client struct {
 	free  []*pending          // finished reads, for reuse
 	scan  *scan               // the scan under way, if any
 
+	holders []*TableClient // tables holding Adds until the iteration ends (hold.go)
+
 	// With Routes (retain.go).
 	kept    map[uint64]*retained // unacknowledged requests by id
 	keptMin uint64               // the smallest id in kept, when it is there
@@ -91,6 +93,7 @@ type ClientStats struct {
 	BytesSent             int64
 	Localized             int64 // keys asked to move here
 	Flushes               int64 // waits for in-flight Adds because keys moved (relocation)
+	HeldKeys              int64 // remote Add keys held and merged until the iteration ended (hold.go)
 }
 
 // NewClient opens a worker's client.
@@ -147,6 +150,9 @@ func (c *Client) Clock() error {
 	if c.err != nil {
 		return c.err
 	}
+	if err := c.sendHeld(); err != nil {
+		return err
+	}
 	c.clock++
 	if !c.gated() {
 		return nil
@@ -162,6 +168,9 @@ func (c *Client) ClockTo(clock int64) error {
 	if c.err != nil {
 		return c.err
 	}
+	if err := c.sendHeld(); err != nil {
+		return err
+	}
 	if clock <= c.clock {
 		return nil
 	}
@@ -175,6 +184,9 @@ func (c *Client) ClockTo(clock int64) error {
 // Finish tells every shard host that this worker is done with the stage
 // (it no longer holds anyone back) after all its Adds are applied.
 func (c *Client) Finish() error {
+	if err := c.sendHeld(); err != nil {
+		return err
+	}
 	if c.gated() {
 		if err := c.sendAll(OpFinish); err != nil {
 			return err
@@ -215,6 +227,9 @@ func (c *Client) sendAll(op Op) error {
 // Flush waits until every Add and Clock sent so far is acknowledged (an
 // error answer ends the wait: the client is broken from then on).
 func (c *Client) Flush() error {
+	if err := c.sendHeld(); err != nil {
+		return err
+	}
 	for c.inflight > 0 && c.err == nil {
 		if err := c.receive(nil); err != nil {
 			return err

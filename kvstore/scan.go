@@ -140,6 +140,9 @@ func (t *TableClient) Scan(fn func(keys []uint64, vals []float64) error) error {
 	if c.err != nil {
 		return c.err
 	}
+	if err := t.sendHeld(); err != nil { // the scan sees them
+		return err
+	}
 	page := min(t.maxKeys, maxScanPage)
 	if page < 1 {
 		return fmt.Errorf("kvstore: scan of table %q: a key of width %d does not fit in a %d-byte message", t.spec.Name, t.spec.Width, c.cfg.MaxPayload)

@@ -35,6 +35,14 @@ type TableClient struct {
 	repl    bool
 	unacked []int // per shard: this client's writes not acknowledged yet (repl)
 
+	// Adds held until the iteration ends (hold.go): per shard, merged by
+	// key; holds is set while any is held; adds counts the Add calls of
+	// iteration addClock.
+	held     []heldAdds
+	holds    bool
+	adds     int
+	addClock int64
+
 	lv     *live        // this slave's ownership state of the table (nil: hosts no shard)
 	lc     *locCache    // where moved keys were last found
 	synced uint64       // lv.moves when the worker last had no Add in flight across a move
@@ -203,6 +211,9 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 	if c.err != nil {
 		return nil, -1, c.err
 	}
+	if err := t.sendHeld(); err != nil { // the read sees them
+		return nil, -1, err
+	}
 	if err := t.checkKeys(keys, out, "get"); err != nil {
 		return nil, -1, err
 	}
@@ -303,6 +314,7 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 		return nil
 	}
 	w := t.spec.Width
+	hold := t.holding()
 	t.g.Group(t.dir, keys)
 	for s := range t.hosts {
 		ks := t.g.Keys(s)
@@ -317,15 +329,31 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 			c.stats.LocalKeys += int64(len(ks))
 			continue
 		}
-		for i := 0; i < len(ks); i += t.maxKeys {
-			j := min(i+t.maxKeys, len(ks))
-			c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
-				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
-			if err := t.publish(s, j-i); err != nil {
+		c.stats.RemoteKeys += int64(len(ks))
+		if hold {
+			if err := t.hold(s, ks, t.buf[:len(ks)*w]); err != nil {
 				return err
 			}
+			continue
 		}
-		c.stats.RemoteKeys += int64(len(ks))
+		if err := t.sendAdd(s, ks, t.buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendAdd sends the Adds of ks (deltas: Width values each) to shard, in
+// messages of at most maxKeys keys.
+func (t *TableClient) sendAdd(shard int, ks []uint64, deltas []float64) error {
+	c, w := t.c, t.spec.Width
+	for i := 0; i < len(ks); i += t.maxKeys {
+		j := min(i+t.maxKeys, len(ks))
+		c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
+			Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: deltas[i*w : j*w]}
+		if err := t.publish(shard, j-i); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -342,6 +370,9 @@ func (t *TableClient) Set(keys []uint64, vals []float64) error {
 func (t *TableClient) set(keys []uint64, vals []float64) error {
 	c := t.c
 	if err := t.checkKeys(keys, vals, "set"); err != nil {
+		return err
+	}
+	if err := t.sendHeld(); err != nil { // an overwrite comes after them
 		return err
 	}
 	if t.dyn() {

@@ -104,6 +104,9 @@ func (t *TableClient) localizeAsync(keys []uint64) error {
 	if c.err != nil {
 		return c.err
 	}
+	if err := t.sendHeld(); err != nil { // they are applied before the keys move
+		return err
+	}
 	if t.allHere || len(keys) == 0 {
 		return nil // one slave holds the whole table: nothing can move
 	}

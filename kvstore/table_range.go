@@ -197,6 +197,9 @@ func (t *TableClient) getSpansOnce(out []float64) error {
 	if c.err != nil {
 		return c.err
 	}
+	if err := t.sendHeld(); err != nil { // the read sees them
+		return err
+	}
 	w := t.spec.Width
 	p := t.begin(out)
 	defer c.release(p)
@@ -245,6 +248,11 @@ func (t *TableClient) writeSpans(op Op, vals []float64) error {
 	c := t.c
 	if c.err != nil {
 		return c.err
+	}
+	if op == OpSetRange {
+		if err := t.sendHeld(); err != nil { // an overwrite comes after them
+			return err
+		}
 	}
 	w := t.spec.Width
 	for _, sp := range t.spans {
