@@ -9,7 +9,7 @@ package kvstore
 // (deltas of a key add up), and sends the buffers as one write per owner
 // when the iteration ends (Clock, ClockTo), before anything that must see
 // them (a read or overwrite of the table, Flush, Finish, Localize), or
-// when a buffer reaches maxHeldKeys. The first Add of an iteration goes
+// when a buffer reaches maxHeldVals. The first Add of an iteration goes
 // out at once, so a worker with one Add per table and iteration (lr,
 // k-means, svrg) pays nothing for this. Adds to this slave's own shards
 // are applied in memory at once, as always.
@@ -22,8 +22,9 @@ package kvstore
 // every Clock. A table whose keys move (Lapse relocation) sends its held
 // Adds through the relocation-aware write path.
 
-// maxHeldKeys bounds one owner's held buffer: past it the buffer is sent.
-const maxHeldKeys = 1 << 16
+// maxHeldVals bounds one owner's held buffer (values, 8 MiB): past it
+// the buffer is sent.
+const maxHeldVals = 1 << 20
 
 // heldAdds is one owner's Adds merged by key: an open-addressing index
 // (linear probing) from key to its position in keys; vals holds Width
@@ -110,7 +111,7 @@ func (t *TableClient) hold(shard int, ks []uint64, deltas []float64) error {
 	}
 	h.add(ks, deltas, t.spec.Width)
 	t.c.stats.HeldKeys += int64(len(ks))
-	if len(h.keys) >= maxHeldKeys {
+	if len(h.vals) >= maxHeldVals {
 		return t.sendHeldShard(shard)
 	}
 	return nil

@@ -153,28 +153,30 @@ func TestHeldAddsBeforeOverwriteAndFlush(t *testing.T) {
 // TestHeldAddsBoundedPerOwner: an owner's held buffer is sent when it
 // reaches its bound, so memory stays bounded, and the sums stay exact.
 func TestHeldAddsBoundedPerOwner(t *testing.T) {
-	const n = 200_000
-	spec := kvstore.TableSpec{Name: "w", Size: 2 * n, Width: 1, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}.WithDefaults()
+	const n, width = 150_000, 16 // about 75k remote keys: 1.2M values, past the 1M bound
+	spec := kvstore.TableSpec{Name: "w", Size: 2 * n, Width: width, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}.WithDefaults()
 	c := newCluster(t, 2, spec)
 	c.prepare(0, asp, 1)
 	me := c.client(0, 0, 0, asp)
 	mt := c.table(me, spec)
 	keys := make([]uint64, n)
-	ones := make([]float64, n)
+	ones := make([]float64, n*width)
 	for i := range keys {
 		keys[i] = uint64(i)
+	}
+	for i := range ones {
 		ones[i] = 1
 	}
 	holdNoErr(t, mt.Add(keys, ones))
 	before := me.Stats().Requests
-	holdNoErr(t, mt.Add(keys, ones)) // held: about n/2 remote keys, over the bound
+	holdNoErr(t, mt.Add(keys, ones)) // held, over the bound
 	holdCheck(t, me.Stats().Requests > before, "a held buffer past its bound was not sent")
 	holdNoErr(t, me.Flush())
-	out := make([]float64, n)
+	out := make([]float64, n*width)
 	holdNoErr(t, mt.Get(keys, out))
 	for i, v := range out {
 		if v != 2 {
-			t.Fatalf("key %d = %v, want 2", i, v)
+			t.Fatalf("value %d = %v, want 2", i, v)
 		}
 	}
 	holdNoErr(t, me.Finish())

@@ -306,7 +306,7 @@ func run(o options) error {
 		spec = spec.WithDefaults()
 		p := kvstore.Placement{Spec: spec, Hosts: hosts}
 		var tcs []*kvstore.TableClient // one per transport, in o.transports order
-		var flushes []func() error
+		var flushes, clocks []func() error
 		for _, tr := range o.transports {
 			cl := planes[tr].client
 			tc, err := cl.Table(p)
@@ -316,7 +316,18 @@ func run(o options) error {
 			if err := prefill(tc, cl.Flush); err != nil {
 				return err
 			}
-			tcs, flushes = append(tcs, tc), append(flushes, cl.Flush)
+			tcs, flushes, clocks = append(tcs, tc), append(flushes, cl.Flush), append(clocks, cl.Clock)
+		}
+		// Each Add call is one iteration (then Clock): a client holds and
+		// merges the second and later Adds of an iteration, which would
+		// measure merging, not sending.
+		iterAdd := func(i int, add func([]uint64) error) func([]uint64) error {
+			return func(k []uint64) error {
+				if err := add(k); err != nil {
+					return err
+				}
+				return clocks[i]()
+			}
 		}
 		tc := tcs[0]
 		dir, err := kvstore.NewDirectory(spec, len(hosts))
@@ -337,7 +348,7 @@ func run(o options) error {
 			if want("remote add", spec) {
 				calls := msgs.calls(keys, msgs.keyedAdd)
 				remoteRows(rep, o, "remote add", spec, b, calls, raw.loop(calls, true), 0, func(i int) loop {
-					return kvLoop("remote add", spec, keys, func(k []uint64) error { return tcs[i].Add(k, vals) }, flushes[i])
+					return kvLoop("remote add", spec, keys, iterAdd(i, func(k []uint64) error { return tcs[i].Add(k, vals) }), flushes[i])
 				})
 			}
 		}
@@ -363,7 +374,7 @@ func run(o options) error {
 			if want("remote addchunk", spec) {
 				calls := msgs.calls(ids, msgs.chunkAdd)
 				remoteRows(rep, o, "remote addchunk", spec, b, calls, raw.loop(calls, true), remoteRawTarget, func(i int) loop {
-					return kvLoop("remote addchunk", spec, ids, func(ch []uint64) error { return tcs[i].AddChunk(ch, vals) }, flushes[i])
+					return kvLoop("remote addchunk", spec, ids, iterAdd(i, func(ch []uint64) error { return tcs[i].AddChunk(ch, vals) }), flushes[i])
 				})
 			}
 		}
