@@ -313,7 +313,6 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 		c.stats.LocalKeys += int64(len(keys))
 		return nil
 	}
-	w := t.spec.Width
 	hold := t.holding()
 	t.g.Group(t.dir, keys)
 	for s := range t.hosts {
@@ -321,26 +320,38 @@ func (t *TableClient) Add(keys []uint64, deltas []float64) error {
 		if len(ks) == 0 {
 			continue
 		}
-		t.buf = grow(t.buf, len(ks)*w)
-		for i, ps := range t.g.Pos(s) {
-			copy(t.buf[i*w:(i+1)*w], deltas[int(ps)*w:int(ps+1)*w])
-		}
-		if st := t.local[s]; st != nil && !t.repl && t.readStatic(func() { st.Add(ks, t.buf) }) {
+		vals := t.gatherVals(ks, s, keys, deltas)
+		if st := t.local[s]; st != nil && !t.repl && t.readStatic(func() { st.Add(ks, vals) }) {
 			c.stats.LocalKeys += int64(len(ks))
 			continue
 		}
 		c.stats.RemoteKeys += int64(len(ks))
 		if hold {
-			if err := t.hold(s, ks, t.buf[:len(ks)*w]); err != nil {
+			if err := t.hold(s, ks, vals); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := t.sendAdd(s, ks, t.buf); err != nil {
+		if err := t.sendAdd(s, ks, vals); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// gatherVals returns the values of shard's keys ks (grouped from keys,
+// whose values are vals, Width each) in ks's order: vals itself when the
+// shard has every key (grouping keeps input order), else a copy in t.buf.
+func (t *TableClient) gatherVals(ks []uint64, shard int, keys []uint64, vals []float64) []float64 {
+	w := t.spec.Width
+	if len(ks) == len(keys) {
+		return vals[:len(keys)*w]
+	}
+	t.buf = grow(t.buf, len(ks)*w)
+	for i, ps := range t.g.Pos(shard) {
+		copy(t.buf[i*w:(i+1)*w], vals[int(ps)*w:int(ps+1)*w])
+	}
+	return t.buf
 }
 
 // sendAdd sends the Adds of ks (deltas: Width values each) to shard, in
@@ -385,17 +396,14 @@ func (t *TableClient) set(keys []uint64, vals []float64) error {
 		if len(ks) == 0 {
 			continue
 		}
-		t.buf = grow(t.buf, len(ks)*w)
-		for i, ps := range t.g.Pos(s) {
-			copy(t.buf[i*w:(i+1)*w], vals[int(ps)*w:int(ps+1)*w])
-		}
-		if st := t.local[s]; st != nil && !t.repl && t.readStatic(func() { st.Set(ks, t.buf) }) {
+		sv := t.gatherVals(ks, s, keys, vals)
+		if st := t.local[s]; st != nil && !t.repl && t.readStatic(func() { st.Set(ks, sv) }) {
 			continue
 		}
 		for i := 0; i < len(ks); i += t.maxKeys {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpSet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker,
-				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: t.buf[i*w : j*w]}
+				Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: sv[i*w : j*w]}
 			if err := t.publish(s, j-i); err != nil {
 				return err
 			}
