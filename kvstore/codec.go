@@ -200,10 +200,7 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Vals)))
 		if dt == 1 {
 			dst = growBytes(dst, 4*len(m.Vals))
-			b := dst[len(dst)-4*len(m.Vals):]
-			for i, v := range m.Vals {
-				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
-			}
+			putFloat32s(dst[len(dst)-4*len(m.Vals):], m.Vals)
 		} else {
 			dst = growBytes(dst, 8*len(m.Vals))
 			b := dst[len(dst)-8*len(m.Vals):]
@@ -306,10 +303,7 @@ func decodeRaw(b []byte, m *Message) error { return decodeMessage(b, m, true) }
 // rawInto converts raw values encoded in dtype into out (len(out) values).
 func rawInto(out []float64, raw []byte, dtype DType) {
 	if dtype == Float32 {
-		raw = raw[:4*len(out)]
-		for i := range out {
-			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
-		}
+		getFloat32s(out, raw)
 		return
 	}
 	raw = raw[:8*len(out)]

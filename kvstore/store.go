@@ -693,10 +693,7 @@ type rawAppender interface {
 func putValues[T float](dst []byte, src []T) {
 	var zero T
 	if unsafe.Sizeof(zero) == 4 {
-		dst = dst[:4*len(src)]
-		for i, v := range src {
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(float32(v)))
-		}
+		putFloat32s(dst, src)
 		return
 	}
 	dst = dst[:8*len(src)]
