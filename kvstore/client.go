@@ -373,6 +373,9 @@ func (c *Client) receiveOne(p *pending) error {
 	}
 	c.waited = 0
 	tail := msg.Tail
+	if !strings.HasPrefix(tail, "s") { // a scan keeps its pages
+		defer msg.Release() // decoded and copied out below
+	}
 	if (msg.NoResponder || msg.Err != nil) && c.cfg.Routes != nil {
 		// A slave died: the membership view will say so (within the
 		// failure timeout), and receive re-sends then.

@@ -10,10 +10,12 @@ import (
 )
 
 // readBuf is a connection's read buffer; keepWriteBuf the largest write
-// buffer a connection keeps for its next batch (larger ones were a burst).
+// buffer a connection keeps for its next batch (larger ones were a burst);
+// answers of pooledAnswer bytes or more are read into pooled buffers.
 const (
 	readBuf      = 256 << 10
 	keepWriteBuf = 8 << 20
+	pooledAnswer = 64 << 10
 )
 
 // tcpConn is one authenticated connection: frames queued by any goroutine
@@ -139,8 +141,9 @@ func (c *tcpConn) readLoop() {
 			c.fail(err)
 			return
 		}
-		// A request goes into a pooled buffer the handler gives back; an
-		// answer into a slice of its own, which the inbox keeps.
+		// A request goes into a pooled buffer the handler gives back; a
+		// large answer into one its reader gives back (Msg.Release), a
+		// small one into a slice of its own.
 		k, err := br.Peek(1)
 		if err != nil {
 			c.fail(err)
@@ -148,7 +151,7 @@ func (c *tcpConn) readLoop() {
 		}
 		var pooled *[]byte
 		var body []byte
-		if k[0] == frameRequest {
+		if k[0] == frameRequest || n >= pooledAnswer {
 			pooled = getBuf(n)
 			body = (*pooled)[:n]
 		} else {
@@ -169,9 +172,12 @@ func (c *tcpConn) readLoop() {
 		case frameRequest:
 			c.t.request(c, a, b, data, pooled)
 		case frameReply:
-			c.t.deliver(string(b), data, false, nil)
+			c.t.deliverPooled(string(b), data, pooled, false, nil)
 		case frameNoResponder:
+			putBuf(pooled)
 			c.t.deliver(string(b), nil, true, nil)
+		default:
+			putBuf(pooled)
 		}
 	}
 }

@@ -101,6 +101,12 @@ func (t *TCP) forget(prefix string) {
 
 // deliver puts an answer into the inbox addr is below.
 func (t *TCP) deliver(addr string, data []byte, noResponder bool, err error) {
+	t.deliverPooled(addr, data, nil, noResponder, err)
+}
+
+// deliverPooled is deliver of data in pooled buffer buf (Msg.Release
+// gives it back).
+func (t *TCP) deliverPooled(addr string, data []byte, buf *[]byte, noResponder bool, err error) {
 	if err == nil {
 		t.settle(addr)
 	}
@@ -117,6 +123,8 @@ func (t *TCP) deliver(addr string, data []byte, noResponder bool, err error) {
 	}
 	t.imu.RUnlock()
 	if in != nil {
-		in.q.push(Msg{Tail: tail, Data: data, NoResponder: noResponder, Err: err})
+		in.q.push(Msg{Tail: tail, Data: data, NoResponder: noResponder, Err: err, buf: buf})
+		return
 	}
+	putBuf(buf) // no inbox: nobody will read it
 }

@@ -121,6 +121,46 @@ func TestTCPRequestsGoDirect(t *testing.T) {
 	}
 }
 
+// Large answers arrive in pooled buffers: after Release the next answers
+// (which may reuse the buffer) still carry exactly their own bytes, and a
+// held, unreleased answer is never overwritten.
+func TestTCPLargeAnswersPooled(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	serve(t, a, "a", echo(a, "a"))
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	payload := func(i, n int) []byte {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*7 + j)
+		}
+		return b
+	}
+	var held transport.Msg
+	for i, n := range []int{100 << 10, 100 << 10, 1 << 20, 70 << 10, 100 << 10, 10, 100 << 10} {
+		if err := cli.Send("a", in.Addr()+".x", payload(i, n)); err != nil {
+			t.Fatal(err)
+		}
+		m := next(t, in)
+		if want := append([]byte("a:"), payload(i, n)...); !bytes.Equal(m.Data, want) {
+			t.Fatalf("answer %d (%d bytes) corrupted", i, n)
+		}
+		if i == 1 {
+			held = m // kept, not released
+			continue
+		}
+		m.Release()
+	}
+	if want := append([]byte("a:"), payload(1, 100<<10)...); !bytes.Equal(held.Data, want) {
+		t.Fatal("an answer not released was overwritten by later ones")
+	}
+	held.Release()
+}
+
 // A connection that breaks while a request is unanswered fails that
 // request with ErrConnLost; the next request dials again.
 func TestTCPConnectionDropFailsRequestAndReconnects(t *testing.T) {

@@ -71,7 +71,15 @@ type Msg struct {
 	// answered: the connection that carried it broke (wraps
 	// ErrConnLost). Data is empty.
 	Err error
+	// buf is Data's pooled buffer (large answers over TCP), given back by
+	// Release.
+	buf *[]byte
 }
+
+// Release gives m's Data back for reuse by later answers: call it once,
+// when nothing refers to Data any more (optional: without it Data is
+// garbage collected).
+func (m Msg) Release() { putBuf(m.buf) }
 
 // ErrUnreachable is wrapped by UnreachableError.
 var ErrUnreachable = errors.New("transport: node unreachable")

@@ -1,0 +1,64 @@
+package kvstore
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+)
+
+// TestFloat32Bytes: the unrolled conversions write and read exactly what
+// one PutUint32 / Uint32 per value does, at every length around the
+// unrolled step and at an odd byte offset.
+func TestFloat32Bytes(t *testing.T) {
+	specials := []float64{0, math.Copysign(0, -1), 1, -1.5, math.MaxFloat32, math.SmallestNonzeroFloat32, math.Inf(1), math.Inf(-1), 1e-40, 3.14159265358979}
+	for n := 0; n <= 19; n++ {
+		src := make([]float64, n)
+		for i := range src {
+			src[i] = specials[i%len(specials)] * float64(i+1)
+		}
+		buf := make([]byte, 4*n+3)
+		putFloat32s(buf[3:], src)
+		for i, v := range src {
+			if got, want := binary.LittleEndian.Uint32(buf[3+4*i:]), math.Float32bits(float32(v)); got != want {
+				t.Fatalf("n=%d value %d: bytes %#x, want %#x", n, i, got, want)
+			}
+		}
+		out := make([]float64, n)
+		getFloat32s(out, buf[3:])
+		for i, v := range src {
+			if want := float64(float32(v)); out[i] != want && !(math.IsNaN(out[i]) && math.IsNaN(want)) {
+				t.Fatalf("n=%d value %d: read %v, want %v", n, i, out[i], want)
+			}
+		}
+		f32 := make([]float32, n)
+		for i, v := range src {
+			f32[i] = float32(v)
+		}
+		buf2 := make([]byte, 4*n)
+		putFloat32s(buf2, f32)
+		if string(buf2) != string(buf[3:]) {
+			t.Fatalf("n=%d: float32 source wrote other bytes than float64", n)
+		}
+	}
+}
+
+func BenchmarkFloat32Bytes(b *testing.B) {
+	const n = 1 << 16
+	src := make([]float64, n)
+	for i := range src {
+		src[i] = float64(i) * 0.37
+	}
+	buf := make([]byte, 4*n)
+	b.Run("put", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for range b.N {
+			putFloat32s(buf, src)
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for range b.N {
+			getFloat32s(src, buf)
+		}
+	})
+}
