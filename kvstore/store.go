@@ -710,6 +710,24 @@ func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	off := len(dst)
 	dst = slices.Grow(dst, len(keys)*rowBytes)[:off+len(keys)*rowBytes]
 	lk := d.walker(false)
+	if w == 1 { // one value per key: no per-row call
+		o := dst[off:]
+		for i, k := range keys {
+			l, ok := d.local(k)
+			switch {
+			case !ok:
+				clear(o[i*size : (i+1)*size])
+			case size == 4:
+				lk.at(l)
+				binary.LittleEndian.PutUint32(o[4*i:], math.Float32bits(float32(d.vals[l])))
+			default:
+				lk.at(l)
+				binary.LittleEndian.PutUint64(o[8*i:], math.Float64bits(float64(d.vals[l])))
+			}
+		}
+		lk.release()
+		return dst
+	}
 	for i, k := range keys {
 		out := dst[off+i*rowBytes:][:rowBytes]
 		l, ok := d.local(k)
