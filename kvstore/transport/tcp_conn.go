@@ -9,12 +9,12 @@ import (
 	"sync"
 )
 
-// readBuf is a connection's read buffer; keepWriteBuf the largest write
-// buffer a connection keeps for its next batch (larger ones were a burst);
-// answers of pooledAnswer bytes or more are read into pooled buffers.
+// readBuf is a connection's read buffer; small frames are packed into
+// write buffers of writeChunk bytes; answers of pooledAnswer bytes or more
+// are read into pooled buffers.
 const (
 	readBuf      = 256 << 10
-	keepWriteBuf = 8 << 20
+	writeChunk   = 64 << 10
 	pooledAnswer = 64 << 10
 )
 
@@ -27,10 +27,11 @@ type tcpConn struct {
 	remote string // the other endpoint's name
 	node   string // the node the connection was asked for
 
-	mu    sync.Mutex
-	space *sync.Cond // signalled when the writer took the queue
-	out   []byte     // frames waiting for the writer
-	err   error      // set once broken
+	mu     sync.Mutex
+	space  *sync.Cond // signalled when the writer took the queue
+	out    [][]byte   // frames waiting for the writer, in order (see write)
+	queued int        // bytes in out
+	err    error      // set once broken
 	wake  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -63,10 +64,13 @@ func (t *TCP) start(nc net.Conn, remote, node string, inbound bool) (*tcpConn, b
 }
 
 // write queues a frame. A request (wait) waits while the queue is over
-// maxQueued; an answer never does.
+// maxQueued; an answer never does. Frames are copied into pooled buffers:
+// small ones packed together into one of writeChunk bytes, a large one
+// into one of its own, so a burst of large frames is never copied again
+// to grow a buffer; the writer sends the buffers with one writev.
 func (c *tcpConn) write(kind byte, a, b string, data []byte, wait bool) error {
 	c.mu.Lock()
-	for wait && len(c.out) >= maxQueued && c.err == nil {
+	for wait && c.queued >= maxQueued && c.err == nil {
 		c.space.Wait()
 	}
 	if c.err != nil {
@@ -74,7 +78,14 @@ func (c *tcpConn) write(kind byte, a, b string, data []byte, wait bool) error {
 		c.mu.Unlock()
 		return err
 	}
-	c.out = appendFrame(c.out, kind, a, b, data)
+	n := frameSize(a, b, data)
+	if last := len(c.out) - 1; last >= 0 && cap(c.out[last])-len(c.out[last]) >= n {
+		c.out[last] = appendFrame(c.out[last], kind, a, b, data)
+	} else {
+		buf := getBuf(max(n, writeChunk))
+		c.out = append(c.out, appendFrame((*buf)[:0], kind, a, b, data))
+	}
+	c.queued += n
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -95,11 +106,12 @@ func (c *tcpConn) cause() error {
 	return c.err
 }
 
-// writeLoop sends everything queued since its last write in one call:
-// while the connection is busy, frames pile up and leave together.
+// writeLoop sends everything queued since its last write in one call
+// (writev): while the connection is busy, frames pile up and leave
+// together. The buffers go back to the pool once written.
 func (c *tcpConn) writeLoop() {
 	defer c.t.wg.Done()
-	var spare []byte
+	var spare, nb [][]byte
 	for {
 		select {
 		case <-c.wake:
@@ -107,22 +119,27 @@ func (c *tcpConn) writeLoop() {
 			return
 		}
 		c.mu.Lock()
-		buf := c.out
-		c.out = spare[:0]
+		bufs := c.out
+		c.out, c.queued = spare[:0], 0
 		c.space.Broadcast()
 		c.mu.Unlock()
-		if len(buf) == 0 {
-			spare = buf
+		if len(bufs) == 0 {
+			spare = bufs
 			continue
 		}
-		if _, err := c.nc.Write(buf); err != nil {
+		nb = append(nb[:0], bufs...)
+		w := net.Buffers(nb) // WriteTo consumes w, not nb's array
+		_, err := w.WriteTo(c.nc)
+		clear(nb)
+		for i, b := range bufs {
+			putBuf(&b)
+			bufs[i] = nil
+		}
+		if err != nil {
 			c.fail(err)
 			return
 		}
-		if cap(buf) > keepWriteBuf {
-			buf = nil // a burst's buffer is not kept
-		}
-		spare = buf
+		spare = bufs
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -159,6 +160,44 @@ func TestTCPLargeAnswersPooled(t *testing.T) {
 		t.Fatal("an answer not released was overwritten by later ones")
 	}
 	held.Release()
+}
+
+// A burst of frames of every size, queued faster than they leave (small
+// ones packed into shared write buffers, large ones in their own), arrives
+// whole and in order.
+func TestTCPBurstOfMixedFrames(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	serve(t, a, "a", echo(a, "a"))
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	sizes := []int{1, 70 << 10, 3, 64<<10 - 40, 1 << 20, 200, 2 << 20, 5, 130 << 10, 0, 64 << 10}
+	payload := func(i int) []byte {
+		b := make([]byte, sizes[i%len(sizes)])
+		for j := range b {
+			b[j] = byte(i + j*31)
+		}
+		return b
+	}
+	const n = 60
+	for i := range n {
+		if err := cli.Send("a", fmt.Sprintf("%s.%d", in.Addr(), i), payload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		m := next(t, in)
+		if m.Tail != fmt.Sprint(i) {
+			t.Fatalf("answer %d arrived as %q: out of order", i, m.Tail)
+		}
+		if want := append([]byte("a:"), payload(i)...); !bytes.Equal(m.Data, want) {
+			t.Fatalf("answer %d (%d bytes) corrupted", i, len(want))
+		}
+		m.Release()
+	}
 }
 
 // A connection that breaks while a request is unanswered fails that
