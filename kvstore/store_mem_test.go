@@ -17,7 +17,7 @@ import (
 const (
 	denseF32Bound  = 4.2  // bytes per float32 parameter
 	denseF64Bound  = 8.2  // bytes per float64 parameter
-	sparseF32Bound = 48.0 // bytes per present key, width 1, float32
+	sparseF32Bound = 16.0 // bytes per present key, width 1, float32
 )
 
 // heapDelta is the live heap that mk's result holds.

@@ -1,0 +1,48 @@
+package kvstore
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkSparseStore1M is a sparse shard past the last-level cache: 1M
+// keys spread over a 2^40 key space, read and added in sorted batches of
+// 100 keys drawn from the held ones (a worker's Get and Add of a
+// minibatch's features). It reports keys/s.
+func BenchmarkSparseStore1M(b *testing.B) {
+	const held, batch, nbatches = 1 << 20, 100, 4096
+	for _, dt := range []DType{Float32, Float64} {
+		s, _ := newTestStore(b, storeCase{Sparse, dt, HashPartition}, 1<<40, 1, 1, 0, "zero")
+		keys := make([]uint64, held)
+		for i := range keys {
+			keys[i] = (uint64(i) * 0x9e3779b97f4a7c15) & (1<<40 - 1) // distinct
+		}
+		for i := 0; i < held; i += 1024 {
+			s.Add(keys[i:i+1024], make([]float64, 1024))
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		batches := make([][]uint64, nbatches)
+		for i := range batches {
+			ks := make([]uint64, batch)
+			for j := range ks {
+				ks[j] = keys[r.IntN(held)]
+			}
+			sortU64(ks)
+			batches[i] = ks
+		}
+		vals := make([]float64, batch)
+		for _, op := range []struct {
+			name string
+			fn   func([]uint64, []float64)
+		}{{"Get", s.Get}, {"Add", s.Add}} {
+			b.Run(fmt.Sprintf("%s/%s", op.name, dt), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					op.fn(batches[i%nbatches], vals)
+				}
+				b.ReportMetric(float64(b.N)*batch/b.Elapsed().Seconds(), "keys/s")
+			})
+		}
+	}
+}
