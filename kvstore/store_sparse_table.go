@@ -48,6 +48,14 @@ const (
 	tableGrowth   = 1.25
 	tableMaxLoad  = 0.92
 	tablePad      = 8
+
+	// tableRoundedLoad bounds the load right after a rebuild whose
+	// allocation was rounded down to a page (see rebuild).
+	tableRoundedLoad = 0.85
+	// largeObject and pageBytes are the Go allocator's: objects larger
+	// than largeObject bytes take whole pages of pageBytes.
+	largeObject = 32 << 10
+	pageBytes   = 8 << 10
 )
 
 // slotMul is splitmix64's second multiplier: odd, so key*slotMul is a
@@ -63,9 +71,9 @@ var slotMulInv = func() uint64 {
 	return x
 }()
 
-// emptySlots is every empty table's key array: a probe reads its one empty
-// slot; the first insert allocates the table's own.
-var emptySlots = []uint64{0}
+// emptySlots is every empty table's key array: a probe reads its empty
+// slots; the first insert allocates the table's own.
+var emptySlots = make([]uint64, tablePad+1)
 
 func newRowTable[P float](stride int, phase float64) rowTable[P] {
 	return rowTable[P]{keys: emptySlots, stride: stride, level: -1, phase: phase}
@@ -87,8 +95,9 @@ func (t *rowTable[P]) home(h uint64) int {
 func (t *rowTable[P]) seek(h uint64) int {
 	i := t.home(h)
 	keys := t.keys
+	h1 := h - 1
 	// 0 < keys[i] < h, in one comparison: an empty slot wraps to MaxUint64.
-	for keys[i]-1 < h-1 {
+	for keys[i]-1 < h1 {
 		i++
 	}
 	return i
@@ -122,11 +131,18 @@ func (t *rowTable[P]) insert(i int, h uint64) int {
 	return i
 }
 
-// grow rebuilds the table one step larger.
+// grow rebuilds the table at the next step of its growth sequence that
+// is larger than the table is (the allocator may have rounded the last
+// step up past the next one) and has room for another key.
 func (t *rowTable[P]) grow() {
-	t.level++
-	homes := uint64(math.Ceil(tableMinHomes * math.Pow(tableGrowth, float64(t.level)+t.phase)))
-	t.rebuild(homes)
+	for {
+		t.level++
+		homes := uint64(math.Ceil(tableMinHomes * math.Pow(tableGrowth, float64(t.level)+t.phase)))
+		if homes > t.homes && int(float64(homes)*tableMaxLoad) > t.n {
+			t.rebuild(homes)
+			return
+		}
+	}
 }
 
 // rebuild moves the entries to new arrays of at least homes home slots
@@ -135,7 +151,18 @@ func (t *rowTable[P]) grow() {
 // right after the entry placed before it, whichever is later: one pass,
 // no probing.
 func (t *rowTable[P]) rebuild(homes uint64) {
-	keys, vals := t.alloc(int(homes) + tablePad)
+	want := int(homes) + tablePad
+	if b := t.words(want) * 8; b > largeObject && !t.small(want) {
+		// Large objects take whole pages. Rounding down to a page instead
+		// of up keeps the mean load near its target at sizes where a page
+		// is a large step (up to 20% just above largeObject), as long as
+		// the table is still at most tableRoundedLoad full afterwards.
+		down := b &^ (pageBytes - 1) / 8
+		if n := t.slots(down); down*8 >= largeObject && float64(t.n+1) <= tableRoundedLoad*float64(n-tablePad) {
+			want = n
+		}
+	}
+	keys, vals := t.alloc(want)
 	homes = uint64(len(keys) - tablePad)
 	last := -1
 	for _, h := range t.keys {
@@ -170,21 +197,49 @@ func (t *rowTable[P]) rebuild(homes uint64) {
 // alloc returns zeroed arrays of at least n slots, and more if the
 // allocator's size class leaves room. Keys and values share one
 // allocation (the values after the keys), so a table pays one size
-// class's rounding, not two, and uses all of it.
+// class's rounding, not two, and uses all of it. The values start on a
+// 64-byte boundary of the allocation, so rows of 64 bytes (or a multiple)
+// do not straddle cache lines.
 func (t *rowTable[P]) alloc(n int) ([]uint64, []P) {
-	var zero P
-	size := int(unsafe.Sizeof(zero)) * t.stride // bytes of values per slot
-	words := func(n int) int { return n + (n*size+7)/8 }
-	mem := slices.Grow([]uint64(nil), words(n))
-	mem = mem[:cap(mem)]
-	n = len(mem) * 8 / (8 + size)
-	for words(n) > len(mem) { // the values' last word rounded up
-		n--
+	if t.small(n) {
+		keys := slices.Grow([]uint64(nil), n)
+		vals := slices.Grow([]P(nil), n*t.stride)
+		n = min(cap(keys), cap(vals)/t.stride)
+		return keys[:n:n], vals[:n*t.stride]
 	}
+	mem := slices.Grow([]uint64(nil), t.words(n))
+	mem = mem[:cap(mem)]
+	n = t.slots(len(mem))
 	// The values are floats, so the words hold no pointers either way; a
 	// pointer into mem keeps all of it alive.
-	vals := unsafe.Slice((*P)(unsafe.Pointer(unsafe.SliceData(mem[n:]))), n*t.stride)
+	vals := unsafe.Slice((*P)(unsafe.Pointer(unsafe.SliceData(mem[(n+7)&^7:]))), n*t.stride)
 	return mem[:n:n], vals
+}
+
+// small reports whether n slots take two small objects, keys and values
+// apart, rather than one large one: the size classes of small objects are
+// finer than the whole pages of a large one just above largeObject (the
+// step from 32 to 40 KiB alone is 25%, a whole growth step).
+func (t *rowTable[P]) small(n int) bool {
+	var zero P
+	return t.words(n)*8 > largeObject && n*max(8, t.stride*int(unsafe.Sizeof(zero))) <= largeObject
+}
+
+// words is the size of an allocation of n slots, in 8-byte words: the
+// keys, rounded up to 64 bytes, then the values.
+func (t *rowTable[P]) words(n int) int {
+	var zero P
+	return (n+7)&^7 + (n*t.stride*int(unsafe.Sizeof(zero))+7)/8
+}
+
+// slots is how many slots an allocation of w words holds.
+func (t *rowTable[P]) slots(w int) int {
+	var zero P
+	n := w * 8 / (8 + t.stride*int(unsafe.Sizeof(zero)))
+	for t.words(n) > w {
+		n--
+	}
+	return n
 }
 
 // extend adds pad slots at the end, for a run that reached the last slot

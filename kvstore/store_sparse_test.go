@@ -46,3 +46,27 @@ func BenchmarkSparseStore1M(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSparseStoreInsert fills a fresh sparse shard with 200k keys in
+// batches of 100 (first touches of an embedding table): the cost of
+// inserts and table growth. It reports keys/s.
+func BenchmarkSparseStoreInsert(b *testing.B) {
+	const n, batch = 200_000, 100
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = (uint64(i) * 0x9e3779b97f4a7c15) & (1<<40 - 1)
+	}
+	for _, width := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("w%d/float32", width), func(b *testing.B) {
+			vals := make([]float64, batch*width)
+			b.ReportAllocs()
+			for b.Loop() {
+				s, _ := newTestStore(b, storeCase{Sparse, Float32, HashPartition}, 1<<40, width, 1, 0, "zero")
+				for i := 0; i < n; i += batch {
+					s.Add(keys[i:i+batch], vals)
+				}
+			}
+			b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "keys/s")
+		})
+	}
+}
