@@ -93,13 +93,9 @@ func (s *sparse[T]) initValue(k uint64, c int) float64 {
 	return float64(T(s.init.Value(k, c)))
 }
 
-// row returns the slot of key k (hash h) in t, inserting it with the Init
-// values if absent.
-func (s *sparse[T]) row(t *rowTable[T], k, h uint64) int {
-	j := t.seek(h)
-	if t.keys[j] == h {
-		return j
-	}
+// insertRow inserts key k (hash h, absent; seek gave j) into t with its
+// Init values and returns its slot.
+func (s *sparse[T]) insertRow(t *rowTable[T], j int, k, h uint64) int {
 	j = t.insert(j, h)
 	row := t.row(j)
 	if s.init.IsZero() {
@@ -122,7 +118,11 @@ func (s *sparse[T]) Add(keys []uint64, deltas []float64) {
 			continue
 		}
 		t := &s.parts[stripeOf(k)]
-		j := s.row(t, k, hashKey(k))
+		h := hashKey(k)
+		j := t.seek(h)
+		if t.keys[j] != h {
+			j = s.insertRow(t, j, k, h)
+		}
 		if w == 1 {
 			t.vals[j] = T(float64(t.vals[j]) + deltas[i])
 			continue
@@ -145,7 +145,12 @@ func (s *sparse[T]) Set(keys []uint64, vals []float64) {
 			continue
 		}
 		t := &s.parts[stripeOf(k)]
-		row := t.row(s.row(t, k, hashKey(k)))
+		h := hashKey(k)
+		j := t.seek(h)
+		if t.keys[j] != h {
+			j = s.insertRow(t, j, k, h)
+		}
+		row := t.row(j)
 		for c, v := range vals[i*w:][:w] {
 			row[c] = T(v)
 		}
