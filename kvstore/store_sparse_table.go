@@ -22,16 +22,19 @@ import (
 // costs what a hit does, and the table stays fast at loads up to
 // tableMaxLoad. The homes end tablePad slots (or more, see extend) before
 // the array does, so runs near the end have room; the last slot is always
-// empty, which ends every probe without a bounds test of its own.
+// empty, which ends every probe before the end of the array.
 //
 // Memory: a key of width 1 float32 costs 12 bytes per slot, and the
 // table grows by tableGrowth once it is tableMaxLoad full, so its load
-// stays between 0.72 and 0.9. Each stripe's growth steps are offset by
+// stays between 0.74 and 0.92. Each stripe's growth steps are offset by
 // phase (a fraction of a step), so the 16 stripes of a store grow at
 // different key counts and the store as a whole stays near the mean load
-// (about 0.8, 15 bytes per key) instead of all falling to 0.72 at once.
-// A rebuild places the old entries in hash order into the new arrays in one
-// pass; the old arrays are garbage as soon as it returns.
+// (about 0.82, 14-15 bytes per key) instead of all falling to 0.74 at
+// once. The allocator's size classes would undo that where they step as
+// far as a growth step does, which alloc and rebuild work around. A
+// rebuild places the old entries in hash order into the new arrays in one
+// pass; only then are the old arrays dropped, so a stripe briefly holds
+// both (about 1/16 of the store, for a millisecond or two at 1M keys).
 type rowTable[P float] struct {
 	keys   []uint64 // hashes in ascending order with 0 (empty) between; the last is 0
 	vals   []P      // stride values per slot, moved with their key
@@ -59,7 +62,8 @@ const (
 )
 
 // slotMul is splitmix64's second multiplier: odd, so key*slotMul is a
-// bijection; its top bits are what stripeOf's multiplier leaves free.
+// bijection. It is not stripeOf's: the keys of one stripe agree on the top
+// bits of stripeOf's product, which would crowd them into a few homes.
 const slotMul = 0xbf58476d1ce4e5b9
 
 // slotMulInv is slotMul's inverse modulo 2^64.
@@ -71,9 +75,9 @@ var slotMulInv = func() uint64 {
 	return x
 }()
 
-// emptySlots is every empty table's key array: a probe reads its empty
-// slots; the first insert allocates the table's own.
-var emptySlots = make([]uint64, tablePad+1)
+// emptySlots is every empty table's key array: a probe reads its one empty
+// slot; the first insert allocates the table's own.
+var emptySlots = []uint64{0}
 
 func newRowTable[P float](stride int, phase float64) rowTable[P] {
 	return rowTable[P]{keys: emptySlots, stride: stride, level: -1, phase: phase}
