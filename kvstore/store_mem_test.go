@@ -106,7 +106,7 @@ func TestSparseBytesPerKeySweep(t *testing.T) {
 	st, _ := newTestStore(t, storeCase{Sparse, Float32, HashPartition}, 1<<40, 1, 1, 0, "zero")
 	s := st.(*sparse[float32])
 	var homes [numStripes]uint64
-	worst, worstAt, measured, next := 0.0, 0, 0, from
+	worst, worstAt, least, measured, next := 0.0, 0, math.Inf(1), 0, from
 	for n := 0; n < to; n += batch {
 		for j := range keys {
 			keys[j] = uint64(n+j) * 7919
@@ -134,11 +134,12 @@ func TestSparseBytesPerKeySweep(t *testing.T) {
 		if per > worst {
 			worst, worstAt = per, s.Len()
 		}
+		least = min(least, per)
 		if per > sparseF32Bound {
 			t.Errorf("%d keys: %.2f bytes per present key, bound %.0f", s.Len(), per, sparseF32Bound)
 		}
 	}
 	runtime.KeepAlive(keys)
-	t.Logf("%d measurements from %d to %d keys: at most %.2f bytes per present key (at %d keys)", measured, from, to, worst, worstAt)
+	t.Logf("%d measurements from %d to %d keys: %.2f to %.2f bytes per present key (the most at %d keys)", measured, from, to, least, worst, worstAt)
 	must(t, measured > 100, "measured after the growth steps (%d times)", measured)
 }
