@@ -18,11 +18,6 @@ import (
 // previous one, which is the flow control: at most one page per shard is
 // ever in flight, whatever the table's size.
 
-// errScanMoved is returned when a sparse shard rehashed between two pages
-// (keys were inserted during the scan): the cursor no longer means the
-// same slot, and the scan must start over.
-var errScanMoved = errors.New("kvstore: the shard grew during the scan; start it again")
-
 // maxScanPage bounds a page, whatever the payload allows.
 const maxScanPage = 1 << 16
 
@@ -62,44 +57,6 @@ func (d *dense[T]) keyAt(l uint64) uint64 {
 		}
 	}
 	return d.spec.Size
-}
-
-// Sparse cursors: stripe in the top 8 bits, log2 of the stripe's slot
-// table in the next 8 (to notice a rehash), the slot in the low 48.
-const (
-	cursorSlotBits = 48
-	cursorSlotMask = 1<<cursorSlotBits - 1
-)
-
-func (s *sparse[T]) Scan(cursor uint64, max int, keys []uint64, vals []float64) ([]uint64, []float64, uint64, bool, error) {
-	stripe, bits, slot := cursor>>56, (cursor>>cursorSlotBits)&0xff, cursor&cursorSlotMask
-	w := s.width
-	for ; stripe < numStripes; stripe, slot = stripe+1, 0 {
-		p := &s.parts[stripe]
-		mu := &s.st[stripe].mu
-		mu.RLock()
-		size := uint64(64 - p.shift)
-		if slot != 0 && bits != size {
-			mu.RUnlock()
-			return keys, vals, 0, false, errScanMoved
-		}
-		for ; slot < uint64(len(p.slots)); slot++ {
-			sl := p.slots[slot]
-			if sl.key == 0 {
-				continue
-			}
-			if max--; max < 0 {
-				mu.RUnlock()
-				return keys, vals, stripe<<56 | size<<cursorSlotBits | slot, true, nil
-			}
-			keys = append(keys, sl.key-1)
-			for _, v := range p.vals[int(sl.row)*w:][:w] {
-				vals = append(vals, float64(v))
-			}
-		}
-		mu.RUnlock()
-	}
-	return keys, vals, numStripes << 56, false, nil
 }
 
 // scanStore reads a page of st (every Store is a scanner).
