@@ -70,8 +70,9 @@ type AsyncReader struct {
 	changed   chan struct{} // closed and replaced on every state change
 	queue     []*Records
 	qbytes    []int64
-	qreplay   []bool // the batch was decoded from the BlockCache
-	replayed  int    // queued batches decoded from the BlockCache
+	qreplay   []bool     // the batch was decoded from the BlockCache
+	replayed  int        // queued batches decoded from the BlockCache
+	free      []*Records // released batches, to decode into again
 	buffered  int64
 	producers int // still running
 	err       error
@@ -145,11 +146,12 @@ func (r *AsyncReader) produce() {
 			// batch, so a few batches ahead keep the consumer busy;
 			// decoding a block ahead would hold its records twice.
 			for i := range cb.Batches() {
-				if !r.reserveReplay() {
+				into, ok := r.reserveReplay()
+				if !ok {
 					r.fail(r.ctx.Err())
 					return
 				}
-				if err := r.enqueue(cb.Batch(i), true); err != nil {
+				if err := r.enqueue(cb.Batch(i, into), true); err != nil {
 					r.fail(err)
 					return
 				}
@@ -264,19 +266,44 @@ func (r *AsyncReader) fail(err error) {
 const maxReplayAhead = 4
 
 // reserveReplay waits until fewer than maxReplayAhead decoded batches are
-// queued or being decoded, and counts one more; false when the reader is
-// stopping.
-func (r *AsyncReader) reserveReplay() bool {
+// queued or being decoded, counts one more and returns a released batch
+// to decode into, if there is one; false when the reader is stopping.
+func (r *AsyncReader) reserveReplay() (*Records, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for r.replayed >= maxReplayAhead && r.ctx.Err() == nil {
 		r.waitLocked()
 	}
 	if r.ctx.Err() != nil {
-		return false
+		return nil, false
 	}
 	r.replayed++
-	return true
+	var into *Records
+	if n := len(r.free); n > 0 {
+		into = r.free[n-1]
+		r.free[n-1] = nil
+		r.free = r.free[:n-1]
+	}
+	return into, true
+}
+
+// Release implements Releaser: a batch the reader decoded from the
+// BlockCache is decoded into again, so replayed epochs allocate almost
+// nothing. Other batches (parsed ones, which the cache may still be
+// encoding) are left to the collector. A batch is released at most once.
+func (r *AsyncReader) Release(rec *Records) {
+	if rec == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.state != batchDecoded { // parsed: the cache may still encode it
+		return
+	}
+	rec.state = batchFree
+	if len(r.free) < maxReplayAhead+1 && !r.closed {
+		r.free = append(r.free, rec)
+	}
 }
 
 // put queues a parsed batch, blocking while the buffer is full.
@@ -297,6 +324,9 @@ func (r *AsyncReader) enqueue(rec *Records, replayed bool) error {
 			return err
 		}
 		if r.buffered == 0 || r.buffered+size <= r.cfg.BufferBytes {
+			if replayed {
+				rec.state = batchDecoded
+			}
 			r.queue = append(r.queue, rec)
 			r.qbytes = append(r.qbytes, size)
 			r.qreplay = append(r.qreplay, replayed)
@@ -311,8 +341,8 @@ func (r *AsyncReader) enqueue(rec *Records, replayed bool) error {
 }
 
 // Next returns the next batch, io.EOF after the last one, or the first
-// error. The batch belongs to the caller and is read-only if the BlockCache may
-// replay it.
+// error. The batch is read-only (the BlockCache may encode it); it stays
+// valid until the caller passes it to Release, if ever.
 func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 	var waited time.Duration
 	r.mu.Lock()
@@ -391,6 +421,7 @@ func (r *AsyncReader) Close() error {
 	if !r.closed {
 		r.closed = true
 		r.queue, r.qbytes, r.qreplay, r.buffered, r.ends = nil, nil, nil, 0, nil
+		r.free = nil
 		r.broadcast()
 	}
 	r.mu.Unlock()

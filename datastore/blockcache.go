@@ -10,9 +10,9 @@ import (
 // and parsing. The master's FileAssigner hands a worker the blocks it read
 // in the previous epoch first, so epochs after the first mostly hit.
 // Blocks are kept encoded (packedBatch: a few bytes per non-zero, against
-// 16 for parsed Records) and decoded batch by batch into fresh Records as
-// they are replayed, bit for bit the records that were parsed; the budget
-// counts the encoded bytes. When the budget is full, new blocks are not
+// 16 for parsed Records) and decoded batch by batch as they are replayed,
+// bit for bit the records that were parsed; the budget counts the encoded
+// bytes. When the budget is full, new blocks are not
 // admitted (no eviction: a pass over data larger than memory would evict
 // exactly what the next pass needs first); a block that does not fit is
 // simply re-read each epoch.
@@ -42,8 +42,9 @@ type CachedBlock struct {
 // Batches returns the number of batches the block was read in.
 func (b *CachedBlock) Batches() int { return len(b.batches) }
 
-// Batch decodes batch i into new Records, which the caller owns.
-func (b *CachedBlock) Batch(i int) *Records { return b.batches[i].unpack() }
+// Batch decodes batch i into into, reusing its arrays, or into new Records
+// when into is nil, and returns it.
+func (b *CachedBlock) Batch(i int, into *Records) *Records { return b.batches[i].unpack(into) }
 
 // Records returns the number of records in the block.
 func (b *CachedBlock) Records() int64 { return b.records }

@@ -99,17 +99,26 @@ func packBatch(r *Records) (p *packedBatch, ok bool) {
 	return p, true
 }
 
-// unpack decodes p into a new batch (the caller owns it).
-func (p *packedBatch) unpack() *Records {
-	r := &Records{Origins: cloneOrigins(p.origins)}
+// unpack decodes p into r, reusing its arrays (a new batch when r is nil),
+// and returns it.
+func (p *packedBatch) unpack(r *Records) *Records {
+	if r == nil {
+		r = &Records{}
+	}
+	clear(r.Lines) // let the strings be collected
+	r.Origins = append(r.Origins[:0], p.origins...)
+	r.Labels = resize(r.Labels, p.n)
+	r.Keys = resize(r.Keys, p.nnz)
+	r.Vals = resize(r.Vals, p.nnz)
+	r.LineNo = r.LineNo[:0]
+	r.Lines = r.Lines[:0]
 	if p.n == 0 {
+		r.Offsets = r.Offsets[:0]
 		return r
 	}
-	r.Labels = make([]float64, p.n)
 	p.labels.decode(r.Labels)
-	r.Offsets = make([]int, p.n+1)
-	r.Keys = make([]uint64, p.nnz)
-	r.Vals = make([]float64, p.nnz)
+	r.Offsets = resize(r.Offsets, p.n+1)
+	r.Offsets[0] = 0
 	p.vals.decode(r.Vals)
 	var pos, kpos int
 	off := 0
@@ -137,7 +146,7 @@ func (p *packedBatch) unpack() *Records {
 		r.Offsets[i+1] = off
 	}
 	if p.lineNo != nil {
-		r.LineNo = make([]int64, p.n)
+		r.LineNo = resize(r.LineNo, p.n)
 		var prev int64
 		pos = 0
 		for i := range r.LineNo {
@@ -148,7 +157,7 @@ func (p *packedBatch) unpack() *Records {
 		}
 	}
 	if p.nLines > 0 {
-		r.Lines = make([]string, p.nLines)
+		r.Lines = resize(r.Lines, p.nLines)
 		pos, at := 0, 0
 		for i := range r.Lines {
 			var l uint64
@@ -276,6 +285,14 @@ func (c *floatColumn) decode(out []float64) {
 
 func (c *floatColumn) bytes() int64 {
 	return int64(cap(c.dict))*8 + int64(cap(c.idx)) + int64(cap(c.f32))*4 + int64(cap(c.f64))*8
+}
+
+// resize returns s with length n, reusing its array when it is big enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
 }
 
 func cloneOrigins(o []Origin) []Origin {

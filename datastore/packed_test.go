@@ -69,6 +69,25 @@ func eqFloatBits(a, b []float64) bool {
 	return true
 }
 
+func textBatch() *Records {
+	r := &Records{}
+	r.AppendLine("first line")
+	r.AppendLine("")
+	r.AppendLine("ünïcode\ttab")
+	return r
+}
+
+// dirtyBatch is a decoded batch of n records with values everywhere, to
+// decode into again.
+func dirtyBatch(n int) *Records {
+	r := &Records{}
+	for i := range n {
+		r.Append(float64(i)+0.3, []uint64{uint64(i), uint64(i) + 3, 1 << 50}, []float64{0.7, 2, 3})
+	}
+	p, _ := packBatch(located(r, 1))
+	return p.unpack(nil)
+}
+
 // located gives r line numbers and an origin, as ReadBlock does.
 func located(r *Records, first int64) *Records {
 	for i := range r.Len() {
@@ -82,10 +101,7 @@ func TestPackedBatchReplaysExactly(t *testing.T) {
 	negZero := math.Copysign(0, -1)
 	nan := math.Float64frombits(0x7ff8_0000_dead_beef)
 	big := uint64(1) << 40
-	text := &Records{}
-	text.AppendLine("first line")
-	text.AppendLine("")
-	text.AppendLine("ünïcode\ttab")
+	text := textBatch()
 	tests := []struct {
 		name     string
 		build    func(r *Records)
@@ -159,8 +175,14 @@ func TestPackedBatchReplaysExactly(t *testing.T) {
 						p.vals.form, p.labels.form, p.unsorted, tc.vals, tc.labels, tc.unsorted)
 				}
 				for range 2 { // decoding twice gives the same
-					if d := sameRecords(p.unpack(), r); d != "" {
-						t.Fatalf("replayed %s differ:\n got %+v\nwant %+v", d, p.unpack(), r)
+					if d := sameRecords(p.unpack(nil), r); d != "" {
+						t.Fatalf("replayed %s differ:\n got %+v\nwant %+v", d, p.unpack(nil), r)
+					}
+				}
+				// Into a batch that held more, or other, records.
+				for _, dirty := range []*Records{dirtyBatch(1000), dirtyBatch(1), located(textBatch(), 3)} {
+					if d := sameRecords(p.unpack(dirty), r); d != "" {
+						t.Fatalf("replayed into a used batch: %s differ:\n got %+v\nwant %+v", d, dirty, r)
 					}
 				}
 			})
@@ -172,8 +194,11 @@ func TestPackedBatchReplaysExactly(t *testing.T) {
 		if !ok {
 			t.Fatal("not packed")
 		}
-		if d := sameRecords(p.unpack(), r); d != "" {
+		if d := sameRecords(p.unpack(nil), r); d != "" {
 			t.Fatalf("replayed %s differ", d)
+		}
+		if d := sameRecords(p.unpack(dirtyBatch(5)), r); d != "" {
+			t.Fatalf("replayed into a used batch: %s differ", d)
 		}
 	})
 }
@@ -270,7 +295,7 @@ func TestBlockCacheBudgetCountsEncodedBytes(t *testing.T) {
 	}
 	var want int64 = blockOverhead
 	for i, r := range blk1 {
-		if d := sameRecords(cb.Batch(i), r); d != "" {
+		if d := sameRecords(cb.Batch(i, nil), r); d != "" {
 			t.Fatalf("batch %d: %s differ", i, d)
 		}
 		p, _ := packBatch(r)
@@ -335,27 +360,36 @@ func TestAsyncReaderReplaysCachedBlocks(t *testing.T) {
 	}
 	writeFile(t, dir, "part-0", sb.String())
 	cache := NewBlockCache(64 << 20)
-	pass := func() ([]*Records, PassStats) {
+	pass := func() (kept []*Records, st PassStats, distinct int) {
 		cfg := asyncConfig(t, dir, 8<<10)
 		cfg.Cache, cfg.CacheScope = cache, "t/train"
 		cfg.Producers = 2
 		r := NewAsyncReader(context.Background(), cfg)
 		defer r.Close()
 		time.Sleep(20 * time.Millisecond) // a slow consumer: the producers run ahead
-		var out []*Records
+		seen := map[*Records]bool{}
 		for {
 			rec, err := r.Next(context.Background())
 			if err == io.EOF {
-				return out, r.Stats()
+				return kept, r.Stats(), len(seen)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, rec)
+			seen[rec] = true
+			kept = append(kept, cloneBatch(rec))
+			// Done with it: a replayed batch is decoded into again; a
+			// parsed one must not be (the cache encodes it at its
+			// block's end).
+			r.Release(rec)
 		}
 	}
-	first, st1 := pass()
-	second, st2 := pass()
+	first, st1, seen1 := pass()
+	second, st2, seen2 := pass()
+	if seen1 != len(first) || seen2 > maxReplayAhead+2 {
+		t.Fatalf("%d distinct batches of %d parsed (want all), %d of %d replayed (want at most %d)",
+			seen1, len(first), seen2, len(second), maxReplayAhead+2)
+	}
 	if st1.CachedBlocks != 0 || st2.CachedBlocks != st2.Blocks || st2.Blocks < 2 || st2.Bytes != 0 {
 		t.Fatalf("first pass %+v, second %+v", st1, st2)
 	}
@@ -390,6 +424,13 @@ func TestAsyncReaderReplaysCachedBlocks(t *testing.T) {
 	if w := second[len(second)-1].Where(0); !strings.Contains(w, "line") {
 		t.Fatalf("replayed records lost their origin: %q", w)
 	}
+}
+
+func cloneBatch(r *Records) *Records {
+	return &Records{Labels: append([]float64(nil), r.Labels...), Offsets: append([]int(nil), r.Offsets...),
+		Keys: append([]uint64(nil), r.Keys...), Vals: append([]float64(nil), r.Vals...),
+		Lines: append([]string(nil), r.Lines...), LineNo: append([]int64(nil), r.LineNo...),
+		Origins: append([]Origin(nil), r.Origins...)}
 }
 
 // FuzzPackedBatch builds Records from arbitrary bytes (keys, values and
@@ -451,8 +492,11 @@ func FuzzPackedBatch(f *testing.F) {
 		if !ok {
 			t.Fatal("a well-formed batch was not packed")
 		}
-		if d := sameRecords(p.unpack(), r); d != "" {
+		if d := sameRecords(p.unpack(nil), r); d != "" {
 			t.Fatalf("replayed %s differ", d)
+		}
+		if d := sameRecords(p.unpack(dirtyBatch(5)), r); d != "" {
+			t.Fatalf("replayed into a used batch: %s differ", d)
 		}
 	})
 }
@@ -476,7 +520,7 @@ func BenchmarkUnpack(b *testing.B) {
 	b.Run("packed", func(b *testing.B) {
 		b.ReportMetric(float64(p.bytes())/float64(len(r.Keys)), "B/nnz")
 		for b.Loop() {
-			p.unpack()
+			p.unpack(nil)
 		}
 	})
 	b.Run("copy", func(b *testing.B) {

@@ -178,7 +178,7 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 		return nil, err
 	}
 	if marker[0] == 0 {
-		acc := map[uint64]*[ScaleWidth]float64{}
+		acc := newScaleAcc(size)
 		rows := 0
 		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 			rows += r.Len()
@@ -186,39 +186,34 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 				if k >= size {
 					return fmt.Errorf("lr: feature key %d is outside the table (size %d)", k, size)
 				}
-				v := r.Vals[j]
-				if v == 0 {
-					continue
+				if v := r.Vals[j]; v != 0 {
+					acc.add(k, v)
 				}
-				a := acc[k]
-				if a == nil {
-					a = new([ScaleWidth]float64)
-					acc[k] = a
-				}
-				a[0] += v * v
-				a[1]++
-				a[2] += v
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("lr: feature statistics: %w", err)
 		}
-		keys := make([]uint64, 0, len(acc))
-		for k := range acc {
-			keys = append(keys, k)
+		var addErr error
+		ks := make([]uint64, 0, chunkKeys)
+		vals := make([]float64, 0, ScaleWidth*chunkKeys)
+		flush := func() {
+			if len(ks) > 0 && addErr == nil {
+				addErr = st.Add(ks, vals)
+			}
+			ks, vals = ks[:0], vals[:0]
 		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-		vals := make([]float64, 0, ScaleWidth*min(len(keys), chunkKeys))
-		for lo := 0; lo < len(keys); lo += chunkKeys {
-			ks := keys[lo:min(lo+chunkKeys, len(keys))]
-			vals = vals[:0]
-			for _, k := range ks {
-				vals = append(vals, acc[k][:]...)
+		acc.each(func(k uint64, a *[ScaleWidth]float64) {
+			ks = append(ks, k)
+			vals = append(vals, a[:]...)
+			if len(ks) == chunkKeys {
+				flush()
 			}
-			if err := st.Add(ks, vals); err != nil {
-				return nil, err
-			}
+		})
+		flush()
+		if addErr != nil {
+			return nil, addErr
 		}
 		if err := st.Add([]uint64{size}, []float64{0, float64(rows), 0}); err != nil {
 			return nil, err
@@ -400,5 +395,74 @@ func (t *invTable) lookup(keys []uint64, out []float64) {
 		for i, k := range keys {
 			out[i] = t.f64[k]
 		}
+	}
+}
+
+// scaleAcc sums a worker's share of the feature statistics (per key: sum
+// of squares, count of non-zero values, sum). Binary features need only a
+// count (v = 1: v*v and v add exactly 1), so while every value seen is 1
+// and the table is small enough to be loaded whole, it keeps a uint32 per
+// key, 4 bytes against some 60 of a map entry; the first other value
+// moves the counts to the map, as the same float64 sums, and the map goes
+// on from there.
+type scaleAcc struct {
+	counts []uint32
+	m      map[uint64]*[ScaleWidth]float64
+}
+
+func newScaleAcc(size uint64) *scaleAcc {
+	if size <= maxLoadedScales {
+		return &scaleAcc{counts: make([]uint32, size)}
+	}
+	return &scaleAcc{m: map[uint64]*[ScaleWidth]float64{}}
+}
+
+// add counts value v (non-zero) of key k.
+func (a *scaleAcc) add(k uint64, v float64) {
+	if a.counts != nil {
+		if v == 1 && a.counts[k] < math.MaxUint32 {
+			a.counts[k]++
+			return
+		}
+		a.m = map[uint64]*[ScaleWidth]float64{}
+		for key, c := range a.counts {
+			if c > 0 {
+				f := float64(c)
+				a.m[uint64(key)] = &[ScaleWidth]float64{f, f, f}
+			}
+		}
+		a.counts = nil
+	}
+	s := a.m[k]
+	if s == nil {
+		s = new([ScaleWidth]float64)
+		a.m[k] = s
+	}
+	s[0] += v * v
+	s[1]++
+	s[2] += v
+}
+
+// each calls fn with the statistics of every key seen, in increasing key
+// order.
+func (a *scaleAcc) each(fn func(k uint64, s *[ScaleWidth]float64)) {
+	if a.counts != nil {
+		var s [ScaleWidth]float64
+		for k, c := range a.counts {
+			if c > 0 {
+				f := float64(c)
+				s = [ScaleWidth]float64{f, f, f}
+				fn(uint64(k), &s)
+			}
+		}
+		return
+	}
+	keys := make([]uint64, 0, len(a.m))
+	for k := range a.m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, k := range keys {
+		fn(k, a.m[k])
 	}
 }

@@ -87,3 +87,52 @@ func checkInv(t interface{ Fatalf(string, ...any) }, tab *invTable, want []float
 		}
 	}
 }
+
+// TestScaleAccMatchesMap: the statistics scaleAcc gathers are bit for bit
+// those of a plain map summing in the same order, whether the values stay
+// binary (counts), turn non-binary part way (counts moved to the map) or
+// the table is too large for counts.
+func TestScaleAccMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		size := rapid.SampledFrom([]uint64{50, maxLoadedScales + 1}).Draw(t, "size")
+		acc := newScaleAcc(size)
+		want := map[uint64]*[ScaleWidth]float64{}
+		binaryUntil := rapid.IntRange(0, 300).Draw(t, "binaryUntil")
+		for i := range rapid.IntRange(0, 300).Draw(t, "n") {
+			k := rapid.Uint64Range(0, 49).Draw(t, "k")
+			v := 1.0
+			if i >= binaryUntil {
+				v = rapid.SampledFrom([]float64{1, -1, 0.1, 3, 1e-300, 0.7}).Draw(t, "v")
+			}
+			acc.add(k, v)
+			s := want[k]
+			if s == nil {
+				s = new([ScaleWidth]float64)
+				want[k] = s
+			}
+			s[0] += v * v
+			s[1]++
+			s[2] += v
+		}
+		prev, n := -1, 0
+		acc.each(func(k uint64, s *[ScaleWidth]float64) {
+			if int(k) <= prev {
+				t.Fatalf("key %d after %d", k, prev)
+			}
+			prev = int(k)
+			n++
+			w := want[k]
+			if w == nil {
+				t.Fatalf("key %d never added", k)
+			}
+			for i := range s {
+				if math.Float64bits(s[i]) != math.Float64bits(w[i]) {
+					t.Fatalf("key %d: %v, want %v", k, *s, *w)
+				}
+			}
+		})
+		if n != len(want) {
+			t.Fatalf("%d keys, want %d", n, len(want))
+		}
+	})
+}
