@@ -11,17 +11,21 @@ import (
 // The Go collector's default (GOGC=100) lets the heap grow to twice what
 // is live before it collects. A slave's live heap is mostly its tables and
 // parsed-data cache, large and long-lived, so that doubling is what sets
-// the process's peak memory, while the allocation between collections is
-// small (messages, batches). When the environment sets neither GOGC nor
-// GOMEMLIMIT, flexps keeps a soft memory limit of the live heap plus a
-// quarter of it (at least gcMinHeadroom) plus the runtime's own non-heap
-// memory, recomputed after every collection: large heaps get a quarter
-// instead of all of their size as headroom, small ones (live under ~128
-// MiB... up to where 2x is below the limit) keep GOGC's. Setting GOGC or
-// GOMEMLIMIT (GOGC=100 restores Go's default) turns this off.
+// the process's peak memory, while what it allocates between collections
+// is short-lived (messages, batches). When the environment sets neither
+// GOGC nor GOMEMLIMIT, flexps keeps a soft memory limit (debug.
+// SetMemoryLimit) of the live heap plus a quarter of it, at least
+// gcMinHeadroom, plus the runtime's own memory outside the heap,
+// recomputed after every collection (a finalizer on a sentinel object runs
+// once per cycle). Heaps larger than 4 x gcMinHeadroom thus grow by a
+// quarter between collections instead of doubling; smaller ones by at
+// most the floor (GOGC=100 still collects first below 2 x gcMinHeadroom).
+// The limit is soft: the runtime never spends more than about half the
+// CPU on collections to keep it. Setting GOGC or GOMEMLIMIT (GOGC=100
+// restores Go's default) turns this off.
 
 // gcMinHeadroom is the least heap growth allowed between collections.
-const gcMinHeadroom = 32 << 20
+const gcMinHeadroom = 24 << 20
 
 // gcLimit is the soft memory limit for a live heap of live bytes and
 // nonHeap bytes of runtime memory outside the heap (stacks, metadata).
