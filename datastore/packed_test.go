@@ -523,6 +523,12 @@ func BenchmarkUnpack(b *testing.B) {
 			p.unpack(nil)
 		}
 	})
+	b.Run("packed-into-released", func(b *testing.B) {
+		into := p.unpack(nil)
+		for b.Loop() {
+			p.unpack(into)
+		}
+	})
 	b.Run("copy", func(b *testing.B) {
 		b.ReportMetric(float64(r.Bytes())/float64(len(r.Keys)), "B/nnz")
 		for b.Loop() {
