@@ -39,8 +39,9 @@ type AsyncConfig struct {
 	// "processed" only means "taken".
 	Done func(Block) error
 	// Cache, optional, keeps parsed blocks for later passes under
-	// CacheScope; a cached block is replayed without reading the source
-	// (decoded into new batches, equal to the parsed ones).
+	// CacheScope; a cached block is replayed without reading the source,
+	// decoded batch by batch (bit for bit the parsed records) into new
+	// batches or ones the consumer released (Release).
 	Cache      *BlockCache
 	CacheScope string
 }

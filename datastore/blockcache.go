@@ -12,10 +12,10 @@ import (
 // Blocks are kept encoded (packedBatch: a few bytes per non-zero, against
 // 16 for parsed Records) and decoded batch by batch as they are replayed,
 // bit for bit the records that were parsed; the budget counts the encoded
-// bytes. When the budget is full, new blocks are not
-// admitted (no eviction: a pass over data larger than memory would evict
-// exactly what the next pass needs first); a block that does not fit is
-// simply re-read each epoch.
+// bytes. When the budget is full, new blocks are not admitted (no
+// eviction: a pass over data larger than memory would evict exactly what
+// the next pass needs first); a block that does not fit is simply re-read
+// each epoch.
 type BlockCache struct {
 	mu     sync.Mutex
 	budget int64
