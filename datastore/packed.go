@@ -20,9 +20,9 @@ import (
 type packedBatch struct {
 	n, nnz   int
 	unsorted bool   // keys are zigzag deltas
-	keyWidth int    // 0: keys are varint deltas; 1-8: each key whole, in keyWidth little-endian bytes
+	keyBits  int    // 0: keys are varint deltas; else each key whole in keyBits bits (see packKeys)
 	rows     []byte // per record: varint number of features
-	keys     []byte // per feature: the key (keyWidth) or a varint delta from the record's previous key (from 0 for its first)
+	keys     []byte // per feature: the key (keyBits) or a varint delta from the record's previous key (from 0 for its first)
 	labels   floatColumn
 	vals     floatColumn
 	lineNo   []byte // per record: zigzag varint delta from the previous line number; nil when not located
@@ -60,9 +60,10 @@ func packBatch(r *Records) (p *packedBatch, ok bool) {
 		}
 	}
 	p.rows = clipBytes(rows)
-	// Fixed-width whole keys decode without a branch per key, several
-	// times faster than varints; they are kept unless varint deltas are
-	// more than a quarter smaller (1M features: 3 bytes against ~2.7).
+	// Whole keys packed in as many bits as the largest needs decode
+	// without a branch per key, several times faster than varints, and
+	// are often smaller too (1M features: 20 bits against ~2.7 bytes);
+	// varint deltas only when they are more than a quarter smaller.
 	var maxKey uint64
 	varLen := 0
 	for i := range n {
@@ -73,15 +74,9 @@ func packBatch(r *Records) (p *packedBatch, ok bool) {
 			prev = k
 		}
 	}
-	if w := max(1, (bits.Len64(maxKey)+7)/8); w*len(r.Keys) <= varLen+varLen/4 {
-		p.keyWidth = w
-		keys := make([]byte, w*len(r.Keys))
-		for i, k := range r.Keys {
-			for b := range w {
-				keys[w*i+b] = byte(k >> (8 * b))
-			}
-		}
-		p.keys = keys
+	if w := keyBits(maxKey); packedKeysLen(w, len(r.Keys)) <= varLen+varLen/4 {
+		p.keyBits = w
+		p.keys = packKeys(r.Keys, w)
 	} else {
 		keys := make([]byte, 0, varLen)
 		for i := range n {
@@ -154,13 +149,13 @@ func (p *packedBatch) unpack(r *Records) *Records {
 	p.vals.decode(r.Vals)
 	var pos, kpos int
 	off := 0
-	if p.keyWidth > 0 {
-		decodeFixed(r.Keys, p.keys, p.keyWidth)
+	if p.keyBits > 0 {
+		unpackKeys(r.Keys, p.keys, p.keyBits)
 	}
 	for i := range p.n {
 		var l uint64
 		l, pos = uvarint(p.rows, pos)
-		if p.keyWidth == 0 {
+		if p.keyBits == 0 {
 			row := r.Keys[off : off+int(l)]
 			var prev uint64
 			if p.unsorted {
@@ -346,38 +341,58 @@ func clipBytes(b []byte) []byte {
 	return b
 }
 
-// decodeFixed reads len(out) keys of w little-endian bytes each from src.
-func decodeFixed(out []uint64, src []byte, w int) {
-	if len(out) == 0 {
-		return
+// maxPackedBits is the widest key packKeys packs in bits: a key and its
+// offset within a byte fit one 64-bit load. Wider keys take 64 bits.
+const maxPackedBits = 57
+
+// keyBits is the width packKeys uses for keys up to maxKey.
+func keyBits(maxKey uint64) int {
+	if w := max(1, bits.Len64(maxKey)); w <= maxPackedBits {
+		return w
 	}
-	_ = src[w*len(out)-1]
-	switch w {
-	case 2:
-		for i := range out {
-			out[i] = uint64(binary.LittleEndian.Uint16(src[2*i:]))
+	return 64
+}
+
+// packedKeysLen is the size of n keys packed in w bits.
+func packedKeysLen(w, n int) int {
+	if w == 64 {
+		return 8 * n
+	}
+	return (w*n+7)/8 + 7 // 7 bytes of padding: unpackKeys loads 8 at a time
+}
+
+// packKeys packs keys, each in w bits (w <= maxPackedBits), or 8
+// little-endian bytes (w = 64).
+func packKeys(keys []uint64, w int) []byte {
+	out := make([]byte, packedKeysLen(w, len(keys)))
+	if w == 64 {
+		for i, k := range keys {
+			binary.LittleEndian.PutUint64(out[8*i:], k)
 		}
-	case 3:
-		for i := range out {
-			b := src[3*i : 3*i+3 : 3*i+3]
-			out[i] = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16
+		return out
+	}
+	for i, k := range keys {
+		bit := i * w
+		x := k << (bit & 7) // at most 57+7 bits
+		for b := range (w + bit&7 + 7) / 8 {
+			out[bit>>3+b] |= byte(x >> (8 * b))
 		}
-	case 4:
-		for i := range out {
-			out[i] = uint64(binary.LittleEndian.Uint32(src[4*i:]))
-		}
-	case 8:
+	}
+	return out
+}
+
+// unpackKeys reads len(out) keys packed by packKeys in w bits.
+func unpackKeys(out []uint64, src []byte, w int) {
+	if w == 64 {
 		for i := range out {
 			out[i] = binary.LittleEndian.Uint64(src[8*i:])
 		}
-	default:
-		for i := range out {
-			var k uint64
-			for b, c := range src[w*i : w*i+w] {
-				k |= uint64(c) << (8 * b)
-			}
-			out[i] = k
-		}
+		return
+	}
+	mask := uint64(1)<<w - 1
+	for i := range out {
+		bit := i * w
+		out[i] = binary.LittleEndian.Uint64(src[bit>>3:]) >> (bit & 7) & mask
 	}
 }
 

@@ -228,12 +228,14 @@ func TestPackedBatchKeyForm(t *testing.T) {
 	tests := []struct {
 		name  string
 		keys  func(i, j int) uint64
-		width int // 0: varint deltas
+		bits int // 0: varint deltas
 	}{
-		{"ids below 2^24: 3 bytes whole", func(i, j int) uint64 { return uint64(j*40_000 + i) }, 3},
-		{"ids below 2^16: 2 bytes whole", func(i, j int) uint64 { return uint64(j*3000 + i) }, 2},
+		{"ids below 2^19: 19 bits", func(i, j int) uint64 { return uint64(j*40_000 + i) }, 19},
+		{"ids below 2^15: 15 bits", func(i, j int) uint64 { return uint64(j*3000 + i) }, 15},
+		{"one id: 1 bit", func(i, j int) uint64 { return 0 }, 1},
+		{"ids of 57 bits", func(i, j int) uint64 { return 1<<56 + uint64(i*1e9+j*1e12) }, 57},
 		{"large ids close together: deltas", func(i, j int) uint64 { return 1<<40 + uint64(i*100+j) }, 0},
-		{"ids up to 2^64: 8 bytes whole", func(i, j int) uint64 { return uint64(j+1) << 60 >> uint(i%3) }, 8},
+		{"ids up to 2^64: 64 bits", func(i, j int) uint64 { return uint64(j+1) << 60 >> uint(i%3) }, 64},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,8 +251,8 @@ func TestPackedBatchKeyForm(t *testing.T) {
 			if !ok {
 				t.Fatal("not packed")
 			}
-			if p.keyWidth != tc.width {
-				t.Fatalf("key width %d, want %d", p.keyWidth, tc.width)
+			if p.keyBits != tc.bits {
+				t.Fatalf("key bits %d, want %d", p.keyBits, tc.bits)
 			}
 			if d := sameRecords(p.unpack(dirtyBatch(7)), r); d != "" {
 				t.Fatalf("replayed %s differ", d)
