@@ -226,8 +226,8 @@ func TestPackedBatchIsSmall(t *testing.T) {
 
 func TestPackedBatchKeyForm(t *testing.T) {
 	tests := []struct {
-		name  string
-		keys  func(i, j int) uint64
+		name string
+		keys func(i, j int) uint64
 		bits int // 0: varint deltas
 	}{
 		{"ids below 2^19: 19 bits", func(i, j int) uint64 { return uint64(j*40_000 + i) }, 19},
