@@ -39,7 +39,9 @@ type AsyncConfig struct {
 	// "processed" only means "taken".
 	Done func(Block) error
 	// Cache, optional, keeps parsed blocks for later passes under
-	// CacheScope; a cached block is replayed without reading the source.
+	// CacheScope; a cached block is replayed without reading the source,
+	// decoded batch by batch (bit for bit the parsed records) into new
+	// batches or ones the consumer released (Release).
 	Cache      *BlockCache
 	CacheScope string
 }
@@ -69,6 +71,9 @@ type AsyncReader struct {
 	changed   chan struct{} // closed and replaced on every state change
 	queue     []*Records
 	qbytes    []int64
+	qreplay   []bool     // the batch was decoded from the BlockCache
+	replayed  int        // queued batches decoded from the BlockCache
+	free      []*Records // released batches, to decode into again
 	buffered  int64
 	producers int // still running
 	err       error
@@ -137,9 +142,17 @@ func (r *AsyncReader) produce() {
 			r.releaseBlock()
 			return
 		}
-		if recs, hit := r.cfg.Cache.Get(r.cfg.CacheScope, blk); hit {
-			for _, rec := range recs {
-				if err := r.put(rec); err != nil {
+		if cb, hit := r.cfg.Cache.Get(r.cfg.CacheScope, blk); hit {
+			// Decoding is some ten times faster than training on a
+			// batch, so a few batches ahead keep the consumer busy;
+			// decoding a block ahead would hold its records twice.
+			for i := range cb.Batches() {
+				into, ok := r.reserveReplay()
+				if !ok {
+					r.fail(r.ctx.Err())
+					return
+				}
+				if err := r.enqueue(cb.Batch(i, into), true); err != nil {
 					r.fail(err)
 					return
 				}
@@ -147,9 +160,7 @@ func (r *AsyncReader) produce() {
 			r.mu.Lock()
 			r.stats.Blocks++
 			r.stats.CachedBlocks++
-			for _, rec := range recs {
-				r.stats.Records += int64(rec.Len())
-			}
+			r.stats.Records += cb.Records()
 			r.endBlock(blk)
 			r.mu.Unlock()
 			continue
@@ -235,6 +246,7 @@ func (r *AsyncReader) releaseBlock() {
 func (r *AsyncReader) endBlock(blk Block) {
 	r.queue = append(r.queue, nil)
 	r.qbytes = append(r.qbytes, 0)
+	r.qreplay = append(r.qreplay, false)
 	r.ends = append(r.ends, blk)
 	r.broadcast()
 }
@@ -250,18 +262,75 @@ func (r *AsyncReader) fail(err error) {
 	r.cancel()
 }
 
-// put queues a batch, blocking while the buffer is full.
-func (r *AsyncReader) put(rec *Records) error {
+// maxReplayAhead bounds the batches decoded from the BlockCache that wait
+// in the queue.
+const maxReplayAhead = 4
+
+// reserveReplay waits until fewer than maxReplayAhead decoded batches are
+// queued or being decoded, counts one more and returns a released batch
+// to decode into, if there is one; false when the reader is stopping.
+func (r *AsyncReader) reserveReplay() (*Records, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.replayed >= maxReplayAhead && r.ctx.Err() == nil {
+		r.waitLocked()
+	}
+	if r.ctx.Err() != nil {
+		return nil, false
+	}
+	r.replayed++
+	var into *Records
+	if n := len(r.free); n > 0 {
+		into = r.free[n-1]
+		r.free[n-1] = nil
+		r.free = r.free[:n-1]
+	}
+	return into, true
+}
+
+// Release implements Releaser: a batch the reader decoded from the
+// BlockCache is decoded into again, so replayed epochs allocate almost
+// nothing. Other batches (parsed ones, which the cache may still be
+// encoding) are left to the collector. A batch is released at most once.
+func (r *AsyncReader) Release(rec *Records) {
+	if rec == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.state != batchDecoded { // parsed: the cache may still encode it
+		return
+	}
+	rec.state = batchFree
+	if len(r.free) < maxReplayAhead+1 && !r.closed {
+		r.free = append(r.free, rec)
+	}
+}
+
+// put queues a parsed batch, blocking while the buffer is full.
+func (r *AsyncReader) put(rec *Records) error { return r.enqueue(rec, false) }
+
+// enqueue queues a batch, blocking while the buffer is full; a replayed
+// batch holds a reserveReplay reservation, given back when it is taken
+// (or when it cannot be queued).
+func (r *AsyncReader) enqueue(rec *Records, replayed bool) error {
 	size := rec.Bytes()
 	r.mu.Lock()
 	for {
 		if err := r.ctx.Err(); err != nil {
+			if replayed {
+				r.replayed--
+			}
 			r.mu.Unlock()
 			return err
 		}
 		if r.buffered == 0 || r.buffered+size <= r.cfg.BufferBytes {
+			if replayed {
+				rec.state = batchDecoded
+			}
 			r.queue = append(r.queue, rec)
 			r.qbytes = append(r.qbytes, size)
+			r.qreplay = append(r.qreplay, replayed)
 			r.buffered += size
 			r.stats.PeakBuffered = max(r.stats.PeakBuffered, r.buffered)
 			r.broadcast()
@@ -273,8 +342,8 @@ func (r *AsyncReader) put(rec *Records) error {
 }
 
 // Next returns the next batch, io.EOF after the last one, or the first
-// error. The batch belongs to the caller and is read-only if the BlockCache may
-// replay it.
+// error. The batch is read-only (the BlockCache may encode it); it stays
+// valid until the caller passes it to Release, if ever.
 func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 	var waited time.Duration
 	r.mu.Lock()
@@ -294,9 +363,14 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 			r.queue = r.queue[1:]
 			r.buffered -= r.qbytes[0]
 			r.qbytes = r.qbytes[1:]
+			if r.qreplay[0] {
+				r.replayed--
+			}
+			r.qreplay = r.qreplay[1:]
 			if len(r.queue) == 0 { // reuse the backing arrays
 				r.queue = r.queue[:0:0]
 				r.qbytes = r.qbytes[:0:0]
+				r.qreplay = r.qreplay[:0:0]
 			}
 			r.broadcast()
 			if rec == nil { // a block's end: one fewer block ahead
@@ -347,7 +421,8 @@ func (r *AsyncReader) Close() error {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
-		r.queue, r.qbytes, r.buffered, r.ends = nil, nil, 0, nil
+		r.queue, r.qbytes, r.qreplay, r.buffered, r.ends = nil, nil, nil, 0, nil
+		r.free = nil
 		r.broadcast()
 	}
 	r.mu.Unlock()

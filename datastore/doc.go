@@ -11,5 +11,7 @@
 // line it starts in, and a block reads through the line that straddles its
 // end. The AsyncReader prefetches blocks into a buffer bounded in bytes while
 // workers consume, and a slave's BlockCache keeps parsed blocks for later epochs
-// when they fit in a memory budget.
+// when they fit in a memory budget, encoded (packedBatch: varint key deltas,
+// each float column in its smallest exact form) and decoded batch by batch on
+// replay into the arrays of batches the consumer released.
 package datastore

@@ -1,12 +1,10 @@
 package datastore
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
-// Records are read-only once handed out: the BlockCache replays the same batches
-// to every later epoch, so consumers must not modify them.
+// Records are read-only once handed out: the BlockCache encodes a block's
+// batches for later epochs after the consumer may have received them, so
+// consumers must not modify them.
 
 // Len returns the number of records.
 func (r *Records) Len() int { return len(r.Labels) }
@@ -114,22 +112,6 @@ func (r *Records) Bytes() int64 {
 		n += int64(len(s))
 	}
 	return n + 120 // the struct itself
-}
-
-// Compact returns r with every slice copied to its length when the spare
-// capacity is worth a copy (more than 1/16 of what r holds), else r
-// itself. Batches are allocated with slack so that parsing rarely grows
-// them (newBatch), and grown ones double: a block kept for later epochs
-// would hold that slack for the whole task.
-func (r *Records) Compact() *Records {
-	used := int64(len(r.Labels))*8 + int64(len(r.Offsets))*8 + int64(len(r.Keys))*8 +
-		int64(len(r.Vals))*8 + int64(len(r.Lines))*16 + int64(len(r.LineNo))*8
-	if spare := r.Bytes() - 120 - used; spare*16 <= used+int64(16*120) {
-		return r
-	}
-	return &Records{Labels: slices.Clip(slices.Clone(r.Labels)), Offsets: slices.Clip(slices.Clone(r.Offsets)),
-		Keys: slices.Clip(slices.Clone(r.Keys)), Vals: slices.Clip(slices.Clone(r.Vals)), Lines: slices.Clip(slices.Clone(r.Lines)),
-		LineNo: slices.Clip(slices.Clone(r.LineNo)), Origins: slices.Clip(slices.Clone(r.Origins))}
 }
 
 // newBatch allocates a batch sized like prev (so steady-state batches do not

@@ -1,7 +1,6 @@
 package datastore
 
 import (
-	"reflect"
 	"slices"
 	"testing"
 )
@@ -65,56 +64,4 @@ func TestRecordsAppendMismatchPanics(t *testing.T) {
 	}()
 	var r Records
 	r.Append(0, []uint64{1, 2}, []float64{1})
-}
-
-func TestCompactTrimsSpareCapacity(t *testing.T) {
-	grown := newBatch(4, nil, false) // room for 64 non-zeros
-	for i := range 4 {
-		grown.Append(float64(i), []uint64{uint64(i), uint64(i + 10)}, []float64{1, 0.5})
-	}
-	tight := &Records{}
-	tight.Append(1, []uint64{3}, []float64{2})
-	tight = tight.Compact()
-	for _, tc := range []struct {
-		name string
-		r    *Records
-		same bool // no copy is worth it
-	}{{"slack", grown, false}, {"tight", tight, true}, {"empty", &Records{}, true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := tc.r.Compact()
-			if (c == tc.r) != tc.same {
-				t.Fatalf("Compact copied = %v, want %v", c != tc.r, !tc.same)
-			}
-			if !reflect.DeepEqual(c, tc.r) {
-				t.Fatalf("content changed: %+v, want %+v", c, tc.r)
-			}
-			if !tc.same && c.Bytes() >= tc.r.Bytes() {
-				t.Fatalf("Bytes %d, not below %d", c.Bytes(), tc.r.Bytes())
-			}
-			if cap(c.Keys) != len(c.Keys) && !tc.same {
-				t.Fatalf("keys cap %d, len %d", cap(c.Keys), len(c.Keys))
-			}
-		})
-	}
-}
-
-func TestBlockCachePutKeepsCompactCopies(t *testing.T) {
-	r := newBatch(4, nil, false)
-	r.Append(1, []uint64{1, 2}, []float64{1, 1})
-	before := r.Bytes()
-	c := NewBlockCache(1 << 20)
-	b := Block{Path: "f", Offset: 0, Length: 10}
-	if !c.Put("s", b, []*Records{r}) {
-		t.Fatal("not admitted")
-	}
-	got, ok := c.Get("s", b)
-	if !ok || len(got) != 1 || !reflect.DeepEqual(got[0], r) {
-		t.Fatalf("got %+v, %v", got, ok)
-	}
-	if r.Bytes() != before {
-		t.Fatal("Put changed the caller's records")
-	}
-	if st := c.Stats(); st.Used != got[0].Bytes() || st.Used >= before {
-		t.Fatalf("cache accounts %d bytes for a %d-byte copy (original %d)", st.Used, got[0].Bytes(), before)
-	}
 }

@@ -49,7 +49,19 @@ type Records struct {
 	// order. Both are empty for records built by hand.
 	LineNo  []int64
 	Origins []Origin
+	// state says whether an AsyncReader decoded the batch from the
+	// BlockCache (so that Release may reuse it) and whether it was
+	// released.
+	state batchState
 }
+
+type batchState uint8
+
+const (
+	batchParsed  batchState = iota // or built by hand: never reused
+	batchDecoded                   // handed out by an AsyncReader
+	batchFree                      // released to its AsyncReader
+)
 
 // Origin is where Records from First on (up to the next Origin) were read:
 // a file, and the byte offset of the block their line numbers count from
@@ -219,4 +231,12 @@ type Pass interface {
 	Next(ctx context.Context) (*Records, error)
 	Close() error
 	Stats() PassStats
+}
+
+// Releaser is implemented by passes that reuse the arrays of batches their
+// consumer is done with (*AsyncReader: the batches it decodes from the
+// BlockCache). After Release(r) the consumer must not touch r again, nor
+// release it a second time.
+type Releaser interface {
+	Release(r *Records)
 }

@@ -10,13 +10,16 @@ import (
 
 // EachRecords runs fn on every batch of records of one pass (epoch) over
 // in, closing the pass at the end. Records are read-only (they may be
-// replayed from the slave's cache in later epochs).
+// replayed from the slave's cache in later epochs), and fn must not keep r
+// or its slices after it returns: the pass may decode later records into
+// them (datastore.Releaser).
 func EachRecords(ctx context.Context, in Input, fn func(r *datastore.Records) error) error {
 	pass, err := in.Pass(ctx)
 	if err != nil {
 		return err
 	}
 	defer pass.Close()
+	rel, _ := pass.(datastore.Releaser)
 	for {
 		r, err := pass.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -27,6 +30,9 @@ func EachRecords(ctx context.Context, in Input, fn func(r *datastore.Records) er
 		}
 		if err := fn(r); err != nil {
 			return err
+		}
+		if rel != nil {
+			rel.Release(r)
 		}
 	}
 }

@@ -57,6 +57,7 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
+	tuneGC(os.Getenv) // see gcdefault.go
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 

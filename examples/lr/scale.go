@@ -26,7 +26,7 @@ import (
 // intercept so the model stays a raw-space one), so sparse data stays
 // sparse.
 type Scaler struct {
-	inv []float64 // 1/scale per key, when loaded whole
+	inv *invTable // 1/scale per key, when loaded whole
 	t   tasks.Table
 	buf []float64
 	// cand are the dense features' centered statistics (Center applies
@@ -62,7 +62,7 @@ func (s *Scaler) Center() *Centered {
 		return nil
 	}
 	for i, k := range c.Keys {
-		s.inv[k] = c.Inv[i]
+		s.inv.set(k, c.Inv[i])
 	}
 	return c
 }
@@ -70,25 +70,42 @@ func (s *Scaler) Center() *Centered {
 // centered picks the dense features from per-key statistics (sum of
 // squares, count of non-zero values, sum) over n rows.
 func centered(n float64, stats func(k uint64) (sumSq, cnt, sum float64), size uint64) *Centered {
-	type cand struct {
-		k   uint64
-		cnt float64
-	}
-	var cs []cand
-	if n <= 0 {
-		return &Centered{}
-	}
+	p := centerPicker{n: n}
 	for k := uint64(0); k < size; k++ {
 		sumSq, cnt, sum := stats(k)
-		if cnt < centerShare*n {
-			continue
-		}
-		m := sum / n
-		if v := sumSq/n - m*m; !(v > 1e-12*sumSq/n) { // constant: the intercept's job
-			continue
-		}
-		cs = append(cs, cand{k, cnt})
+		p.offer(k, sumSq, cnt, sum)
 	}
+	return p.result()
+}
+
+// centerPicker picks the dense features from per-key statistics offered
+// one key at a time, in increasing key order, so that the statistics of
+// every key need not be held at once: it keeps only the candidates.
+type centerPicker struct {
+	n  float64 // rows
+	cs []centerCand
+}
+
+type centerCand struct {
+	k               uint64
+	sumSq, cnt, sum float64
+}
+
+// offer considers key k.
+func (p *centerPicker) offer(k uint64, sumSq, cnt, sum float64) {
+	if p.n <= 0 || cnt < centerShare*p.n {
+		return
+	}
+	m := sum / p.n
+	if v := sumSq/p.n - m*m; !(v > 1e-12*sumSq/p.n) { // constant: the intercept's job
+		return
+	}
+	p.cs = append(p.cs, centerCand{k, sumSq, cnt, sum})
+}
+
+// result returns the picked features.
+func (p *centerPicker) result() *Centered {
+	cs, n := p.cs, p.n
 	if len(cs) > maxCentered {
 		sort.SliceStable(cs, func(i, j int) bool { return cs[i].cnt > cs[j].cnt })
 		cs = cs[:maxCentered]
@@ -96,9 +113,8 @@ func centered(n float64, stats func(k uint64) (sumSq, cnt, sum float64), size ui
 	}
 	out := &Centered{}
 	for _, c := range cs {
-		sumSq, _, sum := stats(c.k)
-		m := sum / n
-		sd := math.Sqrt(sumSq/n - m*m)
+		m := c.sum / n
+		sd := math.Sqrt(c.sumSq/n - m*m)
 		out.Keys = append(out.Keys, c.k)
 		out.Inv = append(out.Inv, 1/sd)
 		out.C = append(out.C, m/sd)
@@ -125,9 +141,7 @@ func invScale(sumSq, n float64) float64 {
 // Lookup writes 1/scale of each key into out (len(keys)).
 func (s *Scaler) Lookup(keys []uint64, out []float64) error {
 	if s.inv != nil {
-		for i, k := range keys {
-			out[i] = s.inv[k]
-		}
+		s.inv.lookup(keys, out)
 		return nil
 	}
 	s.buf = grow(s.buf, ScaleWidth*len(keys))
@@ -164,7 +178,7 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 		return nil, err
 	}
 	if marker[0] == 0 {
-		acc := map[uint64]*[ScaleWidth]float64{}
+		acc := newScaleAcc(size)
 		rows := 0
 		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 			rows += r.Len()
@@ -172,39 +186,34 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 				if k >= size {
 					return fmt.Errorf("lr: feature key %d is outside the table (size %d)", k, size)
 				}
-				v := r.Vals[j]
-				if v == 0 {
-					continue
+				if v := r.Vals[j]; v != 0 {
+					acc.add(k, v)
 				}
-				a := acc[k]
-				if a == nil {
-					a = new([ScaleWidth]float64)
-					acc[k] = a
-				}
-				a[0] += v * v
-				a[1]++
-				a[2] += v
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("lr: feature statistics: %w", err)
 		}
-		keys := make([]uint64, 0, len(acc))
-		for k := range acc {
-			keys = append(keys, k)
+		var addErr error
+		ks := make([]uint64, 0, chunkKeys)
+		vals := make([]float64, 0, ScaleWidth*chunkKeys)
+		flush := func() {
+			if len(ks) > 0 && addErr == nil {
+				addErr = st.Add(ks, vals)
+			}
+			ks, vals = ks[:0], vals[:0]
 		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-		vals := make([]float64, 0, ScaleWidth*min(len(keys), chunkKeys))
-		for lo := 0; lo < len(keys); lo += chunkKeys {
-			ks := keys[lo:min(lo+chunkKeys, len(keys))]
-			vals = vals[:0]
-			for _, k := range ks {
-				vals = append(vals, acc[k][:]...)
+		acc.each(func(k uint64, a *[ScaleWidth]float64) {
+			ks = append(ks, k)
+			vals = append(vals, a[:]...)
+			if len(ks) == chunkKeys {
+				flush()
 			}
-			if err := st.Add(ks, vals); err != nil {
-				return nil, err
-			}
+		})
+		flush()
+		if addErr != nil {
+			return nil, addErr
 		}
 		if err := st.Add([]uint64{size}, []float64{0, float64(rows), 0}); err != nil {
 			return nil, err
@@ -226,24 +235,29 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 	}
 	sc := &Scaler{t: st}
 	if size <= maxLoadedScales {
-		sc.inv = make([]float64, size)
-		all := make([]float64, ScaleWidth*size)
+		// A chunk of statistics at a time: the whole table (24 bytes a
+		// key) is never held, only 1/scale per key and the candidates
+		// for centering.
+		sc.inv = newInvTable(size)
+		pick := centerPicker{n: marker[1]}
 		keys := make([]uint64, 0, chunkKeys)
+		buf := make([]float64, ScaleWidth*chunkKeys)
 		for lo := uint64(0); lo < size; lo += chunkKeys {
 			keys = keys[:0]
 			for k := lo; k < min(lo+chunkKeys, size); k++ {
 				keys = append(keys, k)
 			}
-			if err := st.Get(keys, all[ScaleWidth*lo:ScaleWidth*(lo+uint64(len(keys)))]); err != nil {
+			b := buf[:ScaleWidth*len(keys)]
+			if err := st.Get(keys, b); err != nil {
 				return nil, err
 			}
+			for i, k := range keys {
+				sumSq, cnt, sum := b[ScaleWidth*i], b[ScaleWidth*i+1], b[ScaleWidth*i+2]
+				sc.inv.set(k, invScale(sumSq, cnt))
+				pick.offer(k, sumSq, cnt, sum)
+			}
 		}
-		for k := range sc.inv {
-			sc.inv[k] = invScale(all[ScaleWidth*k], all[ScaleWidth*k+1])
-		}
-		sc.cand = centered(marker[1], func(k uint64) (float64, float64, float64) {
-			return all[ScaleWidth*k], all[ScaleWidth*k+1], all[ScaleWidth*k+2]
-		}, size)
+		sc.cand = pick.result()
 	}
 	return sc, nil
 }
@@ -308,4 +322,147 @@ func mulShare(info *tasks.Info, w tasks.Table, f func(keys []uint64, v []float64
 		}
 	}
 	return info.Barrier()
+}
+
+// invTable holds 1/scale for every key of a table in the smallest exact
+// form: most features share few scales (every binary feature's is 1), so
+// the distinct values (by their bits) go in a dictionary and each key
+// holds a 1- or 2-byte index into it; past 65536 distinct values, the
+// float64s themselves. 1M keys of binary data take 1 MiB, not 8.
+type invTable struct {
+	dict []float64
+	code map[uint64]int // a value's bits -> its index in dict
+	i8   []uint8
+	i16  []uint16
+	f64  []float64
+}
+
+// newInvTable returns size keys of 1/scale 1.
+func newInvTable(size uint64) *invTable {
+	return &invTable{dict: []float64{1}, code: map[uint64]int{math.Float64bits(1): 0}, i8: make([]uint8, size)}
+}
+
+// set gives key k the value v, widening the indexes when the dictionary
+// outgrows them.
+func (t *invTable) set(k uint64, v float64) {
+	if t.f64 != nil {
+		t.f64[k] = v
+		return
+	}
+	c, ok := t.code[math.Float64bits(v)]
+	if !ok {
+		c = len(t.dict)
+		switch {
+		case c == 1<<8 && t.i8 != nil:
+			t.i16 = make([]uint16, len(t.i8))
+			for i, x := range t.i8 {
+				t.i16[i] = uint16(x)
+			}
+			t.i8 = nil
+		case c == 1<<16:
+			t.f64 = make([]float64, len(t.i16))
+			for i, x := range t.i16 {
+				t.f64[i] = t.dict[x]
+			}
+			t.i16, t.dict, t.code = nil, nil, nil
+			t.f64[k] = v
+			return
+		}
+		t.dict = append(t.dict, v)
+		t.code[math.Float64bits(v)] = c
+	}
+	if t.i8 != nil {
+		t.i8[k] = uint8(c)
+	} else {
+		t.i16[k] = uint16(c)
+	}
+}
+
+// lookup writes the value of each key into out.
+func (t *invTable) lookup(keys []uint64, out []float64) {
+	switch {
+	case t.i8 != nil:
+		d := t.dict
+		for i, k := range keys {
+			out[i] = d[t.i8[k]]
+		}
+	case t.i16 != nil:
+		d := t.dict
+		for i, k := range keys {
+			out[i] = d[t.i16[k]]
+		}
+	default:
+		for i, k := range keys {
+			out[i] = t.f64[k]
+		}
+	}
+}
+
+// scaleAcc sums a worker's share of the feature statistics (per key: sum
+// of squares, count of non-zero values, sum). Binary features need only a
+// count (v = 1: v*v and v add exactly 1), so while every value seen is 1
+// and the table is small enough to be loaded whole, it keeps a uint32 per
+// key, 4 bytes against some 60 of a map entry; the first other value
+// moves the counts to the map, as the same float64 sums, and the map goes
+// on from there.
+type scaleAcc struct {
+	counts []uint32
+	m      map[uint64]*[ScaleWidth]float64
+}
+
+func newScaleAcc(size uint64) *scaleAcc {
+	if size <= maxLoadedScales {
+		return &scaleAcc{counts: make([]uint32, size)}
+	}
+	return &scaleAcc{m: map[uint64]*[ScaleWidth]float64{}}
+}
+
+// add counts value v (non-zero) of key k.
+func (a *scaleAcc) add(k uint64, v float64) {
+	if a.counts != nil {
+		if v == 1 && a.counts[k] < math.MaxUint32 {
+			a.counts[k]++
+			return
+		}
+		a.m = map[uint64]*[ScaleWidth]float64{}
+		for key, c := range a.counts {
+			if c > 0 {
+				f := float64(c)
+				a.m[uint64(key)] = &[ScaleWidth]float64{f, f, f}
+			}
+		}
+		a.counts = nil
+	}
+	s := a.m[k]
+	if s == nil {
+		s = new([ScaleWidth]float64)
+		a.m[k] = s
+	}
+	s[0] += v * v
+	s[1]++
+	s[2] += v
+}
+
+// each calls fn with the statistics of every key seen, in increasing key
+// order.
+func (a *scaleAcc) each(fn func(k uint64, s *[ScaleWidth]float64)) {
+	if a.counts != nil {
+		var s [ScaleWidth]float64
+		for k, c := range a.counts {
+			if c > 0 {
+				f := float64(c)
+				s = [ScaleWidth]float64{f, f, f}
+				fn(uint64(k), &s)
+			}
+		}
+		return
+	}
+	keys := make([]uint64, 0, len(a.m))
+	for k := range a.m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, k := range keys {
+		fn(k, a.m[k])
+	}
 }
