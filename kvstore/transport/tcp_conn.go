@@ -32,9 +32,9 @@ type tcpConn struct {
 	out    [][]byte   // frames waiting for the writer, in order (see write)
 	queued int        // bytes in out
 	err    error      // set once broken
-	wake  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	wake   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 
 	dead bool // guarded by t.pmu: no request may be tracked on it any more
 }
