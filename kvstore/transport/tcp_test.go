@@ -99,8 +99,10 @@ func tcpBus(t *testing.T) *bus.Embedded {
 	return srv
 }
 
-// Between TCP endpoints requests go over connections, not the bus.
-func TestTCPRequestsGoDirect(t *testing.T) {
+// echoPair starts TCP endpoint "a" echoing requests (echo) and a client
+// endpoint with an open inbox, on a bus of their own.
+func echoPair(t *testing.T) (*transport.TCP, transport.Inbox) {
+	t.Helper()
 	srv := tcpBus(t)
 	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
 	serve(t, a, "a", echo(a, "a"))
@@ -108,7 +110,13 @@ func TestTCPRequestsGoDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
+	t.Cleanup(func() { in.Close() })
+	return cli, in
+}
+
+// Between TCP endpoints requests go over connections, not the bus.
+func TestTCPRequestsGoDirect(t *testing.T) {
+	cli, in := echoPair(t)
 	for i := range 3 {
 		if err := cli.Send("a", in.Addr()+".x", []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -126,14 +134,7 @@ func TestTCPRequestsGoDirect(t *testing.T) {
 // (which may reuse the buffer) still carry exactly their own bytes, and a
 // held, unreleased answer is never overwritten.
 func TestTCPLargeAnswersPooled(t *testing.T) {
-	srv := tcpBus(t)
-	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
-	serve(t, a, "a", echo(a, "a"))
-	in, err := cli.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	cli, in := echoPair(t)
 	payload := func(i, n int) []byte {
 		b := make([]byte, n)
 		for j := range b {
@@ -166,14 +167,7 @@ func TestTCPLargeAnswersPooled(t *testing.T) {
 // ones packed into shared write buffers, large ones in their own), arrives
 // whole and in order.
 func TestTCPBurstOfMixedFrames(t *testing.T) {
-	srv := tcpBus(t)
-	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
-	serve(t, a, "a", echo(a, "a"))
-	in, err := cli.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	cli, in := echoPair(t)
 	sizes := []int{1, 70 << 10, 3, 64<<10 - 40, 1 << 20, 200, 2 << 20, 5, 130 << 10, 0, 64 << 10}
 	payload := func(i int) []byte {
 		b := make([]byte, sizes[i%len(sizes)])
