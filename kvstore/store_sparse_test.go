@@ -22,28 +22,39 @@ func BenchmarkSparseStore1M(b *testing.B) {
 			s.Add(keys[i:i+1024], make([]float64, 1024))
 		}
 		r := rand.New(rand.NewPCG(1, 2))
-		batches := make([][]uint64, nbatches)
-		for i := range batches {
-			ks := make([]uint64, batch)
-			for j := range ks {
-				ks[j] = keys[r.IntN(held)]
+		benchGetAdd(b, s, randomBatches(r, keys, nbatches, batch), 1, string(dt))
+	}
+}
+
+// randomBatches draws n sorted batches of size keys from keys.
+func randomBatches(r *rand.Rand, keys []uint64, n, size int) [][]uint64 {
+	batches := make([][]uint64, n)
+	for i := range batches {
+		ks := make([]uint64, size)
+		for j := range ks {
+			ks[j] = keys[r.IntN(len(keys))]
+		}
+		sortU64(ks)
+		batches[i] = ks
+	}
+	return batches
+}
+
+// benchGetAdd runs s.Get and s.Add over batches in turn, as sub-benchmarks
+// "Get/<label>" and "Add/<label>", reporting keys/s.
+func benchGetAdd(b *testing.B, s Store, batches [][]uint64, width int, label string) {
+	vals := make([]float64, len(batches[0])*width)
+	for _, op := range []struct {
+		name string
+		fn   func([]uint64, []float64)
+	}{{"Get", s.Get}, {"Add", s.Add}} {
+		b.Run(op.name+"/"+label, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				op.fn(batches[i%len(batches)], vals)
 			}
-			sortU64(ks)
-			batches[i] = ks
-		}
-		vals := make([]float64, batch)
-		for _, op := range []struct {
-			name string
-			fn   func([]uint64, []float64)
-		}{{"Get", s.Get}, {"Add", s.Add}} {
-			b.Run(fmt.Sprintf("%s/%s", op.name, dt), func(b *testing.B) {
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
-					op.fn(batches[i%nbatches], vals)
-				}
-				b.ReportMetric(float64(b.N)*batch/b.Elapsed().Seconds(), "keys/s")
-			})
-		}
+			b.ReportMetric(float64(b.N)*float64(len(batches[0]))/b.Elapsed().Seconds(), "keys/s")
+		})
 	}
 }
 
@@ -64,28 +75,7 @@ func BenchmarkSparseStoreWide(b *testing.B) {
 		for i := 0; i < held; i += 1000 {
 			s.Add(keys[i:i+1000], make([]float64, 1000*width))
 		}
-		batches := make([][]uint64, nbatches)
-		for i := range batches {
-			ks := make([]uint64, batch)
-			for j := range ks {
-				ks[j] = keys[r.IntN(held)]
-			}
-			sortU64(ks)
-			batches[i] = ks
-		}
-		vals := make([]float64, batch*width)
-		for _, op := range []struct {
-			name string
-			fn   func([]uint64, []float64)
-		}{{"Get", s.Get}, {"Add", s.Add}} {
-			b.Run(fmt.Sprintf("%s/w%d/float32", op.name, width), func(b *testing.B) {
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
-					op.fn(batches[i%nbatches], vals)
-				}
-				b.ReportMetric(float64(b.N)*batch/b.Elapsed().Seconds(), "keys/s")
-			})
-		}
+		benchGetAdd(b, s, randomBatches(r, keys, nbatches, batch), width, fmt.Sprintf("w%d/float32", width))
 	}
 }
 
