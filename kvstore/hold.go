@@ -1,5 +1,7 @@
 package kvstore
 
+import "math/bits"
+
 // Holding Adds until the clock. A worker that adds to a table several
 // times within one iteration (a loop over records with one Add each, a
 // model with several Add calls per batch) would send one message per call
@@ -64,7 +66,7 @@ keys:
 func (h *heldAdds) grow() {
 	n := max(64, 2*len(h.slots))
 	h.slots = make([]int32, n)
-	h.shift = uint8(64 - log2(n))
+	h.shift = uint8(64 - bits.TrailingZeros(uint(n)))
 	mask := uint64(n - 1)
 	for p, k := range h.keys {
 		j := (k * 0x9e3779b97f4a7c15) >> h.shift
@@ -73,14 +75,6 @@ func (h *heldAdds) grow() {
 		}
 		h.slots[j] = int32(p + 1)
 	}
-}
-
-func log2(n int) int {
-	b := 0
-	for 1<<b < n {
-		b++
-	}
-	return b
 }
 
 // reset empties h and keeps its buffers.
