@@ -323,6 +323,16 @@ func (c *Client) receive(p *pending) error {
 		}
 		return err
 	}
+	// Reads started earlier and not waited for yet (GetAsync) learn it
+	// at their Wait.
+	for _, r := range c.reads {
+		if r != p && r.err == nil && c.readAffected(r) {
+			r.err = errViewChanged
+			if !r.repl {
+				r.err = c.gone(r.host[0])
+			}
+		}
+	}
 	if p != nil && c.readAffected(p) {
 		if !p.repl {
 			return c.gone(p.host[0])

@@ -1,6 +1,10 @@
 package kvstore
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
 
 // dyn reports whether keys of this table have moved through this slave,
 // or the worker learned where moved keys live: then every access consults
@@ -518,14 +522,6 @@ func (t *TableClient) Owned(key uint64) bool {
 // read is gated at the worker's clock when it is issued, so a read issued
 // before Clock may be one iteration staler than a Get issued after it.
 func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
-	if t.repl {
-		// A replicated table's read may have to be sent again after a
-		// failover, which needs its keys: read now.
-		if err := t.Get(keys, out); err != nil {
-			return nil, err
-		}
-		return Done{}, nil
-	}
 	p, _, err := t.startGet(keys, out, false, true)
 	if err != nil {
 		return nil, err
@@ -533,12 +529,20 @@ func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
 	if p == nil {
 		return Done{}, nil
 	}
-	return &asyncRead{t: t, p: p}, nil
+	r := &asyncRead{t: t, p: p}
+	if t.repl {
+		// A slave's death while the read travels sends it again (to
+		// the shards' new heads), which needs its keys.
+		r.keys, r.out = slices.Clone(keys), out
+	}
+	return r, nil
 }
 
 type asyncRead struct {
 	t    *TableClient
 	p    *pending
+	keys []uint64  // a replicated table's read: kept to read again after a failover
+	out  []float64 // with keys
 	done bool
 	err  error
 }
@@ -551,5 +555,8 @@ func (r *asyncRead) Wait() error {
 	r.done = true
 	r.err = r.t.wait(r.p)
 	r.t.c.release(r.p)
+	if errors.Is(r.err, errViewChanged) && r.keys != nil {
+		r.err = r.t.Get(r.keys, r.out) // from the new heads
+	}
 	return r.err
 }

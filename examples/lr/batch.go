@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 )
 
 // Stats are a batch's or an epoch's counts.
@@ -92,9 +93,17 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 			m.cpos = append(m.cpos, p)
 		}
 	}
+	// The intercept's read travels with the weights' (one round trip).
+	var bias kvstore.Pending
+	if ab, ok := m.bias.(asyncGetter); ok {
+		var err error
+		if bias, err = ab.GetAsync(biasKey, m.one[:]); err != nil {
+			return err
+		}
+	}
 	m.w = grow(m.w, len(m.keys))
 	if err := m.t.Get(m.keys, m.w); err != nil {
-		return err
+		return err // the stage ends; the intercept's read is not waited for
 	}
 	if cur != 1 {
 		for i := range m.w {
@@ -108,7 +117,12 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 		}
 	}
 	m.b = 0
-	if m.bias != nil {
+	if bias != nil {
+		if err := bias.Wait(); err != nil {
+			return err
+		}
+		m.b = m.one[0]
+	} else if m.bias != nil {
 		if err := m.bias.Get(biasKey, m.one[:]); err != nil {
 			return err
 		}
@@ -118,6 +132,12 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 }
 
 var biasKey = []uint64{0}
+
+// asyncGetter is a Table that can start a read and return at once (the
+// tables of a stage can; see tasks.Table.GetAsync).
+type asyncGetter interface {
+	GetAsync(keys []uint64, out []float64) (kvstore.Pending, error)
+}
 
 func grow(s []float64, n int) []float64 {
 	if cap(s) < n {
