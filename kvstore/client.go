@@ -67,8 +67,10 @@ type Client struct {
 	seq      uint64
 	err      error // first asynchronous error (a failed Add), sticky
 	enc      []byte
-	msg      Message // the request being built
-	reply    Message // decoded replies; its Vals keep their capacity
+	build    func([]byte) []byte // appends c.msg's encoding (transport.Appender)
+	built    int                 // the size of the message sendMsg sent last
+	msg      Message             // the request being built
+	reply    Message             // decoded replies; its Vals keep their capacity
 	stats    ClientStats
 
 	reads map[uint64]*pending // reads with replies outstanding, by sequence number
@@ -253,12 +255,9 @@ func (c *Client) publishAcked(host string, units int) error {
 		return c.err
 	}
 	c.msg.From = c.cfg.Incarnation
-	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.send(host, c.ackTo(host), c.enc); err != nil {
+	if err := c.sendMsg(host, c.ackTo(host)); err != nil {
 		return err
 	}
-	c.stats.Requests++
-	c.stats.BytesSent += int64(len(c.enc))
 	c.inflight += units
 	return nil
 }
@@ -527,14 +526,33 @@ func (c *Client) gone(host string) error {
 	return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV requests any more", host)
 }
 
-// send hands an encoded request for host to the transport.
-func (c *Client) send(host, reply string, data []byte) error {
-	if err := c.cfg.Transport.Send(host, reply, data); err != nil {
+// sendMsg sends c.msg to host and counts it. A transport that can
+// (transport.Appender) gets it encoded straight into its send buffer.
+func (c *Client) sendMsg(host, reply string) error {
+	var err error
+	size := encodedSize(&c.msg)
+	if a, ok := c.cfg.Transport.(transport.Appender); ok && size >= appendMin {
+		if c.build == nil {
+			c.build = func(dst []byte) []byte {
+				out := AppendMessage(dst, &c.msg)
+				c.built = len(out) - len(dst)
+				return out
+			}
+		}
+		err = a.SendAppend(host, reply, size, c.build)
+	} else {
+		c.enc = AppendMessage(c.enc[:0], &c.msg)
+		c.built = len(c.enc)
+		err = c.cfg.Transport.Send(host, reply, c.enc)
+	}
+	if err != nil {
 		if errors.Is(err, transport.ErrUnreachable) {
 			return c.gone(host)
 		}
 		return fmt.Errorf("kvstore: send to slave %s: %w", host, err)
 	}
+	c.stats.Requests++
+	c.stats.BytesSent += int64(c.built)
 	return nil
 }
 

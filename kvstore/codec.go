@@ -139,7 +139,7 @@ func dtypeByte(d DType) byte {
 }
 
 // AppendMessage appends m's encoding to dst. It allocates only when dst is
-// too small; size dst with EncodedSize.
+// too small; encodedSize bounds its size.
 func AppendMessage(dst []byte, m *Message) []byte {
 	var flags byte
 	if len(m.Keys) > 0 {
@@ -259,11 +259,19 @@ func encodedSize(m *Message) int {
 		3*binary.MaxVarintLen64 + 3 + // stage, worker, clock, width
 		binary.MaxVarintLen64 + binary.MaxVarintLen64*len(m.Keys) +
 		2*binary.MaxVarintLen64 + // range
-		binary.MaxVarintLen64 + 8*len(m.Vals) +
+		binary.MaxVarintLen64 + valSize(m.DType)*len(m.Vals) + len(m.Raw) +
 		binary.MaxVarintLen64 + len(m.Err) +
 		binary.MaxVarintLen64*(4+len(m.Pos)+len(m.Versions)) +
 		5*binary.MaxVarintLen64 + 1 + len(m.Blob)
 	return n
+}
+
+// valSize is the size of one value of dtype on the wire.
+func valSize(d DType) int {
+	if d == Float32 {
+		return 4
+	}
+	return 8
 }
 
 // headerSlack is what MaxKeysPerMessage leaves for the fixed fields and

@@ -184,8 +184,7 @@ func (sc *scan) request(shard int, cursor uint64) error {
 	if err != nil {
 		return t.scanErr(shard, err)
 	}
-	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.send(host, c.inbox+"."+sc.prefix+strconv.Itoa(shard), c.enc); err != nil {
+	if err := c.sendMsg(host, c.inbox+"."+sc.prefix+strconv.Itoa(shard)); err != nil {
 		if !t.repl {
 			return t.scanErr(shard, err)
 		}
@@ -195,8 +194,6 @@ func (sc *scan) request(shard int, cursor uint64) error {
 		sc.left++
 	}
 	sc.cursor[shard], sc.host[shard] = cursor, host
-	c.stats.Requests++
-	c.stats.BytesSent += int64(len(c.enc))
 	sc.open[shard] = true
 	return nil
 }

@@ -454,8 +454,9 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 		g = s.gateOf(t, m.Stage)
 	}
 	if g == nil {
-		s.out, s.tmp, s.raw = s.answer(s.out[:0], s.tmp, s.raw, ht, m.Op, m.Keys, m.First, int(m.N), -1)
-		s.send(reply, s.out)
+		var a Message
+		a, s.tmp, s.raw = s.answer(s.tmp, s.raw, ht, m.Op, m.Keys, m.First, int(m.N), -1)
+		s.out = s.sendMsg(reply, &a, s.out[:0])
 		return
 	}
 	// The gate may hold the read; keep what the answer needs.
@@ -467,16 +468,17 @@ func (s *Server) get(reply string, t *hostedTask, ht *hostedTable, m *Message) {
 			return
 		}
 		// Another goroutine may run this: no shared scratch buffers.
-		out, _, _ := s.answer(nil, nil, nil, ht, op, keys, first, n, g.MinClock())
-		s.send(reply, out)
+		a, _, _ := s.answer(nil, nil, ht, op, keys, first, n, g.MinClock())
+		s.sendMsg(reply, &a, nil)
 	})
 }
 
-// answer reads the values and encodes the reply. The reply's Clock is the
-// stage's minimum clock read before the values (-1 without a gate): the
-// values reflect every Add of the iterations below it, which is what a
-// worker-side cache needs to know how long it may serve them.
-func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable, op Op, keys []uint64, first uint64, n int, minClock int64) ([]byte, []float64, []byte) {
+// answer reads the values of a reply (into raw, or vals, which it
+// returns grown). The reply's Clock is the stage's minimum clock read
+// before the values (-1 without a gate): the values reflect every Add of
+// the iterations below it, which is what a worker-side cache needs to
+// know how long it may serve them.
+func (s *Server) answer(vals []float64, raw []byte, ht *hostedTable, op Op, keys []uint64, first uint64, n int, minClock int64) (Message, []float64, []byte) {
 	if ra, ok := ht.store.(rawAppender); ok {
 		// Encode straight from the shard's storage.
 		raw = raw[:0]
@@ -487,7 +489,7 @@ func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable,
 			raw = ra.AppendRaw(raw, keys)
 		}
 		if done {
-			return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Raw: raw}), vals, raw
+			return Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Raw: raw}, vals, raw
 		}
 	}
 	count := len(keys)
@@ -504,7 +506,7 @@ func (s *Server) answer(dst []byte, vals []float64, raw []byte, ht *hostedTable,
 	} else {
 		ht.store.Get(keys, vals)
 	}
-	return AppendMessage(dst, &Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}), vals, raw
+	return Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}, vals, raw
 }
 
 // ack acknowledges n units of a request: the keys it applied (a request
@@ -530,6 +532,27 @@ func (s *Server) fail(reply string, err error) {
 
 // send answers a request; a failure (the connection is gone) leaves the
 // requester to time out, and is logged here.
+// sendMsg answers m to reply: a large answer encoded straight into the
+// transport's send buffer (transport.Appender), else encoded into dst,
+// which it returns.
+func (s *Server) sendMsg(reply string, m *Message, dst []byte) []byte {
+	if a, ok := s.tr.(transport.Appender); ok {
+		if size := encodedSize(m); size >= appendMin {
+			if err := a.ReplyAppend(reply, size, func(b []byte) []byte { return AppendMessage(b, m) }); err != nil {
+				s.log.Warn().Err(err).Str("node", s.node).Msg("kv answer not sent")
+			}
+			return dst
+		}
+	}
+	dst = AppendMessage(dst, m)
+	s.send(reply, dst)
+	return dst
+}
+
+// appendMin is the size from which a message is built in the transport's
+// send buffer: smaller ones are copied there, packed with others.
+const appendMin = 32 << 10
+
 func (s *Server) send(reply string, data []byte) {
 	if err := s.tr.Reply(reply, data); err != nil {
 		s.log.Warn().Err(err).Str("node", s.node).Msg("kv answer not sent")

@@ -488,15 +488,12 @@ func (t *TableClient) request(p *pending, shard int, pt part) error {
 	}
 	reply := c.inbox + ".g" + strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(len(p.parts))
 	c.msg.From = c.cfg.Incarnation
-	c.enc = AppendMessage(c.enc[:0], &c.msg)
-	if err := c.send(host, reply, c.enc); err != nil {
+	if err := c.sendMsg(host, reply); err != nil {
 		if !t.repl {
 			return err
 		}
 		// Read again after the failover (errViewChanged).
 	}
-	c.stats.Requests++
-	c.stats.BytesSent += int64(len(c.enc))
 	p.parts = append(p.parts, pt)
 	p.host = append(p.host, host)
 	p.left += pt.size(t.spec.Width)

@@ -319,6 +319,38 @@ func (t *TCP) Send(node, reply string, data []byte) error {
 	if err := checkFrame(node, reply, data); err != nil {
 		return err
 	}
+	return t.send(node, reply, body{data: data})
+}
+
+// SendAppend is Send of the request build appends, built in the
+// connection's send buffer (see Appender).
+func (t *TCP) SendAppend(node, reply string, size int, build func([]byte) []byte) error {
+	if err := checkFrame(node, reply, nil); err != nil {
+		return err
+	}
+	return t.send(node, reply, body{build: build, size: size})
+}
+
+// body is a message's payload: data, or what build appends (at most
+// size bytes, else it costs a copy).
+type body struct {
+	data  []byte
+	build func([]byte) []byte
+	size  int
+}
+
+// bytes is the payload as one slice, built in a pooled buffer the
+// caller gives back with putBuf (nil for data).
+func (b body) bytes() ([]byte, *[]byte) {
+	if b.build == nil {
+		return b.data, nil
+	}
+	buf := getBuf(b.size)
+	out := b.build((*buf)[:0])
+	return out, buf
+}
+
+func (t *TCP) send(node, reply string, bd body) error {
 	if reply != "" && !strings.HasPrefix(reply, dpPrefix) && !t.ownsInbox(reply) {
 		// A request forwarded for a requester on the bus only (the
 		// master's model reads, say): mark its address so the answer
@@ -335,7 +367,10 @@ func (t *TCP) Send(node, reply string, data []byte) error {
 				reply = addr // the NATS path answers the plain address
 			}
 			t.bus.Add(1)
-			return t.fb.Send(node, reply, data)
+			data, buf := bd.bytes()
+			err := t.fb.Send(node, reply, data)
+			putBuf(buf)
+			return err
 		}
 		// Track the request before it leaves, so its answer cannot
 		// overtake the bookkeeping. Forwarded requests are answered to
@@ -347,7 +382,7 @@ func (t *TCP) Send(node, reply string, data []byte) error {
 			}
 			return fmt.Errorf("transport: send to node %s: %w", node, c.cause())
 		}
-		err = c.write(frameRequest, node, reply, data, true)
+		err = c.writeBody(frameRequest, node, reply, bd, true)
 		t.direct.Add(1)
 		if err != nil && !own {
 			return fmt.Errorf("transport: send to node %s: %w", node, err)
@@ -361,18 +396,31 @@ func (t *TCP) Send(node, reply string, data []byte) error {
 // Reply answers a request: over a connection to the requester's endpoint
 // when the address names one, else over NATS.
 func (t *TCP) Reply(addr string, data []byte) error {
+	return t.reply(addr, body{data: data})
+}
+
+// ReplyAppend is Reply of the answer build appends, built in the
+// connection's send buffer (see Appender).
+func (t *TCP) ReplyAppend(addr string, size int, build func([]byte) []byte) error {
+	return t.reply(addr, body{build: build, size: size})
+}
+
+func (t *TCP) reply(addr string, bd body) error {
 	name, plain, ok := cutDP(addr)
-	if !ok {
+	if ok && name != "" && name != t.cfg.Self {
+		if c := t.replyConn(name); c != nil && c.writeBody(frameReply, "", plain, bd, false) == nil {
+			return nil
+		}
+	}
+	data, buf := bd.bytes()
+	defer putBuf(buf)
+	switch {
+	case !ok:
 		return t.fb.Reply(addr, data)
-	}
-	if name == "" {
+	case name == "":
 		return t.fb.Reply(plain, data) // a requester on the bus only
-	}
-	if name == t.cfg.Self {
+	case name == t.cfg.Self:
 		t.deliver(plain, append([]byte(nil), data...), false, nil)
-		return nil
-	}
-	if c := t.replyConn(name); c != nil && c.write(frameReply, "", plain, data, false) == nil {
 		return nil
 	}
 	return t.fb.Reply(plain, data)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,41 @@ func (c *tcpConn) write(kind byte, a, b string, data []byte, wait bool) error {
 		c.out = append(c.out, appendFrame((*buf)[:0], kind, a, b, data))
 	}
 	c.queued += n
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writeBody is write of a frame whose payload bd may build: then the
+// frame is built outside the lock, in a pooled buffer of its own that
+// joins the queue as it is (the payload is written once, not copied).
+func (c *tcpConn) writeBody(kind byte, a, b string, bd body, wait bool) error {
+	if bd.build == nil {
+		return c.write(kind, a, b, bd.data, wait)
+	}
+	buf := getBuf(frameHeader + frameFixed + len(a) + len(b) + bd.size)
+	f := bd.build(appendFrame((*buf)[:0], kind, a, b, nil))
+	n := len(f) - frameHeader
+	if n > maxFrame {
+		putBuf(buf)
+		return fmt.Errorf("transport: message of %d bytes is larger than a frame (%d)", n-frameFixed-len(a)-len(b), maxFrame)
+	}
+	binary.LittleEndian.PutUint32(f, uint32(n))
+	c.mu.Lock()
+	for wait && c.queued >= maxQueued && c.err == nil {
+		c.space.Wait()
+	}
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		putBuf(buf)
+		return err
+	}
+	c.out = append(c.out, f)
+	c.queued += len(f)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:

@@ -508,3 +508,79 @@ func TestHandshakeAdmitsKeyHolder(t *testing.T) {
 		t.Fatalf("listener: %+v", r)
 	}
 }
+
+// Messages built in the send buffer (SendAppend, ReplyAppend) interleave
+// with copied ones (Send, Reply) in order and intact, whatever the size
+// hint (exact, too small: a copy, zero), to a TCP peer, to a node on NATS
+// only, and to the endpoint's own node.
+func TestTCPAppendedMessages(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	plain := transport.NewNATS(nc, kvSubject)
+	// Odd requests are answered with ReplyAppend (TCP endpoints).
+	appendEcho := func(tr transport.Transport, node string) transport.Handler {
+		n := 0
+		return func(data []byte, reply string) {
+			n++
+			ap, ok := tr.(transport.Appender)
+			if !ok || n%2 == 0 {
+				tr.Reply(reply, append([]byte(node+":"), data...))
+				return
+			}
+			if err := ap.ReplyAppend(reply, len(data)/2, func(b []byte) []byte { return append(append(b, node+":"...), data...) }); err != nil {
+				t.Errorf("ReplyAppend: %v", err)
+			}
+		}
+	}
+	serve(t, a, "a", appendEcho(a, "a"))
+	serve(t, plain, "old", appendEcho(plain, "old"))
+	serve(t, cli, "self", appendEcho(cli, "self"))
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	sizes := []int{0, 5, 70 << 10, 1<<20 - 64, 40 << 10, 300} // within NATS's payload limit
+	payload := func(i int) []byte {
+		b := make([]byte, sizes[i%len(sizes)])
+		for j := range b {
+			b[j] = byte(i*13 + j*7)
+		}
+		return b
+	}
+	for _, node := range []string{"a", "old", "self"} {
+		const n = 24
+		for i := range n {
+			p, reply := payload(i), fmt.Sprintf("%s.%d", in.Addr(), i)
+			switch i % 3 {
+			case 0:
+				err = cli.Send(node, reply, p)
+			case 1:
+				err = cli.SendAppend(node, reply, len(p), func(b []byte) []byte { return append(b, p...) })
+			case 2:
+				err = cli.SendAppend(node, reply, len(p)/3, func(b []byte) []byte { return append(b, p...) })
+			}
+			if err != nil {
+				t.Fatalf("%s: send %d: %v", node, i, err)
+			}
+		}
+		for i := range n {
+			m := next(t, in)
+			if m.Tail != fmt.Sprint(i) {
+				t.Fatalf("%s: answer %d arrived as %q: out of order", node, i, m.Tail)
+			}
+			if want := append([]byte(node+":"), payload(i)...); !bytes.Equal(m.Data, want) {
+				t.Fatalf("%s: answer %d (%d bytes) corrupted", node, i, len(want))
+			}
+			m.Release()
+		}
+	}
+	if st := cli.Stats(); st.BusSends != 24 {
+		t.Fatalf("stats %+v: want the NATS-only node's 24 requests on the bus", st)
+	}
+}

@@ -47,6 +47,18 @@ type Transport interface {
 	MaxPayload() int
 }
 
+// Appender is a Transport that builds a message where it leaves from
+// (TCP: in the connection's send buffer), so a large message is encoded
+// once instead of encoded and then copied. build appends the message to
+// its argument and returns the result; it must not keep either, and
+// should append at most size bytes (more costs a copy). It runs before
+// SendAppend or ReplyAppend returns, possibly twice (a connection broke
+// under it and the message takes the bus), appending the same bytes.
+type Appender interface {
+	SendAppend(node, reply string, size int, build func([]byte) []byte) error
+	ReplyAppend(addr string, size int, build func([]byte) []byte) error
+}
+
 // Handler serves one request. data is valid only during the call; reply
 // is where answers go ("" when the sender wants none).
 type Handler func(data []byte, reply string)
