@@ -136,6 +136,11 @@ type grouper struct {
 	off   []int32  // off[s]..off[s+1]: shard s's slice of keys/pos
 	keys  []uint64 // keys grouped by owner
 	pos   []int32  // their positions in the input
+	// whole is the shard owning every key of the last Group, -1 when
+	// they are spread; then in is the input, which Keys returns as it is
+	// and Pos (the identity) as nil.
+	whole int
+	in    []uint64
 }
 
 // Group groups keys by d.Owner, keeping input order within a shard.
@@ -149,8 +154,15 @@ func (g *grouper) Group(d Directory, keys []uint64) {
 		g.owner[i] = int32(o)
 		g.off[o+1]++
 	}
+	g.whole, g.in = -1, nil
 	for s := 1; s <= n; s++ {
+		if int(g.off[s]) == len(keys) && len(keys) > 0 {
+			g.whole, g.in = s-1, keys // one owner: nothing to move
+		}
 		g.off[s] += g.off[s-1]
+	}
+	if g.whole >= 0 {
+		return
 	}
 	g.keys = grow(g.keys, len(keys))
 	g.pos = grow(g.pos, len(keys))
@@ -169,19 +181,29 @@ func (g *grouper) Group(d Directory, keys []uint64) {
 // Keys returns the keys owned by shard, in input order. The slice is valid
 // until the next Group.
 func (g *grouper) Keys(shard int) []uint64 {
+	if g.whole >= 0 {
+		if shard == g.whole {
+			return g.in
+		}
+		return nil
+	}
 	if shard < 0 || shard+1 >= len(g.off) {
 		return nil
 	}
 	return g.keys[g.off[shard]:g.off[shard+1]]
 }
 
-// Pos returns the input positions of Keys(shard).
+// Pos returns the input positions of Keys(shard); nil when one shard
+// owns every key (Whole), whose positions are 0, 1, ...
 func (g *grouper) Pos(shard int) []int32 {
-	if shard < 0 || shard+1 >= len(g.off) {
+	if g.whole >= 0 || shard < 0 || shard+1 >= len(g.off) {
 		return nil
 	}
 	return g.pos[g.off[shard]:g.off[shard+1]]
 }
+
+// Whole reports whether one shard owns every key of the last Group.
+func (g *grouper) Whole() bool { return g.whole >= 0 }
 
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {

@@ -140,6 +140,18 @@ func TestGrouper(t *testing.T) {
 	equal(t, []int32{0, 5}, g.Pos(2))
 	check(t, g.Keys(3) == nil)
 
+	// Keys of one shard only: the input as it is, positions the identity.
+	one := []uint64{9, 0, 3}
+	g.Group(d, one)
+	check(t, g.Whole())
+	equal(t, one, g.Keys(0))
+	check(t, g.Pos(0) == nil && g.Keys(1) == nil && g.Keys(2) == nil)
+	g.Group(d, keys) // spread again
+	check(t, !g.Whole())
+	equal(t, []uint64{4, 7}, g.Keys(1))
+	equal(t, []int32{3, 6}, g.Pos(1))
+	equal(t, []uint64{9, 0, 3}, one, "the input is left as it was")
+
 	g.Group(d, nil)
 	for s := range 3 {
 		check(t, len(g.Keys(s)) == 0)
@@ -161,6 +173,16 @@ func TestGrouperProperty(t *testing.T) {
 		n := 0
 		for s := range shards {
 			ks, pos := g.Keys(s), g.Pos(s)
+			if g.Whole() {
+				// One shard owns every key: Keys is the input, Pos nil
+				// (the identity).
+				if pos != nil || (len(ks) > 0 && len(ks) != len(keys)) {
+					t.Fatalf("whole: %d keys, pos %v", len(ks), pos)
+				}
+				for i := range ks {
+					pos = append(pos, int32(i))
+				}
+			}
 			if len(ks) != len(pos) {
 				t.Fatalf("len mismatch")
 			}

@@ -272,3 +272,86 @@ func TestHashRangeOpsGoByOwner(t *testing.T) {
 		t.Fatal("range read differs from what was added")
 	}
 }
+
+// Reads whose keys all live on one shard (sent as they are, answered in
+// order into the caller's slice) return every key's value in place when
+// they take many messages, with Get and with GetAsync, from another
+// slave and from the shard's own, for keys of one shard among several
+// and of a one-shard table.
+func TestOneShardReadsInPlace(t *testing.T) {
+	specs := []kvstore.TableSpec{
+		{Name: "range", Size: 30_000, Width: 2},
+		{Name: "f32", Size: 30_000, DType: kvstore.Float32},
+	}
+	for i := range specs {
+		specs[i] = specs[i].WithDefaults()
+	}
+	for _, nodes := range []int{1, 3} {
+		p, servers, hosts := scanCluster(t, nodes, specs...)
+		for _, spec := range specs {
+			lo, hi := uint64(0), spec.Size/uint64(nodes) // shard 0's keys (range partition)
+			rng := rand.New(rand.NewPCG(uint64(nodes), 3))
+			keys := make([]uint64, 5000)
+			for i := range keys {
+				keys[i] = lo + rng.Uint64N(hi-lo)
+			}
+			vals := make([]float64, len(keys)*spec.Width)
+			writer := scanClient(t, p, hosts, "", nil, 0)
+			wt, err := writer.Table(kvstore.Placement{Spec: spec, Hosts: hosts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			uniq := map[uint64]bool{}
+			var ks []uint64
+			for _, k := range keys {
+				if !uniq[k] {
+					uniq[k] = true
+					ks = append(ks, k)
+				}
+			}
+			set := make([]float64, len(ks)*spec.Width)
+			for i, k := range ks {
+				for j := range spec.Width {
+					set[i*spec.Width+j] = float64(k*10 + uint64(j))
+				}
+			}
+			if err := wt.Set(ks, set); err != nil {
+				t.Fatal(err)
+			}
+			for i, k := range keys {
+				for j := range spec.Width {
+					vals[i*spec.Width+j] = float64(k*10 + uint64(j))
+				}
+			}
+			for _, from := range []int{-1, 0} { // another slave, the shard's own
+				self, srv := "", (*kvstore.Server)(nil)
+				if from >= 0 {
+					self, srv = hosts[from], servers[from]
+				}
+				cl := scanClient(t, p, hosts, self, srv, 4096) // ~300 keys a message
+				tc, err := cl.Table(kvstore.Placement{Spec: spec, Hosts: hosts})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := make([]float64, len(vals))
+				if err := tc.Get(keys, out); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(out, vals) {
+					t.Fatalf("%d nodes, %s, from %d: Get read wrong values", nodes, spec.Name, from)
+				}
+				clear(out)
+				pa, err := tc.GetAsync(keys, out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := pa.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(out, vals) {
+					t.Fatalf("%d nodes, %s, from %d: GetAsync read wrong values", nodes, spec.Name, from)
+				}
+			}
+		}
+	}
+}

@@ -240,11 +240,14 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 		c.release(p)
 		return nil, -1, err
 	}
-	posOf := func(s, i, j int) []int32 {
-		if keep {
-			return append([]int32(nil), t.g.Pos(s)[i:j]...)
+	partOf := func(s, i, j int) part {
+		if t.g.Whole() { // the answers fill out in order
+			return part{off: i * w, n: (j - i) * w}
 		}
-		return t.g.Pos(s)[i:j]
+		if keep {
+			return part{pos: append([]int32(nil), t.g.Pos(s)[i:j]...)}
+		}
+		return part{pos: t.g.Pos(s)[i:j]}
 	}
 	for s := range t.hosts {
 		ks := t.g.Keys(s)
@@ -254,7 +257,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 		for i := 0; i < len(ks); i += t.maxKeys {
 			j := min(i+t.maxKeys, len(ks))
 			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
-			if err := t.request(p, s, part{pos: posOf(s, i, j)}); err != nil {
+			if err := t.request(p, s, partOf(s, i, j)); err != nil {
 				return fail(err)
 			}
 		}
@@ -272,20 +275,24 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 		if stamped {
 			p.note(t.localStamp())
 		}
-		t.buf = grow(t.buf, len(ks)*w)
-		if !t.readStatic(func() { st.Get(ks, t.buf) }) {
+		dst := out // the keys in order, straight into out
+		if !t.g.Whole() {
+			t.buf = grow(t.buf, len(ks)*w)
+			dst = t.buf
+		}
+		if !t.readStatic(func() { st.Get(ks, dst) }) {
 			// Keys started moving meanwhile: the home knows where they are.
 			for i := 0; i < len(ks); i += t.maxKeys {
 				j := min(i+t.maxKeys, len(ks))
 				c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
-				if err := t.request(p, s, part{pos: posOf(s, i, j)}); err != nil {
+				if err := t.request(p, s, partOf(s, i, j)); err != nil {
 					return fail(err)
 				}
 			}
 			continue
 		}
 		for i, ps := range t.g.Pos(s) {
-			copy(out[int(ps)*w:int(ps+1)*w], t.buf[i*w:(i+1)*w])
+			copy(out[int(ps)*w:int(ps+1)*w], dst[i*w:(i+1)*w])
 		}
 		c.stats.LocalKeys += int64(len(ks))
 	}
