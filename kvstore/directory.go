@@ -146,6 +146,10 @@ type grouper struct {
 // Group groups keys by d.Owner, keeping input order within a shard.
 func (g *grouper) Group(d Directory, keys []uint64) {
 	n := d.NumShards()
+	if n == 1 && len(keys) > 0 {
+		g.whole, g.in = 0, keys
+		return
+	}
 	g.off = grow(g.off, n+1)
 	clear(g.off)
 	g.owner = grow(g.owner, len(keys))
