@@ -41,3 +41,22 @@ func getFloat32s(out []float64, raw []byte) {
 		out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
 	}
 }
+
+// addFloat32s adds the float32s in raw to dst (len(dst) of them), each
+// sum rounded once to T as T(float64(x) + float64(d)) would.
+func addFloat32s[T float](dst []T, raw []byte) {
+	raw = raw[:4*len(dst)]
+	for len(dst) >= 4 {
+		b, o := raw[:16:16], dst[:4:4]
+		x := binary.LittleEndian.Uint64(b[0:])
+		y := binary.LittleEndian.Uint64(b[8:])
+		o[0] = T(float64(o[0]) + float64(math.Float32frombits(uint32(x))))
+		o[1] = T(float64(o[1]) + float64(math.Float32frombits(uint32(x>>32))))
+		o[2] = T(float64(o[2]) + float64(math.Float32frombits(uint32(y))))
+		o[3] = T(float64(o[3]) + float64(math.Float32frombits(uint32(y>>32))))
+		raw, dst = raw[16:], dst[4:]
+	}
+	for i := range dst {
+		dst[i] = T(float64(dst[i]) + float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))))
+	}
+}

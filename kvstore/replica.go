@@ -207,15 +207,18 @@ func (s *Server) applyWrite(ht *hostedTable, st Store, m *Message) error {
 	w := ht.spec.Width
 	switch m.Op {
 	case OpAdd, OpSet:
-		s.vals(m)
-		if len(m.Vals) != len(m.Keys)*w {
-			return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", m.Op, m.Table, len(m.Vals), len(m.Keys), w)
+		if n := rawLen(m); n != len(m.Keys)*w {
+			return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", m.Op, m.Table, n, len(m.Keys), w)
 		}
 		for _, k := range m.Keys {
 			if k >= ht.spec.Size {
 				return fmt.Errorf("kvstore: %s on %q: key %d out of range", m.Op, m.Table, k)
 			}
 		}
+		if ra, ok := st.(rawAdder); m.Op == OpAdd && ok && ra.AddRaw(m.Keys, m.Raw, m.DType) {
+			return nil
+		}
+		s.vals(m)
 		if m.Op == OpAdd {
 			st.Add(m.Keys, m.Vals)
 		} else {

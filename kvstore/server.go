@@ -367,12 +367,14 @@ func (s *Server) handle(data []byte, reply string) {
 	}
 	switch m.Op {
 	case OpAdd:
-		s.vals(m)
-		if len(m.Vals) != len(m.Keys)*ht.spec.Width {
-			s.fail(reply, fmt.Errorf("kvstore: add to %q: %d values for %d keys of width %d", m.Table, len(m.Vals), len(m.Keys), ht.spec.Width))
+		if n := rawLen(m); n != len(m.Keys)*ht.spec.Width {
+			s.fail(reply, fmt.Errorf("kvstore: add to %q: %d values for %d keys of width %d", m.Table, n, len(m.Keys), ht.spec.Width))
 			return
 		}
-		ht.store.Add(m.Keys, m.Vals)
+		if ra, ok := ht.store.(rawAdder); !ok || !ra.AddRaw(m.Keys, m.Raw, m.DType) {
+			s.vals(m)
+			ht.store.Add(m.Keys, m.Vals)
+		}
 		s.ackID(reply, len(m.Keys), m.ReqID)
 	case OpAddRange:
 		if rawLen(m) != int(m.N)*ht.spec.Width || m.First+uint64(m.N) > ht.spec.Size {

@@ -543,6 +543,31 @@ func (d *dense[T]) AppendRangeRaw(dst []byte, first uint64, n int) ([]byte, bool
 // wire encoding (no float64 buffer in between).
 type rawAdder interface {
 	AddRangeRaw(first uint64, n int, raw []byte, dtype DType) bool
+	// AddRaw adds len(keys) rows of float32 deltas in raw; false when it
+	// cannot (another dtype: the caller converts).
+	AddRaw(keys []uint64, raw []byte, dtype DType) bool
+}
+
+// AddRaw is Add of float32 deltas as they came on the wire, decoded and
+// added in one pass. The sum is the same as Add's: a float32 store's
+// float64 sum rounded to float32 is the float32 sum.
+func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
+	if dtype != Float32 {
+		return false
+	}
+	w := d.width
+	raw = raw[:4*len(keys)*w]
+	lk := d.walker(true)
+	for i, k := range keys {
+		l, ok := d.local(k)
+		if !ok {
+			continue
+		}
+		lk.at(l)
+		addFloat32s(d.vals[l*uint64(w):][:w], raw[4*i*w:])
+	}
+	lk.release()
+	return true
 }
 
 func (d *dense[T]) AddRangeRaw(first uint64, n int, raw []byte, dtype DType) bool {

@@ -2,6 +2,8 @@ package kvstore
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -36,6 +38,59 @@ func TestAppendRawMatchesGet(t *testing.T) {
 						if g != w {
 							t.Fatalf("key %d value %d: raw %v, Get %v", k, j, g, w)
 						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestAddRawMatchesAdd: adding float32 deltas as they came on the wire
+// (AddRaw, one pass) leaves a dense shard exactly as converting them and
+// calling Add does, for row widths around the four-value step, repeated
+// keys, keys of other shards (skipped) and values across magnitudes.
+func TestAddRawMatchesAdd(t *testing.T) {
+	for _, c := range allStoreCases() {
+		if c.storage != Dense {
+			continue
+		}
+		for _, width := range []int{1, 3, 4, 5, 64, 67} {
+			t.Run(fmt.Sprintf("%s/%s/%s/w%d", c.storage, c.dtype, c.part, width), func(t *testing.T) {
+				const size = 1000
+				viaAdd, d := newTestStore(t, c, size, width, 2, 1, "uniform:1")
+				viaRaw, _ := newTestStore(t, c, size, width, 2, 1, "uniform:1")
+				rng := rand.New(rand.NewPCG(uint64(width), 5))
+				for range 20 {
+					keys := make([]uint64, 50)
+					for i := range keys {
+						keys[i] = rng.Uint64N(size)
+					}
+					deltas := make([]float64, len(keys)*width)
+					for i := range deltas {
+						deltas[i] = float64(float32((rng.Float64() - 0.5) * math.Pow(10, float64(rng.IntN(12)-6))))
+					}
+					raw := make([]byte, 4*len(deltas))
+					putFloat32s(raw, deltas)
+					viaAdd.Add(keys, deltas)
+					if !viaRaw.(rawAdder).AddRaw(keys, raw, Float32) {
+						t.Fatal("AddRaw refused float32 deltas")
+					}
+				}
+				if viaRaw.(rawAdder).AddRaw(nil, nil, Float64) {
+					t.Fatal("AddRaw took float64 deltas")
+				}
+				var keys []uint64
+				for k := range uint64(size) {
+					if d.Owner(k) == 1 {
+						keys = append(keys, k)
+					}
+				}
+				want, got := make([]float64, len(keys)*width), make([]float64, len(keys)*width)
+				viaAdd.Get(keys, want)
+				viaRaw.Get(keys, got)
+				for i := range want {
+					if math.Float64bits(want[i]) != math.Float64bits(got[i]) {
+						t.Fatalf("value %d (key %d): AddRaw %v, Add %v", i, keys[i/width], got[i], want[i])
 					}
 				}
 			})
