@@ -43,7 +43,7 @@ func getFloat32s(out []float64, raw []byte) {
 }
 
 // addFloat32s adds the float32s in raw to dst (len(dst) of them), each
-// sum rounded once to T as T(float64(x) + float64(d)) would.
+// sum rounded to T as T(float64(x) + float64(d)) would.
 func addFloat32s[T float](dst []T, raw []byte) {
 	raw = raw[:4*len(dst)]
 	for len(dst) >= 4 {
@@ -58,5 +58,26 @@ func addFloat32s[T float](dst []T, raw []byte) {
 	}
 	for i := range dst {
 		dst[i] = T(float64(dst[i]) + float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))))
+	}
+}
+
+// addFloat32sTo32 is addFloat32s into float32s, in float32 arithmetic:
+// the sum of two float32s rounded once to float32 is the float64 sum
+// rounded to float32 (double rounding is innocuous when the wider format
+// has at least 2*24+2 bits of precision; float64 has 53).
+func addFloat32sTo32(dst []float32, raw []byte) {
+	raw = raw[:4*len(dst)]
+	for len(dst) >= 4 {
+		b, o := raw[:16:16], dst[:4:4]
+		x := binary.LittleEndian.Uint64(b[0:])
+		y := binary.LittleEndian.Uint64(b[8:])
+		o[0] += math.Float32frombits(uint32(x))
+		o[1] += math.Float32frombits(uint32(x >> 32))
+		o[2] += math.Float32frombits(uint32(y))
+		o[3] += math.Float32frombits(uint32(y >> 32))
+		raw, dst = raw[16:], dst[4:]
+	}
+	for i := range dst {
+		dst[i] += math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
 }

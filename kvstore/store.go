@@ -558,15 +558,29 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 	w := d.width
 	raw = raw[:4*len(keys)*w]
 	lk := d.walker(true)
+	defer lk.release()
+	if w == 1 {
+		for i, k := range keys {
+			if l, ok := d.local(k); ok {
+				lk.at(l)
+				d.vals[l] = T(float64(d.vals[l]) + float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))))
+			}
+		}
+		return true
+	}
+	v32, is32 := any(d.vals).([]float32)
 	for i, k := range keys {
 		l, ok := d.local(k)
 		if !ok {
 			continue
 		}
 		lk.at(l)
-		addFloat32s(d.vals[l*uint64(w):][:w], raw[4*i*w:])
+		if is32 {
+			addFloat32sTo32(v32[l*uint64(w):][:w], raw[4*i*w:])
+		} else {
+			addFloat32s(d.vals[l*uint64(w):][:w], raw[4*i*w:])
+		}
 	}
-	lk.release()
 	return true
 }
 

@@ -97,3 +97,36 @@ func TestAddRawMatchesAdd(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAddRaw: a shard applying a remote Add of float32 deltas,
+// decoded and added in one pass (raw) against converted to float64 first
+// and added (convert+add, the path of other dtypes).
+func BenchmarkAddRaw(b *testing.B) {
+	for _, width := range []int{1, 64} {
+		c := storeCase{storage: Dense, dtype: Float32, part: RangePartition}
+		const size = 1 << 16
+		s, _ := newTestStore(b, c, size, width, 1, 0, "")
+		rng := rand.New(rand.NewPCG(1, 2))
+		keys := make([]uint64, 4096)
+		for i := range keys {
+			keys[i] = rng.Uint64N(size)
+		}
+		deltas := make([]float64, len(keys)*width)
+		raw := make([]byte, 4*len(deltas))
+		putFloat32s(raw, deltas)
+		b.Run(fmt.Sprintf("w%d/raw", width), func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				s.(rawAdder).AddRaw(keys, raw, Float32)
+			}
+		})
+		b.Run(fmt.Sprintf("w%d/convert+add", width), func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			conv := make([]float64, len(deltas))
+			for b.Loop() {
+				rawInto(conv, raw, Float32)
+				s.Add(keys, conv)
+			}
+		})
+	}
+}
