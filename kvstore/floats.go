@@ -3,6 +3,7 @@ package kvstore
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 )
 
 // Bulk conversions between float values and little-endian float32 bytes,
@@ -13,6 +14,10 @@ import (
 // putFloat32s writes src as float32s into dst[:4*len(src)].
 func putFloat32s[T float](dst []byte, src []T) {
 	dst = dst[:4*len(src)]
+	if unsafe.Sizeof(src[0]) == 8 && len(src) > 0 { // float64s: the vector kernel where there is one
+		n := putFloat64sTo32(dst, unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(src))), len(src)))
+		dst, src = dst[4*n:], src[n:]
+	}
 	for len(src) >= 4 {
 		b, s := dst[:16:16], src[:4:4]
 		binary.LittleEndian.PutUint64(b[0:], uint64(math.Float32bits(float32(s[0])))|uint64(math.Float32bits(float32(s[1])))<<32)
@@ -27,6 +32,8 @@ func putFloat32s[T float](dst []byte, src []T) {
 // getFloat32s reads len(out) float32s from raw into out.
 func getFloat32s(out []float64, raw []byte) {
 	raw = raw[:4*len(out)]
+	n := getFloat32sPrefix(out, raw) // the vector kernel where there is one
+	out, raw = out[n:], raw[4*n:]
 	for len(out) >= 4 {
 		b, o := raw[:16:16], out[:4:4]
 		x := binary.LittleEndian.Uint64(b[0:])

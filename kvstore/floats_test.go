@@ -3,6 +3,7 @@ package kvstore
 import (
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -61,4 +62,50 @@ func BenchmarkFloat32Bytes(b *testing.B) {
 			getFloat32s(src, buf)
 		}
 	})
+}
+
+// TestFloatKernelsMatchConversion: the bulk conversions (vector kernels
+// on amd64) give exactly the bits of float32(x) and float64(f), for any
+// bit pattern (NaN payloads, subnormals, overflow to Inf, rounding
+// ties), at every length around the kernel's step, at odd offsets of
+// both the bytes and the floats.
+func TestFloatKernelsMatchConversion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pool := make([]float64, 4096)
+	for i := range pool {
+		switch i % 4 {
+		case 0: // any bit pattern
+			pool[i] = math.Float64frombits(rng.Uint64())
+		case 1: // in float32's range, not exact: rounding
+			pool[i] = (rng.Float64() - 0.5) * math.Pow(2, float64(rng.IntN(300)-150))
+		case 2: // a tie halfway between two float32s
+			f := float64(float32(rng.Float64()))
+			pool[i] = f + math.Abs(f)*math.Pow(2, -24)
+		default: // subnormal float32s and beyond float32's range
+			pool[i] = math.Pow(2, float64(rng.IntN(40)-155)) * (rng.Float64() + 0.5)
+			if rng.IntN(2) == 0 {
+				pool[i] = math.Pow(2, float64(rng.IntN(40)+110)) * (rng.Float64() + 0.5)
+			}
+		}
+	}
+	for n := 0; n <= 37; n++ {
+		for off := range 3 {
+			src := pool[off+n*50 : off+n*50+n]
+			buf := make([]byte, 4*n+1)
+			putFloat32s(buf[1:], src)
+			for i, v := range src {
+				if got, want := binary.LittleEndian.Uint32(buf[1+4*i:]), math.Float32bits(float32(v)); got != want {
+					t.Fatalf("n=%d off=%d value %d (%v): bytes %#x, want %#x", n, off, i, v, got, want)
+				}
+			}
+			out := make([]float64, n+off)[off:]
+			getFloat32s(out, buf[1:])
+			for i := range out {
+				f := math.Float32frombits(binary.LittleEndian.Uint32(buf[1+4*i:]))
+				if got, want := math.Float64bits(out[i]), math.Float64bits(float64(f)); got != want {
+					t.Fatalf("n=%d off=%d value %d (%v): read %#x, want %#x", n, off, i, f, got, want)
+				}
+			}
+		}
+	}
 }

@@ -1,0 +1,38 @@
+package kvstore
+
+// float64sTo32 writes n float64s from src as little-endian float32s to
+// dst, n a multiple of 4 (floats_amd64.s: CVTPD2PS, two values per
+// instruction, rounded as float32(x) rounds).
+//
+//go:noescape
+func float64sTo32(dst *byte, src *float64, n int)
+
+// putFloat64sTo32 converts the longest prefix of src whose length is a
+// multiple of 4 into dst and returns its length.
+func putFloat64sTo32(dst []byte, src []float64) int {
+	n := len(src) &^ 3
+	if n == 0 {
+		return 0
+	}
+	_ = dst[4*n-1]
+	float64sTo32(&dst[0], &src[0], n)
+	return n
+}
+
+// float32sTo64 reads n little-endian float32s from src into dst as
+// float64s, n a multiple of 4 (floats_amd64.s: CVTPS2PD, exact).
+//
+//go:noescape
+func float32sTo64(dst *float64, src *byte, n int)
+
+// getFloat32sPrefix reads the longest prefix of out whose length is a
+// multiple of 4 from raw and returns its length.
+func getFloat32sPrefix(out []float64, raw []byte) int {
+	n := len(out) &^ 3
+	if n == 0 {
+		return 0
+	}
+	_ = raw[4*n-1]
+	float32sTo64(&out[0], &raw[0], n)
+	return n
+}

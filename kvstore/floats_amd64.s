@@ -1,0 +1,47 @@
+#include "textflag.h"
+
+// func float64sTo32(dst *byte, src *float64, n int)
+TEXT ·float64sTo32(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $2, CX
+	JZ   done
+
+loop:
+	MOVUPD   0(SI), X0
+	MOVUPD   16(SI), X1
+	CVTPD2PS X0, X0
+	CVTPD2PS X1, X1
+	MOVLHPS  X1, X0
+	MOVUPS   X0, 0(DI)
+	ADDQ     $32, SI
+	ADDQ     $16, DI
+	DECQ     CX
+	JNZ      loop
+
+done:
+	RET
+
+// func float32sTo64(dst *float64, src *byte, n int)
+TEXT ·float32sTo64(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $2, CX
+	JZ   done
+
+loop:
+	MOVUPS   0(SI), X0
+	CVTPS2PD X0, X1
+	MOVHLPS  X0, X0
+	CVTPS2PD X0, X2
+	MOVUPD   X1, 0(DI)
+	MOVUPD   X2, 16(DI)
+	ADDQ     $16, SI
+	ADDQ     $32, DI
+	DECQ     CX
+	JNZ      loop
+
+done:
+	RET
