@@ -28,10 +28,11 @@ for r in $(seq "$R"); do
   if [ -n "${PSLITE_BENCH:-}" ]; then
     PORT=$((PORT + 1))
     ps=$(export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$PORT DMLC_INTERFACE=lo W K SECS ROUNDS=1
-      DMLC_ROLE=scheduler "$PSLITE_BENCH" >/dev/null 2>&1 & a=$!
-      DMLC_ROLE=server "$PSLITE_BENCH" >/dev/null 2>&1 & b=$!
+      # ps-lite's scheduler or server sometimes never exits: bounded too.
+      DMLC_ROLE=scheduler timeout 150 "$PSLITE_BENCH" >/dev/null 2>&1 & a=$!
+      DMLC_ROLE=server timeout 150 "$PSLITE_BENCH" >/dev/null 2>&1 & b=$!
       DMLC_ROLE=worker timeout 120 "$PSLITE_BENCH" 2>/dev/null | grep RESULT || true
-      wait $a $b)
+      wait $a $b || true)
     push=$(echo "$ps" | sed -n 's/.*op=push .*MB_per_s=\([0-9.]*\).*/\1/p')
     pull=$(echo "$ps" | sed -n 's/.*op=pull .*MB_per_s=\([0-9.]*\).*/\1/p')
   fi
