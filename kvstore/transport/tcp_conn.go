@@ -70,29 +70,15 @@ func (t *TCP) start(nc net.Conn, remote, node string, inbound bool) (*tcpConn, b
 // into one of its own, so a burst of large frames is never copied again
 // to grow a buffer; the writer sends the buffers with one writev.
 func (c *tcpConn) write(kind byte, a, b string, data []byte, wait bool) error {
-	c.mu.Lock()
-	for wait && c.queued >= maxQueued && c.err == nil {
-		c.space.Wait()
-	}
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
-		return err
-	}
 	n := frameSize(a, b, data)
-	if last := len(c.out) - 1; last >= 0 && cap(c.out[last])-len(c.out[last]) >= n {
-		c.out[last] = appendFrame(c.out[last], kind, a, b, data)
-	} else {
-		buf := getBuf(max(n, writeChunk))
-		c.out = append(c.out, appendFrame((*buf)[:0], kind, a, b, data))
-	}
-	c.queued += n
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	return nil
+	return c.enqueue(n, wait, func() {
+		if last := len(c.out) - 1; last >= 0 && cap(c.out[last])-len(c.out[last]) >= n {
+			c.out[last] = appendFrame(c.out[last], kind, a, b, data)
+		} else {
+			buf := getBuf(max(n, writeChunk))
+			c.out = append(c.out, appendFrame((*buf)[:0], kind, a, b, data))
+		}
+	})
 }
 
 // writeBody is write of a frame whose payload bd may build: then the
@@ -110,6 +96,17 @@ func (c *tcpConn) writeBody(kind byte, a, b string, bd body, wait bool) error {
 		return fmt.Errorf("transport: message of %d bytes is larger than a frame (%d)", n-frameFixed-len(a)-len(b), maxFrame)
 	}
 	binary.LittleEndian.PutUint32(f, uint32(n))
+	if err := c.enqueue(len(f), wait, func() { c.out = append(c.out, f) }); err != nil {
+		putBuf(buf)
+		return err
+	}
+	return nil
+}
+
+// enqueue runs add, which puts n bytes of frames on c.out, under the
+// lock, and wakes the writer. A request (wait) waits while the queue is
+// over maxQueued; an answer never does.
+func (c *tcpConn) enqueue(n int, wait bool, add func()) error {
 	c.mu.Lock()
 	for wait && c.queued >= maxQueued && c.err == nil {
 		c.space.Wait()
@@ -117,11 +114,10 @@ func (c *tcpConn) writeBody(kind byte, a, b string, bd body, wait bool) error {
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		putBuf(buf)
 		return err
 	}
-	c.out = append(c.out, f)
-	c.queued += len(f)
+	add()
+	c.queued += n
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
