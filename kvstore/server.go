@@ -532,8 +532,6 @@ func (s *Server) fail(reply string, err error) {
 	}
 }
 
-// send answers a request; a failure (the connection is gone) leaves the
-// requester to time out, and is logged here.
 // sendMsg answers m to reply: a large answer encoded straight into the
 // transport's send buffer (transport.Appender), else encoded into dst,
 // which it returns.
@@ -555,6 +553,8 @@ func (s *Server) sendMsg(reply string, m *Message, dst []byte) []byte {
 // send buffer: smaller ones are copied there, packed with others.
 const appendMin = 32 << 10
 
+// send answers a request; a failure (the connection is gone) leaves the
+// requester to time out, and is logged here.
 func (s *Server) send(reply string, data []byte) {
 	if err := s.tr.Reply(reply, data); err != nil {
 		s.log.Warn().Err(err).Str("node", s.node).Msg("kv answer not sent")
