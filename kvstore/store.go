@@ -193,16 +193,55 @@ func newDense[T float](b storeBase) *dense[T] {
 }
 
 // walker holds at most one stripe lock of a dense store while a call walks
-// its keys; the zero value holds none.
+// its keys; the zero value holds none. A call of many unsorted keys (at
+// least lockAllPer times the stripes, in no order: a batch's keys as it
+// met them) takes every stripe at once instead, in order, and holds them
+// to its end: walking them one stripe at a time would switch at nearly
+// every key, a lock and an unlock each, where this is one of each per
+// stripe. Sorted keys switch at most once per stripe anyway. Taking them
+// in order, while every other walker holds one at a time, cannot
+// deadlock.
 type walker struct {
 	locks []stripeLock
 	shift uint
 	cur   *stripeLock
 	write bool
+	all   bool // holds every stripe
 }
 
-func (d *dense[T]) walker(write bool) walker {
-	return walker{locks: d.locks, shift: d.shift, write: write}
+// lockAllPer: a call of at least this many keys per stripe locks them all.
+const lockAllPer = 2
+
+// unsorted reports whether keys look unordered: at least a quarter of
+// the first 16 steps go down. (Local indexes follow key order in the
+// range and hash directories, see eachKey; elsewhere this only costs
+// speed.)
+func unsorted(keys []uint64) bool {
+	keys = keys[:min(len(keys), 17)]
+	down := 0
+	for i := 1; i < len(keys); i++ {
+		if keys[i] < keys[i-1] {
+			down++
+		}
+	}
+	return 4*down >= len(keys)-1 && down > 0
+}
+
+func (d *dense[T]) walker(write bool, keys []uint64) walker {
+	w := walker{locks: d.locks, shift: d.shift, write: write}
+	if len(d.locks) > 1 && len(keys) >= lockAllPer*len(d.locks) && unsorted(keys) {
+		for i := range d.locks {
+			if write {
+				d.locks[i].Lock()
+			} else {
+				d.locks[i].RLock()
+			}
+		}
+		// Every index maps to stripe 0 (a shift by 64 is 0), which the
+		// walker holds: at never switches.
+		w.all, w.shift, w.cur = true, 64, &d.locks[0]
+	}
+	return w
 }
 
 // at makes sure the walker holds the stripe of local index l. It is small
@@ -224,6 +263,17 @@ func (w *walker) move(m *stripeLock) {
 }
 
 func (w *walker) release() {
+	if w.all {
+		for i := range w.locks {
+			if w.write {
+				w.locks[i].Unlock()
+			} else {
+				w.locks[i].RUnlock()
+			}
+		}
+		w.all, w.cur = false, nil
+		return
+	}
 	if w.cur == nil {
 		return
 	}
@@ -266,7 +316,7 @@ func (d *dense[T]) Len() int { return int(d.n) }
 func (d *dense[T]) Get(keys []uint64, out []float64) {
 	w := d.width
 	out = out[:len(keys)*w]
-	lk := d.walker(false)
+	lk := d.walker(false, keys)
 	if w == 1 {
 		for i, k := range keys {
 			if l, ok := d.local(k); ok {
@@ -295,7 +345,7 @@ func (d *dense[T]) Get(keys []uint64, out []float64) {
 func (d *dense[T]) Add(keys []uint64, deltas []float64) {
 	w := d.width
 	deltas = deltas[:len(keys)*w]
-	lk := d.walker(true)
+	lk := d.walker(true, keys)
 	if w == 1 {
 		for i, k := range keys {
 			if l, ok := d.local(k); ok {
@@ -323,7 +373,7 @@ func (d *dense[T]) Add(keys []uint64, deltas []float64) {
 func (d *dense[T]) Set(keys []uint64, vals []float64) {
 	w := d.width
 	vals = vals[:len(keys)*w]
-	lk := d.walker(true)
+	lk := d.walker(true, keys)
 	for i, k := range keys {
 		l, ok := d.local(k)
 		if !ok {
@@ -491,7 +541,7 @@ func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	rowBytes := int(w) * size
 	off := len(dst)
 	dst = slices.Grow(dst, len(keys)*rowBytes)[:off+len(keys)*rowBytes]
-	lk := d.walker(false)
+	lk := d.walker(false, keys)
 	if w == 1 { // one value per key: no per-row call
 		o := dst[off:]
 		for i, k := range keys {
@@ -557,7 +607,7 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 	}
 	w := d.width
 	raw = raw[:4*len(keys)*w]
-	lk := d.walker(true)
+	lk := d.walker(true, keys)
 	defer lk.release()
 	if w == 1 {
 		for i, k := range keys {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -128,5 +129,34 @@ func BenchmarkAddRaw(b *testing.B) {
 				s.Add(keys, conv)
 			}
 		})
+	}
+}
+
+// TestUnsorted: the sortedness guess that picks a dense walk's locking.
+func TestUnsorted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	random := make([]uint64, 100)
+	for i := range random {
+		random[i] = rng.Uint64N(1 << 20)
+	}
+	ascending := []uint64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597, 2584, 4181, 6765}
+	descending := slices.Clone(ascending)
+	slices.Reverse(descending)
+	for _, c := range []struct {
+		name string
+		keys []uint64
+		want bool
+	}{
+		{"empty", nil, false},
+		{"one", []uint64{7}, false},
+		{"ascending", ascending, false},
+		{"equal", []uint64{4, 4, 4, 4, 4, 4}, false},
+		{"one step down in 16", append(slices.Clone(ascending[:10]), 0, 1, 2, 3, 4, 5, 6), false},
+		{"descending", descending, true},
+		{"random", random, true},
+	} {
+		if got := unsorted(c.keys); got != c.want {
+			t.Errorf("%s: unsorted = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -393,8 +394,9 @@ func sortU64(ks []uint64) {
 }
 
 // TestDenseConcurrentRowsWhole: writers add all-ones rows through every
-// write path (keyed, range, raw range) while readers read through every
-// read path. Each Add changes all columns of a row under one stripe lock,
+// write path (keyed, range, raw range, raw keyed in the batch's own
+// order, small and large calls: one stripe at a time or all of them)
+// while readers read through every read path. Each Add changes all columns of a row under one stripe lock,
 // so a reader must never see a row whose columns differ (a torn row), and
 // the final total must be exact (no lost update).
 func TestDenseConcurrentRowsWhole(t *testing.T) {
@@ -413,8 +415,8 @@ func TestDenseConcurrentRowsWhole(t *testing.T) {
 				})
 				keys := ownedKeys(d, 0, size)
 				var wg sync.WaitGroup
-				var added [3]int64 // rows added per writer
-				for g := range 3 {
+				var added [4]int64 // rows added per writer
+				for g := range 4 {
 					wg.Go(func() {
 						r := rand.New(rand.NewPCG(uint64(g), 7))
 						ones := make([]float64, 600*width)
@@ -450,6 +452,23 @@ func TestDenseConcurrentRowsWhole(t *testing.T) {
 									s.AddRange(first, n, ones[:n*width])
 								}
 								added[g] += int64(ownedIn(d, 0, first, n))
+							case 3: // unsorted float32 deltas as they come off the wire, 1-3 keys or up to 300
+								ks := make([]uint64, 1+r.IntN(3))
+								if r.IntN(2) == 0 {
+									ks = make([]uint64, 1+r.IntN(300))
+								}
+								raw = raw[:0]
+								for i := range ks {
+									ks[i] = keys[r.IntN(len(keys))]
+									for range width {
+										raw = append(raw, 0, 0, 0x80, 0x3f) // 1.0f
+									}
+								}
+								if !ds.AddRaw(ks, raw, Float32) {
+									t.Error("AddRaw refused float32 deltas")
+									return
+								}
+								added[g] += int64(len(ks))
 							}
 						}
 					})
@@ -461,6 +480,10 @@ func TestDenseConcurrentRowsWhole(t *testing.T) {
 						out := make([]float64, len(keys)*width)
 						all := make([]float64, size*width)
 						var raw []byte
+						// Reader 0 reads the keys in no order (every stripe
+						// locked at once), reader 1 in order (one at a time).
+						mixed := slices.Clone(keys)
+						rand.New(rand.NewPCG(uint64(g), 9)).Shuffle(len(mixed), func(i, j int) { mixed[i], mixed[j] = mixed[j], mixed[i] })
 						for {
 							select {
 							case <-stop:
@@ -468,7 +491,7 @@ func TestDenseConcurrentRowsWhole(t *testing.T) {
 							default:
 							}
 							if g == 0 {
-								s.Get(keys, out)
+								s.Get(mixed, out)
 							} else {
 								s.GetRange(0, size, all) // foreign keys stay zero
 								if !checkRowsWhole(t, all, width) {
@@ -493,7 +516,7 @@ func TestDenseConcurrentRowsWhole(t *testing.T) {
 				for _, v := range out {
 					sum += v
 				}
-				equal(t, float64(added[0]+added[1]+added[2])*width, sum)
+				equal(t, float64(added[0]+added[1]+added[2]+added[3])*width, sum)
 			})
 		}
 	}
