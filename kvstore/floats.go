@@ -3,7 +3,6 @@ package kvstore
 import (
 	"encoding/binary"
 	"math"
-	"unsafe"
 )
 
 // Bulk conversions between float values and little-endian float32 bytes,
@@ -14,8 +13,8 @@ import (
 // putFloat32s writes src as float32s into dst[:4*len(src)].
 func putFloat32s[T float](dst []byte, src []T) {
 	dst = dst[:4*len(src)]
-	if unsafe.Sizeof(src[0]) == 8 && len(src) > 0 { // float64s: the vector kernel where there is one
-		n := putFloat64sTo32(dst, unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(src))), len(src)))
+	if s64, ok := any(src).([]float64); ok { // the vector kernel where there is one
+		n := putFloat64sTo32(dst, s64)
 		dst, src = dst[4*n:], src[n:]
 	}
 	for len(src) >= 4 {
