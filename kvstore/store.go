@@ -193,14 +193,14 @@ func newDense[T float](b storeBase) *dense[T] {
 }
 
 // walker holds at most one stripe lock of a dense store while a call walks
-// its keys; the zero value holds none. A call of many unsorted keys (at
-// least lockAllPer times the stripes, in no order: a batch's keys as it
-// met them) takes every stripe at once instead, in order, and holds them
-// to its end: walking them one stripe at a time would switch at nearly
-// every key, a lock and an unlock each, where this is one of each per
-// stripe. Sorted keys switch at most once per stripe anyway. Taking them
-// in order, while every other walker holds one at a time, cannot
-// deadlock.
+// its keys; the zero value holds none. A call whose keys would switch
+// stripes more often than there are stripes (see lockAll: a batch's keys
+// as it met them, rows of sorted features one after another) takes every
+// stripe at once instead, in order, and holds them to its end: walking
+// them one stripe at a time would pay a lock and an unlock per switch,
+// where this is one of each per stripe. Sorted keys switch at most once
+// per stripe anyway. Taking them in order, while every other walker holds
+// one at a time, cannot deadlock.
 type walker struct {
 	locks []stripeLock
 	shift uint
@@ -209,27 +209,40 @@ type walker struct {
 	all   bool // holds every stripe
 }
 
-// lockAllPer: a call of at least this many keys per stripe locks them all.
-const lockAllPer = 2
+// lockSample is how many of a call's first keys lockAll looks at.
+const lockSample = 64
 
-// unsorted reports whether keys look unordered: at least a quarter of
-// the first 16 steps go down. (Local indexes follow key order in the
-// range and hash directories, see eachKey; elsewhere this only costs
+// lockAll reports whether walking keys one stripe at a time would likely
+// switch stripes more often than there are stripes. Keys that never step
+// back to a lower stripe switch at most once per stripe; otherwise the
+// switches among the first lockSample keys, scaled to the call's length,
+// estimate the walk's. (Local indexes follow key order in the range and
+// hash directories, see eachKey; elsewhere a wrong guess only costs
 // speed.)
-func unsorted(keys []uint64) bool {
-	keys = keys[:min(len(keys), 17)]
-	down := 0
-	for i := 1; i < len(keys); i++ {
-		if keys[i] < keys[i-1] {
-			down++
+func (d *dense[T]) lockAll(keys []uint64) bool {
+	if len(d.locks) < 2 || len(keys) <= len(d.locks) {
+		return false
+	}
+	sample := keys[:min(len(keys), lockSample)]
+	switches, back := 0, false
+	prev := uint64(math.MaxUint64)
+	for _, k := range sample {
+		l, ok := d.local(k)
+		if !ok {
+			continue
+		}
+		if s := l >> d.shift; s != prev {
+			back = back || (s < prev && prev != math.MaxUint64)
+			switches++
+			prev = s
 		}
 	}
-	return 4*down >= len(keys)-1 && down > 0
+	return back && switches*len(keys) > len(d.locks)*len(sample)
 }
 
 func (d *dense[T]) walker(write bool, keys []uint64) walker {
 	w := walker{locks: d.locks, shift: d.shift, write: write}
-	if len(d.locks) > 1 && len(keys) >= lockAllPer*len(d.locks) && unsorted(keys) {
+	if d.lockAll(keys) {
 		for i := range d.locks {
 			if write {
 				d.locks[i].Lock()

@@ -132,15 +132,40 @@ func BenchmarkAddRaw(b *testing.B) {
 	}
 }
 
-// TestUnsorted: the sortedness guess that picks a dense walk's locking.
-func TestUnsorted(t *testing.T) {
+// TestLockAll: the guess that picks a dense walk's locking. Keys that
+// never step back take one stripe at a time however many there are;
+// rows of sorted features one after another (a batch's keys as it met
+// them) and random keys take every stripe at once when they are many.
+func TestLockAll(t *testing.T) {
+	const size = 1 << 20
+	s, _ := newTestStore(t, storeCase{Dense, Float32, RangePartition}, size, 1, 1, 0, "")
+	d := s.(*dense[float32])
+	stripes := len(d.locks) // 64 stripes of 16384 keys
 	rng := rand.New(rand.NewPCG(1, 1))
-	random := make([]uint64, 100)
-	for i := range random {
-		random[i] = rng.Uint64N(1 << 20)
+	randomKeys := func(n int) []uint64 {
+		ks := make([]uint64, n)
+		for i := range ks {
+			ks[i] = rng.Uint64N(size)
+		}
+		return ks
 	}
-	ascending := []uint64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597, 2584, 4181, 6765}
-	descending := slices.Clone(ascending)
+	rows := func(n, per int) []uint64 { // n rows of per sorted keys each
+		var ks []uint64
+		for range n {
+			row := randomKeys(per)
+			slices.Sort(row)
+			ks = append(ks, row...)
+		}
+		return ks
+	}
+	sorted := randomKeys(5000)
+	slices.Sort(sorted)
+	dense := make([]uint64, 60000) // sorted, consecutive: a bulk push
+	for i := range dense {
+		dense[i] = uint64(i)
+	}
+	twoRuns := append(slices.Clone(dense[:3000]), dense[:3000]...)
+	descending := slices.Clone(sorted)
 	slices.Reverse(descending)
 	for _, c := range []struct {
 		name string
@@ -148,15 +173,20 @@ func TestUnsorted(t *testing.T) {
 		want bool
 	}{
 		{"empty", nil, false},
-		{"one", []uint64{7}, false},
-		{"ascending", ascending, false},
-		{"equal", []uint64{4, 4, 4, 4, 4, 4}, false},
-		{"one step down in 16", append(slices.Clone(ascending[:10]), 0, 1, 2, 3, 4, 5, 6), false},
-		{"descending", descending, true},
-		{"random", random, true},
+		{"fewer than the stripes", randomKeys(stripes), false},
+		{"sorted", sorted, false},
+		{"sorted consecutive", dense, false},
+		{"two sorted consecutive runs", twoRuns, false},
+		{"equal", slices.Repeat([]uint64{4}, 1000), false},
+		{"not owned", slices.Repeat([]uint64{size + 5, size + 1}, 1000), false},
+		{"descending", descending, false}, // one switch per stripe too
+		{"random", randomKeys(1000), true},
+		{"rows of 20 sorted features", rows(40, 20), true},
+		{"rows of 20 sorted features, fewer keys than stripes", rows(3, 20), false},
+		{"long rows", rows(4, 1000), false}, // a few switches back, each after a full sweep
 	} {
-		if got := unsorted(c.keys); got != c.want {
-			t.Errorf("%s: unsorted = %v, want %v", c.name, got, c.want)
+		if got := d.lockAll(c.keys); got != c.want {
+			t.Errorf("%s (%d keys, %d stripes): lockAll = %v, want %v", c.name, len(c.keys), stripes, got, c.want)
 		}
 	}
 }
