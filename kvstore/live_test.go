@@ -239,7 +239,7 @@ func TestLocalizeStressExactSums(t *testing.T) {
 
 // GetAsync reads overlap other operations: two reads in flight at once, an
 // Add and a synchronous Get between issuing and waiting; every value lands
-// in its own buffer, static and after keys moved.
+// in its own buffer, static and after keys moved. GetNext reads the same.
 func TestGetAsyncOverlapsOtherOperations(t *testing.T) {
 	for _, useNATS := range []bool{false, true} {
 		t.Run(fmt.Sprintf("nats=%v", useNATS), func(t *testing.T) {
@@ -283,6 +283,14 @@ func TestGetAsyncOverlapsOtherOperations(t *testing.T) {
 				check(a, outA, float64(round))
 				check(b, outB, float64(round))
 				ok(t, pa.Wait()) // a second Wait is harmless
+				// GetNext reads at Wait on the dynamic path.
+				c := []uint64{21, 2, 38}
+				outC := make([]float64, 2*len(c))
+				pc, err := w.GetNext(c, outC)
+				ok(t, err)
+				ok(t, cl.Clock())
+				ok(t, pc.Wait())
+				check(c, outC, float64(round))
 				// One more to every key for the next round.
 				ones := make([]float64, 2*spec.Size)
 				for i := range ones {

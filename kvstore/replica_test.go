@@ -254,45 +254,58 @@ func (d *dropTo) Send(node, reply string, data []byte) error {
 	return d.Mem.Send(node, reply, data)
 }
 
-// A replicated table's read started with GetAsync whose shard head dies
-// before answering is read again from the new head, also when the death
-// is learnt while the worker waits for another read.
+// A replicated table's read started with GetAsync (or GetNext) whose
+// shard head dies before answering is read again from the new head, also
+// when the death is learnt while the worker waits for another read.
 func TestGetAsyncReplicatedSurvivesHeadDeath(t *testing.T) {
-	spec := TableSpec{Name: "w", Size: 300, Replicas: 2} // shard s: keys 100s..100s+99, chain n<s>, n<s+1>
-	rc := newReplCluster(t, 3, spec)
-	tr := &dropTo{Mem: rc.tr}
-	c, err := NewClient(ClientConfig{Transport: tr, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
-		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: context.Background(), Timeout: 10 * time.Second, Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tbl, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := []uint64{150, 250}
-	if err := tbl.Add(keys, []float64{3, 4}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	tr.node.Store(rc.hosts[1]) // the head of key 150's shard stops answering
-	a := make([]float64, 1)
-	pa, err := tbl.GetAsync(keys[:1], a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.kill(1)
-	b := make([]float64, 1)
-	if err := tbl.Get(keys[1:], b); err != nil { // learns of the death meanwhile
-		t.Fatal(err)
-	}
-	if err := pa.Wait(); err != nil {
-		t.Fatalf("the read whose head died: %v", err)
-	}
-	if a[0] != 3 || b[0] != 4 {
-		t.Fatalf("read %v and %v, want 3 and 4", a[0], b[0])
+	for _, next := range []bool{false, true} {
+		t.Run(fmt.Sprintf("next=%v", next), func(t *testing.T) {
+			spec := TableSpec{Name: "w", Size: 300, Replicas: 2} // shard s: keys 100s..100s+99, chain n<s>, n<s+1>
+			rc := newReplCluster(t, 3, spec)
+			tr := &dropTo{Mem: rc.tr}
+			c, err := NewClient(ClientConfig{Transport: tr, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
+				Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: context.Background(), Timeout: 10 * time.Second, Window: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tbl, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := []uint64{150, 250}
+			if err := tbl.Add(keys, []float64{3, 4}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			tr.node.Store(rc.hosts[1]) // the head of key 150's shard stops answering
+			a := make([]float64, 1)
+			start := tbl.GetAsync
+			if next {
+				start = tbl.GetNext
+			}
+			pa, err := start(keys[:1], a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.kill(1)
+			b := make([]float64, 1)
+			if err := tbl.Get(keys[1:], b); err != nil { // learns of the death meanwhile
+				t.Fatal(err)
+			}
+			if next {
+				if err := c.Clock(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pa.Wait(); err != nil {
+				t.Fatalf("the read whose head died: %v", err)
+			}
+			if a[0] != 3 || b[0] != 4 {
+				t.Fatalf("read %v and %v, want 3 and 4", a[0], b[0])
+			}
+		})
 	}
 }

@@ -28,6 +28,8 @@ type TableClient struct {
 	g       grouper
 	buf     []float64
 	spans   []span
+	// spareAhead holds a finished GetNext's buffers for the next one.
+	spareAhead *aheadRead
 
 	// repl: the table is replicated and the client routes by the
 	// membership view: writes go to each shard's chain head, kept until
@@ -181,7 +183,7 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 		defer t.observe(OpGet, time.Now(), c.stats.Requests)
 	}
 	for {
-		p, stamp, err := t.startGet(keys, out, stamped, false)
+		p, stamp, err := t.startGet(keys, out, stamped, false, nil)
 		if err != nil || p == nil {
 			return stamp, err
 		}
@@ -205,8 +207,11 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 // slave's memory are read into out now. It returns the read to wait for
 // (nil when every key was local, with the read's stamp). With keep, the
 // read's bookkeeping does not borrow the client's scratch buffers, so the
-// caller may run other operations before it waits (GetAsync).
-func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool) (*pending, int64, error) {
+// caller may run other operations before it waits (GetAsync). With later
+// (GetNext, which keeps its bookkeeping too) the requests are gated at the
+// worker's next clock and the keys in this slave's memory are left to
+// later, to read at its Wait.
+func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool, later *aheadRead) (*pending, int64, error) {
 	c := t.c
 	if c.err != nil {
 		return nil, -1, c.err
@@ -221,7 +226,16 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 		p, err := t.getLive(keys, out, stamped)
 		return p, -1, err
 	}
+	clock := c.clock
+	if later != nil {
+		clock++
+		keep = true
+	}
 	if t.allHere && len(t.local) == 1 {
+		if later != nil {
+			later.whole(keys)
+			return nil, -1, nil
+		}
 		if err := t.waitLocal(keys); err != nil {
 			return nil, -1, err
 		}
@@ -256,7 +270,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 		}
 		for i := 0; i < len(ks); i += t.maxKeys {
 			j := min(i+t.maxKeys, len(ks))
-			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
+			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: clock, Keys: ks[i:j]}
 			if err := t.request(p, s, partOf(s, i, j)); err != nil {
 				return fail(err)
 			}
@@ -267,6 +281,10 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool)
 	for s, st := range t.local {
 		ks := t.g.Keys(s)
 		if !t.inMemory(s) || len(ks) == 0 {
+			continue
+		}
+		if later != nil {
+			later.local(ks, t.g.Pos(s), t.g.Whole())
 			continue
 		}
 		if err := t.waitLocal(ks); err != nil {

@@ -1,0 +1,179 @@
+package kvstore_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/kvstore"
+)
+
+// waitDone runs p.Wait in a goroutine; the channel gets its error.
+func waitDone(p kvstore.Pending) chan error {
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	return done
+}
+
+func blocked(t *testing.T, done chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) before the bound allowed it", what, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func released(t *testing.T, done chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		ok(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never returned", what)
+	}
+}
+
+// TestGetNextStaysWithinTheBound: a read issued before Clock for the next
+// iteration is gated at the next clock, on the remote shard (parked there)
+// and on the local one (read at Wait): under BSP it sees the slow worker's
+// iteration, under SSP(1) a read two clocks ahead of the slowest waits
+// where GetAsync, gated at the clock it was issued in, would not. Wait
+// before the Clock is an error, not a hang.
+func TestGetNextStaysWithinTheBound(t *testing.T) {
+	for _, useNATS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nats=%v", useNATS), func(t *testing.T) {
+			spec := kvstore.TableSpec{Name: "w", Size: 10, Width: 1}.WithDefaults()
+			keys := []uint64{0, 9} // key 0 on s0 (fast's slave), key 9 on s1
+			t.Run("bsp", func(t *testing.T) {
+				c := startCluster(t, 2, useNATS, spec)
+				bsp := kvstore.Consistency{Kind: kvstore.BSP}
+				c.prepare(0, bsp, 2)
+				fast, slow := c.client(0, 0, 0, bsp), c.client(1, 0, 1, bsp)
+				ft, st := c.table(fast, spec), c.table(slow, spec)
+				out := make([]float64, 2)
+				p, err := ft.GetNext(keys, out)
+				ok(t, err)
+				if err := p.Wait(); err == nil || !strings.Contains(err.Error(), "before the Clock") {
+					t.Fatalf("Wait before Clock: %v, want an error saying so", err)
+				}
+				ok(t, ft.Add(keys, []float64{1, 1}))
+				ok(t, fast.Clock())
+				done := waitDone(p)
+				blocked(t, done, "a BSP GetNext with the other worker at clock 0")
+				ok(t, st.Add(keys, []float64{10, 10}))
+				ok(t, slow.Clock())
+				released(t, done, "GetNext after the slow worker's Clock")
+				if out[0] != 11 || out[1] != 11 {
+					t.Fatalf("read %v, want both workers' first iteration [11 11]", out)
+				}
+				ok(t, p.Wait()) // a second Wait is harmless
+				ok(t, fast.Finish())
+				ok(t, slow.Finish())
+			})
+			t.Run("ssp1", func(t *testing.T) {
+				c := startCluster(t, 2, useNATS, spec)
+				ssp := kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}
+				c.prepare(0, ssp, 2)
+				fast, slow := c.client(0, 0, 0, ssp), c.client(1, 0, 1, ssp)
+				ft, st := c.table(fast, spec), c.table(slow, spec)
+				out := make([]float64, 2)
+				// Clock 0, for clock 1: one ahead of the slowest is allowed.
+				p, err := ft.GetNext(keys, out)
+				ok(t, err)
+				ok(t, fast.Clock())
+				released(t, waitDone(p), "GetNext one clock ahead under SSP(1)")
+				// Clock 1: GetAsync (gated at 1) goes through, GetNext
+				// (gated at 2) waits for the slow worker's Clock.
+				async := make([]float64, 2)
+				pa, err := ft.GetAsync(keys, async)
+				ok(t, err)
+				released(t, waitDone(pa), "GetAsync at clock 1 under SSP(1)")
+				p, err = ft.GetNext(keys, out)
+				ok(t, err)
+				ok(t, fast.Clock())
+				done := waitDone(p)
+				blocked(t, done, "GetNext for clock 2 with the slowest at 0")
+				ok(t, st.Add(keys, []float64{5, 5}))
+				ok(t, slow.Clock())
+				released(t, done, "GetNext after the slow worker's Clock")
+				if out[0] != 5 || out[1] != 5 {
+					t.Fatalf("read %v, want the slow worker's iteration 0 [5 5]", out)
+				}
+				ok(t, fast.Finish())
+				ok(t, slow.Finish())
+			})
+		})
+	}
+}
+
+// TestGetNextValues: GetNext reads what Get reads after the Clock, for
+// keys on the caller's slave, on other slaves or both, repeated keys,
+// wide rows, one-shard calls and a table whose every shard is here; the
+// key slice may be reused at once, and reads of two tables overlap.
+func TestGetNextValues(t *testing.T) {
+	for _, useNATS := range []bool{false, true} {
+		for _, slaves := range []int{1, 3} {
+			t.Run(fmt.Sprintf("nats=%v/slaves=%d", useNATS, slaves), func(t *testing.T) {
+				wide := kvstore.TableSpec{Name: "w", Size: 300, Width: 3}.WithDefaults()
+				narrow := kvstore.TableSpec{Name: "b", Size: 50, Width: 1, DType: kvstore.Float32}.WithDefaults()
+				c := startCluster(t, slaves, useNATS, wide, narrow)
+				ssp := kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}
+				c.prepare(0, ssp, 1)
+				cl := c.client(0, 0, 0, ssp)
+				w, b := c.table(cl, wide), c.table(cl, narrow)
+				rng := rand.New(rand.NewPCG(3, 4))
+				for round := range 20 {
+					var keys []uint64
+					switch round % 4 {
+					case 0: // anywhere, repeated
+						for range 1 + rng.IntN(40) {
+							keys = append(keys, rng.Uint64N(wide.Size))
+						}
+					case 1: // the first shard's only (on this slave)
+						for range 1 + rng.IntN(20) {
+							keys = append(keys, rng.Uint64N(wide.Size/uint64(slaves)))
+						}
+					case 2: // the last shard's only
+						for range 1 + rng.IntN(20) {
+							keys = append(keys, wide.Size-1-rng.Uint64N(wide.Size/uint64(slaves)))
+						}
+					case 3: // none
+					}
+					deltas := make([]float64, 3*len(keys))
+					for i := range deltas {
+						deltas[i] = float64(rng.IntN(100))
+					}
+					ok(t, w.Add(keys, deltas))
+					ok(t, b.Add([]uint64{uint64(round)}, []float64{float64(round)}))
+					ok(t, cl.Flush())
+					out, bout := make([]float64, 3*len(keys)), make([]float64, 1)
+					p, err := w.GetNext(keys, out)
+					ok(t, err)
+					pb, err := b.GetNext([]uint64{uint64(round)}, bout)
+					ok(t, err)
+					scratch := append([]uint64(nil), keys...)
+					for i := range keys { // the caller's slice is free again
+						keys[i] = wide.Size - 1
+					}
+					ok(t, cl.Clock())
+					ok(t, pb.Wait())
+					ok(t, p.Wait())
+					want := make([]float64, 3*len(scratch))
+					ok(t, w.Get(scratch, want))
+					for i := range want {
+						if out[i] != want[i] {
+							t.Fatalf("round %d: GetNext %v, Get %v (keys %v)", round, out, want, scratch)
+						}
+					}
+					if bout[0] != float64(round) {
+						t.Fatalf("round %d: b[%d] = %v", round, round, bout[0])
+					}
+				}
+				ok(t, cl.Finish())
+			})
+		}
+	}
+}
