@@ -50,6 +50,68 @@ func EachBatch(ctx context.Context, in Input, batch int, fn func(r *datastore.Re
 	})
 }
 
+// Batch is a mini-batch: records [Lo, Hi) of R. The zero Batch is none.
+type Batch struct {
+	R      *datastore.Records
+	Lo, Hi int
+}
+
+// EachBatchAhead is EachBatch that also hands fn the batch after the
+// current one (the zero Batch after the pass's last), so a worker can
+// start reading the next batch's parameters while it trains on this one
+// (kvstore.TableClient.GetNext). Both batches' records stay valid while
+// fn runs; fn must not keep them after it returns.
+func EachBatchAhead(ctx context.Context, in Input, batch int, fn func(cur, next Batch) error) error {
+	if batch < 1 {
+		return errors.New("tasks: batch size must be at least 1")
+	}
+	pass, err := in.Pass(ctx)
+	if err != nil {
+		return err
+	}
+	defer pass.Close()
+	rel, _ := pass.(datastore.Releaser)
+	release := func(r *datastore.Records) {
+		if rel != nil {
+			rel.Release(r)
+		}
+	}
+	var cur Batch
+	for {
+		r, err := pass.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if r.Len() == 0 {
+			release(r)
+			continue
+		}
+		for lo := 0; lo < r.Len(); lo += batch {
+			b := Batch{R: r, Lo: lo, Hi: min(lo+batch, r.Len())}
+			if cur.R != nil {
+				if err := fn(cur, b); err != nil {
+					return err
+				}
+				if cur.R != r {
+					release(cur.R) // its last batch is done
+				}
+			}
+			cur = b
+		}
+	}
+	if cur.R == nil {
+		return nil
+	}
+	if err := fn(cur, Batch{}); err != nil {
+		return err
+	}
+	release(cur.R)
+	return nil
+}
+
 // KeyIndex maps the distinct keys of a mini-batch to their positions, to
 // gather one Get per batch and scatter gradients back. For tables of up to
 // 16M keys it is an array stamped with the batch number, so Reset costs

@@ -353,3 +353,92 @@ func TestShareAmongTheLiving(t *testing.T) {
 		}
 	}
 }
+
+// releasingInput's passes record which records were released.
+type releasingInput struct {
+	recs     []*datastore.Records
+	released map[*datastore.Records]bool
+}
+
+func (s *releasingInput) Pass(context.Context) (datastore.Pass, error) {
+	return &releasingPass{slicePass{recs: s.recs}, s}, nil
+}
+
+type releasingPass struct {
+	slicePass
+	in *releasingInput
+}
+
+func (p *releasingPass) Release(r *datastore.Records) {
+	if p.in.released[r] {
+		panic("released twice")
+	}
+	p.in.released[r] = true
+}
+
+// TestEachBatchAhead: each batch comes with the one after it, in
+// EachBatch's order, across records (empty ones skipped) and batch sizes;
+// records are released once, only after fn saw their last batch.
+func TestEachBatchAhead(t *testing.T) {
+	mk := func(n, from int) *datastore.Records {
+		var r datastore.Records
+		for i := range n {
+			r.Append(float64(from+i), []uint64{uint64(i)}, nil)
+		}
+		return &r
+	}
+	for _, c := range []struct {
+		name  string
+		sizes []int
+		batch int
+	}{
+		{"none", nil, 3},
+		{"empty records", []int{0, 0}, 3},
+		{"one batch", []int{2}, 3},
+		{"across records", []int{7, 0, 1, 5}, 3},
+		{"batch of one", []int{3, 2}, 1},
+		{"batch larger than records", []int{2, 2, 2}, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := &releasingInput{released: map[*datastore.Records]bool{}}
+			from := 0
+			for _, n := range c.sizes {
+				in.recs = append(in.recs, mk(n, from))
+				from += n
+			}
+			var want []tasks.Batch
+			err := tasks.EachBatch(context.Background(), sliceInput(in.recs), c.batch, func(r *datastore.Records, lo, hi int) error {
+				want = append(want, tasks.Batch{R: r, Lo: lo, Hi: hi})
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := 0
+			err = tasks.EachBatchAhead(context.Background(), in, c.batch, func(cur, next tasks.Batch) error {
+				if i >= len(want) || cur != want[i] {
+					t.Fatalf("call %d: batch %+v, want %+v", i, cur, want[min(i, len(want)-1)])
+				}
+				if i+1 < len(want) && next != want[i+1] || i+1 == len(want) && next != (tasks.Batch{}) {
+					t.Fatalf("call %d: next %+v", i, next)
+				}
+				if in.released[cur.R] || next.R != nil && in.released[next.R] {
+					t.Fatalf("call %d: records released while in use", i)
+				}
+				i++
+				return nil
+			})
+			if err != nil || i != len(want) {
+				t.Fatalf("%d calls of %d, err %v", i, len(want), err)
+			}
+			for _, r := range in.recs {
+				if !in.released[r] {
+					t.Fatalf("records of %d not released", r.Len())
+				}
+			}
+		})
+	}
+	if err := tasks.EachBatchAhead(context.Background(), sliceInput(nil), 0, nil); err == nil {
+		t.Fatal("batch 0 accepted")
+	}
+}

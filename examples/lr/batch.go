@@ -29,24 +29,21 @@ type Table interface {
 // sized to the batch, see batchIndex).
 type MiniBatch struct {
 	t     Table
-	bias  Table      // intercept (one key), nil without
-	b     float64    // the intercept read with the batch
-	one   [1]float64 // the intercept's value buffer: a slice of a local would escape through the Table interface every batch
-	scale *Scaler    // feature scales, nil when training on raw values
+	bias  Table   // intercept (one key), nil without
+	scale *Scaler // feature scales, nil when training on raw values
 	// cent are the centered features (nil: none), added to every
-	// training batch; cpos[j] is cent.Keys[j]'s position in keys.
+	// training batch.
 	cent *Centered
-	cpos []int32
-	inv  []float64
 	// finite is false once a batch produced a non-finite update (which
 	// was then not sent).
 	finite bool
-	keys   []uint64
-	w      []float64
-	grad   []float64
-	pos    []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
-	base   int     // r.Offsets[lo] of the current batch
-	index  batchIndex
+	batchState
+	// ahead is the next batch's state while its read travels; next is
+	// the batch SetNext named.
+	ahead batchState
+	next  span
+	grad  []float64
+	index batchIndex
 	// T is the number of steps (of all workers) since the table last held
 	// the weights themselves, for Step's lazy l2: with l2 > 0 the table
 	// holds w / (1 - lr l2)^T. The caller sets it before each Step and
@@ -54,56 +51,101 @@ type MiniBatch struct {
 	T float64
 }
 
+// batchState is what reading one batch fills.
+type batchState struct {
+	keys []uint64
+	w    []float64
+	pos  []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
+	cpos []int32 // cpos[j]: cent.Keys[j]'s position in keys
+	inv  []float64
+	base int     // r.Offsets[lo] of the batch
+	b    float64 // the intercept read with the batch
+	// one is the intercept's value buffer, on the heap once (a slice of
+	// a local would escape through the Table interface every batch; an
+	// array in the struct would not follow it when Step swaps states
+	// while a read into it travels).
+	one []float64
+	// reads in flight: the weights' and the intercept's (nil: none)
+	wr, br kvstore.Pending
+	from   span // the batch read ahead into this state (r nil: none)
+}
+
+// span is records lo..hi of r.
+type span struct {
+	r      *datastore.Records
+	lo, hi int
+}
+
 // NewMiniBatch prepares buffers for table t.
 func NewMiniBatch(t Table) *MiniBatch {
-	return &MiniBatch{t: t, finite: true}
+	m := &MiniBatch{t: t, finite: true}
+	m.one, m.ahead.one = make([]float64, 1), make([]float64, 1)
+	return m
 }
 
 // gather collects the distinct keys of records lo..hi (and with center the
 // centered features) and reads their weights, times cur (the table holds
 // w / cur).
 func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center bool) error {
-	m.keys = m.keys[:0]
-	m.base = r.Offsets[lo]
-	occ := r.Keys[m.base:r.Offsets[hi]]
-	center = center && m.cent != nil
-	n := len(occ)
-	if center {
-		n += len(m.cent.Keys)
-	}
-	m.index.Reset(n)
-	if cap(m.pos) < len(occ) {
-		m.pos = make([]int32, len(occ))
-	}
-	m.pos = m.pos[:len(occ)]
-	for j, k := range occ {
-		p, added := m.index.Lookup(k, int32(len(m.keys)))
-		if added {
-			m.keys = append(m.keys, k)
-		}
-		m.pos[j] = p
-	}
-	if center {
-		m.cpos = m.cpos[:0]
-		for _, k := range m.cent.Keys {
-			p, added := m.index.Lookup(k, int32(len(m.keys)))
-			if added {
-				m.keys = append(m.keys, k)
-			}
-			m.cpos = append(m.cpos, p)
-		}
-	}
+	m.collect(&m.batchState, r, lo, hi, center)
 	// The intercept's read travels with the weights' (one round trip).
-	var bias kvstore.Pending
 	if ab, ok := m.bias.(asyncGetter); ok {
 		var err error
-		if bias, err = ab.GetAsync(biasKey, m.one[:]); err != nil {
+		if m.br, err = ab.GetAsync(biasKey, m.one); err != nil {
 			return err
 		}
 	}
 	m.w = grow(m.w, len(m.keys))
 	if err := m.t.Get(m.keys, m.w); err != nil {
 		return err // the stage ends; the intercept's read is not waited for
+	}
+	return m.finish(cur)
+}
+
+// collect fills st with the distinct keys of records lo..hi (and with
+// center the centered features) and the features' positions among them.
+func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, center bool) {
+	st.keys = st.keys[:0]
+	st.base = r.Offsets[lo]
+	occ := r.Keys[st.base:r.Offsets[hi]]
+	center = center && m.cent != nil
+	n := len(occ)
+	if center {
+		n += len(m.cent.Keys)
+	}
+	m.index.Reset(n)
+	if cap(st.pos) < len(occ) {
+		st.pos = make([]int32, len(occ))
+	}
+	st.pos = st.pos[:len(occ)]
+	for j, k := range occ {
+		p, added := m.index.Lookup(k, int32(len(st.keys)))
+		if added {
+			st.keys = append(st.keys, k)
+		}
+		st.pos[j] = p
+	}
+	st.cpos = st.cpos[:0]
+	if center {
+		for _, k := range m.cent.Keys {
+			p, added := m.index.Lookup(k, int32(len(st.keys)))
+			if added {
+				st.keys = append(st.keys, k)
+			}
+			st.cpos = append(st.cpos, p)
+		}
+	}
+}
+
+// finish completes the current batch's read: waits for reads in flight,
+// scales the weights by cur and looks up the features' scales.
+func (m *MiniBatch) finish(cur float64) error {
+	if m.wr != nil {
+		err := m.wr.Wait()
+		m.wr = nil
+		if err != nil {
+			return err
+		}
 	}
 	if cur != 1 {
 		for i := range m.w {
@@ -117,18 +159,63 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 		}
 	}
 	m.b = 0
-	if bias != nil {
-		if err := bias.Wait(); err != nil {
+	if m.br != nil {
+		err := m.br.Wait()
+		m.br = nil
+		if err != nil {
 			return err
 		}
 		m.b = m.one[0]
 	} else if m.bias != nil {
-		if err := m.bias.Get(biasKey, m.one[:]); err != nil {
+		if err := m.bias.Get(biasKey, m.one); err != nil {
 			return err
 		}
 		m.b = m.one[0]
 	}
 	return nil
+}
+
+// SetNext names the batch the next Step trains on, records lo..hi of r,
+// so that this Step starts reading its weights (and intercept) before it
+// computes its own: the read is gated at the worker's next clock
+// (kvstore.TableClient.GetNext), so it stays within the staleness bound,
+// and it may miss this Step's own update. A table without GetNext (the
+// local kinds', the process cache) reads at the next Step as usual. r
+// must stay valid until that Step returns.
+func (m *MiniBatch) SetNext(r *datastore.Records, lo, hi int) {
+	m.next = span{r, lo, hi}
+}
+
+// startNext starts reading the batch SetNext named into m.ahead, when the
+// table can read ahead.
+func (m *MiniBatch) startNext() error {
+	next := m.next
+	m.next = span{}
+	nt, ok := m.t.(nextGetter)
+	if !ok {
+		return nil
+	}
+	st := &m.ahead
+	m.collect(st, next.r, next.lo, next.hi, true)
+	if nb, ok := m.bias.(nextGetter); ok {
+		var err error
+		if st.br, err = nb.GetNext(biasKey, st.one); err != nil {
+			return err
+		}
+	}
+	st.w = grow(st.w, len(st.keys))
+	var err error
+	if st.wr, err = nt.GetNext(st.keys, st.w); err != nil {
+		return err
+	}
+	st.from = next
+	return nil
+}
+
+// nextGetter is a Table that can read the next iteration's values before
+// this one ends (kvstore.TableClient.GetNext).
+type nextGetter interface {
+	GetNext(keys []uint64, out []float64) (kvstore.Pending, error)
 }
 
 var biasKey = []uint64{0}
@@ -227,8 +314,22 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 			return Stats{}, fmt.Errorf("l2 %g with lr %g shrinks the weights below %g within one epoch (%g steps): lower l2 or lr", l2, lr, minDecay, m.T+1)
 		}
 	}
-	if err := m.gather(r, lo, hi, cur, true); err != nil {
+	if f := m.ahead.from; f.r != nil { // read ahead by the previous Step
+		if f != (span{r, lo, hi}) {
+			return Stats{}, fmt.Errorf("lr: Step on records %d..%d, but the previous Step read %d..%d ahead", lo, hi, f.lo, f.hi)
+		}
+		m.batchState, m.ahead = m.ahead, m.batchState
+		m.from = span{}
+		if err := m.finish(cur); err != nil {
+			return Stats{}, err
+		}
+	} else if err := m.gather(r, lo, hi, cur, true); err != nil {
 		return Stats{}, err
+	}
+	if m.next.r != nil {
+		if err := m.startNext(); err != nil {
+			return Stats{}, err
+		}
 	}
 	m.grad = grow(m.grad, len(m.keys))
 	clear(m.grad)
@@ -281,7 +382,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	}
 	if m.bias != nil {
 		m.one[0] = db
-		if err := m.bias.Add(biasKey, m.one[:]); err != nil {
+		if err := m.bias.Add(biasKey, m.one); err != nil {
 			return st, err
 		}
 	}

@@ -221,24 +221,28 @@ func TestL2ManyWorkersReachesLiblinearObjective(t *testing.T) {
 	l2 := 1 / float64(data.Len())
 	ref := objective(data, liblinearWeights(t, path, 1, dim), 0, l2)
 	for _, c := range []struct {
-		kind    string
-		workers int
-		cons    kvstore.Consistency
+		kind      string
+		workers   int
+		cons      kvstore.Consistency
+		readAhead bool
 	}{
-		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.BSP}},
-		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}},
-		{tasks.KindPS, 3, kvstore.Consistency{Kind: kvstore.ASP}},
-		{tasks.KindLocal, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}},
-		{tasks.KindHogwild, 2, kvstore.Consistency{Kind: kvstore.ASP}},
-		{tasks.KindSingle, 1, kvstore.Consistency{Kind: kvstore.BSP}},
+		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.BSP}, false},
+		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, false},
+		{tasks.KindPS, 3, kvstore.Consistency{Kind: kvstore.ASP}, false},
+		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.BSP}, true},
+		{tasks.KindPS, 4, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 2}, true},
+		{tasks.KindPS, 3, kvstore.Consistency{Kind: kvstore.ASP}, true},
+		{tasks.KindLocal, 2, kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}, false},
+		{tasks.KindHogwild, 2, kvstore.Consistency{Kind: kvstore.ASP}, false},
+		{tasks.KindSingle, 1, kvstore.Consistency{Kind: kvstore.BSP}, false},
 	} {
 		// 2 KiB blocks: about 14 of heart_scale's 27 KiB, for every worker.
 		w, b := trainModelWith(t, path, dim, 2<<10, tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: c.workers, WorkerKind: c.kind, Consistency: c.cons,
-			Params: tasks.Params{"epochs": 60, "batch": 5, "lr": 0.5, "l2": l2, "decay": 0.2, "standardize": false, "intercept": false}})
+			Params: tasks.Params{"epochs": 60, "batch": 5, "lr": 0.5, "l2": l2, "decay": 0.2, "standardize": false, "intercept": false, "read_ahead": c.readAhead}})
 		got := objective(data, w, b, l2)
-		t.Logf("%s x%d %s: objective %.6f, liblinear -s 0 %.6f (%+.3f%%)", c.kind, c.workers, c.cons.Kind, got, ref, 100*(got-ref)/ref)
+		t.Logf("%s x%d %s read_ahead=%v: objective %.6f, liblinear -s 0 %.6f (%+.3f%%)", c.kind, c.workers, c.cons.Kind, c.readAhead, got, ref, 100*(got-ref)/ref)
 		if got > ref*1.005 {
-			t.Errorf("%s x%d %s: objective %.6f more than 0.5%% above liblinear's %.6f", c.kind, c.workers, c.cons.Kind, got, ref)
+			t.Errorf("%s x%d %s read_ahead=%v: objective %.6f more than 0.5%% above liblinear's %.6f", c.kind, c.workers, c.cons.Kind, c.readAhead, got, ref)
 		}
 	}
 }

@@ -61,8 +61,14 @@
 // Stage functions registered here:
 //
 //	lr.sgd   params: epochs (5), batch (100), lr (0.5), l2 (0), decay (0: lr/(1+decay*epoch)),
-//	         standardize (true for dense tables), intercept (true),
+//	         standardize (true for dense tables), intercept (true), read_ahead (false),
 //	         table ("w"), train ("train"), test ("test", optional input)
+//
+// read_ahead (the ps kind): each step starts reading the next batch's
+// weights before it computes its own, gated at the worker's next clock
+// (kvstore.TableClient.GetNext), so the read stays within the staleness
+// bound; under SSP or ASP it may miss the worker's own last update, under
+// BSP it waits for it. The local kinds read in memory and ignore it.
 package lr
 
 import (
@@ -147,9 +153,12 @@ type Config struct {
 	Decay       float64
 	Standardize bool
 	Intercept   bool
-	Table       string
-	Train       string
-	Test        string
+	// ReadAhead: each step starts reading the next batch's weights
+	// before it computes its own (MiniBatch.SetNext).
+	ReadAhead bool
+	Table     string
+	Train     string
+	Test      string
 }
 
 // ConfigFrom reads and checks the stage parameters.
@@ -157,11 +166,11 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
 		return Config{}, err
 	}
-	if err := BoolParams(p, "standardize", "intercept"); err != nil {
+	if err := BoolParams(p, "standardize", "intercept", "read_ahead"); err != nil {
 		return Config{}, fmt.Errorf("lr: %w", err)
 	}
 	c := Config{Epochs: p.Int("epochs", 5), Batch: p.Int("batch", 100), LR: p.Float("lr", 0.5), L2: p.Float("l2", 0),
-		Decay: p.Float("decay", 0), Intercept: p.Bool("intercept", true),
+		Decay: p.Float("decay", 0), Intercept: p.Bool("intercept", true), ReadAhead: p.Bool("read_ahead", false),
 		Table: p.String("table", "w"), Train: p.String("train", "train"), Test: p.String("test", "test")}
 	switch {
 	case c.Epochs < 1:
@@ -246,7 +255,7 @@ func SGD(info *tasks.Info) error {
 		lr := cfg.LR / (1 + cfg.Decay*float64(epoch-1))
 		var st Stats
 		mine := 0 // this worker's steps in the epoch
-		err := tasks.EachBatch(info.Ctx, train, cfg.Batch, func(r *datastore.Records, lo, hi int) error {
+		step := func(r *datastore.Records, lo, hi int) error {
 			// The lockstep order of the epoch's steps: exact for one worker.
 			m.T = float64(mine*info.Workers + info.Rank)
 			mine++
@@ -260,7 +269,17 @@ func SGD(info *tasks.Info) error {
 			st.Add(bs)
 			info.Report(int64(hi-lo), bs.LossSum)
 			return info.Clock()
-		})
+		}
+		if cfg.ReadAhead {
+			err = tasks.EachBatchAhead(info.Ctx, train, cfg.Batch, func(cur, next tasks.Batch) error {
+				if next.R != nil {
+					m.SetNext(next.R, next.Lo, next.Hi)
+				}
+				return step(cur.R, cur.Lo, cur.Hi)
+			})
+		} else {
+			err = tasks.EachBatch(info.Ctx, train, cfg.Batch, step)
+		}
 		if err != nil {
 			return fmt.Errorf("lr.sgd: stage %q epoch %d: %w", info.StageName, epoch, err)
 		}

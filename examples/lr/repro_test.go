@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,12 +23,13 @@ import (
 func runToFile(t *testing.T, train string, kind string, workers int) []byte {
 	t.Helper()
 	// Many small blocks: the reader's producers parse several at once.
-	return runBlocksToFile(t, train, kind, workers, 16<<10, 0)
+	return runBlocksToFile(t, train, kind, workers, 16<<10, 0, nil)
 }
 
-// runBlocksToFile is runToFile with input blocks of blockSize bytes and
-// chunk keys per chunk lock (local kind; 0: the default).
-func runBlocksToFile(t *testing.T, train string, kind string, workers int, blockSize int64, chunk int) []byte {
+// runBlocksToFile is runToFile with input blocks of blockSize bytes,
+// chunk keys per chunk lock (local kind; 0: the default) and extra stage
+// parameters.
+func runBlocksToFile(t *testing.T, train string, kind string, workers int, blockSize int64, chunk int, extra tasks.Params) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -37,11 +39,13 @@ func runBlocksToFile(t *testing.T, train string, kind string, workers int, block
 	}
 	defer local.Close()
 	out := filepath.Join(t.TempDir(), "lr.model")
+	params := tasks.Params{"epochs": 3, "batch": 50, "lr": 1.0, "l2": 1e-4, "decay": 0.5}
+	maps.Copy(params, extra)
 	task := tasks.NewTask("repro").
 		AddTable(kvstore.TableSpec{Name: "w", Size: 2000}).
 		SetInput("train", tasks.InputSpec{Path: train, BlockSize: blockSize}).
 		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
-			Params: tasks.Params{"epochs": 3, "batch": 50, "lr": 1.0, "l2": 1e-4, "decay": 0.5}, ChunkSize: chunk})
+			Params: params, ChunkSize: chunk})
 	task.Kind, task.Output = "lr", out
 	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
 		t.Fatal(err)
@@ -124,13 +128,31 @@ func TestLocalKindMatchesSingle(t *testing.T) {
 	if err := synth.Generate(train, synth.Spec{Kind: "libsvm", Rows: 8000, Dim: 2000, NNZ: 10, Zipf: 1.1, Noise: 0.02, Seed: 11}); err != nil {
 		t.Fatal(err)
 	}
-	single := runBlocksToFile(t, train, tasks.KindSingle, 1, 64<<20, 0)
+	single := runBlocksToFile(t, train, tasks.KindSingle, 1, 64<<20, 0, nil)
 	for _, run := range []struct {
 		kind  string
 		chunk int
 	}{{tasks.KindLocal, 0}, {tasks.KindLocal, 100}, {tasks.KindHogwild, 0}} {
-		if err := sameModel(single, runBlocksToFile(t, train, run.kind, 1, 64<<20, run.chunk)); err != nil {
+		if err := sameModel(single, runBlocksToFile(t, train, run.kind, 1, 64<<20, run.chunk, nil)); err != nil {
 			t.Errorf("%s (chunk %d) vs single: %v", run.kind, run.chunk, err)
+		}
+	}
+}
+
+// TestReadAheadUnderBSPMatchesSingle: under BSP a read ahead waits at the
+// shards for the worker's own Clock, so with one worker (the table on two
+// slaves, one block: batches in file order) the ps kind trains the same
+// model byte for byte with read_ahead as without and as the single kind,
+// with l2, decay, standardization, centering and the intercept on.
+func TestReadAheadUnderBSPMatchesSingle(t *testing.T) {
+	train := filepath.Join(t.TempDir(), "train.libsvm")
+	if err := synth.Generate(train, synth.Spec{Kind: "libsvm", Rows: 8000, Dim: 2000, NNZ: 10, Zipf: 1.1, Noise: 0.02, Seed: 13}); err != nil {
+		t.Fatal(err)
+	}
+	single := runBlocksToFile(t, train, tasks.KindSingle, 1, 64<<20, 0, nil)
+	for _, ahead := range []bool{false, true} {
+		if err := sameModel(single, runBlocksToFile(t, train, tasks.KindPS, 1, 64<<20, 0, tasks.Params{"read_ahead": ahead})); err != nil {
+			t.Errorf("ps, read_ahead = %v, vs single: %v", ahead, err)
 		}
 	}
 }
