@@ -30,6 +30,8 @@ type TableClient struct {
 	spans   []span
 	// spareAhead holds a finished GetNext's buffers for the next one.
 	spareAhead *aheadRead
+	buf32      []float32 // AddFloat32's values of one shard
+	wide       []float64 // AddFloat32's values converted for Add
 
 	// repl: the table is replicated and the client routes by the
 	// membership view: writes go to each shard's chain head, kept until
@@ -117,8 +119,13 @@ func (t *TableClient) checkKeys(keys []uint64, vals []float64, what string) erro
 }
 
 func checkKeys(spec TableSpec, keys []uint64, vals []float64, what string) error {
-	if len(vals) != len(keys)*spec.Width {
-		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, spec.Name, len(vals), len(keys), spec.Width)
+	return checkKeysN(spec, keys, len(vals), what)
+}
+
+// checkKeysN is checkKeys for n values.
+func checkKeysN(spec TableSpec, keys []uint64, n int, what string) error {
+	if n != len(keys)*spec.Width {
+		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, spec.Name, n, len(keys), spec.Width)
 	}
 	for _, k := range keys {
 		if k >= spec.Size {
