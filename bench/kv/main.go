@@ -351,6 +351,18 @@ func run(o options) error {
 					return kvLoop("remote add", spec, keys, iterAdd(i, func(k []uint64) error { return tcs[i].Add(k, vals) }), flushes[i])
 				})
 			}
+			if want("remote add32", spec) {
+				// The same Adds with float32 deltas (AddFloat32), as
+				// ps-lite's KVWorker<float> pushes them.
+				vals32 := make([]float32, len(vals))
+				for i, v := range vals {
+					vals32[i] = float32(v)
+				}
+				calls := msgs.calls(keys, msgs.keyedAdd)
+				remoteRows(rep, o, "remote add32", spec, b, calls, raw.loop(calls, true), 0, func(i int) loop {
+					return kvLoop("remote add32", spec, keys, iterAdd(i, func(k []uint64) error { return tcs[i].AddFloat32(k, vals32[:len(k)*spec.Width]) }), flushes[i])
+				})
+			}
 		}
 		if spec.Storage == kvstore.Sparse {
 			continue // hash-partitioned chunks split into one message per key: not a chunk workload
