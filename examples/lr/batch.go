@@ -114,6 +114,7 @@ func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, ce
 		n += len(m.cent.Keys)
 	}
 	m.index.Reset(n)
+	m.index.Touch(occ)
 	if cap(st.pos) < len(occ) {
 		st.pos = make([]int32, len(occ))
 	}
