@@ -52,13 +52,8 @@ func (t *TableClient) AddFloat32(keys []uint64, deltas []float32) error {
 			continue
 		}
 		c.stats.RemoteKeys += int64(len(ks))
-		for i := 0; i < len(ks); i += t.maxKeys {
-			j := min(i+t.maxKeys, len(ks))
-			c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
-				Keys: ks[i:j], Width: uint16(w), DType: Float32, Raw: raw[i*w*4 : j*w*4]}
-			if err := t.publish(s, j-i); err != nil {
-				return err
-			}
+		if err := t.sendAdds(s, ks, nil, raw); err != nil {
+			return err
 		}
 	}
 	return nil

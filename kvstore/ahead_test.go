@@ -47,12 +47,15 @@ func TestGetNextStaysWithinTheBound(t *testing.T) {
 		t.Run(fmt.Sprintf("nats=%v", useNATS), func(t *testing.T) {
 			spec := kvstore.TableSpec{Name: "w", Size: 10, Width: 1}.WithDefaults()
 			keys := []uint64{0, 9} // key 0 on s0 (fast's slave), key 9 on s1
-			t.Run("bsp", func(t *testing.T) {
+			// Two workers of stage 0: fast on s0, slow on s1.
+			workers := func(cons kvstore.Consistency) (fast, slow *kvstore.Client, ft, st *kvstore.TableClient) {
 				c := startCluster(t, 2, useNATS, spec)
-				bsp := kvstore.Consistency{Kind: kvstore.BSP}
-				c.prepare(0, bsp, 2)
-				fast, slow := c.client(0, 0, 0, bsp), c.client(1, 0, 1, bsp)
-				ft, st := c.table(fast, spec), c.table(slow, spec)
+				c.prepare(0, cons, 2)
+				fast, slow = c.client(0, 0, 0, cons), c.client(1, 0, 1, cons)
+				return fast, slow, c.table(fast, spec), c.table(slow, spec)
+			}
+			t.Run("bsp", func(t *testing.T) {
+				fast, slow, ft, st := workers(kvstore.Consistency{Kind: kvstore.BSP})
 				out := make([]float64, 2)
 				p, err := ft.GetNext(keys, out)
 				ok(t, err)
@@ -74,11 +77,7 @@ func TestGetNextStaysWithinTheBound(t *testing.T) {
 				ok(t, slow.Finish())
 			})
 			t.Run("ssp1", func(t *testing.T) {
-				c := startCluster(t, 2, useNATS, spec)
-				ssp := kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}
-				c.prepare(0, ssp, 2)
-				fast, slow := c.client(0, 0, 0, ssp), c.client(1, 0, 1, ssp)
-				ft, st := c.table(fast, spec), c.table(slow, spec)
+				fast, slow, ft, st := workers(kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1})
 				out := make([]float64, 2)
 				// Clock 0, for clock 1: one ahead of the slowest is allowed.
 				p, err := ft.GetNext(keys, out)

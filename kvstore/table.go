@@ -389,11 +389,22 @@ func (t *TableClient) gatherVals(ks []uint64, shard int, keys []uint64, vals []f
 // sendAdd sends the Adds of ks (deltas: Width values each) to shard, in
 // messages of at most maxKeys keys.
 func (t *TableClient) sendAdd(shard int, ks []uint64, deltas []float64) error {
+	return t.sendAdds(shard, ks, deltas, nil)
+}
+
+// sendAdds is sendAdd of deltas, or with raw of float32 deltas encoded
+// already (AddFloat32).
+func (t *TableClient) sendAdds(shard int, ks []uint64, deltas []float64, raw []byte) error {
 	c, w := t.c, t.spec.Width
 	for i := 0; i < len(ks); i += t.maxKeys {
 		j := min(i+t.maxKeys, len(ks))
 		c.msg = Message{Op: OpAdd, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock,
-			Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType, Vals: deltas[i*w : j*w]}
+			Keys: ks[i:j], Width: uint16(w), DType: t.spec.DType}
+		if raw != nil {
+			c.msg.DType, c.msg.Raw = Float32, raw[i*w*4:j*w*4]
+		} else {
+			c.msg.Vals = deltas[i*w : j*w]
+		}
 		if err := t.publish(shard, j-i); err != nil {
 			return err
 		}
