@@ -112,9 +112,15 @@ type MasterSect struct {
 
 // SlaveSect configures a slave.
 type SlaveSect struct {
-	ID          string   `toml:"id"`           // default <hostname>-<pid>
-	Host        string   `toml:"host"`         // host name matched against block replica hosts for locality; default os.Hostname
-	Slots       int      `toml:"slots"`        // worker slots; default 2
+	ID    string `toml:"id"`    // default <hostname>-<pid>
+	Host  string `toml:"host"`  // host name matched against block replica hosts for locality; default os.Hostname
+	Slots int    `toml:"slots"` // worker slots; default 2
+	// Procs is the GOMAXPROCS of a `flexps slave` process: the cores it
+	// runs Go code on. Default (0): its slots, at most the CPUs Go sees
+	// (a slave given N slots is given N cores; several slaves sharing a
+	// machine then do not each spin a scheduler over all of it). The
+	// GOMAXPROCS environment variable wins over both.
+	Procs       int      `toml:"procs"`
 	JoinTimeout Duration `toml:"join_timeout"` // wait this long for a master; default 30s
 	KVTimeout   Duration `toml:"kv_timeout"`   // data-plane round trip; default 60s
 	KVWindow    int      `toml:"kv_window"`    // unacknowledged Adds in flight per worker; default 64
@@ -203,6 +209,9 @@ func (c *ClusterConfig) Validate() error {
 	}
 	if c.Slave.Slots < 0 || c.Slave.Slots > MaxSlots {
 		return fmt.Errorf("slave.slots: must be in [1, %d], got %d", MaxSlots, c.Slave.Slots)
+	}
+	if c.Slave.Procs < 0 || c.Slave.Procs > MaxSlots {
+		return fmt.Errorf("slave.procs: must be in [1, %d] (0: the slave's slots), got %d", MaxSlots, c.Slave.Procs)
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error", "trace":

@@ -44,3 +44,38 @@ func TestMembershipConfig(t *testing.T) {
 		})
 	}
 }
+
+// [slave] slots and procs: in range or an error naming the file and the setting.
+func TestSlaveSectConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml, wantErr string
+		procs               int
+	}{
+		{"defaults", "", "", 0},
+		{"procs", "[slave]\nslots = 4\nprocs = 2\n", "", 2},
+		{"negative procs", "[slave]\nprocs = -1\n", "slave.procs", 0},
+		{"too many procs", "[slave]\nprocs = 5000\n", "slave.procs", 0},
+		{"procs as a string", "[slave]\nprocs = \"2\"\n", "procs", 0},
+		{"too many slots", "[slave]\nslots = 5000\n", "slave.slots", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cluster.toml")
+			if err := os.WriteFile(path, []byte(tc.toml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := LoadClusterConfig(path)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
+					t.Fatalf("error %v, want one naming %s and containing %q", err, path, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Slave.Procs != tc.procs {
+				t.Fatalf("procs %d, want %d", c.Slave.Procs, tc.procs)
+			}
+		})
+	}
+}

@@ -208,7 +208,7 @@ func slaveCmd(g *globals) *cobra.Command {
 		cf                  clusterFlags
 		masterURL, id, host string
 		cpuprofile          string
-		slots               int
+		slots, procs        int
 	)
 	c := &cobra.Command{
 		Use:   "slave",
@@ -242,6 +242,14 @@ func slaveCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if procs > 0 {
+				cfg.Slave.Procs = procs
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			gmp, from := setSlaveProcs(os.Getenv, cfg.Slave.Procs, cfg.Slave.Slots)
+			log.Info().Int("gomaxprocs", gmp).Str("from", from).Msg("slave runs Go code on this many cores")
 			stop, err := startCPUProfile(cpuprofile)
 			if err != nil {
 				return err
@@ -262,6 +270,7 @@ func slaveCmd(g *globals) *cobra.Command {
 	cf.registerMonitor(fs, false)
 	fs.StringVar(&masterURL, "master", "", "same as --nats: the bus the master listens on")
 	fs.IntVar(&slots, "slots", 0, "worker slots (default: [slave] slots, else 2)")
+	fs.IntVar(&procs, "procs", 0, "cores (GOMAXPROCS) the slave runs Go code on (default: [slave] procs, else its slots, at most the CPUs; the GOMAXPROCS environment variable wins)")
 	fs.StringVar(&id, "id", "", "slave id (default: [slave] id, else host-pid)")
 	fs.StringVar(&host, "host", "", "host name for data locality (default: [slave] host, else the OS host name)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the slave's whole life to this file (written when it stops)")
