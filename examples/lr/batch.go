@@ -120,7 +120,7 @@ func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, ce
 	}
 	st.pos = st.pos[:len(occ)]
 	for j, k := range occ {
-		p, added := m.index.Lookup(k, int32(len(st.keys)))
+		p, added := m.index.Lookup(k, int32(len(st.keys)), st.keys)
 		if added {
 			st.keys = append(st.keys, k)
 		}
@@ -129,7 +129,7 @@ func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, ce
 	st.cpos = st.cpos[:0]
 	if center {
 		for _, k := range m.cent.Keys {
-			p, added := m.index.Lookup(k, int32(len(st.keys)))
+			p, added := m.index.Lookup(k, int32(len(st.keys)), st.keys)
 			if added {
 				st.keys = append(st.keys, k)
 			}
