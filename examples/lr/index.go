@@ -38,7 +38,7 @@ func (x *batchIndex) Reset(n int) {
 // slot returns k's home slot and the fingerprint its slot holds (never 0).
 func (x *batchIndex) slot(k uint64) (uint64, uint64) {
 	h := k * fib
-	return h >> x.shift, (h>>16|1)<<32 // the low word is the position
+	return h >> x.shift, (h>>16 | 1) << 32 // the low word is the position
 }
 
 // Lookup returns k's position, or inserts k at position next and returns
