@@ -141,6 +141,7 @@ type grouper struct {
 	// and Pos (the identity) as nil.
 	whole int
 	in    []uint64
+	dir   Directory // of the last spread Group
 }
 
 // Group groups keys by d.Owner, keeping input order within a shard.
@@ -150,6 +151,10 @@ func (g *grouper) Group(d Directory, keys []uint64) {
 		g.whole, g.in = 0, keys
 		return
 	}
+	if g.again(d, keys) {
+		return
+	}
+	g.dir = d
 	g.off = grow(g.off, n+1)
 	clear(g.off)
 	g.owner = grow(g.owner, len(keys))
@@ -180,6 +185,25 @@ func (g *grouper) Group(d Directory, keys []uint64) {
 	}
 	copy(g.off[1:], g.off[:n])
 	g.off[0] = 0
+}
+
+// again reports whether keys are the last Group's input once more, when
+// that one was spread over shards (a batch's Add after its Get): its
+// grouping then stands. It checks every key against the grouped copy
+// (keys[pos[c]] == keys[c]'s copy for the permutation pos), which costs a
+// fraction of grouping again (an owner lookup and two scattered stores per
+// key). Directories are pointers (NewDirectory's), so comparing them is
+// safe.
+func (g *grouper) again(d Directory, keys []uint64) bool {
+	if g.whole >= 0 || d != g.dir || len(keys) == 0 || len(keys) != len(g.keys) || len(g.pos) != len(keys) {
+		return false
+	}
+	for c, p := range g.pos {
+		if keys[p] != g.keys[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // Keys returns the keys owned by shard, in input order. The slice is valid

@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -221,4 +222,40 @@ func TestSpans(t *testing.T) {
 	equal(t, []span{{0, 0, 1}, {1, 1, 1}}, collect(e, 0, 2))
 	h := mustDir(t, HashPartition, 10, 3)
 	equal(t, []span{{2, 2, 1}, {0, 3, 1}, {1, 4, 1}}, collect(h, 2, 3))
+}
+
+// TestGrouperAgain: a grouper called again with the same keys (the same
+// slice, a copy, or the slice changed in place at one key) or other keys,
+// by the same directory or another, groups every call as a fresh grouper
+// does.
+func TestGrouperAgain(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		size := rapid.Uint64Range(2, 500).Draw(t, "size")
+		dirs := []Directory{}
+		for _, p := range []Partition{RangePartition, HashPartition} {
+			d, _ := NewDirectory(TableSpec{Name: "t", Size: size, Partition: p}, rapid.IntRange(2, 5).Draw(t, "shards"))
+			dirs = append(dirs, d)
+		}
+		var g grouper
+		keys := rapid.SliceOfN(rapid.Uint64Range(0, size-1), 1, 50).Draw(t, "keys")
+		for call := range rapid.IntRange(1, 8).Draw(t, "calls") {
+			switch rapid.IntRange(0, 3).Draw(t, "how") {
+			case 1:
+				keys = append([]uint64(nil), keys...)
+			case 2: // in place
+				keys[rapid.IntRange(0, len(keys)-1).Draw(t, "at")] = rapid.Uint64Range(0, size-1).Draw(t, "to")
+			case 3:
+				keys = rapid.SliceOfN(rapid.Uint64Range(0, size-1), 1, 50).Draw(t, "other")
+			}
+			d := dirs[rapid.IntRange(0, 1).Draw(t, "dir")]
+			g.Group(d, keys)
+			var fresh grouper
+			fresh.Group(d, keys)
+			for s := range d.NumShards() {
+				if !slices.Equal(g.Keys(s), fresh.Keys(s)) || !slices.Equal(g.Pos(s), fresh.Pos(s)) {
+					t.Fatalf("call %d shard %d: keys %v pos %v, fresh %v %v", call, s, g.Keys(s), g.Pos(s), fresh.Keys(s), fresh.Pos(s))
+				}
+			}
+		}
+	})
 }
