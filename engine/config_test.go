@@ -24,19 +24,9 @@ func TestMembershipConfig(t *testing.T) {
 		{"unknown key", "[membership]\ntimeout = \"1s\"\n", 0, 0, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "cluster.toml")
-			if err := os.WriteFile(path, []byte(tc.toml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c, err := LoadClusterConfig(path)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
-					t.Fatalf("error %v, want one naming %s and containing %q", err, path, tc.wantErr)
-				}
+			c := loadTestCluster(t, tc.toml, tc.wantErr)
+			if c == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.Heartbeat() != tc.hb || c.FailureTimeout() != tc.ft {
 				t.Fatalf("heartbeat %v timeout %v, want %v %v", c.Heartbeat(), c.FailureTimeout(), tc.hb, tc.ft)
@@ -59,23 +49,35 @@ func TestSlaveSectConfig(t *testing.T) {
 		{"too many slots", "[slave]\nslots = 5000\n", "slave.slots", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "cluster.toml")
-			if err := os.WriteFile(path, []byte(tc.toml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c, err := LoadClusterConfig(path)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
-					t.Fatalf("error %v, want one naming %s and containing %q", err, path, tc.wantErr)
-				}
+			c := loadTestCluster(t, tc.toml, tc.wantErr)
+			if c == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.Slave.Procs != tc.procs {
 				t.Fatalf("procs %d, want %d", c.Slave.Procs, tc.procs)
 			}
 		})
 	}
+}
+
+// loadTestCluster loads a cluster config file holding text. With wantErr it
+// checks the load fails naming the file and containing wantErr, and
+// returns nil.
+func loadTestCluster(t *testing.T, text, wantErr string) *ClusterConfig {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cluster.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadClusterConfig(path)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) || !strings.Contains(err.Error(), path) {
+			t.Fatalf("error %v, want one naming %s and containing %q", err, path, wantErr)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
