@@ -29,14 +29,17 @@ func (t *TableClient) GetNext(keys []uint64, out []float64) (Pending, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	if err := t.checkKeys(keys, out, "get"); err != nil {
-		return nil, err
-	}
-	r := t.newAhead(out)
 	if t.dyn() || c.cfg.Consistency.Kind == SparseSSP {
+		// Read at Wait: bad keys are refused now, not then.
+		if err := t.checkKeys(keys, out, "get"); err != nil {
+			return nil, err
+		}
+		r := t.newAhead(out)
 		r.whole(keys)
 		return r, nil
 	}
+	r := t.newAhead(out) // startGet checks the keys
+
 	if t.repl {
 		// A slave's death while the read travels reads again, all of it.
 		r.all = append(r.all, keys...)

@@ -176,3 +176,23 @@ func TestGetNextValues(t *testing.T) {
 		}
 	}
 }
+
+// TestGetNextRefusesBadKeys: a key out of range or a short buffer is
+// refused when GetNext is called, on the static and the dynamic path.
+func TestGetNextRefusesBadKeys(t *testing.T) {
+	spec := kvstore.TableSpec{Name: "w", Size: 40, Width: 2}.WithDefaults()
+	c := startCluster(t, 2, false, spec)
+	cl := c.client(0, 0, 0, asp)
+	w := c.table(cl, spec)
+	for round := range 2 {
+		if round == 1 {
+			ok(t, w.Localize([]uint64{21, 23})) // the dynamic path from now on
+		}
+		if _, err := w.GetNext([]uint64{1, 40}, make([]float64, 4)); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Fatalf("round %d: key 40 of 40: %v", round, err)
+		}
+		if _, err := w.GetNext([]uint64{1, 2}, make([]float64, 3)); err == nil || !strings.Contains(err.Error(), "3 values for 2 keys") {
+			t.Fatalf("round %d: short buffer: %v", round, err)
+		}
+	}
+}
