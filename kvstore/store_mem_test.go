@@ -19,6 +19,10 @@ const (
 	sparseF32Bound = 16.0 // bytes per present key, width 1, float32
 )
 
+// heapNoise is the live heap, in bytes, that a measurement may hold
+// beyond what it measures (see TestSparseBytesPerKeySweep).
+const heapNoise = 6 << 10
+
 // settledHeap is the live heap once earlier garbage is gone: the second
 // collection frees what the first left in sync.Pool victim caches (tens of
 // kilobytes that would otherwise vanish from the baseline later on).
@@ -97,6 +101,12 @@ func TestStoreBytesPerParameter(t *testing.T) {
 // the fixed part (16 stripe locks on cache lines of their own, 16 table
 // headers: 2.7 KB) and the allocator's size classes, as coarse there as a
 // growth step, make it 16.1-16.5 bytes.
+//
+// The live heap is the process's, not the shard's: the runtime and what
+// earlier tests left winding down hold a few KB that come and go (seen
+// under the full -race run: 2.9 KB at 11.5k keys, 16.25 bytes a key, and
+// 5.6 KB at 35k keys; 15.86 alone). heapNoise forgives that much, which
+// is 0.6 bytes a key at 10k keys and 0.06 at 100k.
 func TestSparseBytesPerKeySweep(t *testing.T) {
 	const from, to, batch = 10_000, 1_000_000, 256
 	keys := make([]uint64, batch)
@@ -135,8 +145,8 @@ func TestSparseBytesPerKeySweep(t *testing.T) {
 			worst, worstAt = per, s.Len()
 		}
 		least = min(least, per)
-		if per > sparseF32Bound {
-			t.Errorf("%d keys: %.2f bytes per present key, bound %.0f", s.Len(), per, sparseF32Bound)
+		if per > sparseF32Bound+heapNoise/float64(s.Len()) {
+			t.Errorf("%d keys: %.2f bytes per present key, bound %.0f (and %d bytes of heap noise)", s.Len(), per, sparseF32Bound, heapNoise)
 		}
 	}
 	runtime.KeepAlive(keys)
