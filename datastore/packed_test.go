@@ -3,8 +3,11 @@ package datastore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,7 +120,17 @@ func TestPackedBatchReplaysExactly(t *testing.T) {
 			for i := range 300 { // more distinct values than a dictionary holds
 				r.Append(float64(i), []uint64{uint64(i), uint64(i) + 1000}, []float64{float64(i) + 0.5, -float64(i) * 0.25})
 			}
-		}, colF32, colF32, false},
+		}, colF32, colDec16, false},
+		{"decimals of 4 digits (LIBSVM text values)", func(r *Records) {
+			for i := range 300 {
+				r.Append(float64(i%2), []uint64{uint64(i), uint64(i) + 1000}, []float64{parsed(fmt.Sprintf("0.%04d", i*33)), parsed(fmt.Sprintf("-3.%04d", i))})
+			}
+		}, colDec16, colDict, false},
+		{"decimals of 6 digits (tf-idf)", func(r *Records) {
+			for i := range 300 {
+				r.Append(1, []uint64{uint64(i)}, []float64{parsed(fmt.Sprintf("0.%06d", i*3331))})
+			}
+		}, colDec32, colConst, false},
 		{"float64", func(r *Records) {
 			for i := range 300 {
 				r.Append(0.1, []uint64{uint64(i)}, []float64{float64(i) / 3})
@@ -473,6 +486,85 @@ func cloneBatch(r *Records) *Records {
 // FuzzPackedBatch builds Records from arbitrary bytes (keys, values and
 // labels of any bits, rows of any length, text lines) and checks that the
 // cache's encoding replays them exactly.
+// parsed is the value of decimal text s as the LIBSVM parser reads it.
+func parsed(s string) float64 {
+	v, ok := parseFloat([]byte(s))
+	if !ok {
+		panic("not a number: " + s)
+	}
+	return v
+}
+
+func TestDecimalScale(t *testing.T) {
+	negZero := math.Copysign(0, -1)
+	for _, tc := range []struct {
+		name  string
+		v     []float64
+		div   float64
+		small bool
+		ok    bool
+	}{
+		{"integers", []float64{0, 1, -7, 32767}, 1, true, true},
+		{"past 16 bits", []float64{0, 32768}, 1, false, true},
+		{"past 16 bits below", []float64{-32768, -32769}, 1, false, true},
+		{"four digits", []float64{parsed("0.4724"), parsed("0.1"), parsed("1.0000")}, 1e4, true, true},
+		{"nine digits", []float64{parsed("0.123456789")}, 1e9, false, true},
+		{"ten digits", []float64{parsed("0.1234567891")}, 0, false, false},
+		{"past 32 bits", []float64{parsed("3.5"), 3e8}, 0, false, false},
+		{"a third", []float64{1.0 / 3}, 0, false, false},
+		{"negative zero", []float64{1, negZero}, 0, false, false},
+		{"NaN", []float64{math.NaN()}, 0, false, false},
+		{"infinity", []float64{math.Inf(1)}, 0, false, false},
+		{"tiny", []float64{5e-324}, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			div, small, ok := decimalScale(tc.v)
+			if div != tc.div || small != tc.small || ok != tc.ok {
+				t.Fatalf("decimalScale(%v) = %g, %v, %v; want %g, %v, %v", tc.v, div, small, ok, tc.div, tc.small, tc.ok)
+			}
+		})
+	}
+}
+
+// Every decimal of up to 9 digits after the point parses to n / 10^d:
+// the column takes the decimal form and replays every bit.
+func TestDecimalColumnRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for d := 0; d <= maxDecimals; d++ {
+		v := make([]float64, 2000)
+		for i := range v {
+			n := rng.Int64N(2*math.MaxInt32) - math.MaxInt32
+			if d < 4 {
+				n %= 30000
+			}
+			text := strconv.FormatInt(n, 10)
+			if d > 0 {
+				neg := n < 0
+				if neg {
+					n = -n
+				}
+				digits := fmt.Sprintf("%0*d", d+1, n)
+				text = digits[:len(digits)-d] + "." + digits[len(digits)-d:]
+				if neg {
+					text = "-" + text
+				}
+			}
+			v[i] = parsed(text)
+		}
+		c := packFloats(v)
+		if c.form != colDec16 && c.form != colDec32 {
+			t.Fatalf("%d digits: form %d, want a decimal form", d, c.form)
+		}
+		out := make([]float64, len(v))
+		c.decode(out)
+		for i := range v {
+			if math.Float64bits(out[i]) != math.Float64bits(v[i]) {
+				t.Fatalf("%d digits: value %d replayed as %v, want %v", d, i, out[i], v[i])
+			}
+		}
+	}
+}
+
 func FuzzPackedBatch(f *testing.F) {
 	f.Add([]byte{3, 1, 2, 3, 0, 0, 0, 0, 0, 0, 240, 63})
 	f.Add(bytes.Repeat([]byte{0xff, 0x00, 0x7f, 0x80}, 40))
@@ -507,10 +599,17 @@ func FuzzPackedBatch(f *testing.F) {
 				keys := make([]uint64, n)
 				vals := make([]float64, n)
 				for j := range keys {
-					switch ctl >> 6 { // small keys and values, or any bits
+					switch ctl >> 6 { // small keys and values, decimals, or any bits
 					case 0:
 						keys[j] = uint64(take(1)[0])
 						vals[j] = float64(int8(take(1)[0])) / 4
+					case 1:
+						keys[j] = uint64(take(1)[0])
+						n := int32(uint32(u64()))
+						if ctl&16 != 0 {
+							n = int32(int16(n))
+						}
+						vals[j] = float64(n) / pow10[take(1)[0]%12]
 					default:
 						keys[j] = u64()
 						vals[j] = math.Float64frombits(u64())
@@ -544,42 +643,53 @@ func FuzzPackedBatch(f *testing.F) {
 func BenchmarkUnpack(b *testing.B) {
 	data := synthLIBSVM(b, 1024)
 	f := mustFormat(b, "libsvm", DefaultFormatOptions())
-	r := &Records{}
+	parsedRecs := &Records{}
 	for _, l := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
-		if err := f.ParseLine(l, r); err != nil {
+		if err := f.ParseLine(l, parsedRecs); err != nil {
 			b.Fatal(err)
 		}
-		r.LineNo = append(r.LineNo, int64(len(r.LineNo)+1))
+		parsedRecs.LineNo = append(parsedRecs.LineNo, int64(len(parsedRecs.LineNo)+1))
 	}
-	for i := range r.Vals {
-		r.Vals[i] = 1 // binary features, as in the LR job of the README
+	for _, vals := range []struct {
+		name string
+		v    func(i int) float64
+	}{
+		{"binary", func(int) float64 { return 1 }},                                               // as in the LR job of the README
+		{"decimal4", func(i int) float64 { return parsed(fmt.Sprintf("0.%04d", i*7919%10000)) }}, // flexps gen's values
+		{"float64", func(i int) float64 { return float64(i) / 3 }},
+	} {
+		r := *parsedRecs
+		r.Vals = make([]float64, len(parsedRecs.Vals))
+		for i := range r.Vals {
+			r.Vals[i] = vals.v(i)
+		}
+		p, ok := packBatch(&r)
+		if !ok {
+			b.Fatal("not packed")
+		}
+		b.Run(vals.name+"/packed", func(b *testing.B) {
+			for b.Loop() {
+				p.unpack(nil)
+			}
+			b.ReportMetric(float64(p.bytes())/float64(len(r.Keys)), "B/nnz")
+		})
+		b.Run(vals.name+"/packed-into-released", func(b *testing.B) {
+			into := p.unpack(nil)
+			for b.Loop() {
+				p.unpack(into)
+			}
+		})
+		b.Run(vals.name+"/copy", func(b *testing.B) {
+			for b.Loop() {
+				_ = &Records{Labels: append([]float64(nil), r.Labels...), Offsets: append([]int(nil), r.Offsets...),
+					Keys: append([]uint64(nil), r.Keys...), Vals: append([]float64(nil), r.Vals...), LineNo: append([]int64(nil), r.LineNo...)}
+			}
+			b.ReportMetric(float64(r.Bytes())/float64(len(r.Keys)), "B/nnz")
+		})
+		b.Run(vals.name+"/pack", func(b *testing.B) {
+			for b.Loop() {
+				packBatch(&r)
+			}
+		})
 	}
-	p, ok := packBatch(r)
-	if !ok {
-		b.Fatal("not packed")
-	}
-	b.Run("packed", func(b *testing.B) {
-		for b.Loop() {
-			p.unpack(nil)
-		}
-		b.ReportMetric(float64(p.bytes())/float64(len(r.Keys)), "B/nnz")
-	})
-	b.Run("packed-into-released", func(b *testing.B) {
-		into := p.unpack(nil)
-		for b.Loop() {
-			p.unpack(into)
-		}
-	})
-	b.Run("copy", func(b *testing.B) {
-		for b.Loop() {
-			_ = &Records{Labels: append([]float64(nil), r.Labels...), Offsets: append([]int(nil), r.Offsets...),
-				Keys: append([]uint64(nil), r.Keys...), Vals: append([]float64(nil), r.Vals...), LineNo: append([]int64(nil), r.LineNo...)}
-		}
-		b.ReportMetric(float64(r.Bytes())/float64(len(r.Keys)), "B/nnz")
-	})
-	b.Run("pack", func(b *testing.B) {
-		for b.Loop() {
-			packBatch(r)
-		}
-	})
 }
