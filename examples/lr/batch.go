@@ -49,6 +49,17 @@ type MiniBatch struct {
 	// holds w / (1 - lr l2)^T. The caller sets it before each Step and
 	// multiplies the table by (1 - lr l2)^steps at the end of an epoch.
 	T float64
+	// Occurrences makes a batch read and update its features' keys as
+	// they occur, duplicates and all, instead of each distinct key once:
+	// for a table in this process's memory under chunk locks (the local
+	// and single kinds) finding the distinct keys costs more than reading and adding
+	// the repeated ones. The update is the same: a repeated key's reads
+	// give the same value and its deltas add up. Training with centered
+	// features keeps distinct keys: their intercept term needs each
+	// centered key's whole gradient in one place. (The hogwild kind keeps
+	// distinct keys: a hot key added once per occurrence, by every worker
+	// at once, bounces its cache line between the cores.)
+	Occurrences bool
 }
 
 // batchState is what reading one batch fills.
@@ -109,6 +120,10 @@ func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, ce
 	st.base = r.Offsets[lo]
 	occ := r.Keys[st.base:r.Offsets[hi]]
 	center = center && m.cent != nil
+	if m.Occurrences && !center {
+		m.occurrences(st, occ)
+		return
+	}
 	n := len(occ)
 	if center {
 		n += len(m.cent.Keys)
@@ -136,6 +151,19 @@ func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, ce
 			st.cpos = append(st.cpos, p)
 		}
 	}
+}
+
+// occurrences fills st with the keys occ as they are (see Occurrences).
+func (m *MiniBatch) occurrences(st *batchState, occ []uint64) {
+	st.keys = append(st.keys, occ...)
+	if cap(st.pos) < len(occ) {
+		st.pos = make([]int32, len(occ))
+	}
+	st.pos = st.pos[:len(occ)]
+	for j := range st.pos {
+		st.pos[j] = int32(j)
+	}
+	st.cpos = st.cpos[:0]
 }
 
 // finish completes the current batch's read: waits for reads in flight,
