@@ -1,0 +1,75 @@
+#!/bin/bash
+# The `local` and `hogwild` worker kinds (2 workers, one process: `flexps
+# run`) against the plain single-thread C++ SGD loop
+# (../shared/peers/plain_sgd.cpp) on the same LIBSVM data (200k rows x 1M
+# features, 20 non-zeros, Zipf 1.1, batch 100, lr 0.5, 5 epochs; samples/s
+# of epochs 2+), interleaved round by round; prints the ratios per round,
+# their medians, and each flexps run's peak RSS.
+#
+#   PLAIN_SGD=/path/to/plain_sgd bash bench/lr/vs_plain_cpp.sh [rounds]
+#
+# plain_sgd is built by ../shared/peers/build.sh (g++ -O2 plain_sgd.cpp).
+set -euo pipefail
+R=${1:-3}
+: "${PLAIN_SGD:?set PLAIN_SGD to the plain C++ loop (../shared/peers/build.sh builds it)}"
+cd "$(dirname "$0")/../.."
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+go build -o "$W/flexps" ./cmd/flexps
+F="$W/flexps"
+DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
+mkdir -p "$DATA"
+[ -f "$DATA/train.libsvm" ] || "$F" gen libsvm --out "$DATA/train.libsvm" --rows 200000 --dim 1000000 --nnz 20 --zipf 1.1 --seed 1 \
+  --test-out "$DATA/test.libsvm" --test-rows 20000 >/dev/null
+for kind in local hogwild; do
+  cat > "$W/$kind.toml" <<TOML
+name = "$kind"
+kind = "lr"
+output = "$W/$kind.model"
+[[table]]
+name = "w"
+size = 1000000
+dtype = "float32"
+[input.train]
+path = "$DATA/train.libsvm"
+[input.test]
+path = "$DATA/test.libsvm"
+[[stage]]
+name = "sgd"
+func = "lr.sgd"
+workers = 2
+consistency = "ssp"
+staleness = 2
+worker_kind = "$kind"
+[stage.params]
+epochs = 5
+batch = 100
+lr = 0.5
+intercept = false
+standardize = false
+TOML
+done
+rate() { python3 -c '
+import json,sys
+ep=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ep=[e for e in ep if e.get("type")=="epoch" and e.get("epoch",0)>=2]
+s=sum(e["samples"] for e in ep); t=sum(e["seconds"] for e in ep)
+print(round(s/t) if t else 0)' "$1"; }
+printf "%-6s %10s %10s %10s %8s %8s %8s %8s\n" round plain_c++ local hogwild loc/c++ hog/c++ rss_loc rss_hog
+rows=()
+for r in $(seq "$R"); do
+  p=$("$PLAIN_SGD" "$DATA/train.libsvm" "$DATA/test.libsvm" 1000000 5 100 0.5 | sed -n 's/.*epoch2plus_per_s=\([0-9]*\).*/\1/p')
+  declare -A got rss
+  for kind in local hogwild; do
+    rm -f "$W/m.jsonl"
+    /usr/bin/time -f "%M" -o "$W/rss" "$F" run --metrics-out "$W/m.jsonl" "$W/$kind.toml" > "$W/run.log" 2>&1 || { cat "$W/run.log"; exit 1; }
+    got[$kind]=$(rate "$W/m.jsonl"); rss[$kind]=$(( $(tail -1 "$W/rss") / 1024 ))
+  done
+  row=$(awk -v r="$r" -v p="$p" -v l="${got[local]}" -v h="${got[hogwild]}" -v rl="${rss[local]}" -v rh="${rss[hogwild]}" \
+    'BEGIN { printf "%-6s %10d %10d %10d %8.2f %8.2f %8d %8d", r, p, l, h, l / p, h / p, rl, rh }')
+  echo "$row"; rows+=("$row")
+done
+printf "%s\n" "${rows[@]}" | python3 -c '
+import sys, statistics as st
+r=[l.split() for l in sys.stdin if l.strip()]
+print("median local/c++ %.2f  hogwild/c++ %.2f" % (st.median(float(x[4]) for x in r), st.median(float(x[5]) for x in r)))'
