@@ -328,6 +328,18 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 		}
 		return
 	}
+	if len(keys) >= lockAllKeys*len(t.chunks) {
+		// Keys in every chunk: take every chunk lock, in order, and walk
+		// the keys as they come, instead of grouping them by chunk first.
+		for c := range t.chunks {
+			t.chunks[c].Lock()
+		}
+		t.run(op, keys, vals)
+		for c := range t.chunks {
+			t.chunks[c].Unlock()
+		}
+		return
+	}
 	sc := t.scratch.Get().(*localScratch)
 	if len(t.chunks) <= 4*len(keys)+64 {
 		t.byCounting(op, keys, vals, sc)
@@ -336,6 +348,11 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	}
 	t.scratch.Put(sc)
 }
+
+// lockAllKeys is the keys per chunk from which an unsorted call takes
+// every chunk lock at once (other callers hold one chunk at a time, so
+// taking them in ascending order cannot deadlock).
+const lockAllKeys = 4
 
 // localScratch is a call's pooled buffers for grouping unsorted keys.
 type localScratch struct {

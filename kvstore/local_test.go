@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -71,15 +72,24 @@ func TestLocalTableConcurrentExact(t *testing.T) {
 	}
 }
 
+// testLocalExact: goroutines add 0.25 to random keys, 8 or (every other
+// goroutine) 64 a call, sorted or not, and read them; the sum is exact.
+// With chunks of 4 a call of 64 keys takes every chunk lock at once
+// (lockAllKeys) while calls of 8 take one chunk at a time.
 func testLocalExact(t *testing.T, mode LockMode, chunk, goroutines int) {
 	const size, N = 64, 2000
 	lt := newLocal(t, TableSpec{Name: "w", Size: size}, mode, chunk)
 	var wg sync.WaitGroup
+	var added atomic.Int64
 	for g := range goroutines {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 7))
-			keys := make([]uint64, 8)
-			deltas := make([]float64, 8)
+			n := 8
+			if g%2 == 1 {
+				n = 64
+			}
+			keys := make([]uint64, n)
+			deltas := make([]float64, n)
 			for i := range deltas {
 				deltas[i] = 0.25
 			}
@@ -91,11 +101,13 @@ func testLocalExact(t *testing.T, mode LockMode, chunk, goroutines int) {
 					sortU64(keys)
 				}
 				if i%5 == 0 {
-					lt.AddRange(r.Uint64N(size-8), 8, deltas)
+					lt.AddRange(r.Uint64N(size-8), 8, deltas[:8])
+					added.Add(8)
 				} else {
 					lt.Add(keys, deltas)
+					added.Add(int64(n))
 				}
-				lt.Get(keys, make([]float64, 8))
+				lt.Get(keys, make([]float64, n))
 			}
 		})
 	}
@@ -104,7 +116,7 @@ func testLocalExact(t *testing.T, mode LockMode, chunk, goroutines int) {
 	for _, v := range lt.Values() {
 		sum += v
 	}
-	equal(t, float64(goroutines*N*8)*0.25, sum)
+	equal(t, float64(added.Load())*0.25, sum)
 }
 
 func TestLocalTableAllocs(t *testing.T) {
@@ -173,21 +185,32 @@ func BenchmarkLocalTableAdd(b *testing.B) {
 // as a ratio.
 func BenchmarkLocalTableLR(b *testing.B) {
 	const size, batch, nbatches = 1 << 20, 2000, 64
-	var batches [2][nbatches][]uint64
+	// batches: a batch's distinct keys sorted; occ: the keys as an LR
+	// batch meets them (lr's local kind sends them so, MiniBatch.Occurrences):
+	// 100 rows of 20 sorted features, repeats and all.
+	var batches, occ [2][nbatches][]uint64
 	for g := range batches {
 		r := rand.New(rand.NewPCG(uint64(g), 5))
 		z := rand.NewZipf(r, 1.1, 1, size-1)
 		for i := range batches[g] {
 			seen := map[uint64]bool{}
-			var ks []uint64
-			for range batch {
-				if k := z.Uint64(); !seen[k] {
-					seen[k] = true
-					ks = append(ks, k)
+			var ks, all []uint64
+			for row := 0; row < batch; row += 20 {
+				rk := make([]uint64, 20)
+				for j := range rk {
+					rk[j] = z.Uint64()
+				}
+				slices.Sort(rk)
+				all = append(all, rk...)
+				for _, k := range rk {
+					if !seen[k] {
+						seen[k] = true
+						ks = append(ks, k)
+					}
 				}
 			}
 			slices.Sort(ks)
-			batches[g][i] = ks
+			batches[g][i], occ[g][i] = ks, all
 		}
 	}
 	keysOf := func(n int) float64 {
@@ -235,6 +258,27 @@ func BenchmarkLocalTableLR(b *testing.B) {
 				b.ReportMetric(keysOf(b.N)/b.Elapsed().Seconds(), "keys/s/goroutine")
 			})
 		}
+	}
+	// The same batches' occurrences, unsorted, in chunks of 4096:
+	// keys/s counts distinct keys, so the rows compare with those above.
+	for _, goroutines := range []int{1, 2} {
+		b.Run(fmt.Sprintf("occurrences/%s/chunk4096/g%d", ChunkLocks, goroutines), func(b *testing.B) {
+			lt := newLocal(b, TableSpec{Name: "w", Size: size}, ChunkLocks, 4096) // the local kind's default (slave.DefaultChunkSize)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					buf := make([]float64, batch)
+					for i := range b.N {
+						ks := occ[g][i%nbatches]
+						lt.Get(ks, buf[:len(ks)])
+						lt.Add(ks, buf[:len(ks)])
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(keysOf(b.N)/b.Elapsed().Seconds(), "keys/s/goroutine")
+		})
 	}
 }
 
