@@ -39,8 +39,9 @@ func (m LockMode) String() string {
 // With ChunkLocks each call takes every chunk lock it needs once: sorted
 // keys are walked run by run; unsorted keys are first grouped by chunk
 // (stably, by a counting sort when the table has few chunks for the
-// batch's size, else by sorting) in a pooled scratch buffer. Calls are
-// atomic per chunk, not as a whole. Keys >= Size are a caller error and
+// batch's size, else by sorting) in a pooled scratch buffer, or, with 4
+// keys or more per chunk, walked as they come while the call holds the
+// whole table. Calls are atomic per chunk, not as a whole. Keys >= Size are a caller error and
 // are skipped.
 type LocalTable struct {
 	spec      TableSpec
@@ -50,9 +51,13 @@ type LocalTable struct {
 	div       chunkDiv
 	vals      []float64
 	chunks    []sync.Mutex
-	global    sync.Mutex
-	sparse    Store
-	scratch   sync.Pool // *localScratch for grouping unsorted keys
+	// all is held exclusively by a call that walks keys of every chunk
+	// (lockAllKeys) in place of every chunk lock, and shared by every
+	// call that takes chunk locks.
+	all     sync.RWMutex
+	global  sync.Mutex
+	sparse  Store
+	scratch sync.Pool // *localScratch for grouping unsorted keys
 }
 
 // NewLocalTable returns a table initialized per spec.Init.
@@ -312,6 +317,16 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	for n > 0 && keys[n-1] >= t.spec.Size { // sorted keys put strays last
 		n--
 	}
+	if len(keys) >= lockAllKeys*len(t.chunks) && !slices.IsSorted(keys[:n]) {
+		// Keys in every chunk: hold the whole table (every chunk) and
+		// walk the keys as they come, instead of grouping them by chunk.
+		t.all.Lock()
+		t.run(op, keys, vals)
+		t.all.Unlock()
+		return
+	}
+	t.all.RLock()
+	defer t.all.RUnlock()
 	if slices.IsSorted(keys[:n]) {
 		for i := 0; i < n; {
 			c := keys[i] / t.chunkSize
@@ -328,18 +343,6 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 		}
 		return
 	}
-	if len(keys) >= lockAllKeys*len(t.chunks) {
-		// Keys in every chunk: take every chunk lock, in order, and walk
-		// the keys as they come, instead of grouping them by chunk first.
-		for c := range t.chunks {
-			t.chunks[c].Lock()
-		}
-		t.run(op, keys, vals)
-		for c := range t.chunks {
-			t.chunks[c].Unlock()
-		}
-		return
-	}
 	sc := t.scratch.Get().(*localScratch)
 	if len(t.chunks) <= 4*len(keys)+64 {
 		t.byCounting(op, keys, vals, sc)
@@ -349,9 +352,8 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	t.scratch.Put(sc)
 }
 
-// lockAllKeys is the keys per chunk from which an unsorted call takes
-// every chunk lock at once (other callers hold one chunk at a time, so
-// taking them in ascending order cannot deadlock).
+// lockAllKeys is the keys per chunk from which an unsorted call holds
+// the whole table (LocalTable.all) rather than group its keys by chunk.
 const lockAllKeys = 4
 
 // localScratch is a call's pooled buffers for grouping unsorted keys.
@@ -510,6 +512,10 @@ func (t *LocalTable) doRange(op localOp, first uint64, n int, vals []float64) {
 	if t.mode == GlobalLock {
 		t.global.Lock()
 		defer t.global.Unlock()
+	}
+	if chunked {
+		t.all.RLock()
+		defer t.all.RUnlock()
 	}
 	for k, end := first, first+uint64(n); k < end; {
 		c := k / t.chunkSize
