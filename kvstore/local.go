@@ -41,8 +41,8 @@ func (m LockMode) String() string {
 // (stably, by a counting sort when the table has few chunks for the
 // batch's size, else by sorting) in a pooled scratch buffer, or, with 4
 // keys or more per chunk, walked as they come while the call holds the
-// whole table. Calls are atomic per chunk, not as a whole. Keys >= Size are a caller error and
-// are skipped.
+// whole table. Calls are atomic per chunk, not as a whole. Keys >= Size
+// are a caller error and are skipped.
 type LocalTable struct {
 	spec      TableSpec
 	mode      LockMode
@@ -317,7 +317,8 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	for n > 0 && keys[n-1] >= t.spec.Size { // sorted keys put strays last
 		n--
 	}
-	if len(keys) >= lockAllKeys*len(t.chunks) && !slices.IsSorted(keys[:n]) {
+	sorted := slices.IsSorted(keys[:n])
+	if !sorted && len(keys) >= lockAllKeys*len(t.chunks) {
 		// Keys in every chunk: hold the whole table (every chunk) and
 		// walk the keys as they come, instead of grouping them by chunk.
 		t.all.Lock()
@@ -327,7 +328,7 @@ func (t *LocalTable) doChunked(op localOp, keys []uint64, vals []float64) {
 	}
 	t.all.RLock()
 	defer t.all.RUnlock()
-	if slices.IsSorted(keys[:n]) {
+	if sorted {
 		for i := 0; i < n; {
 			c := keys[i] / t.chunkSize
 			end := (c + 1) * t.chunkSize

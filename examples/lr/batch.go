@@ -52,13 +52,13 @@ type MiniBatch struct {
 	// Occurrences makes a batch read and update its features' keys as
 	// they occur, duplicates and all, instead of each distinct key once:
 	// for a table in this process's memory under chunk locks (the local
-	// and single kinds) finding the distinct keys costs more than reading and adding
-	// the repeated ones. The update is the same: a repeated key's reads
-	// give the same value and its deltas add up. Training with centered
-	// features keeps distinct keys: their intercept term needs each
-	// centered key's whole gradient in one place. (The hogwild kind keeps
-	// distinct keys: a hot key added once per occurrence, by every worker
-	// at once, bounces its cache line between the cores.)
+	// and single kinds) finding the distinct keys costs more than reading
+	// and adding the repeated ones. The update is the same: a repeated
+	// key's reads give the same value and its deltas add up. Training
+	// with centered features keeps distinct keys: their intercept term
+	// needs each centered key's whole gradient in one place. (The hogwild
+	// kind keeps distinct keys: a hot key added once per occurrence, by
+	// every worker at once, bounces its cache line between the cores.)
 	Occurrences bool
 }
 
