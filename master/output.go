@@ -1,6 +1,7 @@
 package master
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -15,10 +16,12 @@ import (
 const maxModelVals = 1 << 28
 
 // writeOutput reads every table from its shards and writes the model to
-// the task's output path (local or hdfs://), atomically. Each shard is
-// read in bulk by its own key set, a page at a time (kvstore's Scan), so
-// a table of any partitioning and size reaches the file without flooding
-// the master's inbox.
+// the task's output path (local or hdfs://), atomically. A dense table
+// goes to the file as it is read, a window of keys at a time in key order
+// (GetRange), so the master never holds it whole; a sparse one is read in
+// bulk by each shard's own key set, a page at a time (kvstore's Scan),
+// then written. Either way a table of any partitioning and size reaches
+// the file without flooding the master's inbox.
 func (t *taskRun) writeOutput() error {
 	if t.spec.Output == "" || len(t.spec.Tables) == 0 {
 		return nil
@@ -39,6 +42,15 @@ func (t *taskRun) writeOutput() error {
 		if err != nil {
 			return fmt.Errorf("output: table %q: %w", p.Spec.Name, err)
 		}
+		if spec := tc.Spec(); spec.Storage == kvstore.Dense && spec.Size*uint64(spec.Width) <= maxModelVals {
+			model.Tables = append(model.Tables, tasks.ModelTable{Spec: spec, Fill: func(first uint64, out []float64) error {
+				if err := tc.GetRange(first, len(out)/spec.Width, out); err != nil {
+					return &readError{err}
+				}
+				return nil
+			}})
+			continue
+		}
 		keys, vals, err := tc.ReadAll(maxModelVals)
 		if err != nil {
 			return fmt.Errorf("output %s: %w", t.spec.Output, err)
@@ -46,6 +58,10 @@ func (t *taskRun) writeOutput() error {
 		model.Tables = append(model.Tables, tasks.ModelTable{Spec: tc.Spec(), Keys: keys, Vals: vals})
 	}
 	if err := t.saveModel(model); err != nil {
+		if re := (*readError)(nil); errors.As(err, &re) {
+			// The shards could not be read: no copy would fare better.
+			return err
+		}
 		// Training succeeded and the shards are about to be dropped: keep
 		// the model on the master rather than lose it.
 		saved, ferr := saveFallback(model, t.spec.ID)
@@ -74,6 +90,13 @@ func (t *taskRun) saveModel(model *tasks.Model) error {
 	}
 	return nil
 }
+
+// readError is a failed read of a table's shards while its values
+// streamed to the output.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 // saveFallback writes the model to a new file in the master's temporary
 // directory and returns its path.

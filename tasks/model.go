@@ -40,7 +40,16 @@ type ModelTable struct {
 	Dense bool              `json:"dense"`
 	Keys  []uint64          `json:"-"`
 	Vals  []float64         `json:"-"`
+	// Fill, when set (Keys and Vals nil), makes WriteTo write a dense
+	// table of Spec.Size keys without holding its values: it asks Fill
+	// for them a window at a time, in key order: out has room for the
+	// Width values of len(out)/Width keys from first on. The master
+	// writes its output so, reading the shards as it writes.
+	Fill func(first uint64, out []float64) error `json:"-"`
 }
+
+// fillWindow is the values WriteTo asks a Fill for at a time (512 KiB).
+const fillWindow = 1 << 16
 
 const (
 	modelMagic   = "flexps-model/2"
@@ -84,6 +93,13 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(io.MultiWriter(cw, crc), 1<<20)
 	for i := range m.Tables {
 		t := &m.Tables[i]
+		if t.Fill != nil {
+			if t.Keys != nil || t.Vals != nil {
+				return 0, fmt.Errorf("model table %q: Fill with Keys or Vals", t.Spec.Name)
+			}
+			t.Count, t.Dense = int(t.Spec.Size), true
+			continue
+		}
 		t.Count = len(t.Vals) / max(t.Spec.Width, 1)
 		t.Dense = t.Keys == nil
 	}
@@ -97,7 +113,29 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	bw.Write(hdr)
 	bw.WriteByte('\n')
 	var buf [8]byte
+	var window []float64
 	for _, t := range m.Tables {
+		if t.Fill != nil {
+			w := max(t.Spec.Width, 1)
+			keys := uint64(max(fillWindow/w, 1))
+			if need := int(min(keys, t.Spec.Size)) * w; cap(window) < need {
+				window = make([]float64, need)
+			}
+			for first := uint64(0); first < t.Spec.Size; first += keys {
+				out := window[:int(min(keys, t.Spec.Size-first))*w]
+				if err := t.Fill(first, out); err != nil {
+					return cw.n, fmt.Errorf("model table %q keys %d..%d: %w", t.Spec.Name, first, first+uint64(len(out)/w)-1, err)
+				}
+				for _, v := range out {
+					binary.LittleEndian.PutUint64(buf[:], math.Float64bits(v))
+					bw.Write(buf[:])
+				}
+				if _, err := bw.Write(nil); err != nil { // the writer's first error, if any: stop reading
+					return cw.n, err
+				}
+			}
+			continue
+		}
 		for _, k := range t.Keys {
 			binary.LittleEndian.PutUint64(buf[:], k)
 			bw.Write(buf[:])

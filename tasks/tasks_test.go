@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -441,4 +442,67 @@ func TestEachBatchAhead(t *testing.T) {
 	if err := tasks.EachBatchAhead(context.Background(), sliceInput(nil), 0, nil); err == nil {
 		t.Fatal("batch 0 accepted")
 	}
+}
+
+// TestModelFill: a dense table written through Fill, a window at a time,
+// is the same file, byte for byte, as the same table written from Vals,
+// for widths that split the window unevenly and sizes across several
+// windows; Fill is asked for every key once, in order; its error stops
+// the write and names the table and keys.
+func TestModelFill(t *testing.T) {
+	for _, tc := range []struct {
+		size  uint64
+		width int
+	}{{1, 1}, {65536, 1}, {65537, 1}, {150000, 3}, {40000, 5}, {3, 70000}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.size, tc.width), func(t *testing.T) {
+			vals := make([]float64, int(tc.size)*tc.width)
+			for i := range vals {
+				vals[i] = float64(i)*0.5 - 7
+			}
+			spec := kvstore.TableSpec{Name: "w", Size: tc.size, Width: tc.width}
+			bias := tasks.ModelTable{Spec: kvstore.TableSpec{Name: "b", Size: 1}, Vals: []float64{2}}
+			whole := &tasks.Model{Kind: "lr", Task: "t", Tables: []tasks.ModelTable{{Spec: spec, Vals: vals}, bias}}
+			next := uint64(0)
+			streamed := &tasks.Model{Kind: "lr", Task: "t", Tables: []tasks.ModelTable{{Spec: spec, Fill: func(first uint64, out []float64) error {
+				if first != next || len(out)%tc.width != 0 || len(out) == 0 {
+					return fmt.Errorf("asked for %d values from key %d, want from key %d in whole keys", len(out), first, next)
+				}
+				next += uint64(len(out) / tc.width)
+				copy(out, vals[int(first)*tc.width:])
+				return nil
+			}}, bias}}
+			var a, b bytes.Buffer
+			if _, err := whole.WriteTo(&a); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := streamed.WriteTo(&b); err != nil {
+				t.Fatal(err)
+			}
+			if next != tc.size {
+				t.Fatalf("Fill covered %d keys of %d", next, tc.size)
+			}
+			if !bytes.Equal(a.Bytes(), b.Bytes()) {
+				t.Fatalf("streamed file differs (%d vs %d bytes)", b.Len(), a.Len())
+			}
+		})
+	}
+	t.Run("error", func(t *testing.T) {
+		boom := errors.New("shard gone")
+		m := &tasks.Model{Kind: "lr", Tables: []tasks.ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 200000}, Fill: func(first uint64, out []float64) error {
+			if first > 0 {
+				return boom
+			}
+			return nil
+		}}}}
+		_, err := m.WriteTo(io.Discard)
+		if !errors.Is(err, boom) || !strings.Contains(err.Error(), `model table "w" keys 65536..131071`) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("fill with values", func(t *testing.T) {
+		m := &tasks.Model{Tables: []tasks.ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 1}, Vals: []float64{1}, Fill: func(uint64, []float64) error { return nil }}}}
+		if _, err := m.WriteTo(io.Discard); err == nil {
+			t.Fatal("a table with both Fill and Vals was written")
+		}
+	})
 }
