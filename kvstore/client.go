@@ -267,6 +267,7 @@ type pending struct {
 	repl  bool // a read of a replicated table: sent again after a failover
 	seq   uint64
 	out   []float64 // the read's destination
+	out32 []float32 // or this one (GetFloat32), when not nil
 	width int       // its table's width
 	err   error     // a failed reply of this read (when another read was waited for)
 	left  int       // keys not answered yet
@@ -476,7 +477,7 @@ func (c *Client) deliver(r *pending, idx int, data []byte) error {
 // way are dropped, never written into a buffer its caller got back.
 func (c *Client) release(p *pending) {
 	delete(c.reads, p.seq)
-	p.out, p.err = nil, nil
+	p.out, p.out32, p.err = nil, nil, nil
 	if len(c.free) < 8 {
 		c.free = append(c.free, p)
 	}
@@ -568,6 +569,10 @@ func (c *pending) scatter(pt part, raw []byte, dtype DType) error {
 		if n != pt.n {
 			return errShortReply
 		}
+		if c.out32 != nil {
+			raw32Into(c.out32[pt.off:pt.off+pt.n], raw, dtype)
+			return nil
+		}
 		rawInto(c.out[pt.off:pt.off+pt.n], raw, dtype)
 		return nil
 	}
@@ -576,6 +581,10 @@ func (c *pending) scatter(pt part, raw []byte, dtype DType) error {
 		return errShortReply
 	}
 	for i, p := range pt.pos {
+		if c.out32 != nil {
+			raw32Into(c.out32[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
+			continue
+		}
 		rawInto(c.out[int(p)*w:int(p+1)*w], raw[i*w*size:], dtype)
 	}
 	return nil
@@ -596,6 +605,14 @@ func (c *pending) scatterPos(pt part, pos []int, raw []byte, dtype DType) error 
 	for i, q := range pos {
 		if q < 0 || q >= n {
 			return fmt.Errorf("kvstore: reply position %d outside a part of %d keys", q, n)
+		}
+		if c.out32 != nil {
+			at := pt.off + q*w
+			if pt.pos != nil {
+				at = int(pt.pos[q]) * w
+			}
+			raw32Into(c.out32[at:at+w], raw[i*w*size:], dtype)
+			continue
 		}
 		var dst []float64
 		if pt.pos != nil {

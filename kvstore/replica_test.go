@@ -309,3 +309,58 @@ func TestGetAsyncReplicatedSurvivesHeadDeath(t *testing.T) {
 		})
 	}
 }
+
+// GetFloat32 of a replicated float32 table reads the values Get reads, as
+// float32, from every shard's head (this slave's shards too, while its
+// writes travel the chain), and a read whose head dies before answering
+// is read again from the new head.
+func TestGetFloat32Replicated(t *testing.T) {
+	spec := TableSpec{Name: "w", Size: 300, Replicas: 2, DType: Float32} // shard s: keys 100s..100s+99, chain n<s>, n<s+1>
+	rc := newReplCluster(t, 3, spec)
+	tr := &dropTo{Mem: rc.tr}
+	c, err := NewClient(ClientConfig{Transport: tr, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
+		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: context.Background(), Timeout: 10 * time.Second, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tbl, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []uint64{5, 150, 250, 5, 99}
+	if err := tbl.Add(keys, []float64{0.1, 3, 4, 0.2, 1e-3}); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float64, len(keys))
+	if err := tbl.Get(keys, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(keys))
+	if err := tbl.GetFloat32(keys, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if got[i] != float32(want[i]) {
+			t.Fatalf("key %d: GetFloat32 %v, Get %v", keys[i], got[i], want[i])
+		}
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tr.node.Store(rc.hosts[1]) // the head of key 150's shard stops answering
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(50 * time.Millisecond)
+		rc.kill(1)
+	}()
+	one := make([]float32, 1)
+	if err := tbl.GetFloat32(keys[1:2], one); err != nil {
+		t.Fatalf("the read whose head died: %v", err)
+	}
+	<-done
+	if one[0] != 3 {
+		t.Fatalf("read %v from the new head, want 3", one[0])
+	}
+}

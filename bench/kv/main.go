@@ -345,6 +345,15 @@ func run(o options) error {
 					return kvLoop("remote get", spec, keys, func(k []uint64) error { return tcs[i].Get(k, vals) }, nil)
 				})
 			}
+			if want("remote get32", spec) {
+				// The same reads into float32 values (GetFloat32), as
+				// ps-lite's KVWorker<float> pulls them.
+				vals32 := make([]float32, len(vals))
+				calls := msgs.calls(keys, msgs.keyedGet)
+				remoteRows(rep, o, "remote get32", spec, b, calls, raw.loop(calls, false), 0, func(i int) loop {
+					return kvLoop("remote get32", spec, keys, func(k []uint64) error { return tcs[i].GetFloat32(k, vals32[:len(k)*spec.Width]) }, nil)
+				})
+			}
 			if want("remote add", spec) {
 				calls := msgs.calls(keys, msgs.keyedAdd)
 				remoteRows(rep, o, "remote add", spec, b, calls, raw.loop(calls, true), 0, func(i int) loop {

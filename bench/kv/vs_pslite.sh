@@ -1,13 +1,15 @@
 #!/bin/bash
 # KV push/pull MB/s, flexps over NATS and over the direct TCP data plane
-# against ps-lite, on ps-lite's own workload: one server process, one worker,
-# W float32 values per key, K keys per call drawn from a table of
+# against ps-lite, on ps-lite's own workload: one server process, one
+# worker, W float32 values per key, K keys per call drawn from a table of
 # max(K, 4M/W) keys (65,536 for W=64), Adds/pushes with 64 in flight, pulls
 # one at a time. flexps runs bench/kv -procs -shards 1 (the shard server in
-# a process of its own, the worker's client in another, NATS embedded in
-# the worker's process). push is Add (float64 deltas, converted), push32
-# AddFloat32 (float32 deltas, as ps-lite pushes them). Rounds interleave the systems; every ratio is
-# taken within a round, and the median over rounds is printed.
+# a process of its own, the worker's client in another, NATS embedded in the
+# worker's process). push is Add (float64 deltas, converted), push32
+# AddFloat32 (float32 deltas, as ps-lite pushes them); pull is Get (into
+# float64), pull32 GetFloat32 (into float32, as ps-lite pulls). Rounds
+# interleave the systems; every ratio is taken within a round, and the
+# median over rounds is printed.
 #
 #   PSLITE_BENCH=/path/to/test_kv_bench bash bench/kv/vs_pslite.sh [rounds]
 #
@@ -24,7 +26,7 @@ echo "# W=$W K=$K, ${SECS}s per op, $R round(s); MB/s of values (keys x W x 4 / 
 printf "%-6s %-6s %10s %10s %10s %8s %10s\n" round op nats tcp ps-lite tcp/nats tcp/ps-lite
 rows=()
 for r in $(seq "$R"); do
-  out=$("$BIN" -procs -shards 1 -widths "$W" -batches "$K" -only "remote (get|add|add32) dense $W\$" -duration "${SECS}s" -rounds 1 -json 2>/dev/null)
+  out=$("$BIN" -procs -shards 1 -widths "$W" -batches "$K" -only "remote (get|get32|add|add32) dense $W\$" -duration "${SECS}s" -rounds 1 -json 2>/dev/null)
   push=""; pull=""
   if [ -n "${PSLITE_BENCH:-}" ]; then
     PORT=$((PORT + 1))
@@ -37,9 +39,9 @@ for r in $(seq "$R"); do
     push=$(echo "$ps" | sed -n 's/.*op=push .*MB_per_s=\([0-9.]*\).*/\1/p')
     pull=$(echo "$ps" | sed -n 's/.*op=pull .*MB_per_s=\([0-9.]*\).*/\1/p')
   fi
-  for op in add add32 get; do
+  for op in add add32 get get32; do
     n=$(echo "$out" | field $op nats); t=$(echo "$out" | field $op tcp)
-    p=$pull; name=pull; [ $op = add ] && p=$push && name=push; [ $op = add32 ] && p=$push && name=push32
+    p=$pull; name=pull; [ $op = add ] && p=$push && name=push; [ $op = add32 ] && p=$push && name=push32; [ $op = get32 ] && name=pull32
     line=$(awk -v r="$r" -v op=$name -v n="$n" -v t="$t" -v p="${p:-0}" 'BEGIN {
       printf "%-6s %-6s %10.1f %10.1f %10s %8.2f %10s", r, op, n, t, (p > 0 ? sprintf("%.1f", p) : "-"), t / n, (p > 0 ? sprintf("%.2f", t / p) : "-") }')
     echo "$line"; rows+=("$line")
