@@ -234,6 +234,24 @@ func BenchmarkLocalTableLR(b *testing.B) {
 		}
 		b.ReportMetric(keysOf(b.N)/b.Elapsed().Seconds(), "keys/s/goroutine")
 	})
+	// run: goroutines each Get and Add its batches (of keys: batches or
+	// occ) in turn.
+	run := func(b *testing.B, lt *LocalTable, goroutines int, keys *[2][nbatches][]uint64) {
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				buf := make([]float64, batch)
+				for i := range b.N {
+					ks := keys[g][i%nbatches]
+					lt.Get(ks, buf[:len(ks)])
+					lt.Add(ks, buf[:len(ks)])
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(keysOf(b.N)/b.Elapsed().Seconds(), "keys/s/goroutine")
+	}
 	type cfg struct {
 		mode  LockMode
 		chunk int
@@ -241,43 +259,16 @@ func BenchmarkLocalTableLR(b *testing.B) {
 	for _, c := range []cfg{{ChunkLocks, 64}, {ChunkLocks, 1024}, {ChunkLocks, 4096}, {NoLocks, 1}} {
 		for _, goroutines := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/chunk%d/g%d", c.mode, c.chunk, goroutines), func(b *testing.B) {
-				lt := newLocal(b, TableSpec{Name: "w", Size: size}, c.mode, c.chunk)
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for g := range goroutines {
-					wg.Go(func() {
-						buf := make([]float64, batch)
-						for i := range b.N {
-							ks := batches[g][i%nbatches]
-							lt.Get(ks, buf[:len(ks)])
-							lt.Add(ks, buf[:len(ks)])
-						}
-					})
-				}
-				wg.Wait()
-				b.ReportMetric(keysOf(b.N)/b.Elapsed().Seconds(), "keys/s/goroutine")
+				run(b, newLocal(b, TableSpec{Name: "w", Size: size}, c.mode, c.chunk), goroutines, &batches)
 			})
 		}
 	}
-	// The same batches' occurrences, unsorted, in chunks of 4096:
-	// keys/s counts distinct keys, so the rows compare with those above.
+	// The same batches' occurrences, unsorted, in chunks of 4096 (the
+	// local kind's default, slave.DefaultChunkSize): keys/s counts
+	// distinct keys, so the rows compare with those above.
 	for _, goroutines := range []int{1, 2} {
 		b.Run(fmt.Sprintf("occurrences/%s/chunk4096/g%d", ChunkLocks, goroutines), func(b *testing.B) {
-			lt := newLocal(b, TableSpec{Name: "w", Size: size}, ChunkLocks, 4096) // the local kind's default (slave.DefaultChunkSize)
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for g := range goroutines {
-				wg.Go(func() {
-					buf := make([]float64, batch)
-					for i := range b.N {
-						ks := occ[g][i%nbatches]
-						lt.Get(ks, buf[:len(ks)])
-						lt.Add(ks, buf[:len(ks)])
-					}
-				})
-			}
-			wg.Wait()
-			b.ReportMetric(keysOf(b.N)/b.Elapsed().Seconds(), "keys/s/goroutine")
+			run(b, newLocal(b, TableSpec{Name: "w", Size: size}, ChunkLocks, 4096), goroutines, &occ)
 		})
 	}
 }
