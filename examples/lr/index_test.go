@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/flexps/flexps/datastore"
 	"pgregory.net/rapid"
 )
 
@@ -45,6 +46,55 @@ func TestBatchIndexModel(t *testing.T) {
 			}
 			if 2*len(model) > len(x.slots) {
 				rt.Fatalf("batch %d: %d keys in %d slots: load above one half", b, len(model), len(x.slots))
+			}
+		}
+	})
+}
+
+// TestMergedKeys: collect under MiniBatch.Merge (the hogwild kind) gives
+// every occurrence a position whose key is the occurrence's, at most one
+// position per occurrence, and merges a key repeated with no other key in
+// between (the filter has just seen it), batch after batch, also when
+// the filter's batch counter wraps; centered batches take exact distinct
+// keys.
+func TestMergedKeys(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := &MiniBatch{Merge: true}
+		if rapid.Bool().Draw(rt, "nearWrap") {
+			m.merge.cur = math.MaxUint32 - 1
+		}
+		if rapid.Bool().Draw(rt, "centered") {
+			m.cent = &Centered{Keys: []uint64{1, 2}}
+		}
+		hi := rapid.SampledFrom([]uint64{3, 100, 1 << 20, math.MaxUint64}).Draw(rt, "range")
+		for b := range rapid.IntRange(1, 5).Draw(rt, "batches") {
+			r := &datastore.Records{}
+			for range rapid.IntRange(1, 8).Draw(rt, "rows") {
+				r.Append(1, rapid.SliceOfN(rapid.Uint64Range(0, hi), 0, 10).Draw(rt, "keys"), nil)
+			}
+			center := rapid.Bool().Draw(rt, "center")
+			var st batchState
+			m.collect(&st, r, 0, r.Len(), center)
+			occ := r.Keys
+			if len(st.pos) != len(occ) || len(st.keys) > len(occ)+2 {
+				rt.Fatalf("batch %d: %d positions, %d keys for %d occurrences", b, len(st.pos), len(st.keys), len(occ))
+			}
+			for j, k := range occ {
+				if p := st.pos[j]; p < 0 || int(p) >= len(st.keys) || st.keys[p] != k {
+					rt.Fatalf("batch %d occurrence %d: key %d at position %d of %v", b, j, k, p, st.keys)
+				}
+				if j > 0 && occ[j-1] == k && st.pos[j-1] != st.pos[j] {
+					rt.Fatalf("batch %d: key %d repeated at once, positions %d and %d", b, k, st.pos[j-1], st.pos[j])
+				}
+			}
+			if center && m.cent != nil {
+				seen := map[uint64]bool{}
+				for _, k := range st.keys {
+					if seen[k] {
+						rt.Fatalf("batch %d: centered, key %d twice in %v", b, k, st.keys)
+					}
+					seen[k] = true
+				}
 			}
 		}
 	})

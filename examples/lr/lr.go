@@ -211,6 +211,7 @@ func SGD(info *tasks.Info) error {
 	test, _ := info.Input(cfg.Test) // optional
 	m := NewMiniBatch(w)
 	m.Occurrences = info.WorkerKind == tasks.KindLocal || info.WorkerKind == tasks.KindSingle
+	m.Merge = info.WorkerKind == tasks.KindHogwild
 	if cfg.Intercept {
 		if m.bias, err = info.Table(BiasTable(cfg.Table)); err != nil {
 			return fmt.Errorf("lr: intercept: %w (the task adds it when lr.sgd is registered; or set intercept = false)", err)
