@@ -83,7 +83,10 @@ type mergeFilter struct {
 
 // mergeSlots is the filter's size: a batch's hot keys (a few hundred
 // for Zipf-distributed features) in 16 KiB, within a core's L1 cache.
-const mergeSlots = 1024
+const (
+	mergeBits  = 10
+	mergeSlots = 1 << mergeBits
+)
 
 // batchState is what reading one batch fills.
 type batchState struct {
@@ -194,7 +197,7 @@ func (m *MiniBatch) merged(st *batchState, occ []uint64) {
 	}
 	st.pos = st.pos[:len(occ)]
 	for j, k := range occ {
-		h := (k * fib) >> (64 - 10) // mergeSlots = 1 << 10
+		h := (k * fib) >> (64 - mergeBits)
 		if f.gen[h] == f.cur && f.tag[h] == k {
 			st.pos[j] = f.pos[h]
 			continue
