@@ -44,7 +44,7 @@ func (t *TableClient) GetNext(keys []uint64, out []float64) (Pending, error) {
 		// A slave's death while the read travels reads again, all of it.
 		r.all = append(r.all, keys...)
 	}
-	p, _, err := t.startGet(keys, out, false, true, r)
+	p, _, err := t.startGet(keys, out, false, true, r, nil)
 	if err != nil {
 		t.freeAhead(r)
 		return nil, err

@@ -29,7 +29,7 @@ func (t *TableClient) GetFloat32(keys []uint64, out []float32) error {
 		return t.narrowGet(keys, out)
 	}
 	for {
-		p, err := t.startGet32(keys, out)
+		p, _, err := t.startGet(keys, nil, false, false, nil, out)
 		if err != nil {
 			return err
 		}
@@ -54,79 +54,20 @@ func (t *TableClient) narrowGet(keys []uint64, out []float32) error {
 	return nil
 }
 
-// startGet32 is startGet into float32 values for a static table's read
-// (not stamped, not kept, not ahead): requests for remote keys are sent,
-// keys in this slave's memory are read now.
-func (t *TableClient) startGet32(keys []uint64, out []float32) (*pending, error) {
-	c := t.c
-	if err := t.sendHeld(); err != nil { // the read sees them
-		return nil, err
+// narrowInto rounds rows of width w of vals into out32: in order when pos
+// is nil (one shard owns every key), else row i to row pos[i].
+func narrowInto(out32 []float32, vals []float64, pos []int32, w int) {
+	if pos == nil {
+		for i, v := range vals {
+			out32[i] = float32(v)
+		}
+		return
 	}
-	w := t.spec.Width
-	t.g.Group(t.dir, keys)
-	p := t.begin(nil)
-	p.out32 = out
-	fail := func(err error) (*pending, error) {
-		c.release(p)
-		return nil, err
+	for i, ps := range pos {
+		for k, v := range vals[i*w : (i+1)*w] {
+			out32[int(ps)*w+k] = float32(v)
+		}
 	}
-	partOf := func(s, i, j int) part {
-		if t.g.Whole() { // the answers fill out in order
-			return part{off: i * w, n: (j - i) * w}
-		}
-		return part{pos: t.g.Pos(s)[i:j]}
-	}
-	ask := func(s int, ks []uint64) error {
-		for i := 0; i < len(ks); i += t.maxKeys {
-			j := min(i+t.maxKeys, len(ks))
-			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
-			if err := t.request(p, s, partOf(s, i, j)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for s := range t.hosts {
-		ks := t.g.Keys(s)
-		if len(ks) == 0 || t.inMemory(s) {
-			continue
-		}
-		if err := ask(s, ks); err != nil {
-			return fail(err)
-		}
-		c.stats.RemoteKeys += int64(len(ks))
-	}
-	// Serve local keys while remote replies travel.
-	for s, st := range t.local {
-		ks := t.g.Keys(s)
-		if !t.inMemory(s) || len(ks) == 0 {
-			continue
-		}
-		if err := t.waitLocal(ks); err != nil {
-			return fail(err)
-		}
-		t.buf = grow(t.buf, len(ks)*w)
-		if !t.readStatic(func() { st.Get(ks, t.buf) }) {
-			// Keys started moving meanwhile: the home knows where they are.
-			if err := ask(s, ks); err != nil {
-				return fail(err)
-			}
-			continue
-		}
-		if t.g.Whole() {
-			for i, v := range t.buf[:len(ks)*w] {
-				out[i] = float32(v)
-			}
-		} else {
-			for i, ps := range t.g.Pos(s) {
-				for k, v := range t.buf[i*w : (i+1)*w] {
-					out[int(ps)*w+k] = float32(v)
-				}
-			}
-		}
-		c.stats.LocalKeys += int64(len(ks))
-	}
-	return p, nil
 }
 
 // raw32Into decodes a reply's values into float32s: float32 bytes are

@@ -190,7 +190,7 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 		defer t.observe(OpGet, time.Now(), c.stats.Requests)
 	}
 	for {
-		p, stamp, err := t.startGet(keys, out, stamped, false, nil)
+		p, stamp, err := t.startGet(keys, out, stamped, false, nil, nil)
 		if err != nil || p == nil {
 			return stamp, err
 		}
@@ -217,8 +217,10 @@ func (t *TableClient) get(keys []uint64, out []float64, stamped bool) (int64, er
 // caller may run other operations before it waits (GetAsync). With later
 // (GetNext, which keeps its bookkeeping too) the requests are gated at the
 // worker's next clock and the keys in this slave's memory are left to
-// later, to read at its Wait.
-func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool, later *aheadRead) (*pending, int64, error) {
+// later, to read at its Wait. With out32 (GetFloat32: out is nil, and
+// the table is static, not wholly in this slave's memory) the values go
+// to out32 instead, the answers copied in as they came off the wire.
+func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool, later *aheadRead, out32 []float32) (*pending, int64, error) {
 	c := t.c
 	if c.err != nil {
 		return nil, -1, c.err
@@ -226,7 +228,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool,
 	if err := t.sendHeld(); err != nil { // the read sees them
 		return nil, -1, err
 	}
-	if err := t.checkKeys(keys, out, "get"); err != nil {
+	if err := checkKeysN(t.spec, keys, len(out)+len(out32), "get"); err != nil {
 		return nil, -1, err
 	}
 	if t.dyn() {
@@ -257,6 +259,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool,
 	w := t.spec.Width
 	t.g.Group(t.dir, keys)
 	p := t.begin(out)
+	p.out32 = out32
 	fail := func(err error) (*pending, int64, error) {
 		c.release(p)
 		return nil, -1, err
@@ -270,17 +273,24 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool,
 		}
 		return part{pos: t.g.Pos(s)[i:j]}
 	}
+	// ask sends the reads of shard s's keys ks, a message's worth at a time.
+	ask := func(s int, ks []uint64, clock int64) error {
+		for i := 0; i < len(ks); i += t.maxKeys {
+			j := min(i+t.maxKeys, len(ks))
+			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: clock, Keys: ks[i:j]}
+			if err := t.request(p, s, partOf(s, i, j)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for s := range t.hosts {
 		ks := t.g.Keys(s)
 		if len(ks) == 0 || t.inMemory(s) {
 			continue
 		}
-		for i := 0; i < len(ks); i += t.maxKeys {
-			j := min(i+t.maxKeys, len(ks))
-			c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: clock, Keys: ks[i:j]}
-			if err := t.request(p, s, partOf(s, i, j)); err != nil {
-				return fail(err)
-			}
+		if err := ask(s, ks, clock); err != nil {
+			return fail(err)
 		}
 		c.stats.RemoteKeys += int64(len(ks))
 	}
@@ -301,23 +311,23 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool,
 			p.note(t.localStamp())
 		}
 		dst := out // the keys in order, straight into out
-		if !t.g.Whole() {
+		if !t.g.Whole() || out32 != nil {
 			t.buf = grow(t.buf, len(ks)*w)
 			dst = t.buf
 		}
 		if !t.readStatic(func() { st.Get(ks, dst) }) {
 			// Keys started moving meanwhile: the home knows where they are.
-			for i := 0; i < len(ks); i += t.maxKeys {
-				j := min(i+t.maxKeys, len(ks))
-				c.msg = Message{Op: OpGet, Task: c.cfg.Task, Table: t.spec.Name, Stage: c.cfg.Stage, Worker: c.cfg.Worker, Clock: c.clock, Keys: ks[i:j]}
-				if err := t.request(p, s, partOf(s, i, j)); err != nil {
-					return fail(err)
-				}
+			if err := ask(s, ks, c.clock); err != nil {
+				return fail(err)
 			}
 			continue
 		}
-		for i, ps := range t.g.Pos(s) {
-			copy(out[int(ps)*w:int(ps+1)*w], dst[i*w:(i+1)*w])
+		if out32 != nil {
+			narrowInto(out32, dst[:len(ks)*w], t.g.Pos(s), w) // exact: the table is float32
+		} else {
+			for i, ps := range t.g.Pos(s) {
+				copy(out[int(ps)*w:int(ps+1)*w], dst[i*w:(i+1)*w])
+			}
 		}
 		c.stats.LocalKeys += int64(len(ks))
 	}

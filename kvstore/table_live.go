@@ -522,7 +522,7 @@ func (t *TableClient) Owned(key uint64) bool {
 // read is gated at the worker's clock when it is issued, so a read issued
 // before Clock may be one iteration staler than a Get issued after it.
 func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
-	p, _, err := t.startGet(keys, out, false, true, nil)
+	p, _, err := t.startGet(keys, out, false, true, nil, nil)
 	if err != nil {
 		return nil, err
 	}
