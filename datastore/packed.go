@@ -217,23 +217,23 @@ const packedBatchOverhead = 280
 const (
 	colConst = iota // every value is c
 	colDict         // dict[idx[i]]
-	colDec16        // float64(d16[i]) / div: decimals of few digits (LIBSVM text values like 0.4724)
+	colDec16        // float64(d16[i]) / 10^digits: decimals of few digits (LIBSVM text values like 0.4724)
 	colF32          // float32 that round-trips exactly
-	colDec32        // float64(d32[i]) / div
+	colDec32        // float64(d32[i]) / 10^digits
 	colF64
 )
 
 // floatColumn is a float64 column in its smallest exact form.
 type floatColumn struct {
-	form uint8
-	c    float64
-	dict []float64
-	idx  []uint8
-	f32  []float32
-	f64  []float64
-	div  float64 // 10^digits, the decimal forms' divisor
-	d16  []int16
-	d32  []int32
+	form   uint8
+	c      float64
+	dict   []float64
+	idx    []uint8
+	f32    []float32
+	f64    []float64
+	digits uint8 // the decimal forms' digits after the point
+	d16    []int16
+	d32    []int32
 }
 
 // maxDict is the largest dictionary a column may use (byte indexes).
@@ -257,13 +257,14 @@ func packFloats(v []float64) floatColumn {
 	if dict, idx, ok := dictEncode(v); ok {
 		return floatColumn{form: colDict, dict: dict, idx: idx}
 	}
-	div, small, dec := decimalScale(v)
+	digits, small, dec := decimalScale(v)
+	div := pow10[digits]
 	if dec && small {
 		out := make([]int16, len(v))
 		for i, x := range v {
 			out[i] = int16(math.Round(x * div))
 		}
-		return floatColumn{form: colDec16, div: div, d16: out}
+		return floatColumn{form: colDec16, digits: digits, d16: out}
 	}
 	f32 := true
 	for _, x := range v {
@@ -284,7 +285,7 @@ func packFloats(v []float64) floatColumn {
 		for i, x := range v {
 			out[i] = int32(math.Round(x * div))
 		}
-		return floatColumn{form: colDec32, div: div, d32: out}
+		return floatColumn{form: colDec32, digits: digits, d32: out}
 	}
 	return floatColumn{form: colF64, f64: append([]float64(nil), v...)}
 }
@@ -297,29 +298,32 @@ const maxDecimals = 9
 // float64(n) / 10^d, bit for bit, for an integer n of 32 bits: a value
 // parsed from a decimal of at most d digits after the point and 9 in all
 // (LIBSVM text like 0.4724) is, because the parsed value and the
-// quotient are both the real n / 10^d correctly rounded. It returns 10^d;
+// quotient are both the real n / 10^d correctly rounded. It returns d;
 // small reports that every n fits 16 bits. A value exact at d digits is
 // exact at more (the same real, rounded the same way), so one pass that
 // only ever raises d, and one that checks every value at the final d,
 // suffice.
-func decimalScale(v []float64) (div float64, small, ok bool) {
+func decimalScale(v []float64) (digits uint8, small, ok bool) {
 	d := 0
 	for _, x := range v {
-		for !decimalAt(x, pow10[d]) {
+		for {
+			if _, ok := decimalAt(x, pow10[d]); ok {
+				break
+			}
 			if d++; d > maxDecimals {
 				return 0, false, false
 			}
 		}
 	}
-	div, small = pow10[d], true
+	small = true
 	for _, x := range v {
-		n := math.Round(x * div)
-		if !decimalAt(x, div) {
+		n, ok := decimalAt(x, pow10[d])
+		if !ok {
 			return 0, false, false
 		}
 		small = small && n >= math.MinInt16 && n <= math.MaxInt16
 	}
-	return div, small, true
+	return uint8(d), small, true
 }
 
 // dec16Tables hold, per number of digits, float64(n) / 10^digits for
@@ -331,32 +335,27 @@ var dec16Tables [maxDecimals + 1]struct {
 	t    *[1 << 16]float64
 }
 
-// dec16Values is the table of divisor div (a power of ten up to
-// 10^maxDecimals).
-func dec16Values(div float64) *[1 << 16]float64 {
-	d := 0
-	for pow10[d] != div {
-		d++
-	}
-	e := &dec16Tables[d]
+// dec16Values is the table of the given digits (at most maxDecimals).
+func dec16Values(digits uint8) *[1 << 16]float64 {
+	e := &dec16Tables[digits]
 	e.once.Do(func() {
 		e.t = new([1 << 16]float64)
 		for i := range e.t {
-			e.t[i] = float64(int16(i)) / div
+			e.t[i] = float64(int16(i)) / pow10[digits]
 		}
 	})
 	return e.t
 }
 
-// decimalAt reports whether x is float64(n) / div, bit for bit, for the
-// integer n nearest x * div, and n fits 32 bits (NaN and infinities do
-// not; nor does -0, which n = 0 would turn into +0).
-func decimalAt(x, div float64) bool {
-	n := math.Round(x * div)
+// decimalAt returns n, the integer nearest x * div, and whether x is
+// float64(n) / div, bit for bit, with n of 32 bits (NaN and infinities
+// are not; nor is -0, which n = 0 would turn into +0).
+func decimalAt(x, div float64) (n float64, ok bool) {
+	n = math.Round(x * div)
 	if !(n >= math.MinInt32 && n <= math.MaxInt32) {
-		return false
+		return n, false
 	}
-	return math.Float64bits(float64(int32(n))/div) == math.Float64bits(x)
+	return n, math.Float64bits(float64(int32(n))/div) == math.Float64bits(x)
 }
 
 // dictEncode maps v to at most maxDict distinct values (by bits) through
@@ -404,12 +403,12 @@ func (c *floatColumn) decode(out []float64) {
 			out[i] = float64(x)
 		}
 	case colDec16:
-		tab := dec16Values(c.div)
+		tab := dec16Values(c.digits)
 		for i, x := range c.d16[:len(out)] {
 			out[i] = tab[uint16(x)]
 		}
 	case colDec32:
-		div := c.div
+		div := pow10[c.digits]
 		for i, x := range c.d32[:len(out)] {
 			out[i] = float64(x) / div
 		}

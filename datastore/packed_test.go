@@ -498,17 +498,17 @@ func parsed(s string) float64 {
 func TestDecimalScale(t *testing.T) {
 	negZero := math.Copysign(0, -1)
 	for _, tc := range []struct {
-		name  string
-		v     []float64
-		div   float64
-		small bool
-		ok    bool
+		name   string
+		v      []float64
+		digits uint8
+		small  bool
+		ok     bool
 	}{
-		{"integers", []float64{0, 1, -7, 32767}, 1, true, true},
-		{"past 16 bits", []float64{0, 32768}, 1, false, true},
-		{"past 16 bits below", []float64{-32768, -32769}, 1, false, true},
-		{"four digits", []float64{parsed("0.4724"), parsed("0.1"), parsed("1.0000")}, 1e4, true, true},
-		{"nine digits", []float64{parsed("0.123456789")}, 1e9, false, true},
+		{"integers", []float64{0, 1, -7, 32767}, 0, true, true},
+		{"past 16 bits", []float64{0, 32768}, 0, false, true},
+		{"past 16 bits below", []float64{-32768, -32769}, 0, false, true},
+		{"four digits", []float64{parsed("0.4724"), parsed("0.1"), parsed("1.0000")}, 4, true, true},
+		{"nine digits", []float64{parsed("0.123456789")}, 9, false, true},
 		{"ten digits", []float64{parsed("0.1234567891")}, 0, false, false},
 		{"past 32 bits", []float64{parsed("3.5"), 3e8}, 0, false, false},
 		{"a third", []float64{1.0 / 3}, 0, false, false},
@@ -518,9 +518,9 @@ func TestDecimalScale(t *testing.T) {
 		{"tiny", []float64{5e-324}, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			div, small, ok := decimalScale(tc.v)
-			if div != tc.div || small != tc.small || ok != tc.ok {
-				t.Fatalf("decimalScale(%v) = %g, %v, %v; want %g, %v, %v", tc.v, div, small, ok, tc.div, tc.small, tc.ok)
+			digits, small, ok := decimalScale(tc.v)
+			if digits != tc.digits || small != tc.small || ok != tc.ok {
+				t.Fatalf("decimalScale(%v) = %d, %v, %v; want %d, %v, %v", tc.v, digits, small, ok, tc.digits, tc.small, tc.ok)
 			}
 		})
 	}

@@ -30,7 +30,7 @@ func (t *TableClient) GetFloat32(keys []uint64, out []float32) error {
 	}
 	for {
 		p, _, err := t.startGet(keys, nil, false, false, nil, out)
-		if err != nil {
+		if err != nil || p == nil {
 			return err
 		}
 		err = t.wait(p)
