@@ -254,6 +254,24 @@ func (d *dropTo) Send(node, reply string, data []byte) error {
 	return d.Mem.Send(node, reply, data)
 }
 
+// dropClient is an ASP client of node 0 whose transport can be told to
+// drop what it sends to one node, and its table; closed with the test.
+func (rc *replCluster) dropClient(t *testing.T) (*dropTo, *Client, *TableClient) {
+	t.Helper()
+	tr := &dropTo{Mem: rc.tr}
+	c, err := NewClient(ClientConfig{Transport: tr, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
+		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: context.Background(), Timeout: 10 * time.Second, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tbl, err := c.Table(Placement{Spec: rc.spec, Hosts: rc.hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, c, tbl
+}
+
 // A replicated table's read started with GetAsync (or GetNext) whose
 // shard head dies before answering is read again from the new head, also
 // when the death is learnt while the worker waits for another read.
@@ -262,17 +280,7 @@ func TestGetAsyncReplicatedSurvivesHeadDeath(t *testing.T) {
 		t.Run(fmt.Sprintf("next=%v", next), func(t *testing.T) {
 			spec := TableSpec{Name: "w", Size: 300, Replicas: 2} // shard s: keys 100s..100s+99, chain n<s>, n<s+1>
 			rc := newReplCluster(t, 3, spec)
-			tr := &dropTo{Mem: rc.tr}
-			c, err := NewClient(ClientConfig{Transport: tr, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
-				Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: context.Background(), Timeout: 10 * time.Second, Window: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			tbl, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tr, c, tbl := rc.dropClient(t)
 			keys := []uint64{150, 250}
 			if err := tbl.Add(keys, []float64{3, 4}); err != nil {
 				t.Fatal(err)
@@ -317,17 +325,7 @@ func TestGetAsyncReplicatedSurvivesHeadDeath(t *testing.T) {
 func TestGetFloat32Replicated(t *testing.T) {
 	spec := TableSpec{Name: "w", Size: 300, Replicas: 2, DType: Float32} // shard s: keys 100s..100s+99, chain n<s>, n<s+1>
 	rc := newReplCluster(t, 3, spec)
-	tr := &dropTo{Mem: rc.tr}
-	c, err := NewClient(ClientConfig{Transport: tr, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
-		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: context.Background(), Timeout: 10 * time.Second, Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tbl, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, c, tbl := rc.dropClient(t)
 	keys := []uint64{5, 150, 250, 5, 99}
 	if err := tbl.Add(keys, []float64{0.1, 3, 4, 0.2, 1e-3}); err != nil {
 		t.Fatal(err)
