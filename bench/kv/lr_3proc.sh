@@ -14,10 +14,8 @@ cd "$(dirname "$0")/../.."
 W=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 go build -o "$W/flexps" ./cmd/flexps
 F="$W/flexps"
-DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
-mkdir -p "$DATA"
-[ -f "$DATA/train.libsvm" ] || "$F" gen libsvm --out "$DATA/train.libsvm" --rows 200000 --dim 1000000 --nnz 20 --zipf 1.1 --seed 1 \
-  --test-out "$DATA/test.libsvm" --test-rows 20000 >/dev/null
+. bench/lrjob.sh
+lr_data
 port=$((24000 + RANDOM % 20000))
 for tr in nats tcp; do
   port=$((port + 1))
@@ -36,51 +34,21 @@ transport = "$tr"
 [log]
 level = "warn"
 TOML
-  cat > "$W/$tr.job.toml" <<TOML
-name = "lr3-$tr"
-kind = "lr"
-output = "$W/$tr.model"
-[[table]]
-name = "w"
-size = 1000000
-dtype = "float32"
-[input.train]
-path = "$DATA/train.libsvm"
-[input.test]
-path = "$DATA/test.libsvm"
-[[stage]]
-name = "sgd"
-func = "lr.sgd"
-workers = 2
-consistency = "ssp"
-staleness = 2
-worker_kind = "ps"
-[stage.params]
-epochs = $EPOCHS
-batch = 100
-lr = 0.5
-TOML
+  lr_job "lr3-$tr" ps "$EPOCHS"
   sed '/^url =/d' "$W/$tr.toml" > "$W/$tr.master.toml"
   "$F" master --config "$W/$tr.master.toml" > "$W/$tr.master.log" 2>&1 &
   sleep 1
   for s in 1 2; do "$F" slave --config "$W/$tr.toml" --id "s$s" > "$W/$tr.s$s.log" 2>&1 & done
 done
 sleep 3
-rate() { # samples/s over epochs 2+ from --metrics-out lines
-  python3 -c '
-import json,sys
-ep=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ep=[e for e in ep if e.get("type")=="epoch" and e.get("epoch",0)>=2]
-s=sum(e["samples"] for e in ep); t=sum(e["seconds"] for e in ep)
-print(round(s/t) if t else 0)' "$1"; }
 printf "%-6s %12s %12s %9s %9s %9s\n" round nats tcp tcp/nats acc_nats acc_tcp
 for r in $(seq "$R"); do
   declare -A got acc
   for tr in nats tcp; do
     rm -f "$W/$tr.jsonl"
-    "$F" submit --config "$W/$tr.toml" --metrics-out "$W/$tr.jsonl" "$W/$tr.job.toml" > "$W/$tr.submit.log" 2>&1 || { cat "$W/$tr.submit.log"; exit 1; }
-    got[$tr]=$(rate "$W/$tr.jsonl")
-    acc[$tr]=$("$F" eval --model "$W/$tr.model" --data "$DATA/test.libsvm" 2>/dev/null | sed -n 's/.*accuracy=\([0-9.]*\).*/\1/p')
+    "$F" submit --config "$W/$tr.toml" --metrics-out "$W/$tr.jsonl" "$W/lr3-$tr.toml" > "$W/$tr.submit.log" 2>&1 || { cat "$W/$tr.submit.log"; exit 1; }
+    got[$tr]=$(epoch_rate "$W/$tr.jsonl")
+    acc[$tr]=$("$F" eval --model "$W/lr3-$tr.model" --data "$DATA/test.libsvm" 2>/dev/null | sed -n 's/.*accuracy=\([0-9.]*\).*/\1/p')
   done
   awk -v r="$r" -v n="${got[nats]}" -v t="${got[tcp]}" -v an="${acc[nats]}" -v at="${acc[tcp]}" \
     'BEGIN { printf "%-6s %12d %12d %9.2f %9s %9s\n", r, n, t, (n > 0 ? t / n : 0), an, at }'

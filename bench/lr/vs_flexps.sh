@@ -20,17 +20,11 @@ W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 go build -o "$W/flexps" ./cmd/flexps
 F="$W/flexps"
-DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
-mkdir -p "$DATA"
-[ -f "$DATA/train.libsvm" ] || "$F" gen libsvm --out "$DATA/train.libsvm" --rows 200000 --dim 1000000 --nnz 20 --zipf 1.1 --seed 1 \
-  --test-out "$DATA/test.libsvm" --test-rows 20000 >/dev/null
-job() { # name, extra [table] lines, extra [stage.params] lines
-  printf 'name = "%s"\nkind = "lr"\noutput = "%s/%s.model"\n[[table]]\nname = "w"\nsize = 1000000\ndtype = "float32"\n%b[input.train]\npath = "%s/train.libsvm"\n[input.test]\npath = "%s/test.libsvm"\n[[stage]]\nname = "sgd"\nfunc = "lr.sgd"\nworkers = 2\nconsistency = "ssp"\nstaleness = 2\nworker_kind = "ps"\n[stage.params]\nepochs = 5\nbatch = 100\nlr = 0.5\n%b' \
-    "$1" "$W" "$1" "$2" "$DATA" "$DATA" "$3" > "$W/$1.toml"
-}
-job same 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
-job defaults '' ''
-job r1 'replicas = 1\n' ''
+. bench/lrjob.sh
+lr_data
+lr_job same ps 5 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
+lr_job defaults ps 5
+lr_job r1 ps 5 'replicas = 1\n'
 port=$((24000 + RANDOM % 20000))
 cat > "$W/c.toml" <<TOML
 cluster = "lrvs$port"
@@ -48,12 +42,6 @@ transport = "tcp"
 level = "warn"
 TOML
 sed '/^url =/d' "$W/c.toml" > "$W/m.toml"
-rate() { python3 -c '
-import json,sys
-ep=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ep=[e for e in ep if e.get("type")=="epoch" and e.get("epoch",0)>=2]
-s=sum(e["samples"] for e in ep); t=sum(e["seconds"] for e in ep)
-print(round(s/t) if t else 0)' "$1"; }
 hwm() { echo $(( $(awk '/VmHWM/{print $2}' "/proc/$1/status") / 1024 )); }
 fcpp() { # samples/s of epochs 2+, then the two processes' peak RSS in MB
   local p=$((14000 + RANDOM % 1000))
@@ -81,7 +69,7 @@ for r in $(seq "$R"); do
   for j in same defaults r1; do
     rm -f "$W/m.jsonl"
     "$F" submit --config "$W/c.toml" --metrics-out "$W/m.jsonl" "$W/$j.toml" > "$W/submit.log" 2>&1 || { cat "$W/submit.log"; exit 1; }
-    got[$j]=$(rate "$W/m.jsonl")
+    got[$j]=$(epoch_rate "$W/m.jsonl")
     [ $j = same ] && got[rss]=$(( $(hwm $MP) + $(hwm $S1) + $(hwm $S2) ))
   done
   kill -INT $S1 $S2; wait $S1 $S2 2>/dev/null || true; kill $MP; wait $MP 2>/dev/null || true

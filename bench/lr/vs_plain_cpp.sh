@@ -17,44 +17,11 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 go build -o "$W/flexps" ./cmd/flexps
 F="$W/flexps"
-DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
-mkdir -p "$DATA"
-[ -f "$DATA/train.libsvm" ] || "$F" gen libsvm --out "$DATA/train.libsvm" --rows 200000 --dim 1000000 --nnz 20 --zipf 1.1 --seed 1 \
-  --test-out "$DATA/test.libsvm" --test-rows 20000 >/dev/null
+. bench/lrjob.sh
+lr_data
 for kind in local hogwild; do
-  cat > "$W/$kind.toml" <<TOML
-name = "$kind"
-kind = "lr"
-output = "$W/$kind.model"
-[[table]]
-name = "w"
-size = 1000000
-dtype = "float32"
-[input.train]
-path = "$DATA/train.libsvm"
-[input.test]
-path = "$DATA/test.libsvm"
-[[stage]]
-name = "sgd"
-func = "lr.sgd"
-workers = 2
-consistency = "ssp"
-staleness = 2
-worker_kind = "$kind"
-[stage.params]
-epochs = 5
-batch = 100
-lr = 0.5
-intercept = false
-standardize = false
-TOML
+  lr_job "$kind" "$kind" 5 '' 'intercept = false\nstandardize = false\n'
 done
-rate() { python3 -c '
-import json,sys
-ep=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ep=[e for e in ep if e.get("type")=="epoch" and e.get("epoch",0)>=2]
-s=sum(e["samples"] for e in ep); t=sum(e["seconds"] for e in ep)
-print(round(s/t) if t else 0)' "$1"; }
 printf "%-6s %10s %10s %10s %8s %8s %8s %8s\n" round plain_c++ local hogwild loc/c++ hog/c++ rss_loc rss_hog
 rows=()
 for r in $(seq "$R"); do
@@ -63,7 +30,7 @@ for r in $(seq "$R"); do
   for kind in local hogwild; do
     rm -f "$W/m.jsonl"
     /usr/bin/time -f "%M" -o "$W/rss" "$F" run --metrics-out "$W/m.jsonl" "$W/$kind.toml" > "$W/run.log" 2>&1 || { cat "$W/run.log"; exit 1; }
-    got[$kind]=$(rate "$W/m.jsonl"); rss[$kind]=$(( $(tail -1 "$W/rss") / 1024 ))
+    got[$kind]=$(epoch_rate "$W/m.jsonl"); rss[$kind]=$(( $(tail -1 "$W/rss") / 1024 ))
   done
   row=$(awk -v r="$r" -v p="$p" -v l="${got[local]}" -v h="${got[hogwild]}" -v rl="${rss[local]}" -v rh="${rss[hogwild]}" \
     'BEGIN { printf "%-6s %10d %10d %10d %8.2f %8.2f %8d %8d", r, p, l, h, l / p, h / p, rl, rh }')
