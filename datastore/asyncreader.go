@@ -14,7 +14,9 @@ type AsyncConfig struct {
 	Format Format
 	Read   ReadOptions
 	// BufferBytes bounds the parsed bytes (Records.Bytes) buffered between
-	// producers and the consumer (default 64 MiB). A single batch larger
+	// producers and the consumer (default 4 MiB: a dozen batches of 1,024
+	// records of 20 features, enough for parsing to run ahead of training;
+	// more only holds memory during the first pass). A single batch larger
 	// than the bound is still admitted when the buffer is empty.
 	BufferBytes int64
 	// Producers is the number of goroutines fetching and parsing blocks (default 1).
@@ -47,7 +49,7 @@ type AsyncConfig struct {
 }
 
 // DefaultBufferBytes is the default AsyncConfig.BufferBytes.
-const DefaultBufferBytes = 64 << 20
+const DefaultBufferBytes = 4 << 20
 
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("datastore: reader closed")

@@ -161,7 +161,7 @@ func (k KVSect) kvTransport(local, busTLS bool) string {
 // DataSect configures reading.
 type DataSect struct {
 	BlockSize     Size `toml:"block_size"`     // local files are split in blocks of this size; default 8MiB
-	ReadBuffer    Size `toml:"read_buffer"`    // AsyncReader buffer per worker and input; default 64MiB
+	ReadBuffer    Size `toml:"read_buffer"`    // AsyncReader buffer per worker and input; default 4MiB
 	ReadProducers int  `toml:"read_producers"` // parsing goroutines per worker and input; default 2
 	Cache         Size `toml:"cache"`          // parsed blocks kept per slave for later epochs; default 1GiB
 	// AllowedPaths are the directories (and hdfs:// prefixes) tasks may

@@ -38,7 +38,7 @@ type Config struct {
 	JoinTimeout   time.Duration // how long to wait for a master; default 30s
 	KVTimeout     time.Duration // data-plane round trip; default 60s
 	KVWindow      int           // unacknowledged Adds per worker; default 64
-	ReadBuffer    int64         // AsyncReader buffer per worker and input, bytes; default 64 MiB
+	ReadBuffer    int64         // AsyncReader buffer per worker and input, bytes; default 4 MiB
 	ReadProducers int           // AsyncReader producers per worker and input; default 2
 	ProgressEvery time.Duration // progress report interval; default 250ms
 	DataCache     int64         // bytes of parsed input blocks kept for later epochs; default 1 GiB, <0 disables

@@ -18,14 +18,19 @@ import (
 // gcMinHeadroom, plus the runtime's own memory outside the heap,
 // recomputed after every collection (a finalizer on a sentinel object runs
 // once per cycle). Heaps larger than 4 x gcMinHeadroom thus grow by a
-// quarter between collections instead of doubling; smaller ones by at
-// most the floor (GOGC=100 still collects first below 2 x gcMinHeadroom).
-// The limit is soft: the runtime never spends more than about half the
-// CPU on collections to keep it. Setting GOGC or GOMEMLIMIT (GOGC=100
-// restores Go's default) turns this off.
+// quarter between collections instead of doubling, smaller ones by the
+// floor, and ones under gcMinHeadroom as GOGC=100 lets them (it collects
+// first). A collection marks the live heap, and one comes every headroom's
+// worth of allocation, so the collector marks at most 4 live bytes per
+// byte allocated, at every heap size, as for the large heaps. A training job allocates little once its
+// data is parsed: the LR job's slaves collect a few times per epoch of
+// the ps kind (about 2% of a core), the local kind not at all. The limit
+// is soft: the runtime never spends more than about half the CPU on
+// collections to keep it. Setting GOGC or GOMEMLIMIT (GOGC=100 restores
+// Go's default) turns this off.
 
 // gcMinHeadroom is the least heap growth allowed between collections.
-const gcMinHeadroom = 24 << 20
+const gcMinHeadroom = 8 << 20
 
 // gcLimit is the soft memory limit for a live heap of live bytes and
 // nonHeap bytes of runtime memory outside the heap (stacks, metadata).

@@ -15,7 +15,7 @@ func TestGCLimit(t *testing.T) {
 		want          int64
 	}{
 		{0, 0, gcMinHeadroom},                           // an empty heap may still grow by the floor
-		{10 * mib, 5 * mib, 15*mib + gcMinHeadroom},     // small heaps: the floor (GOGC=100 collects first)
+		{10 * mib, 5 * mib, 15*mib + gcMinHeadroom},     // small heaps: the floor
 		{4 * gcMinHeadroom, 0, 5 * gcMinHeadroom},       // where a quarter reaches the floor
 		{400 * mib, 8 * mib, 400*mib + 100*mib + 8*mib}, // large heaps: a quarter
 		{8 << 30, 64 * mib, 8<<30 + 2<<30 + 64*mib},     // and no overflow at slave sizes

@@ -279,8 +279,9 @@ func TestHDFSExactlyOnceWithStraggler(t *testing.T) {
 	command, env := cli()
 	// A small read buffer keeps each worker's AsyncReader at most about a
 	// block ahead of its consumer, so blocks go to whoever consumes them:
-	// with the 64 MiB default the straggler's producer would pull blocks as
-	// fast as it parses them, whatever the worker's speed.
+	// with a buffer larger than the data (64 MiB, say) the straggler's
+	// producer would pull blocks as fast as it parses them, whatever the
+	// worker's speed.
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2,
 		ExtraConfig: hdfsConfig(h) + "[data]\nread_buffer = \"256KiB\"\n"})
 	dir := t.TempDir()
@@ -324,7 +325,7 @@ sleep_ms = 200
 	}
 	// Pulling balances: the straggler, 200 ms per batch of 1024 records, reads
 	// well under a fair quarter (it holds at most the block it trains on
-	// and one prefetched; with the default 64 MiB read buffer it took about
+	// and one prefetched; with a 64 MiB read buffer it took about
 	// 4 of 17 blocks in trials, 24% of the records).
 	for _, e := range res.Epochs {
 		if s := e.Metrics["straggler_records"]; s >= rows/5 {
