@@ -73,6 +73,8 @@ func addFloat32s[T float](dst []T, raw []byte) {
 // has at least 2*24+2 bits of precision; float64 has 53).
 func addFloat32sTo32(dst []float32, raw []byte) {
 	raw = raw[:4*len(dst)]
+	n := addFloat32sTo32Prefix(dst, raw) // the vector kernel where there is one
+	dst, raw = dst[n:], raw[4*n:]
 	for len(dst) >= 4 {
 		b, o := raw[:16:16], dst[:4:4]
 		x := binary.LittleEndian.Uint64(b[0:])

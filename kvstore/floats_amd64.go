@@ -36,3 +36,22 @@ func getFloat32sPrefix(out []float64, raw []byte) int {
 	float32sTo64(&out[0], &raw[0], n)
 	return n
 }
+
+// float32sAdd adds n little-endian float32s from src to dst, n a multiple
+// of 8 (floats_amd64.s: ADDPS, four sums per instruction, each rounded as
+// a float32 + does).
+//
+//go:noescape
+func float32sAdd(dst *float32, src *byte, n int)
+
+// addFloat32sTo32Prefix adds the longest prefix of raw's float32s whose
+// length is a multiple of 8 to dst and returns its length.
+func addFloat32sTo32Prefix(dst []float32, raw []byte) int {
+	n := len(dst) &^ 7
+	if n == 0 {
+		return 0
+	}
+	_ = raw[4*n-1]
+	float32sAdd(&dst[0], &raw[0], n)
+	return n
+}

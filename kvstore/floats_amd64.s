@@ -45,3 +45,28 @@ loop:
 
 done:
 	RET
+
+// func float32sAdd(dst *float32, src *byte, n int)
+TEXT ·float32sAdd(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   done
+
+loop:
+	MOVUPS 0(SI), X0
+	MOVUPS 16(SI), X1
+	MOVUPS 0(DI), X2
+	MOVUPS 16(DI), X3
+	ADDPS  X0, X2
+	ADDPS  X1, X3
+	MOVUPS X2, 0(DI)
+	MOVUPS X3, 16(DI)
+	ADDQ   $32, SI
+	ADDQ   $32, DI
+	DECQ   CX
+	JNZ    loop
+
+done:
+	RET

@@ -62,6 +62,63 @@ func BenchmarkFloat32Bytes(b *testing.B) {
 			getFloat32s(src, buf)
 		}
 	})
+	// add: a shard adding float32 deltas off the wire to float32 rows.
+	dst := make([]float32, n)
+	b.Run("add", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for range b.N {
+			addFloat32sTo32(dst, buf)
+		}
+	})
+	b.Run("add-loop", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for range b.N {
+			for i := range dst {
+				dst[i] += math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+			}
+		}
+	})
+}
+
+// TestAddFloat32sTo32: adding raw float32s to float32s (a vector kernel
+// on amd64) gives exactly the bits of one float32 + per value, for any
+// bit patterns of both (NaNs, infinities, subnormals, cancellation), at
+// every length around the kernel's step and at odd offsets.
+func TestAddFloat32sTo32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	pool := make([]float32, 4096)
+	for i := range pool {
+		switch i % 3 {
+		case 0: // any bit pattern
+			pool[i] = math.Float32frombits(rng.Uint32())
+		case 1: // ordinary values, some of them cancelling
+			pool[i] = float32((rng.Float64() - 0.5) * math.Pow(2, float64(rng.IntN(60)-30)))
+		default: // subnormal and near-overflow magnitudes
+			pool[i] = float32(math.Pow(2, float64(rng.IntN(20)-149)) * (rng.Float64() + 0.5))
+			if rng.IntN(2) == 0 {
+				pool[i] = float32(math.Pow(2, float64(rng.IntN(4)+124)) * (rng.Float64() + 0.5))
+			}
+		}
+	}
+	for n := 0; n <= 41; n++ {
+		for off := range 3 {
+			base := pool[off+n*40 : off+n*40+n]
+			deltas := pool[2000+off*n : 2000+off*n+n]
+			raw := make([]byte, 4*n+off)[off:]
+			for i, d := range deltas {
+				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(d))
+			}
+			got := make([]float32, n+off)[off:]
+			copy(got, base)
+			addFloat32sTo32(got, raw)
+			for i := range got {
+				want := base[i] + deltas[i]
+				if math.Float32bits(got[i]) != math.Float32bits(want) && !(got[i] != got[i] && want != want) {
+					t.Fatalf("n=%d off=%d value %d: %v + %v = %v (%#x), want %v (%#x)", n, off, i, base[i], deltas[i], got[i], math.Float32bits(got[i]), want, math.Float32bits(want))
+				}
+			}
+		}
+	}
 }
 
 // TestFloatKernelsMatchConversion: the bulk conversions (vector kernels

@@ -655,8 +655,10 @@ func (d *dense[T]) AddRangeRaw(first uint64, n int, raw []byte, dtype DType) boo
 		raw = raw[:4*n*d.width]
 		d.spans(first-d.lo, n, true, func(dst []T, at int) {
 			r := raw[4*at:][:4*len(dst)]
-			for i := range dst {
-				dst[i] = T(float64(dst[i]) + float64(math.Float32frombits(binary.LittleEndian.Uint32(r[4*i:]))))
+			if d32, ok := any(dst).([]float32); ok {
+				addFloat32sTo32(d32, r)
+			} else {
+				addFloat32s(dst, r)
 			}
 		})
 		return true
