@@ -13,6 +13,10 @@ import (
 // putFloat32s writes src as float32s into dst[:4*len(src)].
 func putFloat32s[T float](dst []byte, src []T) {
 	dst = dst[:4*len(src)]
+	if s32, ok := any(src).([]float32); ok && littleEndian { // the bytes are the values
+		copy(dst, float32Bytes(s32))
+		return
+	}
 	if s64, ok := any(src).([]float64); ok { // the vector kernel where there is one
 		n := putFloat64sTo32(dst, s64)
 		dst, src = dst[4*n:], src[n:]
