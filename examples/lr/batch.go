@@ -341,6 +341,30 @@ func Sigmoid(z float64) float64 {
 	return e / (1 + e)
 }
 
+// LossGrad is LogLoss(z, y) and Sigmoid(z) - y, bit for bit, with one
+// exponential for both.
+func LossGrad(z, y float64) (loss, g float64) {
+	var e, s float64
+	if z >= 0 {
+		e = math.Exp(-z)
+		s = 1 / (1 + e)
+	} else {
+		e = math.Exp(z)
+		s = e / (1 + e)
+	}
+	// LogLoss's branches: log1p(exp(-|z|)), plus |z| when the label
+	// disagrees with z's sign (z = 0 counts as positive for y = 0 and
+	// adds -z = 0 for y = 1).
+	l := math.Log1p(e)
+	switch {
+	case y <= 0 && z >= 0:
+		l = z + l
+	case y > 0 && z <= 0:
+		l = -z + l
+	}
+	return l, s - y
+}
+
 // LogLoss is the logistic loss of margin z for label y in {0, 1}.
 func LogLoss(z float64, y float64) float64 {
 	// log(1 + exp(-z)) for y = 1, log(1 + exp(z)) for y = 0, computed stably.
@@ -430,11 +454,11 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 		}
 		z := m.margin(a, vals)
 		st.N++
-		st.LossSum += LogLoss(z, y)
+		loss, g := LossGrad(z, y)
+		st.LossSum += loss
 		if (z > 0) == (y == 1) {
 			st.Correct++
 		}
-		g := Sigmoid(z) - y
 		gsum += g
 		pos := m.pos[a-m.base:]
 		if m.scale != nil {

@@ -132,11 +132,11 @@ func Full(info *tasks.Info) error {
 				return err
 			}
 			rs.N++
-			rs.LossSum += lr.LogLoss(z, y)
+			loss, g := lr.LossGrad(z, y)
+			rs.LossSum += loss
 			if (z > 0) == (y == 1) {
 				rs.Correct++
 			}
-			g := lr.Sigmoid(z) - y
 			gradB += g
 			for j, k := range ks {
 				grad[k] += g * vs[j]
