@@ -31,6 +31,14 @@ func (t *TableClient) AddFloat32(keys []uint64, deltas []float32) error {
 		return t.Add(keys, t.widen(deltas))
 	}
 	t.holding() // the iteration's first Add: counted, not held
+	// Large deltas are lent to the connection, not copied (sendMsg):
+	// they must stay as they are until written, so the call waits for
+	// that before it returns, and before t.buf32 is refilled.
+	c.lendRaw = true
+	defer func() {
+		c.lendRaw = false
+		c.lent.Wait()
+	}()
 	w := t.spec.Width
 	t.g.Group(t.dir, keys)
 	for s := range t.hosts {
@@ -40,6 +48,7 @@ func (t *TableClient) AddFloat32(keys []uint64, deltas []float32) error {
 		}
 		vals := deltas[:len(keys)*w]
 		if len(ks) != len(keys) {
+			c.lent.Wait()
 			t.buf32 = t.buf32[:0]
 			for _, p := range t.g.Pos(s) {
 				t.buf32 = append(t.buf32, deltas[int(p)*w:int(p+1)*w]...)

@@ -79,3 +79,64 @@ func TestAddFloat32MatchesAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestAddFloat32LendsLargeDeltas: over the TCP data plane, large float32
+// deltas are written to the connection from the caller's slice (not
+// copied), and AddFloat32 returns only once they were: deltas the caller
+// overwrites right after the call still land as they were. Keys of one
+// shard (the caller's slice itself) and of several (a scratch buffer,
+// refilled per shard), from a client on no slave and from one beside a
+// shard, leave the table as Add of the same deltas does.
+func TestAddFloat32LendsLargeDeltas(t *testing.T) {
+	const width, size = 64, 6000
+	for _, self := range []int{-1, 0} {
+		t.Run(fmt.Sprintf("self=%d", self), func(t *testing.T) {
+			a := kvstore.TableSpec{Name: "a", Size: size, Width: width, DType: kvstore.Float32, Storage: kvstore.Dense}.WithDefaults()
+			b := a
+			b.Name = "b"
+			c := newTCPCluster(t, 3, a, b)
+			cl := c.client(self, 0, 0, asp)
+			ta, tb := c.table(cl, a), c.table(cl, b)
+			rng := rand.New(rand.NewPCG(7, uint64(self+1)))
+			for round := range 6 {
+				n := 1500 + rng.IntN(2000)
+				keys := make([]uint64, n)
+				for i := range keys {
+					if round%2 == 0 { // the second shard's only
+						keys[i] = size/3 + rng.Uint64N(size/3)
+					} else {
+						keys[i] = rng.Uint64N(size)
+					}
+				}
+				d32 := make([]float32, n*width)
+				d64 := make([]float64, n*width)
+				for i := range d32 {
+					d32[i] = float32(rng.NormFloat64())
+					d64[i] = float64(d32[i])
+				}
+				ok(t, ta.AddFloat32(keys, d32))
+				for i := range d32 {
+					d32[i] = float32(math.NaN()) // the caller's buffer, reused at once
+				}
+				ok(t, tb.Add(keys, d64))
+				ok(t, cl.Clock())
+			}
+			ok(t, cl.Flush())
+			if st := cl.Stats(); st.BytesLent < 64<<10 {
+				t.Fatalf("stats %+v: no deltas were lent to the connection", st)
+			}
+			all := make([]uint64, size)
+			for i := range all {
+				all[i] = uint64(i)
+			}
+			ga, gb := make([]float64, width*size), make([]float64, width*size)
+			ok(t, ta.Get(all, ga))
+			ok(t, tb.Get(all, gb))
+			for i := range ga {
+				if math.Float64bits(ga[i]) != math.Float64bits(gb[i]) {
+					t.Fatalf("key %d value %d: AddFloat32 %v, Add %v", i/width, i%width, ga[i], gb[i])
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flexps/flexps/kvstore/transport"
@@ -68,9 +69,15 @@ type Client struct {
 	err      error // first asynchronous error (a failed Add), sticky
 	enc      []byte
 	build    func([]byte) []byte // appends c.msg's encoding (transport.Appender)
-	built    int                 // the size of the message sendMsg sent last
-	msg      Message             // the request being built
-	reply    Message             // decoded replies; its Vals keep their capacity
+	head     func([]byte) []byte // appends c.msg's encoding but its raw values (transport.TailSender)
+	// lendRaw lets sendMsg lend c.msg.Raw to the transport (AddFloat32:
+	// the caller's deltas, which it waits for with lent before returning).
+	lendRaw  bool
+	lent     sync.WaitGroup
+	lentDone func()
+	built    int     // the size of the message sendMsg sent last
+	msg      Message // the request being built
+	reply    Message // decoded replies; its Vals keep their capacity
 	stats    ClientStats
 
 	reads map[uint64]*pending // reads with replies outstanding, by sequence number
@@ -93,6 +100,7 @@ type ClientStats struct {
 	LocalKeys, RemoteKeys int64 // keys read or written, by where they live
 	Requests              int64 // messages sent
 	BytesSent             int64
+	BytesLent             int64 // of BytesSent, values written from the caller's memory, not copied (AddFloat32 over TCP)
 	Localized             int64 // keys asked to move here
 	Flushes               int64 // waits for in-flight Adds because keys moved (relocation)
 	HeldKeys              int64 // remote Add keys held and merged until the iteration ended (hold.go)
@@ -532,7 +540,21 @@ func (c *Client) gone(host string) error {
 func (c *Client) sendMsg(host, reply string) error {
 	var err error
 	size := encodedSize(&c.msg)
-	if a, ok := c.cfg.Transport.(transport.Appender); ok && size >= appendMin {
+	if ts, ok := c.cfg.Transport.(transport.TailSender); ok && c.lendRaw && len(c.msg.Raw) >= lendMin {
+		if c.head == nil {
+			c.head = func(dst []byte) []byte {
+				out, tail := appendHead(dst, &c.msg)
+				c.built = len(out) - len(dst) + len(tail)
+				return out
+			}
+			c.lentDone = c.lent.Done
+		}
+		tail := rawTail(&c.msg)
+		c.lent.Add(1)
+		if err = ts.SendTail(host, reply, size-len(tail), c.head, tail, c.lentDone); err == nil {
+			c.stats.BytesLent += int64(len(tail))
+		}
+	} else if a, ok := c.cfg.Transport.(transport.Appender); ok && size >= appendMin {
 		if c.build == nil {
 			c.build = func(dst []byte) []byte {
 				out := AppendMessage(dst, &c.msg)

@@ -17,12 +17,15 @@ import (
 
 // cluster is n shard servers on the in-memory transport, or on an
 // embedded in-process NATS server with a connection each, as slaves in
-// separate processes would have.
+// separate processes would have (and with tcp, each with a direct TCP
+// endpoint over it, as slaves have).
 type cluster struct {
 	t       testing.TB
 	srv     *bus.Embedded // nil on the in-memory transport
 	mem     *transport.Mem
+	tcp     bool
 	conns   []*nats.Conn
+	tcps    []*transport.TCP
 	servers []*kvstore.Server
 	hosts   []string
 }
@@ -35,9 +38,20 @@ func newNATSCluster(t testing.TB, n int, specs ...kvstore.TableSpec) *cluster {
 	return startCluster(t, n, true, specs...)
 }
 
+// newTCPCluster is newNATSCluster with every connection a TCP endpoint:
+// the servers' named as their hosts, clients' c0, c1, ...
+func newTCPCluster(t testing.TB, n int, specs ...kvstore.TableSpec) *cluster {
+	return startClusterOn(t, n, true, true, specs...)
+}
+
 func startCluster(t testing.TB, n int, useNATS bool, specs ...kvstore.TableSpec) *cluster {
 	t.Helper()
-	c := &cluster{t: t}
+	return startClusterOn(t, n, useNATS, false, specs...)
+}
+
+func startClusterOn(t testing.TB, n int, useNATS, tcp bool, specs ...kvstore.TableSpec) *cluster {
+	t.Helper()
+	c := &cluster{t: t, tcp: tcp}
 	if useNATS {
 		srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
 		if err != nil {
@@ -81,12 +95,28 @@ func (c *cluster) conn() transport.Transport {
 		c.t.Fatal(err)
 	}
 	c.conns = append(c.conns, nc)
-	return transport.NewNATS(nc, subject)
+	if !c.tcp {
+		return transport.NewNATS(nc, subject)
+	}
+	self := fmt.Sprintf("c%d", len(c.tcps)-len(c.hosts))
+	if len(c.tcps) < len(c.hosts) {
+		self = c.hosts[len(c.tcps)] // the servers connect first
+	}
+	tr, err := transport.NewTCP(transport.NewNATS(nc, subject), transport.TCPConfig{Self: self,
+		Hello: func(node string) string { return "kvt.hello." + node }, Log: zerolog.Nop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.tcps = append(c.tcps, tr)
+	return tr
 }
 
 func (c *cluster) close() {
 	for _, s := range c.servers {
 		s.Close()
+	}
+	for _, tr := range c.tcps {
+		tr.Close()
 	}
 	for _, nc := range c.conns {
 		nc.Close()

@@ -99,23 +99,26 @@ type Message struct {
 // ErrCodec is wrapped by every decoding error.
 var ErrCodec = errors.New("kvstore codec")
 
-// Wire format, version 1:
+// Wire format, version 2:
 //
 //	version byte | op byte | flags byte | dtype byte
 //	uvarint len + Task | uvarint len + Table
 //	varint Stage | varint Worker | varint Clock | uvarint Width
 //	[flagKeys]  uvarint count, count x uvarint zigzag(key - prev), prev starts at 0
 //	[flagRange] uvarint First | uvarint N
-//	[flagVals]  uvarint count, count x 4 or 8 bytes little-endian
 //	[flagErr]   uvarint len + Err
 //	[flagOwn]   uvarint Node | uvarint count, count x uvarint Pos |
 //	            uvarint count, count x uvarint Versions
 //	[flagFrom]  uvarint From
 //	[flagRepl]  uvarint ReqID | uvarint Floor | uvarint Epoch | uvarint Shard | byte Hop |
 //	            uvarint len + Blob
+//	[flagVals]  uvarint count, count x 4 or 8 bytes little-endian
 //
-// dtype: 0 unset (values travel as float64), 1 float32, 2 float64.
-const codecVersion = 1
+// dtype: 0 unset (values travel as float64), 1 float32, 2 float64. The
+// values come last (version 1 had them after the range), so a message's
+// raw values can follow its head as the caller's own bytes (appendHead,
+// transport.TailSender).
+const codecVersion = 2
 
 const (
 	flagKeys = 1 << iota
@@ -141,6 +144,14 @@ func dtypeByte(d DType) byte {
 // AppendMessage appends m's encoding to dst. It allocates only when dst is
 // too small; encodedSize bounds its size.
 func AppendMessage(dst []byte, m *Message) []byte {
+	dst, tail := appendHead(dst, m)
+	return append(dst, tail...)
+}
+
+// appendHead appends m's encoding to dst but for m.Raw's bytes, which are
+// its last ones: the encoding is dst's new bytes then tail (nil without
+// m.Raw).
+func appendHead(dst []byte, m *Message) (head, tail []byte) {
 	var flags byte
 	if len(m.Keys) > 0 {
 		flags |= flagKeys
@@ -189,26 +200,6 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		dst = binary.AppendUvarint(dst, m.First)
 		dst = binary.AppendUvarint(dst, uint64(m.N))
 	}
-	if flags&flagVals != 0 && len(m.Raw) > 0 {
-		size := 8
-		if dt == 1 {
-			size = 4
-		}
-		dst = binary.AppendUvarint(dst, uint64(len(m.Raw)/size))
-		dst = append(dst, m.Raw[:len(m.Raw)/size*size]...)
-	} else if flags&flagVals != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(m.Vals)))
-		if dt == 1 {
-			dst = growBytes(dst, 4*len(m.Vals))
-			putFloat32s(dst[len(dst)-4*len(m.Vals):], m.Vals)
-		} else {
-			dst = growBytes(dst, 8*len(m.Vals))
-			b := dst[len(dst)-8*len(m.Vals):]
-			for i, v := range m.Vals {
-				binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
-			}
-		}
-	}
 	if flags&flagErr != 0 {
 		dst = appendString(dst, m.Err)
 	}
@@ -235,7 +226,37 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Blob)))
 		dst = append(dst, m.Blob...)
 	}
-	return dst
+	if flags&flagVals != 0 && len(m.Raw) > 0 {
+		size := 8
+		if dt == 1 {
+			size = 4
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(m.Raw)/size))
+		return dst, rawTail(m)
+	} else if flags&flagVals != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Vals)))
+		if dt == 1 {
+			dst = growBytes(dst, 4*len(m.Vals))
+			putFloat32s(dst[len(dst)-4*len(m.Vals):], m.Vals)
+		} else {
+			dst = growBytes(dst, 8*len(m.Vals))
+			b := dst[len(dst)-8*len(m.Vals):]
+			for i, v := range m.Vals {
+				binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+			}
+		}
+	}
+	return dst, nil
+}
+
+// rawTail is the part of m's encoding appendHead leaves out: m.Raw's
+// whole values.
+func rawTail(m *Message) []byte {
+	size := 8
+	if dtypeByte(m.DType) == 1 {
+		size = 4
+	}
+	return m.Raw[:len(m.Raw)/size*size]
 }
 
 // growBytes extends b by n bytes (contents unspecified).
@@ -366,34 +387,6 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 			d.fail("range flag with empty range")
 		}
 	}
-	m.Vals, m.Raw = m.Vals[:0], nil
-	if flags&flagVals != 0 {
-		size := 8
-		if dt == 1 {
-			size = 4
-		}
-		n := d.count("vals", size)
-		if d.err == nil && n == 0 {
-			d.fail("vals flag with zero values")
-		}
-		if d.err == nil && raw {
-			m.Raw = d.b[d.i : d.i+n*size]
-			d.i += n * size
-		} else if d.err == nil {
-			m.Vals = grow(m.Vals, n)
-			src := d.b[d.i : d.i+n*size]
-			if size == 4 {
-				for i := range m.Vals {
-					m.Vals[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:])))
-				}
-			} else {
-				for i := range m.Vals {
-					m.Vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(src[8*i:]))
-				}
-			}
-			d.i += n * size
-		}
-	}
 	m.Err = ""
 	if flags&flagErr != 0 {
 		m.Err = d.str("err", "")
@@ -439,6 +432,34 @@ func decodeMessage(b []byte, m *Message, raw bool) error {
 		if n := d.count("blob", 1); d.err == nil && n > 0 {
 			m.Blob = d.b[d.i : d.i+n]
 			d.i += n
+		}
+	}
+	m.Vals, m.Raw = m.Vals[:0], nil
+	if flags&flagVals != 0 {
+		size := 8
+		if dt == 1 {
+			size = 4
+		}
+		n := d.count("vals", size)
+		if d.err == nil && n == 0 {
+			d.fail("vals flag with zero values")
+		}
+		if d.err == nil && raw {
+			m.Raw = d.b[d.i : d.i+n*size]
+			d.i += n * size
+		} else if d.err == nil {
+			m.Vals = grow(m.Vals, n)
+			src := d.b[d.i : d.i+n*size]
+			if size == 4 {
+				for i := range m.Vals {
+					m.Vals[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:])))
+				}
+			} else {
+				for i := range m.Vals {
+					m.Vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(src[8*i:]))
+				}
+			}
+			d.i += n * size
 		}
 	}
 	if d.err == nil && d.i != len(b) {

@@ -553,6 +553,12 @@ func (s *Server) sendMsg(reply string, m *Message, dst []byte) []byte {
 // send buffer: smaller ones are copied there, packed with others.
 const appendMin = 32 << 10
 
+// lendMin is the size of raw values from which AddFloat32 lends them to a
+// transport that writes them from where they are (transport.TailSender)
+// instead of copying them: the call then waits until they are written,
+// which pays for large values only.
+const lendMin = 64 << 10
+
 // send answers a request; a failure (the connection is gone) leaves the
 // requester to time out, and is logged here.
 func (s *Server) send(reply string, data []byte) {

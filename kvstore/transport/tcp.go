@@ -331,12 +331,32 @@ func (t *TCP) SendAppend(node, reply string, size int, build func([]byte) []byte
 	return t.send(node, reply, body{build: build, size: size})
 }
 
+// SendTail is SendAppend of a request whose payload ends with tail, which
+// a connection writes from where it is (see TailSender). Over the bus,
+// tail is copied.
+func (t *TCP) SendTail(node, reply string, size int, build func([]byte) []byte, tail []byte, done func()) error {
+	lent := false
+	var err error
+	if err = checkFrame(node, reply, nil); err == nil {
+		err = t.send(node, reply, body{build: build, size: size, tail: tail, done: done, lent: &lent})
+	}
+	if !lent {
+		done() // copied whole (bytes), or never sent
+	}
+	return err
+}
+
 // body is a message's payload: data, or what build appends (at most
-// size bytes, else it costs a copy).
+// size bytes, else it costs a copy) followed by tail. A connection that
+// queues a body with done writes its tail from where it is and calls done
+// once written or dropped; it sets *lent when it takes that on.
 type body struct {
 	data  []byte
 	build func([]byte) []byte
 	size  int
+	tail  []byte
+	done  func()
+	lent  *bool
 }
 
 // bytes is the payload as one slice, built in a pooled buffer the
@@ -345,8 +365,8 @@ func (b body) bytes() ([]byte, *[]byte) {
 	if b.build == nil {
 		return b.data, nil
 	}
-	buf := getBuf(b.size)
-	out := b.build((*buf)[:0])
+	buf := getBuf(b.size + len(b.tail))
+	out := append(b.build((*buf)[:0]), b.tail...)
 	return out, buf
 }
 

@@ -30,7 +30,7 @@ type tcpConn struct {
 
 	mu     sync.Mutex
 	space  *sync.Cond // signalled when the writer took the queue
-	out    [][]byte   // frames waiting for the writer, in order (see write)
+	out    []outBuf   // frames waiting for the writer, in order (see write)
 	queued int        // bytes in out
 	err    error      // set once broken
 	wake   chan struct{}
@@ -38,6 +38,14 @@ type tcpConn struct {
 	once   sync.Once
 
 	dead bool // guarded by t.pmu: no request may be tracked on it any more
+}
+
+// outBuf is one buffer of the write queue: a pooled one (frames packed
+// in it), or a lent tail (see TailSender) whose done the writer calls
+// once it is written, or fail once it never will be.
+type outBuf struct {
+	b    []byte
+	done func() // nil: a pooled buffer
 }
 
 // start runs a connection's reader and writer; false if the endpoint is
@@ -72,31 +80,51 @@ func (t *TCP) start(nc net.Conn, remote, node string, inbound bool) (*tcpConn, b
 func (c *tcpConn) write(kind byte, a, b string, data []byte, wait bool) error {
 	n := frameSize(a, b, data)
 	return c.enqueue(n, wait, func() {
-		if last := len(c.out) - 1; last >= 0 && cap(c.out[last])-len(c.out[last]) >= n {
-			c.out[last] = appendFrame(c.out[last], kind, a, b, data)
+		if last := len(c.out) - 1; last >= 0 && c.out[last].done == nil && cap(c.out[last].b)-len(c.out[last].b) >= n {
+			c.out[last].b = appendFrame(c.out[last].b, kind, a, b, data)
 		} else {
 			buf := getBuf(max(n, writeChunk))
-			c.out = append(c.out, appendFrame((*buf)[:0], kind, a, b, data))
+			c.out = append(c.out, outBuf{b: appendFrame((*buf)[:0], kind, a, b, data)})
 		}
 	})
 }
 
 // writeBody is write of a frame whose payload bd may build: then the
 // frame is built outside the lock, in a pooled buffer of its own that
-// joins the queue as it is (the payload is written once, not copied).
+// joins the queue as it is (the payload is written once, not copied). A
+// body with a tail and done lends the tail: it joins the queue after the
+// built part as it is, and the writer calls done once it wrote it.
 func (c *tcpConn) writeBody(kind byte, a, b string, bd body, wait bool) error {
 	if bd.build == nil {
 		return c.write(kind, a, b, bd.data, wait)
 	}
-	buf := getBuf(frameHeader + frameFixed + len(a) + len(b) + bd.size)
+	lend := bd.done != nil && len(bd.tail) > 0
+	size := bd.size
+	if !lend {
+		size += len(bd.tail)
+	}
+	buf := getBuf(frameHeader + frameFixed + len(a) + len(b) + size)
 	f := bd.build(appendFrame((*buf)[:0], kind, a, b, nil))
+	if !lend {
+		f = append(f, bd.tail...)
+	}
 	n := len(f) - frameHeader
+	if lend {
+		n += len(bd.tail)
+	}
 	if n > maxFrame {
 		putBuf(buf)
 		return fmt.Errorf("transport: message of %d bytes is larger than a frame (%d)", n-frameFixed-len(a)-len(b), maxFrame)
 	}
 	binary.LittleEndian.PutUint32(f, uint32(n))
-	if err := c.enqueue(len(f), wait, func() { c.out = append(c.out, f) }); err != nil {
+	add := func() { c.out = append(c.out, outBuf{b: f}) }
+	if lend {
+		add = func() {
+			c.out = append(c.out, outBuf{b: f}, outBuf{b: bd.tail, done: bd.done})
+			*bd.lent = true
+		}
+	}
+	if err := c.enqueue(frameHeader+n, wait, add); err != nil {
 		putBuf(buf)
 		return err
 	}
@@ -140,10 +168,12 @@ func (c *tcpConn) cause() error {
 
 // writeLoop sends everything queued since its last write in one call
 // (writev): while the connection is busy, frames pile up and leave
-// together. The buffers go back to the pool once written.
+// together. Pooled buffers go back to the pool once written, lent tails
+// to their owners (done).
 func (c *tcpConn) writeLoop() {
 	defer c.t.wg.Done()
-	var spare, nb [][]byte
+	var spare []outBuf
+	var nb [][]byte
 	for {
 		select {
 		case <-c.wake:
@@ -159,19 +189,32 @@ func (c *tcpConn) writeLoop() {
 			spare = bufs
 			continue
 		}
-		nb = append(nb[:0], bufs...)
+		nb = nb[:0]
+		for _, o := range bufs {
+			nb = append(nb, o.b)
+		}
 		w := net.Buffers(nb) // WriteTo consumes w, not nb's array
 		_, err := w.WriteTo(c.nc)
 		clear(nb)
-		for i, b := range bufs {
-			putBuf(&b)
-			bufs[i] = nil
-		}
+		release(bufs)
 		if err != nil {
 			c.fail(err)
 			return
 		}
 		spare = bufs
+	}
+}
+
+// release gives bufs back: pooled ones to the pool, lent ones to their
+// owners; and forgets them.
+func release(bufs []outBuf) {
+	for i, o := range bufs {
+		if o.done != nil {
+			o.done()
+		} else {
+			putBuf(&o.b)
+		}
+		bufs[i] = outBuf{}
 	}
 }
 
@@ -241,7 +284,10 @@ func (c *tcpConn) fail(cause error) {
 		c.mu.Lock()
 		c.err = err
 		c.space.Broadcast()
+		unsent := c.out
+		c.out, c.queued = nil, 0
 		c.mu.Unlock()
+		release(unsent) // lent tails go back; nothing is queued any more (err)
 		close(c.done)
 		c.nc.Close()
 		t.mu.Lock()

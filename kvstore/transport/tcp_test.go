@@ -584,3 +584,131 @@ func TestTCPAppendedMessages(t *testing.T) {
 		t.Fatalf("stats %+v: want the NATS-only node's 24 requests on the bus", st)
 	}
 }
+
+// SendTail: a request's lent tail arrives whole after its built head, in
+// order with other frames; each done runs exactly once, after its tail
+// was written (or, to a node on the bus only, at once: copied); frames
+// queued after a lent tail never go into its spare capacity (the
+// caller's memory beyond it stays as it was).
+func TestTCPSendTail(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	plain := transport.NewNATS(nc, kvSubject)
+	serve(t, a, "a", echo(a, "a"))
+	serve(t, plain, "old", echo(plain, "old"))
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	sizes := []int{200 << 10, 3, 5, 70 << 10, 1<<20 - 64, 0} // within NATS's payload limit; small frames after lent tails
+	for _, node := range []string{"a", "old"} {
+		const n = 18
+		var calls [n]atomic.Int32
+		backing := make([][]byte, n)
+		want := make([][]byte, n)
+		for i := range n {
+			head := []byte(fmt.Sprintf("head %d|", i))
+			size := sizes[i%len(sizes)]
+			backing[i] = make([]byte, size+64) // spare capacity after the tail
+			for j := range backing[i] {
+				backing[i][j] = byte(i*11 + j*3)
+			}
+			tail := backing[i][:size]
+			want[i] = append(append([]byte(node+":"), head...), tail...)
+			reply := fmt.Sprintf("%s.%d", in.Addr(), i)
+			if i%3 == 2 { // a plain frame between lent ones
+				err = cli.Send(node, reply, want[i][len(node)+1:])
+				calls[i].Add(1)
+			} else {
+				err = cli.SendTail(node, reply, len(head), func(b []byte) []byte { return append(b, head...) }, tail, func() { calls[i].Add(1) })
+			}
+			if err != nil {
+				t.Fatalf("%s: send %d: %v", node, i, err)
+			}
+		}
+		for i := range n {
+			m := next(t, in)
+			if m.Tail != fmt.Sprint(i) {
+				t.Fatalf("%s: answer %d arrived as %q: out of order", node, i, m.Tail)
+			}
+			if !bytes.Equal(m.Data, want[i]) {
+				t.Fatalf("%s: answer %d (%d bytes) corrupted", node, i, len(want[i]))
+			}
+			m.Release()
+		}
+		for i := range n {
+			if got := calls[i].Load(); got != 1 {
+				t.Fatalf("%s: request %d: done ran %d times", node, i, got)
+			}
+			size := sizes[i%len(sizes)]
+			for j := size; j < len(backing[i]); j++ {
+				if backing[i][j] != byte(i*11+j*3) {
+					t.Fatalf("%s: request %d: the caller's memory after its tail was written to", node, i)
+				}
+			}
+		}
+	}
+}
+
+// A lent tail still queued when its connection breaks is given back
+// (done runs once) and its request fails with ErrConnLost.
+func TestTCPSendTailConnectionLost(t *testing.T) {
+	srv := tcpBus(t)
+	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	var stop sync.Once
+	release := make(chan struct{})
+	serve(t, a, "a", func(data []byte, reply string) {
+		stop.Do(func() { <-release }) // the first request stalls the reader: the queue backs up
+	})
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var done atomic.Int32
+	tail := make([]byte, 4<<20)
+	const n = 12 // 48 MiB: more than the socket buffers and the queue's bound
+	sent := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := cli.SendTail("a", fmt.Sprintf("%s.%d", in.Addr(), i), 0, func(b []byte) []byte { return b }, tail, func() { done.Add(1) }); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	time.Sleep(200 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }() // the connection breaks with tails unwritten
+	time.Sleep(100 * time.Millisecond)
+	close(release) // (Close waits for the stalled handler)
+	<-closed
+	if err := <-sent; err != nil && !errors.Is(err, transport.ErrConnLost) {
+		t.Logf("send after the break: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for done.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("done ran %d times for %d lent tails", done.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := done.Load(); got != n {
+		t.Fatalf("done ran %d times for %d lent tails", got, n)
+	}
+	lost := 0
+	for lost < 1 {
+		m := next(t, in)
+		if errors.Is(m.Err, transport.ErrConnLost) {
+			lost++
+		}
+	}
+}

@@ -59,6 +59,17 @@ type Appender interface {
 	ReplyAppend(addr string, size int, build func([]byte) []byte) error
 }
 
+// TailSender is an Appender that can also send a request whose last
+// bytes are the caller's own (TCP: written to the socket from where they
+// are, not copied into a send buffer). The message is what build appends
+// followed by tail; done is called exactly once, when the transport no
+// longer reads tail (it was written, copied, or will never be sent: the
+// connection broke), possibly before SendTail returns and also when it
+// returns an error. The caller must not change tail until then.
+type TailSender interface {
+	SendTail(node, reply string, size int, build func([]byte) []byte, tail []byte, done func()) error
+}
+
 // Handler serves one request. data is valid only during the call; reply
 // is where answers go ("" when the sender wants none).
 type Handler func(data []byte, reply string)
