@@ -555,6 +555,22 @@ func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	off := len(dst)
 	dst = slices.Grow(dst, len(keys)*rowBytes)[:off+len(keys)*rowBytes]
 	lk := d.walker(false, keys)
+	if v32, ok := any(d.vals).([]float32); ok && w == 1 && d.contiguous {
+		// One float32 per key of a range shard (a bulk pull of scalars):
+		// the local index inline, one tight loop.
+		o := dst[off:]
+		lo, n := d.lo, d.hi-d.lo
+		for i, k := range keys {
+			if l := k - lo; l < n {
+				lk.at(l)
+				binary.LittleEndian.PutUint32(o[4*i:], math.Float32bits(v32[l]))
+			} else {
+				clear(o[4*i : 4*i+4])
+			}
+		}
+		lk.release()
+		return dst
+	}
 	if w == 1 { // one value per key: no per-row call
 		o := dst[off:]
 		for i, k := range keys {
@@ -622,6 +638,19 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 	raw = raw[:4*len(keys)*w]
 	lk := d.walker(true, keys)
 	defer lk.release()
+	v32, is32 := any(d.vals).([]float32)
+	if w == 1 && is32 && d.contiguous {
+		// One float32 per key of a range shard (a bulk push of scalars):
+		// the local index and the sum inline, one tight loop.
+		lo, n := d.lo, d.hi-d.lo
+		for i, k := range keys {
+			if l := k - lo; l < n {
+				lk.at(l)
+				v32[l] += math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+		}
+		return true
+	}
 	if w == 1 {
 		for i, k := range keys {
 			if l, ok := d.local(k); ok {
@@ -631,7 +660,6 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 		}
 		return true
 	}
-	v32, is32 := any(d.vals).([]float32)
 	for i, k := range keys {
 		l, ok := d.local(k)
 		if !ok {
