@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -164,5 +165,35 @@ func TestFloatKernelsMatchConversion(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMaxKey: the branchless maximum is the largest key at every length
+// around its step and every position of the largest; checkKeysN still
+// names the first key out of range.
+func TestMaxKey(t *testing.T) {
+	for n := 0; n <= 11; n++ {
+		for at := range max(n, 1) {
+			keys := make([]uint64, n)
+			for i := range keys {
+				keys[i] = uint64(i * 3)
+			}
+			want := uint64(0)
+			if n > 0 {
+				keys[at] = math.MaxUint64 - 1
+				want = keys[at]
+			}
+			if got := maxKey(keys); got != want {
+				t.Fatalf("n=%d largest at %d: maxKey %d, want %d", n, at, got, want)
+			}
+		}
+	}
+	spec := TableSpec{Name: "w", Size: 100, Width: 1}
+	if err := checkKeysN(spec, []uint64{5, 99, 0}, 3, "add"); err != nil {
+		t.Fatal(err)
+	}
+	err := checkKeysN(spec, []uint64{5, 150, 7, 100}, 4, "add")
+	if err == nil || !strings.Contains(err.Error(), "key 150 out of range [0, 100)") {
+		t.Fatalf("error %v, want the first key out of range named", err)
 	}
 }
