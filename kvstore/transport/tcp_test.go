@@ -509,19 +509,26 @@ func TestHandshakeAdmitsKeyHolder(t *testing.T) {
 	}
 }
 
+// tcpAndBusOnly starts, on a bus of their own, TCP endpoints "a" and "cli"
+// and a transport on the bus only (a node without a TCP endpoint).
+func tcpAndBusOnly(t *testing.T) (a, cli *transport.TCP, plain *transport.NATS) {
+	t.Helper()
+	srv := tcpBus(t)
+	a, cli = newTCP(t, srv, "a"), newTCP(t, srv, "cli")
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return a, cli, transport.NewNATS(nc, kvSubject)
+}
+
 // Messages built in the send buffer (SendAppend, ReplyAppend) interleave
 // with copied ones (Send, Reply) in order and intact, whatever the size
 // hint (exact, too small: a copy, zero), to a TCP peer, to a node on NATS
 // only, and to the endpoint's own node.
 func TestTCPAppendedMessages(t *testing.T) {
-	srv := tcpBus(t)
-	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
-	nc, err := srv.Connect(bus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	plain := transport.NewNATS(nc, kvSubject)
+	a, cli, plain := tcpAndBusOnly(t)
 	// Odd requests are answered with ReplyAppend (TCP endpoints).
 	appendEcho := func(tr transport.Transport, node string) transport.Handler {
 		n := 0
@@ -591,14 +598,7 @@ func TestTCPAppendedMessages(t *testing.T) {
 // queued after a lent tail never go into its spare capacity (the
 // caller's memory beyond it stays as it was).
 func TestTCPSendTail(t *testing.T) {
-	srv := tcpBus(t)
-	a, cli := newTCP(t, srv, "a"), newTCP(t, srv, "cli")
-	nc, err := srv.Connect(bus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	plain := transport.NewNATS(nc, kvSubject)
+	a, cli, plain := tcpAndBusOnly(t)
 	serve(t, a, "a", echo(a, "a"))
 	serve(t, plain, "old", echo(plain, "old"))
 	in, err := cli.Listen()
