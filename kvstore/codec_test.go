@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -260,5 +262,50 @@ func BenchmarkCodec(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCodecKeysRoundTrip: keys come back exactly whatever mix of one-byte
+// and longer deltas they have (the decoder's inline path and its varint
+// path), at lengths 1-70, sorted or not.
+func TestCodecKeysRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for n := 1; n <= 70; n++ {
+		for _, mix := range []int{0, 1, 3, 9, 100} { // one delta in mix is long (0: none)
+			keys := make([]uint64, n)
+			var k uint64
+			for i := range keys {
+				if mix > 0 && rng.IntN(mix) == 0 {
+					k += 64 + rng.Uint64N(1<<40) // two bytes or more
+				} else {
+					k += rng.Uint64N(64) // one byte
+				}
+				keys[i] = k
+			}
+			if n%7 == 0 {
+				rng.Shuffle(n, func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			}
+			m := Message{Op: OpGet, Table: "w", Keys: keys, DType: Float32}
+			var got Message
+			noErr(t, DecodeMessage(AppendMessage(nil, &m), &got))
+			if !slices.Equal(got.Keys, keys) {
+				t.Fatalf("n=%d mix=%d: keys %v, want %v", n, mix, got.Keys, keys)
+			}
+		}
+	}
+}
+
+func BenchmarkDecodeKeys(b *testing.B) {
+	m := Message{Op: OpGet, Table: "w"}
+	for k := range uint64(100000) {
+		m.Keys = append(m.Keys, k*4+k%3)
+	}
+	buf := AppendMessage(nil, &m)
+	var got Message
+	b.SetBytes(int64(8 * len(m.Keys)))
+	for b.Loop() {
+		if err := DecodeMessage(buf, &got); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
