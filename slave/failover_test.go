@@ -40,13 +40,13 @@ type drill struct {
 	block      map[uint64]int64
 	shares     map[int][2]int // rank -> Share after the first epoch's barrier
 	hanging    int            // victim workers stopped dead
-	hang       chan struct{}  // closed when the victim's workers are to stop dead
+	hung       chan struct{}  // closed when both victim workers stopped dead
 }
 
 var theDrill *drill
 
 func newDrill() *drill {
-	d := &drill{block: map[uint64]int64{}, shares: map[int][2]int{}, hang: make(chan struct{})}
+	d := &drill{block: map[uint64]int64{}, shares: map[int][2]int{}, hung: make(chan struct{})}
 	for e := range d.live {
 		d.live[e], d.dead[e] = map[uint64]int{}, map[uint64]int{}
 	}
@@ -81,9 +81,23 @@ func init() {
 					pass.Close()
 					return err
 				}
+				if !victim && epoch == 1 && batches == 1 {
+					// A survivor takes one batch, then waits for the
+					// victim's workers to stop dead: on a loaded machine
+					// they could otherwise start after the survivors
+					// took every block of the epoch, and never stop.
+					select {
+					case <-d.hung:
+					case <-info.Ctx.Done():
+						pass.Close()
+						return info.Ctx.Err()
+					}
+				}
 				if victim && epoch == 1 && batches == 2 {
 					d.mu.Lock()
-					d.hanging++
+					if d.hanging++; d.hanging == 2 {
+						close(d.hung)
+					}
 					d.mu.Unlock()
 					<-info.Ctx.Done() // stopped dead mid-block
 					pass.Close()
