@@ -182,13 +182,20 @@ func TestTCPBurstOfMixedFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	expectInOrder(t, in, "a", n, func(i int) []byte { return append([]byte("a:"), payload(i)...) })
+}
+
+// expectInOrder reads n answers from in: answer i must come to address
+// tail i carrying want(i); label names the requests' node in failures.
+func expectInOrder(t *testing.T, in transport.Inbox, label string, n int, want func(i int) []byte) {
+	t.Helper()
 	for i := range n {
 		m := next(t, in)
 		if m.Tail != fmt.Sprint(i) {
-			t.Fatalf("answer %d arrived as %q: out of order", i, m.Tail)
+			t.Fatalf("%s: answer %d arrived as %q: out of order", label, i, m.Tail)
 		}
-		if want := append([]byte("a:"), payload(i)...); !bytes.Equal(m.Data, want) {
-			t.Fatalf("answer %d (%d bytes) corrupted", i, len(want))
+		if w := want(i); !bytes.Equal(m.Data, w) {
+			t.Fatalf("%s: answer %d (%d bytes) corrupted", label, i, len(w))
 		}
 		m.Release()
 	}
@@ -576,16 +583,7 @@ func TestTCPAppendedMessages(t *testing.T) {
 				t.Fatalf("%s: send %d: %v", node, i, err)
 			}
 		}
-		for i := range n {
-			m := next(t, in)
-			if m.Tail != fmt.Sprint(i) {
-				t.Fatalf("%s: answer %d arrived as %q: out of order", node, i, m.Tail)
-			}
-			if want := append([]byte(node+":"), payload(i)...); !bytes.Equal(m.Data, want) {
-				t.Fatalf("%s: answer %d (%d bytes) corrupted", node, i, len(want))
-			}
-			m.Release()
-		}
+		expectInOrder(t, in, node, n, func(i int) []byte { return append([]byte(node+":"), payload(i)...) })
 	}
 	if st := cli.Stats(); st.BusSends != 24 {
 		t.Fatalf("stats %+v: want the NATS-only node's 24 requests on the bus", st)
@@ -632,16 +630,7 @@ func TestTCPSendTail(t *testing.T) {
 				t.Fatalf("%s: send %d: %v", node, i, err)
 			}
 		}
-		for i := range n {
-			m := next(t, in)
-			if m.Tail != fmt.Sprint(i) {
-				t.Fatalf("%s: answer %d arrived as %q: out of order", node, i, m.Tail)
-			}
-			if !bytes.Equal(m.Data, want[i]) {
-				t.Fatalf("%s: answer %d (%d bytes) corrupted", node, i, len(want[i]))
-			}
-			m.Release()
-		}
+		expectInOrder(t, in, node, n, func(i int) []byte { return want[i] })
 		for i := range n {
 			if got := calls[i].Load(); got != 1 {
 				t.Fatalf("%s: request %d: done ran %d times", node, i, got)
