@@ -642,11 +642,29 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 	if w == 1 && is32 && d.contiguous {
 		// One float32 per key of a range shard (a bulk push of scalars):
 		// the local index and the sum inline, one tight loop.
+		// A stripe at a time: the walker is asked once per run of keys
+		// in one stripe (every run, for sorted keys), and the run's loop
+		// has one unsigned compare per key for both ends of the stripe.
 		lo, n := d.lo, d.hi-d.lo
-		for i, k := range keys {
-			if l := k - lo; l < n {
-				lk.at(l)
-				v32[l] += math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		for i := 0; i < len(keys); {
+			l := keys[i] - lo
+			if l >= n {
+				i++
+				continue
+			}
+			lk.at(l)
+			base, end := uint64(0), n
+			if !lk.all {
+				base = l >> lk.shift << lk.shift
+				end = min(base+1<<lk.shift, n)
+			}
+			vs := v32[base:end]
+			for ; i < len(keys); i++ {
+				j := keys[i] - lo - base
+				if j >= uint64(len(vs)) {
+					break
+				}
+				vs[j] += math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 			}
 		}
 		return true

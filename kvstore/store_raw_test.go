@@ -99,6 +99,63 @@ func TestAddRawMatchesAdd(t *testing.T) {
 	}
 }
 
+// TestAddRawStripeRuns: the width-1 float32 walk of a range shard, which
+// applies a run of keys per stripe, matches Add across stripe borders
+// for sorted keys (one stripe at a time), descending ones, unsorted ones
+// (many: every stripe at once; few: stripe by stripe, stepping back),
+// repeats, keys just outside the shard on both sides, and the shard's
+// first and last keys.
+func TestAddRawStripeRuns(t *testing.T) {
+	const size = 5*stripeVals + 123 // shard 1 of 2: several stripes and a short last one
+	c := storeCase{storage: Dense, dtype: Float32, part: RangePartition}
+	viaAdd, d := newTestStore(t, c, size, 1, 2, 1, "")
+	viaRaw, _ := newTestStore(t, c, size, 1, 2, 1, "")
+	owned := ownedKeys(d, 1, size)
+	lo, hi := owned[0], owned[len(owned)-1]
+	rng := rand.New(rand.NewPCG(7, 8))
+	draw := func(n int) []uint64 {
+		ks := make([]uint64, n)
+		for i := range ks {
+			ks[i] = lo - 3 + rng.Uint64N(hi-lo+7) // a few keys of shard 0 and past the end
+		}
+		return ks
+	}
+	sorted := draw(5000)
+	slices.Sort(sorted)
+	descending := slices.Clone(sorted)
+	slices.Reverse(descending)
+	calls := []struct {
+		name string
+		keys []uint64
+	}{
+		{"sorted", sorted},
+		{"descending", descending},
+		{"unsorted many", draw(20000)},
+		{"unsorted few", draw(40)},
+		{"edges", []uint64{lo - 1, lo, hi, hi + 1, lo, hi, lo + stripeVals - 1, lo + stripeVals, lo + stripeVals - 1, size - 1}},
+	}
+	for _, call := range calls {
+		deltas := make([]float64, len(call.keys))
+		for i := range deltas {
+			deltas[i] = float64(float32(rng.NormFloat64()))
+		}
+		raw := make([]byte, 4*len(deltas))
+		putFloat32s(raw, deltas)
+		viaAdd.Add(call.keys, deltas)
+		if !viaRaw.(rawAdder).AddRaw(call.keys, raw, Float32) {
+			t.Fatalf("%s: AddRaw refused float32 deltas", call.name)
+		}
+		want, got := make([]float64, len(owned)), make([]float64, len(owned))
+		viaAdd.Get(owned, want)
+		viaRaw.Get(owned, got)
+		for i, k := range owned {
+			if math.Float64bits(want[i]) != math.Float64bits(got[i]) {
+				t.Fatalf("after %s: key %d: AddRaw %v, Add %v", call.name, k, got[i], want[i])
+			}
+		}
+	}
+}
+
 // BenchmarkAddRaw: a shard applying a remote Add of float32 deltas,
 // decoded and added in one pass (raw) against converted to float64 first
 // and added (convert+add, the path of other dtypes).

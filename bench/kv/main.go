@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -304,6 +305,10 @@ func run(o options) error {
 	maxPayload := int(remoteConn.MaxPayload())
 	for _, spec := range remote {
 		spec = spec.WithDefaults()
+		if !slices.ContainsFunc([]string{"remote get", "remote get32", "remote add", "remote add32", "remote getchunk", "remote addchunk"},
+			func(op string) bool { return want(op, spec) }) {
+			continue // no row of this table runs: no keys drawn for it
+		}
 		p := kvstore.Placement{Spec: spec, Hosts: hosts}
 		var tcs []*kvstore.TableClient // one per transport, in o.transports order
 		var flushes, clocks []func() error
@@ -446,6 +451,29 @@ func keyBatches(rng *rand.Rand, spec kvstore.TableSpec, n, sparseKeys int) [][]u
 	}
 	n = min(n, int(universe))
 	out := make([][]uint64, max(nbatch, poolKeys/n))
+	if spec.Storage != kvstore.Sparse {
+		// Dense keys: a bitmap of the drawn ones, read back in order (a
+		// map and a sort took a minute for 64 batches of 1M keys).
+		seen := make([]uint64, (universe+63)/64)
+		for i := range out {
+			clear(seen)
+			for drawn := 0; drawn < n; {
+				k := rng.Uint64N(universe)
+				if bit := uint64(1) << (k % 64); seen[k/64]&bit == 0 {
+					seen[k/64] |= bit
+					drawn++
+				}
+			}
+			ks := make([]uint64, 0, n)
+			for w, set := range seen {
+				for ; set != 0; set &= set - 1 {
+					ks = append(ks, uint64(w)*64+uint64(bits.TrailingZeros64(set)))
+				}
+			}
+			out[i] = ks
+		}
+		return out
+	}
 	seen := map[uint64]bool{}
 	for i := range out {
 		clear(seen)
