@@ -32,8 +32,8 @@ func (m LockMode) String() string {
 }
 
 // LocalTable is the in-memory model the workers of a `local` stage share
-// on one slave. Dense tables are one []float64 over [0, Size) x Width, the
-// fast path. A sparse spec is held by a sparse Store (its own striped
+// on one slave. Dense tables are one slice over [0, Size) x Width of the
+// table's dtype (float32 or float64), the fast path. A sparse spec is held by a sparse Store (its own striped
 // locks; mode is then ignored and Values returns nil).
 //
 // With ChunkLocks each call takes every chunk lock it needs once: sorted
@@ -49,8 +49,12 @@ type LocalTable struct {
 	width     int
 	chunkSize uint64
 	div       chunkDiv
-	vals      []float64
-	chunks    []sync.Mutex
+	// The values of a dense table, in its dtype: vals for float64, v32
+	// for float32 (4 bytes per parameter, rounded as the KV-store's
+	// float32 shards round: each sum once to float32).
+	vals   []float64
+	v32    []float32
+	chunks []sync.Mutex
 	// all is held exclusively by a call that walks keys of every chunk
 	// (lockAllKeys) in place of every chunk lock, and shared by every
 	// call that takes chunk locks.
@@ -66,6 +70,44 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	t, err := lockedTable(spec, mode, chunkSize)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Storage == Sparse {
+		dir, err := NewDirectory(spec, 1)
+		if err != nil {
+			return nil, err
+		}
+		t.sparse = NewStore(spec, dir, 0)
+		return t, nil
+	}
+	if err := checkAlloc(fmt.Sprintf("table %q (%d keys x %d, in one slave's memory)", spec.Name, spec.Size, spec.Width), spec.Size, spec.Width, spec.elemBytes()); err != nil {
+		return nil, err
+	}
+	n := int(spec.Size) * spec.Width
+	if spec.DType == Float32 {
+		t.v32 = make([]float32, n)
+	} else {
+		t.vals = make([]float64, n)
+	}
+	if init, _ := parseInit(spec.Init); !init.IsZero() {
+		for k := range spec.Size {
+			for c := range spec.Width {
+				if i, v := int(k)*spec.Width+c, init.Value(k, c); t.v32 != nil {
+					t.v32[i] = float32(v)
+				} else {
+					t.vals[i] = v
+				}
+			}
+		}
+	}
+	t.makeLocks()
+	return t, nil
+}
+
+// lockedTable is a table of spec without values, under mode.
+func lockedTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, error) {
 	if chunkSize < 1 {
 		return nil, fmt.Errorf("%w: table %q: chunk size must be >= 1, got %d", ErrBadSpec, spec.Name, chunkSize)
 	}
@@ -75,29 +117,28 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 	t := &LocalTable{spec: spec, mode: mode, width: spec.Width, chunkSize: uint64(chunkSize)}
 	t.div = newChunkDiv(spec.Size, uint64(chunkSize))
 	t.scratch.New = func() any { return new(localScratch) }
-	if spec.Storage == Sparse {
-		dir, err := NewDirectory(spec, 1)
-		if err != nil {
-			return nil, err
-		}
-		t.sparse = NewStore(spec, dir, 0)
-		return t, nil
+	return t, nil
+}
+
+// makeLocks allocates the chunk locks of a dense table (once its values
+// are known to fit).
+func (t *LocalTable) makeLocks() {
+	if t.mode == ChunkLocks && t.sparse == nil {
+		t.chunks = make([]sync.Mutex, (t.spec.Size+t.chunkSize-1)/t.chunkSize)
 	}
-	if err := checkAlloc(fmt.Sprintf("table %q (%d keys x %d, in one slave's memory)", spec.Name, spec.Size, spec.Width), spec.Size, spec.Width, 8); err != nil {
+}
+
+// Relock returns a table holding t's values, not a copy, under another
+// lock mode and chunk size (a model a stage retained, taken over by the
+// next stage's kind); t must not be used after.
+func (t *LocalTable) Relock(mode LockMode, chunkSize int) (*LocalTable, error) {
+	n, err := lockedTable(t.spec, mode, chunkSize)
+	if err != nil {
 		return nil, err
 	}
-	t.vals = make([]float64, int(spec.Size)*spec.Width)
-	if init, _ := parseInit(spec.Init); !init.IsZero() {
-		for k := range spec.Size {
-			for c := range spec.Width {
-				t.vals[int(k)*spec.Width+c] = init.Value(k, c)
-			}
-		}
-	}
-	if mode == ChunkLocks {
-		t.chunks = make([]sync.Mutex, (spec.Size+t.chunkSize-1)/t.chunkSize)
-	}
-	return t, nil
+	n.vals, n.v32, n.sparse = t.vals, t.v32, t.sparse
+	n.makeLocks()
+	return n, nil
 }
 
 const maxInt = int(^uint(0) >> 1)
@@ -105,9 +146,23 @@ const maxInt = int(^uint(0) >> 1)
 // Spec returns the table's spec with defaults.
 func (t *LocalTable) Spec() TableSpec { return t.spec }
 
-// Values returns the backing slice of a dense table (key k's values at
-// [k*Width, (k+1)*Width)), for dumping once workers are done; nil if sparse.
-func (t *LocalTable) Values() []float64 { return t.vals }
+// Values returns a copy of a dense table's values (key k's at
+// [k*Width, (k+1)*Width)), read without locks: for tests and dumps once
+// the workers are done; nil if sparse. Callers that walk a large table
+// read it by ranges (GetRange) instead.
+func (t *LocalTable) Values() []float64 {
+	if t.v32 != nil {
+		out := make([]float64, len(t.v32))
+		for i, v := range t.v32 {
+			out[i] = float64(v)
+		}
+		return out
+	}
+	if t.vals == nil {
+		return nil
+	}
+	return slices.Clone(t.vals)
+}
 
 // op is one of the per-key kernels.
 type localOp int
@@ -122,28 +177,40 @@ func (t *LocalTable) apply(op localOp, k uint64, v []float64) {
 	if k >= t.spec.Size {
 		return
 	}
-	w := t.width
-	if w == 1 { // the common case: no slicing, no memmove call
+	if t.v32 != nil {
+		applyRow(t.v32, t.width, op, k, v)
+	} else {
+		applyRow(t.vals, t.width, op, k, v)
+	}
+}
+
+// applyRow is apply on values tv of rows of width w.
+func applyRow[T float](tv []T, w int, op localOp, k uint64, v []float64) {
+	if w == 1 { // the common case: no slicing, no loop
 		switch op {
 		case opGet:
-			v[0] = t.vals[k]
+			v[0] = float64(tv[k])
 		case opAdd:
-			t.vals[k] += v[0]
+			tv[k] = T(float64(tv[k]) + v[0])
 		case opSet:
-			t.vals[k] = v[0]
+			tv[k] = T(v[0])
 		}
 		return
 	}
-	row := t.vals[int(k)*w:][:w]
+	row := tv[int(k)*w:][:w]
 	switch op {
 	case opGet:
-		copy(v, row)
+		for c, x := range row {
+			v[c] = float64(x)
+		}
 	case opAdd:
 		for c := range row {
-			row[c] += v[c]
+			row[c] = T(float64(row[c]) + v[c])
 		}
 	case opSet:
-		copy(row, v)
+		for c := range row {
+			row[c] = T(v[c])
+		}
 	}
 }
 
@@ -156,21 +223,52 @@ func (t *LocalTable) applyAtomic(op localOp, k uint64, v []float64) {
 		return
 	}
 	w := t.width
-	row := t.vals[int(k)*w:][:w]
-	for c := range row {
-		p := (*uint64)(unsafe.Pointer(&row[c]))
+	for c := range w {
+		t.atomic1(op, int(k)*w+c, &v[c])
+	}
+}
+
+// atomic1 is applyAtomic on value i of the table and *v.
+func (t *LocalTable) atomic1(op localOp, i int, v *float64) {
+	if t.v32 != nil {
+		p := (*uint32)(unsafe.Pointer(&t.v32[i]))
 		switch op {
 		case opGet:
-			v[c] = math.Float64frombits(atomic.LoadUint64(p))
+			*v = float64(math.Float32frombits(atomic.LoadUint32(p)))
 		case opSet:
-			atomic.StoreUint64(p, math.Float64bits(v[c]))
+			atomic.StoreUint32(p, math.Float32bits(float32(*v)))
 		case opAdd:
-			for {
-				old := atomic.LoadUint64(p)
-				if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+v[c])) {
-					break
-				}
-			}
+			addAtomic32(p, *v)
+		}
+		return
+	}
+	p := (*uint64)(unsafe.Pointer(&t.vals[i]))
+	switch op {
+	case opGet:
+		*v = math.Float64frombits(atomic.LoadUint64(p))
+	case opSet:
+		atomic.StoreUint64(p, math.Float64bits(*v))
+	case opAdd:
+		addAtomic64(p, *v)
+	}
+}
+
+// addAtomic32 adds d to the float32 at p, rounded once to float32.
+func addAtomic32(p *uint32, d float64) {
+	for {
+		old := atomic.LoadUint32(p)
+		if atomic.CompareAndSwapUint32(p, old, math.Float32bits(float32(float64(math.Float32frombits(old))+d))) {
+			return
+		}
+	}
+}
+
+// addAtomic64 adds d to the float64 at p.
+func addAtomic64(p *uint64, d float64) {
+	for {
+		old := atomic.LoadUint64(p)
+		if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+d)) {
+			return
 		}
 	}
 }
@@ -178,8 +276,38 @@ func (t *LocalTable) applyAtomic(op localOp, k uint64, v []float64) {
 // runAtomic is applyAtomic over keys of width 1 in one tight loop per op,
 // so the loads of many keys are in flight at once.
 func (t *LocalTable) runAtomic(op localOp, keys []uint64, vals []float64) {
-	size := t.spec.Size
-	tv := t.vals
+	if t.v32 != nil {
+		runAtomic32(t.v32, t.spec.Size, op, keys, vals)
+	} else {
+		runAtomic64(t.vals, t.spec.Size, op, keys, vals)
+	}
+}
+
+func runAtomic32(tv []float32, size uint64, op localOp, keys []uint64, vals []float64) {
+	vals = vals[:len(keys)]
+	switch op {
+	case opGet:
+		for i, k := range keys {
+			if k < size {
+				vals[i] = float64(math.Float32frombits(atomic.LoadUint32((*uint32)(unsafe.Pointer(&tv[k])))))
+			}
+		}
+	case opAdd:
+		for i, k := range keys {
+			if k < size {
+				addAtomic32((*uint32)(unsafe.Pointer(&tv[k])), vals[i])
+			}
+		}
+	case opSet:
+		for i, k := range keys {
+			if k < size {
+				atomic.StoreUint32((*uint32)(unsafe.Pointer(&tv[k])), math.Float32bits(float32(vals[i])))
+			}
+		}
+	}
+}
+
+func runAtomic64(tv []float64, size uint64, op localOp, keys []uint64, vals []float64) {
 	vals = vals[:len(keys)]
 	switch op {
 	case opGet:
@@ -191,13 +319,7 @@ func (t *LocalTable) runAtomic(op localOp, keys []uint64, vals []float64) {
 	case opAdd:
 		for i, k := range keys {
 			if k < size {
-				p := (*uint64)(unsafe.Pointer(&tv[k]))
-				for {
-					old := atomic.LoadUint64(p)
-					if atomic.CompareAndSwapUint64(p, old, math.Float64bits(math.Float64frombits(old)+vals[i])) {
-						break
-					}
-				}
+				addAtomic64((*uint64)(unsafe.Pointer(&tv[k])), vals[i])
 			}
 		}
 	case opSet:
@@ -233,34 +355,42 @@ func (t *LocalTable) do(op localOp, keys []uint64, vals []float64) {
 // run applies op to keys in one tight loop per op (no per-key switch):
 // this is the inner loop of every local stage's Get and Add.
 func (t *LocalTable) run(op localOp, keys []uint64, vals []float64) {
-	w := t.width
-	size := t.spec.Size
+	if t.v32 != nil {
+		runVals(t.v32, t.width, t.spec.Size, op, keys, vals)
+	} else {
+		runVals(t.vals, t.width, t.spec.Size, op, keys, vals)
+	}
+}
+
+func runVals[T float](tv []T, w int, size uint64, op localOp, keys []uint64, vals []float64) {
 	if w == 1 {
 		vals = vals[:len(keys)]
 		switch op {
 		case opGet:
 			for i, k := range keys {
 				if k < size {
-					vals[i] = t.vals[k]
+					vals[i] = float64(tv[k])
 				}
 			}
 		case opAdd:
 			for i, k := range keys {
 				if k < size {
-					t.vals[k] += vals[i]
+					tv[k] = T(float64(tv[k]) + vals[i])
 				}
 			}
 		case opSet:
 			for i, k := range keys {
 				if k < size {
-					t.vals[k] = vals[i]
+					tv[k] = T(vals[i])
 				}
 			}
 		}
 		return
 	}
 	for i, k := range keys {
-		t.apply(op, k, vals[i*w:][:w])
+		if k < size {
+			applyRow(tv, w, op, k, vals[i*w:][:w])
+		}
 	}
 }
 
@@ -405,26 +535,32 @@ func (t *LocalTable) byCounting(op localOp, keys []uint64, vals []float64, sc *l
 // runOrder is run over keys[p] for the positions p in order (every key
 // in range): one tight loop per op for width 1, as run.
 func (t *LocalTable) runOrder(op localOp, keys []uint64, vals []float64, order []uint64) {
-	if t.width != 1 {
-		w := t.width
+	if t.v32 != nil {
+		runOrderVals(t.v32, t.width, op, keys, vals, order)
+	} else {
+		runOrderVals(t.vals, t.width, op, keys, vals, order)
+	}
+}
+
+func runOrderVals[T float](tv []T, w int, op localOp, keys []uint64, vals []float64, order []uint64) {
+	if w != 1 {
 		for _, p := range order {
-			t.apply(op, keys[p], vals[int(p)*w:][:w])
+			applyRow(tv, w, op, keys[p], vals[int(p)*w:][:w])
 		}
 		return
 	}
-	tv := t.vals
 	switch op {
 	case opGet:
 		for _, p := range order {
-			vals[p] = tv[keys[p]]
+			vals[p] = float64(tv[keys[p]])
 		}
 	case opAdd:
 		for _, p := range order {
-			tv[keys[p]] += vals[p]
+			tv[keys[p]] = T(float64(tv[keys[p]]) + vals[p])
 		}
 	case opSet:
 		for _, p := range order {
-			tv[keys[p]] = vals[p]
+			tv[keys[p]] = T(vals[p])
 		}
 	}
 }
@@ -490,6 +626,11 @@ func (t *LocalTable) GetRange(first uint64, n int, out []float64) {
 	t.doRange(opGet, first, n, out)
 }
 
+// SetRange overwrites the values of keys first..first+n-1.
+func (t *LocalTable) SetRange(first uint64, n int, vals []float64) {
+	t.doRange(opSet, first, n, vals)
+}
+
 // AddRange adds deltas to keys first..first+n-1.
 func (t *LocalTable) AddRange(first uint64, n int, deltas []float64) {
 	t.doRange(opAdd, first, n, deltas)
@@ -497,10 +638,13 @@ func (t *LocalTable) AddRange(first uint64, n int, deltas []float64) {
 
 func (t *LocalTable) doRange(op localOp, first uint64, n int, vals []float64) {
 	if t.sparse != nil {
-		if op == opGet {
+		switch op {
+		case opGet:
 			t.sparse.GetRange(first, n, vals)
-		} else {
+		case opAdd:
 			t.sparse.AddRange(first, n, vals)
+		case opSet:
+			t.sparse.SetRange(first, n, vals)
 		}
 		return
 	}
@@ -521,21 +665,38 @@ func (t *LocalTable) doRange(op localOp, first uint64, n int, vals []float64) {
 	for k, end := first, first+uint64(n); k < end; {
 		c := k / t.chunkSize
 		stop := min(end, (c+1)*t.chunkSize)
-		row := t.vals[int(k)*w : int(stop)*w]
-		v := vals[int(k-first)*w:][:len(row)]
+		lo, hi := int(k)*w, int(stop)*w
+		v := vals[int(k-first)*w:][:hi-lo]
 		if chunked {
 			t.chunks[c].Lock()
 		}
-		if op == opGet {
-			copy(v, row)
+		if t.v32 != nil {
+			spanVals(t.v32[lo:hi], op, v)
 		} else {
-			for i := range row {
-				row[i] += v[i]
-			}
+			spanVals(t.vals[lo:hi], op, v)
 		}
 		if chunked {
 			t.chunks[c].Unlock()
 		}
 		k = stop
+	}
+}
+
+// spanVals applies op to a span of values row and v, value by value.
+func spanVals[T float](row []T, op localOp, v []float64) {
+	v = v[:len(row)]
+	switch op {
+	case opGet:
+		for i, x := range row {
+			v[i] = float64(x)
+		}
+	case opAdd:
+		for i := range row {
+			row[i] = T(float64(row[i]) + v[i])
+		}
+	case opSet:
+		for i := range row {
+			row[i] = T(v[i])
+		}
 	}
 }

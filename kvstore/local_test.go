@@ -275,17 +275,26 @@ func BenchmarkLocalTableLR(b *testing.B) {
 
 // TestLocalTableModel compares every lock mode and grouping path (sorted
 // runs; counting and sorting by chunk for unsorted keys: chunk sizes of 1
-// over 1000 keys make more chunks than a batch can count) with a plain
-// slice under random Get/Add/Set calls with repeats and stray keys.
+// over 1000 keys make more chunks than a batch can count), for float64
+// and float32 tables, with a plain slice under random Get/Add/Set calls
+// with repeats and stray keys, and range calls. A float32 table holds
+// each sum rounded once to float32, as the KV-store's float32 shards do.
 func TestLocalTableModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		size := rapid.Uint64Range(1, 1000).Draw(rt, "size")
 		width := rapid.IntRange(1, 3).Draw(rt, "width")
 		mode := rapid.SampledFrom([]LockMode{ChunkLocks, NoLocks, GlobalLock}).Draw(rt, "mode")
 		chunk := rapid.SampledFrom([]int{1, 3, 64, 4096}).Draw(rt, "chunk")
-		lt, err := NewLocalTable(TableSpec{Name: "w", Size: size, Width: width}, mode, chunk)
+		dtype := rapid.SampledFrom([]DType{Float64, Float32}).Draw(rt, "dtype")
+		lt, err := NewLocalTable(TableSpec{Name: "w", Size: size, Width: width, DType: dtype}, mode, chunk)
 		if err != nil {
 			rt.Fatal(err)
+		}
+		round := func(v float64) float64 {
+			if dtype == Float32 {
+				return float64(float32(v))
+			}
+			return v
 		}
 		model := make([]float64, size*uint64(width))
 		for range rapid.IntRange(1, 20).Draw(rt, "ops") {
@@ -295,15 +304,16 @@ func TestLocalTableModel(t *testing.T) {
 			}
 			vals := make([]float64, len(keys)*width)
 			for i := range vals {
-				vals[i] = float64(rapid.IntRange(-4, 4).Draw(rt, "v"))
+				vals[i] = float64(rapid.IntRange(-4, 4).Draw(rt, "v")) / 3 // not float32 values
 			}
-			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
 			case 0:
 				lt.Add(keys, vals)
 				for i, k := range keys {
 					for c := range width {
 						if k < size {
-							model[k*uint64(width)+uint64(c)] += vals[i*width+c]
+							m := &model[k*uint64(width)+uint64(c)]
+							*m = round(*m + vals[i*width+c])
 						}
 					}
 				}
@@ -312,8 +322,34 @@ func TestLocalTableModel(t *testing.T) {
 				for i, k := range keys {
 					for c := range width {
 						if k < size {
-							model[k*uint64(width)+uint64(c)] = vals[i*width+c]
+							model[k*uint64(width)+uint64(c)] = round(vals[i*width+c])
 						}
+					}
+				}
+			case 3, 4: // a range: Add, Set or Get, clipped at the table's end
+				first := rapid.Uint64Range(0, size).Draw(rt, "first")
+				n := rapid.IntRange(0, 40).Draw(rt, "n")
+				rv := make([]float64, n*width)
+				for i := range rv {
+					rv[i] = float64(rapid.IntRange(-4, 4).Draw(rt, "rv")) / 7
+				}
+				in := int(min(uint64(n), size-first)) * width // values the table has
+				lo := int(first) * width
+				switch rapid.IntRange(0, 2).Draw(rt, "rop") {
+				case 0:
+					lt.AddRange(first, n, rv)
+					for i := range in {
+						model[lo+i] = round(model[lo+i] + rv[i])
+					}
+				case 1:
+					lt.SetRange(first, n, rv)
+					for i := range in {
+						model[lo+i] = round(rv[i])
+					}
+				case 2:
+					lt.GetRange(first, n, rv)
+					if !slices.Equal(rv[:in], model[lo:lo+in]) {
+						rt.Fatalf("range %d+%d: got %v want %v", first, n, rv[:in], model[lo:lo+in])
 					}
 				}
 			case 2:

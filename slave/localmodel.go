@@ -45,7 +45,7 @@ type localEntry struct {
 	once   sync.Once
 	err    error
 	table  *kvstore.LocalTable
-	loaded []float64 // values as loaded, for the write-back delta
+	loaded *kvstore.LocalTable // the values as loaded, for the write-back delta (nil: overwrite)
 	place  kvstore.Placement
 }
 
@@ -142,16 +142,23 @@ func (m *localModel) load(ctx context.Context, name string, e *localEntry) error
 	if err != nil {
 		return err
 	}
-	vals := lt.Values()
-	w := spec.Width
+	// The write-back's baseline: the values as loaded, in the table's
+	// dtype (a float32 table keeps 8 bytes per parameter in all).
+	loaded, err := kvstore.NewLocalTable(spec, kvstore.NoLocks, 1)
+	if err != nil {
+		return err
+	}
+	buf := make([]float64, min(bulkKeys, spec.Size)*uint64(spec.Width))
 	for first := uint64(0); first < spec.Size; first += bulkKeys {
 		n := int(min(bulkKeys, spec.Size-first))
-		if err := tc.GetRange(first, n, vals[int(first)*w:(int(first)+n)*w]); err != nil {
+		b := buf[:n*spec.Width]
+		if err := tc.GetRange(first, n, b); err != nil {
 			return fmt.Errorf("loading table %q for a %s stage: %w", name, m.stage.WorkerKind, err)
 		}
+		lt.SetRange(first, n, b)
+		loaded.SetRange(first, n, b)
 	}
-	e.table, e.place = lt, *place
-	e.loaded = append([]float64(nil), vals...)
+	e.table, e.place, e.loaded = lt, *place, loaded
 	return nil
 }
 
@@ -203,29 +210,30 @@ func (m *localModel) writeBack(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		vals := e.table.Values()
 		w := tc.Spec().Width
 		size := tc.Spec().Size
-		if e.loaded == nil {
-			// Transferred from another slave: the KV-store's copy is
-			// older; overwrite it.
-			for first := uint64(0); first < size; first += bulkKeys {
-				n := int(min(bulkKeys, size-first))
-				if err := tc.SetRange(first, n, vals[int(first)*w:(int(first)+n)*w]); err != nil {
-					return fmt.Errorf("writing table %q back: %w", name, err)
-				}
-			}
-			continue
+		cur := make([]float64, min(bulkKeys, size)*uint64(w))
+		var base []float64
+		if e.loaded != nil {
+			base = make([]float64, len(cur))
 		}
-		delta := make([]float64, min(bulkKeys, int(size))*w)
 		for first := uint64(0); first < size; first += bulkKeys {
 			n := int(min(bulkKeys, size-first))
-			lo, hi := int(first)*w, (int(first)+n)*w
-			d := delta[:hi-lo]
-			for i := range d {
-				d[i] = vals[lo+i] - e.loaded[lo+i]
+			v, b := cur[:n*w], base[:min(len(base), n*w)]
+			e.table.GetRange(first, n, v)
+			if e.loaded == nil {
+				// Transferred from another slave: the KV-store's copy is
+				// older; overwrite it.
+				if err := tc.SetRange(first, n, v); err != nil {
+					return fmt.Errorf("writing table %q back: %w", name, err)
+				}
+				continue
 			}
-			if err := tc.AddRange(first, n, d); err != nil {
+			e.loaded.GetRange(first, n, b)
+			for i := range v {
+				v[i] -= b[i]
+			}
+			if err := tc.AddRange(first, n, v); err != nil {
 				return fmt.Errorf("writing table %q back: %w", name, err)
 			}
 		}

@@ -34,9 +34,25 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // checksum is the CRC-32C of the values as they travel: rounded to
 // float32 for float32 tables (what the KV-store would have kept too).
-func checksum(vals []float64, f32 bool) uint32 {
-	var buf [8 << 10]byte
+func checksum(vals []float64, f32 bool) uint32 { return checksumUpdate(0, vals, f32) }
+
+// tableChecksum is checksum of a local table's values, read a range at a
+// time.
+func tableChecksum(t *kvstore.LocalTable) uint32 {
+	spec := t.Spec()
+	buf := make([]float64, min(bulkKeys, spec.Size)*uint64(spec.Width))
 	var sum uint32
+	for first := uint64(0); first < spec.Size; first += bulkKeys {
+		n := int(min(bulkKeys, spec.Size-first))
+		t.GetRange(first, n, buf[:n*spec.Width])
+		sum = checksumUpdate(sum, buf[:n*spec.Width], spec.DType == kvstore.Float32)
+	}
+	return sum
+}
+
+// checksumUpdate is checksum continued from sum over more values.
+func checksumUpdate(sum uint32, vals []float64, f32 bool) uint32 {
+	var buf [8 << 10]byte
 	for i := 0; i < len(vals); {
 		n := 0
 		for ; n+8 <= len(buf) && i < len(vals); i++ {
@@ -106,15 +122,15 @@ func (s *Slave) serveXfer(msg *nats.Msg) {
 		reply(&kvstore.Message{Op: kvstore.OpError, Err: fmt.Sprintf("slave %s retains no table %q of task %s", s.cfg.ID, m.Table, m.Task)})
 		return
 	}
-	vals := e.table.Values()
-	w := uint64(e.table.Spec().Width)
-	lo, hi := m.First*w, (m.First+uint64(m.N))*w
-	if hi > uint64(len(vals)) {
+	spec := e.table.Spec()
+	if m.N < 0 || m.First > spec.Size || uint64(m.N) > spec.Size-m.First {
 		reply(&kvstore.Message{Op: kvstore.OpError, Err: "transfer range out of bounds"})
 		return
 	}
+	vals := make([]float64, int(m.N)*spec.Width)
+	e.table.GetRange(m.First, int(m.N), vals)
 	// Values travel in the table's type, as through the KV-store.
-	reply(&kvstore.Message{Op: kvstore.OpReply, Width: uint16(w), DType: e.table.Spec().DType, Vals: vals[lo:hi]})
+	reply(&kvstore.Message{Op: kvstore.OpReply, Width: uint16(spec.Width), DType: spec.DType, Vals: vals})
 }
 
 // serveModelInfo lists what this slave retains for a task.
@@ -128,10 +144,10 @@ func (s *Slave) serveModelInfo(msg *nats.Msg) {
 		for name, e := range r.tables {
 			sum, ok := r.sums[name]
 			if !ok {
-				sum = checksum(e.table.Values(), e.table.Spec().DType == kvstore.Float32)
+				sum = tableChecksum(e.table)
 				r.sums[name] = sum
 			}
-			info.Tables = append(info.Tables, proto.RetainedTable{Name: name, Values: len(e.table.Values()), Checksum: sum})
+			info.Tables = append(info.Tables, proto.RetainedTable{Name: name, Values: int(e.table.Spec().Size) * e.table.Spec().Width, Checksum: sum})
 		}
 	} else {
 		info.Error = fmt.Sprintf("slave %s retains no model of task %s", s.cfg.ID, req.Task)
@@ -257,11 +273,10 @@ func (m *localModel) prepareFrom(ctx context.Context, from string) error {
 			return fmt.Errorf("direct transfer: slave %s retains no model of task %s", from, m.req.Task)
 		}
 		for name, e := range r.tables {
-			lt, err := kvstore.NewLocalTable(e.table.Spec(), m.mode, m.chunk)
+			lt, err := e.table.Relock(m.mode, m.chunk)
 			if err != nil {
 				return err
 			}
-			copy(lt.Values(), e.table.Values())
 			ne := &localEntry{table: lt, loaded: e.loaded, place: e.place}
 			ne.once.Do(func() {})
 			m.tables[name] = ne
@@ -286,7 +301,11 @@ func (m *localModel) prepareFrom(ctx context.Context, from string) error {
 		if err != nil {
 			return err
 		}
-		copy(lt.Values(), vals)
+		spec := lt.Spec()
+		if len(vals) != int(spec.Size)*spec.Width {
+			return fmt.Errorf("direct transfer: table %q: %d values, want %d", name, len(vals), int(spec.Size)*spec.Width)
+		}
+		lt.SetRange(0, int(spec.Size), vals)
 		// No baseline: the write-back overwrites the KV-store's values.
 		ne := &localEntry{table: lt, place: *place}
 		ne.once.Do(func() {})

@@ -53,9 +53,11 @@ func retainOn(t *testing.T, a *Slave, task string, specs ...kvstore.TableSpec) m
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range lt.Values() {
-			lt.Values()[i] = float64(i)*0.25 + 1
+		vals := lt.Values()
+		for i := range vals {
+			vals[i] = float64(i)*0.25 + 1
 		}
+		lt.SetRange(0, int(lt.Spec().Size), vals)
 		tables[spec.Name] = &localEntry{table: lt, place: kvstore.Placement{Spec: spec}}
 	}
 	a.retain(task, tables)
@@ -101,7 +103,7 @@ func TestDirectTransferAcrossSlaves(t *testing.T) {
 	}
 
 	// A corrupted value is caught by the checksum computed at the holder.
-	held["w"].table.Values()[1234] += 1
+	held["w"].table.Add([]uint64{411}, []float64{0, 1, 0}) // value 1234: key 411, column 1
 	if err := nextStage(b, "t1", "a", w, f).prepareFrom(context.Background(), "a"); err == nil || !strings.Contains(err.Error(), "checksum") {
 		t.Fatalf("corrupted transfer: %v", err)
 	}
