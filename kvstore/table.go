@@ -138,6 +138,14 @@ func checkKeysN(spec TableSpec, keys []uint64, n int, what string) error {
 	return nil
 }
 
+// CheckKeys reports keys out of spec's range, or n values that are not
+// Width per key, as an error naming op and the table (nil when all is
+// well). The range check is one branchless pass (maxKey); the offending
+// key is looked for only when there is one.
+func CheckKeys(spec TableSpec, keys []uint64, n int, op string) error {
+	return checkKeysN(spec, keys, n, op)
+}
+
 // maxKey is the largest of keys (0 for none): four running maxima
 // without branches, so a bulk call's range check costs a fraction of a
 // compare-and-branch per key.

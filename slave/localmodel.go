@@ -250,16 +250,7 @@ type localTable struct {
 func (t *localTable) Spec() kvstore.TableSpec { return t.e.table.Spec() }
 
 func (t *localTable) check(keys []uint64, vals []float64, what string) error {
-	spec := t.e.table.Spec()
-	if len(vals) != len(keys)*spec.Width {
-		return fmt.Errorf("%s on %q: %d values for %d keys of width %d", what, spec.Name, len(vals), len(keys), spec.Width)
-	}
-	for _, k := range keys {
-		if k >= spec.Size {
-			return fmt.Errorf("%s on %q: key %d out of range [0, %d)", what, spec.Name, k, spec.Size)
-		}
-	}
-	return nil
+	return kvstore.CheckKeys(t.e.table.Spec(), keys, len(vals), what)
 }
 
 func (t *localTable) wait(keys []uint64) error {
