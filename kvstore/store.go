@@ -547,6 +547,18 @@ func putValues[T float](dst []byte, src []T) {
 	}
 }
 
+// stripe makes lk hold local index l's stripe and returns the local
+// indexes the walker now holds, [base, end): l's stripe, or the whole
+// shard when lk holds every stripe.
+func (d *dense[T]) stripe(lk *walker, l uint64) (base, end uint64) {
+	lk.at(l)
+	if lk.all {
+		return 0, d.hi - d.lo
+	}
+	base = l >> lk.shift << lk.shift
+	return base, min(base+1<<lk.shift, d.hi-d.lo)
+}
+
 func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	w := uint64(d.width)
 	var zero T
@@ -558,14 +570,24 @@ func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	if v32, ok := any(d.vals).([]float32); ok && w == 1 && d.contiguous {
 		// One float32 per key of a range shard (a bulk pull of scalars):
 		// the local index inline, one tight loop.
+		// A stripe's run of keys at a time, as AddRaw.
 		o := dst[off:]
 		lo, n := d.lo, d.hi-d.lo
-		for i, k := range keys {
-			if l := k - lo; l < n {
-				lk.at(l)
-				binary.LittleEndian.PutUint32(o[4*i:], math.Float32bits(v32[l]))
-			} else {
+		for i := 0; i < len(keys); {
+			l := keys[i] - lo
+			if l >= n {
 				clear(o[4*i : 4*i+4])
+				i++
+				continue
+			}
+			base, end := d.stripe(&lk, l)
+			vs := v32[base:end]
+			for ; i < len(keys); i++ {
+				j := keys[i] - lo - base
+				if j >= uint64(len(vs)) {
+					break
+				}
+				binary.LittleEndian.PutUint32(o[4*i:], math.Float32bits(vs[j]))
 			}
 		}
 		lk.release()
@@ -652,12 +674,7 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 				i++
 				continue
 			}
-			lk.at(l)
-			base, end := uint64(0), n
-			if !lk.all {
-				base = l >> lk.shift << lk.shift
-				end = min(base+1<<lk.shift, n)
-			}
+			base, end := d.stripe(&lk, l)
 			vs := v32[base:end]
 			for ; i < len(keys); i++ {
 				j := keys[i] - lo - base

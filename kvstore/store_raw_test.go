@@ -99,8 +99,9 @@ func TestAddRawMatchesAdd(t *testing.T) {
 	}
 }
 
-// TestAddRawStripeRuns: the width-1 float32 walk of a range shard, which
-// applies a run of keys per stripe, matches Add across stripe borders
+// TestAddRawStripeRuns: the width-1 float32 walks of a range shard, which
+// add (AddRaw) and read (AppendRaw) a run of keys per stripe, match Add
+// and Get across stripe borders
 // for sorted keys (one stripe at a time), descending ones, unsorted ones
 // (many: every stripe at once; few: stripe by stripe, stepping back),
 // repeats, keys just outside the shard on both sides, and the shard's
@@ -151,6 +152,19 @@ func TestAddRawStripeRuns(t *testing.T) {
 		for i, k := range owned {
 			if math.Float64bits(want[i]) != math.Float64bits(got[i]) {
 				t.Fatalf("after %s: key %d: AddRaw %v, Add %v", call.name, k, got[i], want[i])
+			}
+		}
+		// The same walk answers reads: the call's keys read back as
+		// their values, keys of the other shard as zeros.
+		read := make([]float64, len(call.keys))
+		rawToFloats(viaRaw.(rawAppender).AppendRaw(nil, call.keys), Float32, read)
+		for i, k := range call.keys {
+			var v [1]float64
+			if d.Owner(k) == 1 {
+				viaRaw.Get([]uint64{k}, v[:])
+			}
+			if math.Float64bits(read[i]) != math.Float64bits(v[0]) {
+				t.Fatalf("%s: AppendRaw of key %d: %v, want %v", call.name, k, read[i], v[0])
 			}
 		}
 	}
