@@ -126,8 +126,17 @@ func readModel(t *testing.T, path string) *tasks.Model {
 
 func TestMultiStageDifferentParallelismAndKinds(t *testing.T) {
 	l := startLocal(t, 2, 4)
-	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindHogwild} {
-		t.Run(kind, func(t *testing.T) {
+	for _, c := range []struct {
+		kind  string
+		dtype kvstore.DType
+	}{
+		{tasks.KindPS, kvstore.Float64}, {tasks.KindLocal, kvstore.Float64}, {tasks.KindHogwild, kvstore.Float64},
+		// Local kinds hold a float32 table as float32 and write back
+		// the difference to what they loaded.
+		{tasks.KindLocal, kvstore.Float32}, {tasks.KindHogwild, kvstore.Float32},
+	} {
+		kind := c.kind
+		t.Run(kind+"/"+string(c.dtype), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "m")
 			// Stage 0: 4 ps workers each add (rank+1) x 3 -> every key 30.
 			// Stage 1 (kind): 1 worker checks 30 and scales by 2 -> 60.
@@ -137,7 +146,7 @@ func TestMultiStageDifferentParallelismAndKinds(t *testing.T) {
 			if kind != tasks.KindPS {
 				second.Workers = 2
 			}
-			task := tasks.NewTask("multi").AddTable(kvstore.TableSpec{Name: "t", Size: 1000, Width: 2}).SetStages(
+			task := tasks.NewTask("multi").AddTable(kvstore.TableSpec{Name: "t", Size: 1000, Width: 2, DType: c.dtype}).SetStages(
 				tasks.Stage{Name: "fill", Func: "test.fill", Workers: 4, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"iters": 3}},
 				second,
 				tasks.Stage{Name: "check", Func: "test.scale", Workers: 2, Params: tasks.Params{"expect": 60.0, "factor": 1.0}},

@@ -144,7 +144,9 @@ func (m *localModel) load(ctx context.Context, name string, e *localEntry) error
 	}
 	// The write-back's baseline: the values as loaded, in the table's
 	// dtype (a float32 table keeps 8 bytes per parameter in all).
-	loaded, err := kvstore.NewLocalTable(spec, kvstore.NoLocks, 1)
+	base := spec
+	base.Init = "" // overwritten below: no need to draw the initial values twice
+	loaded, err := kvstore.NewLocalTable(base, kvstore.NoLocks, 1)
 	if err != nil {
 		return err
 	}
