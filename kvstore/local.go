@@ -197,21 +197,7 @@ func applyRow[T float](tv []T, w int, op localOp, k uint64, v []float64) {
 		}
 		return
 	}
-	row := tv[int(k)*w:][:w]
-	switch op {
-	case opGet:
-		for c, x := range row {
-			v[c] = float64(x)
-		}
-	case opAdd:
-		for c := range row {
-			row[c] = T(float64(row[c]) + v[c])
-		}
-	case opSet:
-		for c := range row {
-			row[c] = T(v[c])
-		}
-	}
+	spanVals(tv[int(k)*w:][:w], op, v)
 }
 
 // applyAtomic is apply without locks: every value is read with an atomic
