@@ -66,3 +66,57 @@ func TestServerFenceRefusesFencedSenders(t *testing.T) {
 		t.Fatalf("w[1] = %v, want 3: the fenced add must not land", got[0])
 	}
 }
+
+// A gated Get that may pass at once is answered from the handler's
+// scratch buffers, as an ungated one is: no copy of its keys, no closure,
+// no fresh answer buffers (it used to allocate all three for every read
+// under SSP). Its reply carries the stage's minimum clock.
+func TestGatedGetPassingAtOnceAllocatesAsUngated(t *testing.T) {
+	tr := transport.NewMem()
+	s, err := NewServer(tr, "n", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, task := range []string{"asp", "ssp"} {
+		if err := s.CreateTables(task, "n", []Placement{{Spec: TableSpec{Name: "w", Size: 4096, DType: Float32}, Hosts: []string{"n"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PrepareStage("ssp", 0, Consistency{Kind: SSP, Staleness: 1}, 2); err != nil {
+		t.Fatal(err)
+	}
+	s.Gate("ssp", 0).Advance(1, 3) // the other worker is ahead: the minimum clock is worker 0's
+	in, err := tr.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	keys := make([]uint64, 1000)
+	for i := range keys {
+		keys[i] = uint64(i * 4)
+	}
+	ctx := context.Background()
+	get := func(task string) func() {
+		data := AppendMessage(nil, &Message{Op: OpGet, Task: task, Table: "w", Worker: 0, Clock: 1, Keys: keys})
+		var rep Message
+		return func() {
+			s.handle(data, in.Addr()+".r")
+			msg, err := in.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := decodeRaw(msg.Data, &rep); err != nil || rep.Op != OpReply || len(rep.Raw) != 4*len(keys) {
+				t.Fatalf("%s: reply %+v, %v", task, rep, err)
+			}
+			if want := map[string]int64{"asp": -1, "ssp": 0}[task]; rep.Clock != want {
+				t.Fatalf("%s: reply clock %d, want %d", task, rep.Clock, want)
+			}
+		}
+	}
+	ungated := testing.AllocsPerRun(50, get("asp"))
+	gated := testing.AllocsPerRun(50, get("ssp"))
+	if gated > ungated {
+		t.Fatalf("a gated Get that passes at once allocates %v times, an ungated one %v", gated, ungated)
+	}
+}
