@@ -123,8 +123,15 @@ func (s *Slave) serveXfer(msg *nats.Msg) {
 		return
 	}
 	spec := e.table.Spec()
-	if m.N < 0 || m.First > spec.Size || uint64(m.N) > spec.Size-m.First {
+	if m.First > spec.Size || uint64(m.N) > spec.Size-m.First {
 		reply(&kvstore.Message{Op: kvstore.OpError, Err: "transfer range out of bounds"})
+		return
+	}
+	// A chunk is what one bus message carries (fetchRetained asks so):
+	// a larger range could not be answered, and would be read into memory
+	// first.
+	if per := max(kvstore.MaxKeysPerMessage(int(s.nc.MaxPayload()), spec.Width, spec.DType), 1); int(m.N) > per {
+		reply(&kvstore.Message{Op: kvstore.OpError, Err: fmt.Sprintf("transfer chunk of %d keys exceeds %d per message", m.N, per)})
 		return
 	}
 	vals := make([]float64, int(m.N)*spec.Width)

@@ -134,11 +134,14 @@ func TestDirectTransferErrors(t *testing.T) {
 			}
 		})
 	}
-	// A chunk request out of bounds or for another table is refused.
+	// A chunk request out of bounds, for another table, or larger than
+	// one message carries is refused.
+	retainOn(t, a, "t3", kvstore.TableSpec{Name: "big", Size: 200000}.WithDefaults())
 	for _, req := range []kvstore.Message{
 		{Op: kvstore.OpGetRange, Task: "t1", Table: "w", First: 90, N: 20},
 		{Op: kvstore.OpGetRange, Task: "t1", Table: "nope", First: 0, N: 1},
 		{Op: kvstore.OpGet, Task: "t1", Table: "w"},
+		{Op: kvstore.OpGetRange, Task: "t3", Table: "big", First: 0, N: 200000},
 	} {
 		msg, err := b.nc.Request(a.subj.SlaveXfer("a"), kvstore.AppendMessage(nil, &req), 5*time.Second)
 		if err != nil {
