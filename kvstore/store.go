@@ -569,8 +569,7 @@ func (d *dense[T]) AppendRaw(dst []byte, keys []uint64) []byte {
 	lk := d.walker(false, keys)
 	if v32, ok := any(d.vals).([]float32); ok && w == 1 && d.contiguous {
 		// One float32 per key of a range shard (a bulk pull of scalars):
-		// the local index inline, one tight loop.
-		// A stripe's run of keys at a time, as AddRaw.
+		// a stripe's run of keys at a time, as AddRaw.
 		o := dst[off:]
 		lo, n := d.lo, d.hi-d.lo
 		for i := 0; i < len(keys); {
@@ -662,11 +661,10 @@ func (d *dense[T]) AddRaw(keys []uint64, raw []byte, dtype DType) bool {
 	defer lk.release()
 	v32, is32 := any(d.vals).([]float32)
 	if w == 1 && is32 && d.contiguous {
-		// One float32 per key of a range shard (a bulk push of scalars):
-		// the local index and the sum inline, one tight loop.
-		// A stripe at a time: the walker is asked once per run of keys
-		// in one stripe (every run, for sorted keys), and the run's loop
-		// has one unsigned compare per key for both ends of the stripe.
+		// One float32 per key of a range shard (a bulk push of scalars),
+		// a stripe at a time: the walker is asked once per run of keys
+		// in one stripe (each stripe once, for sorted keys), and the
+		// run's loop has one unsigned compare per key for both ends.
 		lo, n := d.lo, d.hi-d.lo
 		for i := 0; i < len(keys); {
 			l := keys[i] - lo
