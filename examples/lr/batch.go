@@ -3,6 +3,7 @@ package lr
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -196,17 +197,30 @@ func (m *MiniBatch) merged(st *batchState, occ []uint64) {
 		st.pos = make([]int32, len(occ))
 	}
 	st.pos = st.pos[:len(occ)]
+	// Without a branch on hit or miss (a hot key's repeats and the cold
+	// keys interleave, so such a branch is a coin toss): every key is
+	// written at the keys' end, which a miss then extends, and the slot
+	// is always rewritten (on a hit with what it held).
+	base := len(st.keys)
+	keys := slices.Grow(st.keys, len(occ))[:base+len(occ)]
+	n := base
 	for j, k := range occ {
 		h := (k * fib) >> (64 - mergeBits)
-		if f.gen[h] == f.cur && f.tag[h] == k {
-			st.pos[j] = f.pos[h]
-			continue
+		x := uint64(f.gen[h]^f.cur) | (f.tag[h] ^ k) // 0: a hit
+		p, held := int32(n), f.pos[h]                // loaded either way: a conditional move
+		if x == 0 {
+			p = held
 		}
-		p := int32(len(st.keys))
-		st.keys = append(st.keys, k)
+		miss := 0
+		if x != 0 {
+			miss = 1
+		}
+		keys[n] = k
+		n += miss
 		f.tag[h], f.pos[h], f.gen[h] = k, p, f.cur
 		st.pos[j] = p
 	}
+	st.keys = keys[:n]
 	st.cpos = st.cpos[:0]
 }
 

@@ -98,4 +98,21 @@ func BenchmarkStepLocal(b *testing.B) {
 			}
 		}
 	})
+	// The hogwild kind's batch: a float32 table without locks (atomic
+	// adds), repeats merged by the batch's filter (MiniBatch.Merge).
+	b.Run("hogwild", func(b *testing.B) {
+		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim, DType: kvstore.Float32}, kvstore.NoLocks, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := lr.NewMiniBatch(localAdapter{lt})
+		m.Merge = true
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			lo := (i % nb) * batch
+			if _, err := m.Step(r, lo, lo+batch, 0.5, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
