@@ -24,7 +24,7 @@ func (t *TableClient) AddFloat32(keys []uint64, deltas []float32) error {
 	if c.err != nil {
 		return c.err
 	}
-	if err := checkKeysN(t.spec, keys, len(deltas), "add"); err != nil {
+	if err := CheckKeys(t.spec, keys, len(deltas), "add"); err != nil {
 		return err
 	}
 	if t.spec.DType != Float32 || !littleEndian || t.dyn() || t.repl || t.wouldHold() {

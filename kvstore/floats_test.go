@@ -169,7 +169,7 @@ func TestFloatKernelsMatchConversion(t *testing.T) {
 }
 
 // TestMaxKey: the branchless maximum is the largest key at every length
-// around its step and every position of the largest; checkKeysN still
+// around its step and every position of the largest; CheckKeys still
 // names the first key out of range.
 func TestMaxKey(t *testing.T) {
 	for n := 0; n <= 11; n++ {
@@ -189,10 +189,10 @@ func TestMaxKey(t *testing.T) {
 		}
 	}
 	spec := TableSpec{Name: "w", Size: 100, Width: 1}
-	if err := checkKeysN(spec, []uint64{5, 99, 0}, 3, "add"); err != nil {
+	if err := CheckKeys(spec, []uint64{5, 99, 0}, 3, "add"); err != nil {
 		t.Fatal(err)
 	}
-	err := checkKeysN(spec, []uint64{5, 150, 7, 100}, 4, "add")
+	err := CheckKeys(spec, []uint64{5, 150, 7, 100}, 4, "add")
 	if err == nil || !strings.Contains(err.Error(), "key 150 out of range [0, 100)") {
 		t.Fatalf("error %v, want the first key out of range named", err)
 	}

@@ -22,7 +22,7 @@ func (t *TableClient) GetFloat32(keys []uint64, out []float32) error {
 	if c.err != nil {
 		return c.err
 	}
-	if err := checkKeysN(t.spec, keys, len(out), "get"); err != nil {
+	if err := CheckKeys(t.spec, keys, len(out), "get"); err != nil {
 		return err
 	}
 	if t.spec.DType != Float32 || t.dyn() || t.allHere && len(t.local) == 1 {

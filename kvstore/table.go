@@ -119,11 +119,14 @@ func (t *TableClient) checkKeys(keys []uint64, vals []float64, what string) erro
 }
 
 func checkKeys(spec TableSpec, keys []uint64, vals []float64, what string) error {
-	return checkKeysN(spec, keys, len(vals), what)
+	return CheckKeys(spec, keys, len(vals), what)
 }
 
-// checkKeysN is checkKeys for n values.
-func checkKeysN(spec TableSpec, keys []uint64, n int, what string) error {
+// CheckKeys reports keys out of spec's range, or n values that are not
+// Width per key, as an error naming what (the op) and the table (nil when
+// all is well). The range check is one branchless pass (maxKey); the
+// offending key is looked for only when there is one.
+func CheckKeys(spec TableSpec, keys []uint64, n int, what string) error {
 	if n != len(keys)*spec.Width {
 		return fmt.Errorf("kvstore: %s on %q: %d values for %d keys of width %d", what, spec.Name, n, len(keys), spec.Width)
 	}
@@ -136,14 +139,6 @@ func checkKeysN(spec TableSpec, keys []uint64, n int, what string) error {
 		}
 	}
 	return nil
-}
-
-// CheckKeys reports keys out of spec's range, or n values that are not
-// Width per key, as an error naming op and the table (nil when all is
-// well). The range check is one branchless pass (maxKey); the offending
-// key is looked for only when there is one.
-func CheckKeys(spec TableSpec, keys []uint64, n int, op string) error {
-	return checkKeysN(spec, keys, n, op)
 }
 
 // maxKey is the largest of keys (0 for none): four running maxima
@@ -255,7 +250,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool,
 	if err := t.sendHeld(); err != nil { // the read sees them
 		return nil, -1, err
 	}
-	if err := checkKeysN(t.spec, keys, len(out)+len(out32), "get"); err != nil {
+	if err := CheckKeys(t.spec, keys, len(out)+len(out32), "get"); err != nil {
 		return nil, -1, err
 	}
 	if t.dyn() {
