@@ -1,5 +1,0 @@
-//go:build race
-
-package kvstore
-
-const raceEnabled = true
