@@ -152,6 +152,17 @@ func AppendMessage(dst []byte, m *Message) []byte {
 // its last ones: the encoding is dst's new bytes then tail (nil without
 // m.Raw).
 func appendHead(dst []byte, m *Message) (head, tail []byte) {
+	dst = appendHeadRaw(dst, m, len(m.Raw))
+	if len(m.Raw) > 0 {
+		return dst, rawTail(m)
+	}
+	return dst, nil
+}
+
+// appendHeadRaw is appendHead's head of m as if m.Raw held rawLen bytes
+// of values: a sender that writes the values itself (a shard encoding its
+// rows straight into the send buffer) appends them right after.
+func appendHeadRaw(dst []byte, m *Message, rawLen int) []byte {
 	var flags byte
 	if len(m.Keys) > 0 {
 		flags |= flagKeys
@@ -159,7 +170,7 @@ func appendHead(dst []byte, m *Message) (head, tail []byte) {
 	if m.First != 0 || m.N != 0 {
 		flags |= flagRange
 	}
-	if len(m.Vals) > 0 || len(m.Raw) > 0 {
+	if len(m.Vals) > 0 || rawLen > 0 {
 		flags |= flagVals
 	}
 	if m.Err != "" {
@@ -226,13 +237,12 @@ func appendHead(dst []byte, m *Message) (head, tail []byte) {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Blob)))
 		dst = append(dst, m.Blob...)
 	}
-	if flags&flagVals != 0 && len(m.Raw) > 0 {
+	if flags&flagVals != 0 && rawLen > 0 {
 		size := 8
 		if dt == 1 {
 			size = 4
 		}
-		dst = binary.AppendUvarint(dst, uint64(len(m.Raw)/size))
-		return dst, rawTail(m)
+		return binary.AppendUvarint(dst, uint64(rawLen/size))
 	} else if flags&flagVals != 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Vals)))
 		if dt == 1 {
@@ -246,7 +256,7 @@ func appendHead(dst []byte, m *Message) (head, tail []byte) {
 			}
 		}
 	}
-	return dst, nil
+	return dst
 }
 
 // rawTail is the part of m's encoding appendHead leaves out: m.Raw's

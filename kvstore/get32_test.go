@@ -71,3 +71,79 @@ func TestGetFloat32MatchesGet(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeGetAnswersBuiltInSendBuffer: over the TCP data plane a shard
+// encodes a large answer (>= 32 KiB of values) straight into the
+// connection's send buffer (Server.answerRaw); the answers of large and
+// small reads, of float32 and float64 tables, width 1 and 64, keys sorted,
+// shuffled and repeated, read at once or parked by the SSP gate until the
+// writer's clock, hold exactly what was added.
+func TestLargeGetAnswersBuiltInSendBuffer(t *testing.T) {
+	for _, dt := range []kvstore.DType{kvstore.Float32, kvstore.Float64} {
+		for _, width := range []int{1, 64} {
+			t.Run(fmt.Sprintf("%s/w%d", dt, width), func(t *testing.T) {
+				size := uint64(30000 / width * 3) // 3 shards of 10000 values (39-78 KiB answers)
+				spec := kvstore.TableSpec{Name: "a", Size: size, Width: width, DType: dt, Storage: kvstore.Dense}.WithDefaults()
+				c := newTCPCluster(t, 3, spec)
+				ssp0 := kvstore.Consistency{Kind: kvstore.SSP, Staleness: 0}
+				c.prepare(0, ssp0, 2)
+				writer, reader := c.client(-1, 0, 0, ssp0), c.client(-1, 0, 1, ssp0)
+				tw, tr := c.table(writer, spec), c.table(reader, spec)
+				model := make([]float64, int(size)*width)
+				rng := rand.New(rand.NewPCG(11, uint64(width)))
+				for round := range 4 {
+					var keys []uint64
+					switch round {
+					case 0: // every key, in order
+						for k := range size {
+							keys = append(keys, k)
+						}
+					case 1: // shuffled
+						for _, k := range rng.Perm(int(size)) {
+							keys = append(keys, uint64(k))
+						}
+					case 2: // repeats
+						for range size {
+							keys = append(keys, rng.Uint64N(size/4))
+						}
+					default: // small answers
+						for range 5 {
+							keys = append(keys, rng.Uint64N(size))
+						}
+					}
+					d := make([]float64, len(keys)*width)
+					for i := range d {
+						d[i] = float64(float32(rng.NormFloat64()))
+					}
+					// The reader moves to the next clock first: its read
+					// waits at the gate for the writer's clock.
+					ok(t, reader.Clock())
+					got := make([]float64, len(keys)*width)
+					done := make(chan error, 1)
+					go func() { done <- tr.Get(keys, got) }()
+					ok(t, tw.Add(keys, d))
+					for i, k := range keys {
+						for j := range width {
+							model[int(k)*width+j] += d[i*width+j]
+							if dt == kvstore.Float32 {
+								model[int(k)*width+j] = float64(float32(model[int(k)*width+j]))
+							}
+						}
+					}
+					ok(t, writer.Clock())
+					ok(t, <-done)
+					now := make([]float64, len(keys)*width) // and read again at once
+					ok(t, tr.Get(keys, now))
+					for i, k := range keys {
+						for j := range width {
+							w := model[int(k)*width+j]
+							if got[i*width+j] != w || now[i*width+j] != w {
+								t.Fatalf("round %d key %d value %d: parked read %v, read %v, want %v", round, k, j, got[i*width+j], now[i*width+j], w)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
