@@ -68,7 +68,7 @@ func newMetrics(slave string, tasksNow func() int) *metrics {
 		beats:   prometheus.NewDesc("flexps_slave_heartbeats_total", "Heartbeats sent to the master.", nil, labels),
 		running: prometheus.NewDesc("flexps_slave_tasks", "Tasks this slave holds (workers, shards or both).", nil, labels),
 		done:    prometheus.NewDesc("flexps_slave_samples_total", "Training records processed by this slave's workers (as they report progress).", nil, labels),
-		dpSends: prometheus.NewDesc("flexps_slave_kv_sends_total", "KV requests sent to other slaves, by path: direct (TCP data plane) or bus (NATS).", []string{"path"}, labels),
+		dpSends: prometheus.NewDesc("flexps_slave_kv_sends_total", "KV requests sent, by path: direct (TCP data plane to another slave), bus (NATS) or self (to this slave's own shards, in memory).", []string{"path"}, labels),
 		dpDials: prometheus.NewDesc("flexps_slave_kv_dials_total", "Direct data-plane connections this slave opened.", nil, labels),
 		dpConns: prometheus.NewDesc("flexps_slave_kv_connections", "Direct data-plane connections open, both directions.", nil, labels),
 	}
@@ -144,6 +144,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if st, ok := m.dataplane(); ok {
 		ch <- prometheus.MustNewConstMetric(m.dpSends, prometheus.CounterValue, float64(st.DirectSends), "direct")
 		ch <- prometheus.MustNewConstMetric(m.dpSends, prometheus.CounterValue, float64(st.BusSends), "bus")
+		ch <- prometheus.MustNewConstMetric(m.dpSends, prometheus.CounterValue, float64(st.SelfSends), "self")
 		ch <- prometheus.MustNewConstMetric(m.dpDials, prometheus.CounterValue, float64(st.Dials))
 		ch <- prometheus.MustNewConstMetric(m.dpConns, prometheus.GaugeValue, float64(st.Conns))
 	}

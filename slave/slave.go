@@ -337,7 +337,7 @@ func (s *Slave) Close() {
 	}
 	if st, ok := s.DataPlane(); ok {
 		s.tcp.Close()
-		s.log.Info().Uint64("direct_sends", st.DirectSends).Uint64("bus_sends", st.BusSends).Uint64("dials", st.Dials).
+		s.log.Info().Uint64("direct_sends", st.DirectSends).Uint64("bus_sends", st.BusSends).Uint64("self_sends", st.SelfSends).Uint64("dials", st.Dials).
 			Msg("direct data plane closed")
 	}
 	s.sources.Close()

@@ -76,8 +76,8 @@ type TCP struct {
 	pmu     sync.Mutex
 	pending map[string][]*tcpConn // unanswered requests sent over connections, by reply address
 
-	direct, bus, dials atomic.Uint64
-	handshakes         chan struct{} // a token per handshake under way
+	direct, bus, self, dials atomic.Uint64
+	handshakes               chan struct{} // a token per handshake under way
 
 	wg sync.WaitGroup
 }
@@ -86,6 +86,7 @@ type TCP struct {
 type TCPStats struct {
 	DirectSends uint64 // requests sent over connections
 	BusSends    uint64 // requests sent over NATS (no reachable endpoint)
+	SelfSends   uint64 // requests for the endpoint's own node, handed to its handler in memory
 	Dials       uint64 // connections opened (reconnections included)
 	Conns       int    // connections open now, both directions
 }
@@ -95,7 +96,7 @@ func (t *TCP) Stats() TCPStats {
 	t.mu.Lock()
 	n := len(t.conns)
 	t.mu.Unlock()
-	return TCPStats{DirectSends: t.direct.Load(), BusSends: t.bus.Load(), Dials: t.dials.Load(), Conns: n}
+	return TCPStats{DirectSends: t.direct.Load(), BusSends: t.bus.Load(), SelfSends: t.self.Load(), Dials: t.dials.Load(), Conns: n}
 }
 
 // TCPConfig configures an endpoint.
@@ -346,6 +347,43 @@ func (t *TCP) SendTail(node, reply string, size int, build func([]byte) []byte, 
 	return err
 }
 
+// sendSelf hands a request for this endpoint's own node straight to the
+// node's handler queue, in memory. A worker beside the head of a
+// replicated shard sends its reads and writes to its own slave; over a
+// loopback connection each cost a socket write and read and their
+// wakeups. Requests from one sender stay in order (they are queued as
+// sent); the answer comes back in memory as every answer to this node
+// does. It reports false when this endpoint serves no such node (the
+// caller routes the request as any other).
+func (t *TCP) sendSelf(reply string, bd body) (bool, error) {
+	t.smu.RLock()
+	s := t.served[t.cfg.Self]
+	t.smu.RUnlock()
+	if s == nil {
+		return false, nil
+	}
+	data, buf := bd.bytes()
+	if buf == nil { // the caller's bytes: the handler reads them later
+		buf = getBuf(len(data))
+		data = append((*buf)[:0], data...)
+	}
+	addr := reply
+	if reply != "" && !strings.HasPrefix(reply, dpPrefix) {
+		addr = dpPrefix + t.cfg.Self + "|" + reply
+	}
+	// Not held back by a full queue (a connection's reader is): the
+	// handler itself may send to its own node.
+	if !s.push(data, addr, buf, false) {
+		putBuf(buf)
+		if reply != "" && addr != reply {
+			t.deliver(reply, nil, true, nil) // stopped: as request() answers
+		}
+		return true, nil
+	}
+	t.self.Add(1)
+	return true, nil
+}
+
 // body is a message's payload: data, or what build appends (at most
 // size bytes, else it costs a copy) followed by tail. A connection that
 // queues a body with done writes its tail from where it is and calls done
@@ -376,6 +414,11 @@ func (t *TCP) send(node, reply string, bd body) error {
 		// master's model reads, say): mark its address so the answer
 		// goes back over the bus, not to this node.
 		reply = dpPrefix + "|" + reply
+	}
+	if node == t.cfg.Self {
+		if sent, err := t.sendSelf(reply, bd); sent {
+			return err
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		c, err := t.route(node)

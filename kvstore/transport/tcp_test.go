@@ -701,3 +701,65 @@ func TestTCPSendTailConnectionLost(t *testing.T) {
 		}
 	}
 }
+
+// A request for the endpoint's own node is handed to its handler in
+// memory (no connection, no dial): answers come back in order and whole,
+// also for bytes the caller overwrites right after sending and for
+// appended and tailed messages, and once the node stops serving, a
+// request gets a no-responder answer.
+func TestTCPRequestsToSelfStayInMemory(t *testing.T) {
+	srv := tcpBus(t)
+	a := newTCP(t, srv, "a")
+	svc, err := a.Serve("a", echo(a, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := a.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	buf := make([]byte, 64)
+	for i := range 50 {
+		for j := range buf {
+			buf[j] = byte(i)
+		}
+		if err := a.Send("a", in.Addr()+".x", buf[:1+i%64]); err != nil {
+			t.Fatal(err)
+		}
+		clear(buf) // the caller's bytes, reused at once
+	}
+	for i := range 50 {
+		m := next(t, in)
+		if want := append([]byte("a:"), bytes.Repeat([]byte{byte(i)}, 1+i%64)...); !bytes.Equal(m.Data, want) {
+			t.Fatalf("answer %d: %q, want %q", i, m.Data, want)
+		}
+		m.Release()
+	}
+	big := bytes.Repeat([]byte{7}, 100<<10)
+	if err := a.SendAppend("a", in.Addr()+".y", 10, func(b []byte) []byte { return append(b, "head"...) }); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	if err := a.SendTail("a", in.Addr()+".z", 4, func(b []byte) []byte { return append(b, "tail"...) }, big, func() { done = true }); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, in); string(m.Data) != "a:head" {
+		t.Fatalf("appended: %q", m.Data)
+	}
+	if m := next(t, in); !bytes.Equal(m.Data, append([]byte("a:tail"), big...)) || !done {
+		t.Fatalf("tailed: %d bytes, done %v", len(m.Data), done)
+	}
+	if st := a.Stats(); st.SelfSends != 52 || st.DirectSends != 0 || st.Dials != 0 {
+		t.Fatalf("stats %+v: want 52 requests in memory, none over a connection", st)
+	}
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send("a", in.Addr()+".w", []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, in); !m.NoResponder {
+		t.Fatalf("after the node stopped: %+v, want no responder", m)
+	}
+}
