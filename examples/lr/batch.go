@@ -92,8 +92,14 @@ const (
 // batchState is what reading one batch fills.
 type batchState struct {
 	keys []uint64
-	w    []float64
-	pos  []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
+	// ident: keys are the batch's feature occurrences themselves (a
+	// slice of the records' keys, read and never written: Occurrences),
+	// so occurrence j is key j and pos is not used; own is the keys'
+	// buffer of the other ways.
+	ident bool
+	own   []uint64
+	w     []float64
+	pos   []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
 	cpos []int32 // cpos[j]: cent.Keys[j]'s position in keys
 	inv  []float64
 	base int     // r.Offsets[lo] of the batch
@@ -143,18 +149,26 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 // collect fills st with the distinct keys of records lo..hi (and with
 // center the centered features) and the features' positions among them.
 func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, center bool) {
-	st.keys = st.keys[:0]
 	st.base = r.Offsets[lo]
 	occ := r.Keys[st.base:r.Offsets[hi]]
 	center = center && m.cent != nil
+	st.cpos = st.cpos[:0]
 	if m.Occurrences && !center {
-		m.occurrences(st, occ)
+		st.keys, st.ident = occ, true // see Occurrences
 		return
 	}
+	st.keys, st.ident = st.own[:0], false
 	if m.Merge && !center {
 		m.merged(st, occ)
-		return
+	} else {
+		m.distinct(st, occ, center)
 	}
+	st.own = st.keys
+}
+
+// distinct fills st with the distinct keys occ (and with center the
+// centered features) through the batch's index.
+func (m *MiniBatch) distinct(st *batchState, occ []uint64, center bool) {
 	n := len(occ)
 	if center {
 		n += len(m.cent.Keys)
@@ -172,7 +186,6 @@ func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, ce
 		}
 		st.pos[j] = p
 	}
-	st.cpos = st.cpos[:0]
 	if center {
 		for _, k := range m.cent.Keys {
 			p, added := m.index.Lookup(k, int32(len(st.keys)), st.keys)
@@ -221,20 +234,6 @@ func (m *MiniBatch) merged(st *batchState, occ []uint64) {
 		st.pos[j] = p
 	}
 	st.keys = keys[:n]
-	st.cpos = st.cpos[:0]
-}
-
-// occurrences fills st with the keys occ as they are (see Occurrences).
-func (m *MiniBatch) occurrences(st *batchState, occ []uint64) {
-	st.keys = append(st.keys, occ...)
-	if cap(st.pos) < len(occ) {
-		st.pos = make([]int32, len(occ))
-	}
-	st.pos = st.pos[:len(occ)]
-	for j := range st.pos {
-		st.pos[j] = int32(j)
-	}
-	st.cpos = st.cpos[:0]
 }
 
 // finish completes the current batch's read: waits for reads in flight,
@@ -419,6 +418,20 @@ func LogLoss(z float64, y float64) float64 {
 // scaled when the batch has scales.
 func (m *MiniBatch) margin(a int, vals []float64) float64 {
 	z := m.b
+	if m.ident { // occurrence j is key j
+		w := m.w[a-m.base:][:len(vals)]
+		if m.scale != nil {
+			inv := m.inv[a-m.base:][:len(vals)]
+			for j, v := range vals {
+				z += w[j] * v * inv[j]
+			}
+			return z
+		}
+		for j, v := range vals {
+			z += w[j] * v
+		}
+		return z
+	}
 	pos := m.pos[a-m.base:]
 	if m.scale != nil {
 		for j, v := range vals {
@@ -499,6 +512,20 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 			st.Correct++
 		}
 		gsum += g
+		if m.ident { // occurrence j is key j
+			grad := m.grad[a-m.base:][:len(vals)]
+			if m.scale != nil {
+				inv := m.inv[a-m.base:][:len(vals)]
+				for j, v := range vals {
+					grad[j] += g * v * inv[j]
+				}
+			} else {
+				for j, v := range vals {
+					grad[j] += g * v
+				}
+			}
+			continue
+		}
 		pos := m.pos[a-m.base:]
 		if m.scale != nil {
 			for j, v := range vals {

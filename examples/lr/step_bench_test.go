@@ -98,7 +98,24 @@ func BenchmarkStepLocal(b *testing.B) {
 			}
 		}
 	})
-	// The hogwild kind's batch: a float32 table without locks (atomic
+	// The local kind's batch: a float32 table under chunk locks, keys
+	// read and added as they occur (MiniBatch.Occurrences).
+	b.Run("occurrences", func(b *testing.B) {
+		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim, DType: kvstore.Float32}, kvstore.ChunkLocks, 4096)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := lr.NewMiniBatch(localAdapter{lt})
+		m.Occurrences = true
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			lo := (i % nb) * batch
+			if _, err := m.Step(r, lo, lo+batch, 0.5, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The hogwild kind's batch: a float32 table without locks (plain
 	// adds), repeats merged by the batch's filter (MiniBatch.Merge).
 	b.Run("hogwild", func(b *testing.B) {
 		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim, DType: kvstore.Float32}, kvstore.NoLocks, 1)
