@@ -100,10 +100,10 @@ type batchState struct {
 	own   []uint64
 	w     []float64
 	pos   []int32 // pos[j]: position in keys of the batch's j-th feature occurrence
-	cpos []int32 // cpos[j]: cent.Keys[j]'s position in keys
-	inv  []float64
-	base int     // r.Offsets[lo] of the batch
-	b    float64 // the intercept read with the batch
+	cpos  []int32 // cpos[j]: cent.Keys[j]'s position in keys
+	inv   []float64
+	base  int     // r.Offsets[lo] of the batch
+	b     float64 // the intercept read with the batch
 	// one is the intercept's value buffer, on the heap once (a slice of
 	// a local would escape through the Table interface every batch; an
 	// array in the struct would not follow it when Step swaps states
