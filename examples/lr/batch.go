@@ -146,8 +146,10 @@ func (m *MiniBatch) gather(r *datastore.Records, lo, hi int, cur float64, center
 	return m.finish(cur)
 }
 
-// collect fills st with the distinct keys of records lo..hi (and with
-// center the centered features) and the features' positions among them.
+// collect fills st with the keys of records lo..hi: their occurrences
+// themselves (Occurrences), the occurrences with the filter's repeats
+// merged (Merge), or the distinct keys (and with center the centered
+// features); but for occurrences, with the features' positions among them.
 func (m *MiniBatch) collect(st *batchState, r *datastore.Records, lo, hi int, center bool) {
 	st.base = r.Offsets[lo]
 	occ := r.Keys[st.base:r.Offsets[hi]]
