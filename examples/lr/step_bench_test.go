@@ -84,12 +84,15 @@ func BenchmarkStepLocal(b *testing.B) {
 			}
 		}
 	})
-	b.Run("local", func(b *testing.B) {
-		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim}, kvstore.ChunkLocks, 4096)
+	// steps runs batches of a MiniBatch over a fresh local table of
+	// dtype dt under mode, set by how (its Occurrences or Merge).
+	steps := func(b *testing.B, dt kvstore.DType, mode kvstore.LockMode, chunk int, how func(*lr.MiniBatch)) {
+		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim, DType: dt}, mode, chunk)
 		if err != nil {
 			b.Fatal(err)
 		}
 		m := lr.NewMiniBatch(localAdapter{lt})
+		how(m)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			lo := (i % nb) * batch
@@ -97,39 +100,20 @@ func BenchmarkStepLocal(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+	// Distinct keys through the batch's index, a float64 table under
+	// chunk locks.
+	b.Run("local", func(b *testing.B) {
+		steps(b, kvstore.Float64, kvstore.ChunkLocks, 4096, func(*lr.MiniBatch) {})
 	})
 	// The local kind's batch: a float32 table under chunk locks, keys
 	// read and added as they occur (MiniBatch.Occurrences).
 	b.Run("occurrences", func(b *testing.B) {
-		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim, DType: kvstore.Float32}, kvstore.ChunkLocks, 4096)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := lr.NewMiniBatch(localAdapter{lt})
-		m.Occurrences = true
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			lo := (i % nb) * batch
-			if _, err := m.Step(r, lo, lo+batch, 0.5, 0); err != nil {
-				b.Fatal(err)
-			}
-		}
+		steps(b, kvstore.Float32, kvstore.ChunkLocks, 4096, func(m *lr.MiniBatch) { m.Occurrences = true })
 	})
 	// The hogwild kind's batch: a float32 table without locks (plain
 	// adds), repeats merged by the batch's filter (MiniBatch.Merge).
 	b.Run("hogwild", func(b *testing.B) {
-		lt, err := kvstore.NewLocalTable(kvstore.TableSpec{Name: "w", Size: dim, DType: kvstore.Float32}, kvstore.NoLocks, 1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := lr.NewMiniBatch(localAdapter{lt})
-		m.Merge = true
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			lo := (i % nb) * batch
-			if _, err := m.Step(r, lo, lo+batch, 0.5, 0); err != nil {
-				b.Fatal(err)
-			}
-		}
+		steps(b, kvstore.Float32, kvstore.NoLocks, 1, func(m *lr.MiniBatch) { m.Merge = true })
 	})
 }
