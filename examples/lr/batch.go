@@ -390,19 +390,25 @@ func lossParts(z, y float64) (h, e, g float64) {
 // each in [1, 2], taken before it could overflow. A log1p per record was
 // 5% of a local worker's time. The sum differs from adding LogLoss's in
 // the last bits (and loses the terms e < 2^-53 below 1e-16 each); it is
-// reported, never trained on.
-type lossSum struct{ h, prod float64 }
+// reported, never trained on. The zero value is an empty sum.
+type lossSum struct {
+	h float64
+	// p is the product of the (1 + e) not yet logged, less one (so that
+	// the zero value is the empty product).
+	p float64
+}
 
 func (l *lossSum) add(h, e float64) {
 	l.h += h
-	l.prod *= 1 + e
-	if l.prod > 0x1p900 {
-		l.h += math.Log(l.prod)
-		l.prod = 1
+	prod := (l.p + 1) * (1 + e)
+	if prod > 0x1p900 {
+		l.h += math.Log(prod)
+		prod = 1
 	}
+	l.p = prod - 1
 }
 
-func (l *lossSum) total() float64 { return l.h + math.Log(l.prod) }
+func (l *lossSum) total() float64 { return l.h + math.Log(l.p+1) }
 
 // LogLoss is the logistic loss of margin z for label y in {0, 1}.
 func LogLoss(z float64, y float64) float64 {
@@ -498,7 +504,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	clear(m.grad)
 	var st Stats
 	gsum := 0.0
-	loss := lossSum{prod: 1}
+	var loss lossSum
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
 		vals := r.Vals[a:b]

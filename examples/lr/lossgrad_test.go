@@ -41,7 +41,7 @@ func TestLossSumMatchesLogLoss(t *testing.T) {
 		scale float64
 	}{{"one", 1, 1}, {"batch", 100, 3}, {"near zero", 5000, 1e-3}, {"wide", 3000, 40}, {"tiny e", 200, 800}} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := lossSum{prod: 1}
+			var l lossSum
 			want, abs := 0.0, 0.0
 			for range tc.n {
 				z, y := rng.NormFloat64()*tc.scale, float64(rng.IntN(2))
@@ -57,7 +57,7 @@ func TestLossSumMatchesLogLoss(t *testing.T) {
 		})
 	}
 	for _, bad := range []float64{math.NaN(), math.Inf(1)} { // label 0: the loss of +Inf is +Inf
-		l := lossSum{prod: 1}
+		var l lossSum
 		for _, z := range []float64{0.5, bad, -2} {
 			h, e, _ := lossParts(z, 0)
 			l.add(h, e)

@@ -373,11 +373,9 @@ func (t *TCP) sendSelf(reply string, bd body) (bool, error) {
 	}
 	// Not held back by a full queue (a connection's reader is): the
 	// handler itself may send to its own node.
-	if !s.push(data, addr, buf, false) {
+	if !s.push(data, addr, buf, false) { // stopped
 		putBuf(buf)
-		if reply != "" && addr != reply {
-			t.deliver(reply, nil, true, nil) // stopped: as request() answers
-		}
+		t.noResponder(addr, nil)
 		return true, nil
 	}
 	t.self.Add(1)

@@ -217,16 +217,22 @@ func (t *TCP) request(c *tcpConn, node, reply, data []byte, buf *[]byte) {
 		return
 	}
 	putBuf(buf)
-	if len(reply) == 0 {
+	t.noResponder(addr, c)
+}
+
+// noResponder tells the requester at rewritten reply address addr (""
+// for none) that nothing serves its request's node here, as NATS would;
+// c is the connection the request came in on (nil: from this endpoint).
+func (t *TCP) noResponder(addr string, c *tcpConn) {
+	if addr == "" {
 		return
 	}
-	// Nothing serves node here: tell the requester, as NATS would.
 	name, plain, _ := cutDP(addr)
 	switch {
 	case name == "":
 		// A requester on the bus only: it times out (the bus has no
 		// way to say "no responder" to an address).
-	case name == c.remote:
+	case c != nil && name == c.remote:
 		c.write(frameNoResponder, "", plain, nil, false)
 	case name == t.cfg.Self:
 		t.deliver(plain, nil, true, nil)
