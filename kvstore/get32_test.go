@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flexps/flexps/kvstore"
 )
@@ -76,8 +77,9 @@ func TestGetFloat32MatchesGet(t *testing.T) {
 // encodes a large answer (>= 32 KiB of values) straight into the
 // connection's send buffer (Server.answerRaw); the answers of large and
 // small reads, of float32 and float64 tables, width 1 and 64, keys sorted,
-// shuffled and repeated, read at once or parked by the SSP gate until the
-// writer's clock, hold exactly what was added.
+// shuffled and repeated, parked by the SSP gate until the writer's clock
+// (the test waits until the gates hold the read) and read again at once,
+// hold exactly what was added.
 func TestLargeGetAnswersBuiltInSendBuffer(t *testing.T) {
 	for _, dt := range []kvstore.DType{kvstore.Float32, kvstore.Float64} {
 		for _, width := range []int{1, 64} {
@@ -120,7 +122,13 @@ func TestLargeGetAnswersBuiltInSendBuffer(t *testing.T) {
 					ok(t, reader.Clock())
 					got := make([]float64, len(keys)*width)
 					done := make(chan error, 1)
+					before := parkedReads(c, 1)
 					go func() { done <- tr.Get(keys, got) }()
+					for deadline := time.Now().Add(10 * time.Second); parkedReads(c, 1) == before; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Fatal("the reader's read was never parked at a gate")
+						}
+					}
 					ok(t, tw.Add(keys, d))
 					for i, k := range keys {
 						for j := range width {
@@ -146,4 +154,17 @@ func TestLargeGetAnswersBuiltInSendBuffer(t *testing.T) {
 			})
 		}
 	}
+}
+
+// parkedReads is how many of worker's reads the gates of c's servers
+// parked so far.
+func parkedReads(c *cluster, worker int) int64 {
+	var n int64
+	for _, s := range c.servers {
+		if g := s.Gate("task", 0); g != nil {
+			_, waits, _ := g.Stats(worker)
+			n += waits
+		}
+	}
+	return n
 }

@@ -505,7 +505,9 @@ func (s *Server) answer(vals []float64, raw []byte, ht *hostedTable, op Op, keys
 			raw = ra.AppendRaw(raw, keys)
 		}
 		if done {
-			return Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Raw: raw}, vals, raw
+			a := replyHead(ht, minClock)
+			a.Raw = raw
+			return a, vals, raw
 		}
 	}
 	count := len(keys)
@@ -522,7 +524,14 @@ func (s *Server) answer(vals []float64, raw []byte, ht *hostedTable, op Op, keys
 	} else {
 		ht.store.Get(keys, vals)
 	}
-	return Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType, Vals: vals}, vals, raw
+	a := replyHead(ht, minClock)
+	a.Vals = vals
+	return a, vals, raw
+}
+
+// replyHead is the head of a read's answer from ht: its values follow.
+func replyHead(ht *hostedTable, minClock int64) Message {
+	return Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType}
 }
 
 // answerRaw answers a Get of keys from a shard that encodes its own rows
@@ -536,18 +545,18 @@ func (s *Server) answerRaw(reply string, ht *hostedTable, op Op, keys []uint64, 
 	if op != OpGet {
 		return false
 	}
+	head := replyHead(ht, minClock)
+	rawLen := len(keys) * ht.spec.Width * valSize(ht.spec.DType)
+	size := encodedSize(&head) + binary.MaxVarintLen64 + rawLen
+	if size < appendMin { // the common small answer: no more checks
+		return false
+	}
 	ra, ok := ht.store.(rawAppender)
 	if !ok {
 		return false
 	}
 	ap, ok := s.tr.(transport.Appender)
 	if !ok {
-		return false
-	}
-	head := Message{Op: OpReply, Clock: minClock, Width: uint16(ht.spec.Width), DType: ht.spec.DType}
-	rawLen := len(keys) * ht.spec.Width * valSize(ht.spec.DType)
-	size := encodedSize(&head) + binary.MaxVarintLen64 + rawLen
-	if size < appendMin {
 		return false
 	}
 	if err := ap.ReplyAppend(reply, size, func(b []byte) []byte {
