@@ -242,8 +242,8 @@ func (t *LocalTable) atomic1(op localOp, i int, v *float64) {
 // hogwild worker: a plain load and store of the word, as Hogwild! does.
 // Two workers adding to the same value at the same instant may lose one
 // of the two adds; a locked compare-and-swap per value cost 5-6x a plain
-// add (10 ns against 1.5-2 ns per key in cache) and a quarter of the
-// kind's time. Go's memory model keeps a racing word-sized access whole
+// add (10 ns against 1.5-2 ns per key in cache) and a fifth of the
+// kind's profile. Go's memory model keeps a racing word-sized access whole
 // (a read sees some write, never a torn value). Under the race detector
 // (tests) the add is the atomic loop instead, so that it reports only
 // races that are bugs.
