@@ -3,7 +3,9 @@ package kvstore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 )
 
 // The process cache keeps values of remote keys a worker read, so a later
@@ -41,8 +43,10 @@ const maxCacheKeys = 1 << 30
 // CacheStats count what a cache did with remote keys (local keys are not
 // counted). Every remote key read is a hit or a miss; Stale counts the
 // misses whose key was cached but too old for the bound.
+// Bypassed counts the reads that went straight to the table because the
+// cache did not pay (see cacheGovernor).
 type CacheStats struct {
-	Hits, Misses, Evictions, Stale int64
+	Hits, Misses, Evictions, Stale, Bypassed int64
 }
 
 // HitRate is Hits / (Hits + Misses), 0 before any read.
@@ -92,6 +96,12 @@ type CacheSource interface {
 // entries. GetChunk passes through without consulting or filling the
 // cache: chunk reads are bulk reads whose values would churn the
 // per-key cache of hot keys.
+//
+// The cache is used only while it pays: a governor (cacheGovernor) times
+// the worker's iterations through the cache and straight to the table,
+// now and then, and sends reads and writes past the cache (counted as
+// Bypassed) while that is faster. Values are dropped when reads come back
+// to the cache, so the way taken never changes what a read may return.
 type CachedTable struct {
 	t     CacheSource
 	spec  TableSpec
@@ -101,6 +111,8 @@ type CachedTable struct {
 	f32   bool
 	core  *cacheCore // nil: CacheNone, or every key is local
 	stats CacheStats
+	gov   cacheGovernor
+	now   func() time.Time // the governor's clock
 
 	miss    []uint64  // keys of the current read that go to the table
 	missAt  []int32   // their positions in the caller's keys
@@ -138,7 +150,8 @@ func NewCachedTable(t CacheSource, kind CacheKind, capacity int) (*CachedTable, 
 	default:
 		return nil, fmt.Errorf("%w: table %q: cache kind must be none, lru or lfu, got %q", ErrBadCache, name, kind)
 	}
-	ct := &CachedTable{t: t, spec: spec, bound: int64(cons.Bound()), w: spec.Width, f32: spec.DType == Float32}
+	ct := &CachedTable{t: t, spec: spec, bound: int64(cons.Bound()), w: spec.Width, f32: spec.DType == Float32,
+		gov: newCacheGovernor(cacheWindow, maxCacheRun), now: time.Now}
 	if cons.Kind == ASP {
 		// ASP sets no bound, but a value cached forever would hide other
 		// workers' updates to hot keys for good: entries are stamped with
@@ -188,14 +201,28 @@ func (ct *CachedTable) fresh(stamp, clock int64) bool {
 	return ct.bound < 0 || clock-ct.bound <= stamp
 }
 
-func (ct *CachedTable) remote(k uint64) bool { return !ct.t.Local(k) }
+// lastSlot values that are no slot.
+const (
+	slotNone  = -1 // a remote key that is not cached
+	slotLocal = -2 // a key of this slave's memory, never cached
+)
 
 // Get reads keys into out (len(keys)*Width values): fresh cached keys from
-// the cache, the others in one read of the table.
+// the cache, the others in one read of the table. While the governor
+// bypasses the cache the read goes straight to the table.
 func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	cc := ct.core
 	if cc == nil {
 		return ct.t.Get(keys, out)
+	}
+	cached, invalidate := ct.gov.next(ct.now(), len(keys))
+	if !cached {
+		ct.stats.Bypassed++
+		ct.lastKeys = ct.lastKeys[:0]
+		return ct.t.Get(keys, out)
+	}
+	if invalidate {
+		cc.invalidate()
 	}
 	if err := ct.t.Err(); err != nil {
 		return err
@@ -207,27 +234,39 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	ct.miss, ct.missAt = ct.miss[:0], ct.missAt[:0]
 	ct.lastKeys = append(ct.lastKeys[:0], keys...)
 	ct.lastSlot = slices.Grow(ct.lastSlot[:0], len(keys))[:len(keys)]
+	remote, hits := 0, 0
 	for i, k := range keys {
-		ct.lastSlot[i] = -1
-		if ct.remote(k) {
+		if ct.t.Local(k) {
+			ct.lastSlot[i] = slotLocal
+		} else {
+			remote++
+			ct.lastSlot[i] = slotNone
 			if s := cc.lookup(k); s >= 0 {
 				ct.lastSlot[i] = int32(s)
 				if ct.fresh(cc.stamp[s], clock) {
 					copy(out[i*w:(i+1)*w], cc.row(s))
 					cc.touch(s)
-					ct.stats.Hits++
+					hits++
 					continue
 				}
 				ct.stats.Stale++
 			}
-			ct.stats.Misses++
 		}
 		ct.miss = append(ct.miss, k)
 		ct.missAt = append(ct.missAt, int32(i))
 	}
+	ct.stats.Hits += int64(hits)
+	ct.stats.Misses += int64(remote - hits)
 	if len(ct.miss) == 0 {
 		return nil
 	}
+	return ct.fetch(out, clock)
+}
+
+// fetch reads the current Get's misses (ct.miss) from the table into the
+// caller's out and caches the remote ones.
+func (ct *CachedTable) fetch(out []float64, clock int64) error {
+	cc, w := ct.core, ct.w
 	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
 	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
 	if ct.asp {
@@ -236,23 +275,24 @@ func (ct *CachedTable) Get(keys []uint64, out []float64) error {
 	if err != nil {
 		return err
 	}
+	inserted := false // slots found by Get still hold their keys until an insert
 	for j, k := range ct.miss {
 		v := ct.missOut[j*w : (j+1)*w]
 		i := int(ct.missAt[j])
 		copy(out[i*w:(i+1)*w], v)
-		if !ct.remote(k) {
+		s := int(ct.lastSlot[i])
+		if s == slotLocal {
 			continue
 		}
-		s := int(ct.lastSlot[i])
-		if s < 0 || !cc.holds(s, k) {
-			s = cc.lookup(k) // a repeat of k earlier in keys may have inserted it
+		if inserted && (s < 0 || !cc.holds(s, k)) {
+			s = cc.lookup(k) // inserted by a repeat of k, or evicted
 		}
 		if s < 0 {
 			if !cc.admit(k) {
-				ct.lastSlot[i] = -1
+				ct.lastSlot[i] = slotNone
 				continue
 			}
-			s = cc.insert(k)
+			s, inserted = cc.insert(k), true
 		} else {
 			cc.touch(s)
 		}
@@ -272,7 +312,7 @@ func (ct *CachedTable) Add(keys []uint64, deltas []float64) error {
 		return err
 	}
 	cc := ct.core
-	if cc == nil || cc.n == 0 {
+	if cc == nil || cc.n == 0 || !ct.gov.cached {
 		return nil
 	}
 	w := ct.w
@@ -323,7 +363,7 @@ func (ct *CachedTable) AddChunk(chunks []uint64, deltas []float64) error {
 		return err
 	}
 	cc := ct.core
-	if cc == nil || cc.n == 0 {
+	if cc == nil || cc.n == 0 || !ct.gov.cached {
 		return nil
 	}
 	w, off := ct.w, 0
@@ -467,6 +507,14 @@ func (c *cacheCore) purge() {
 	c.n, c.minFreq, c.accesses = 0, 1, 0
 	for s := c.cap; s < len(c.next); s++ {
 		c.prev[s], c.next[s] = int32(s), int32(s)
+	}
+}
+
+// invalidate makes every cached value too old to serve a read, keeping
+// the keys: the next read of each fetches it again into its slot.
+func (c *cacheCore) invalidate() {
+	for s := range c.n {
+		c.stamp[s] = math.MinInt64
 	}
 }
 

@@ -321,7 +321,7 @@ func TestCacheCoreModel(t *testing.T) {
 
 // cacheHits counts hits over the staleness property's runs, so the test
 // can tell it exercised the cache at all.
-var cacheHits, cacheStale int64
+var cacheHits, cacheStale, cacheBypassed int64
 
 // TestCacheStalenessProperty runs 2-3 workers with process caches under
 // SSP(s) against 2 shards, interleaving Get, Add and Clock at random.
@@ -334,7 +334,7 @@ func TestCacheStalenessProperty(t *testing.T) {
 	r := newRig(t, 2)
 	conns := []transport.Transport{r.conn(), r.conn(), r.conn(), r.conn()}
 	run := 0
-	cacheHits, cacheStale = 0, 0
+	cacheHits, cacheStale, cacheBypassed = 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		task := fmt.Sprintf("prop%d", run)
@@ -371,6 +371,16 @@ func TestCacheStalenessProperty(t *testing.T) {
 			cls[w] = r.client(conns[w], task, self, int32(w), cons)
 			defer cls[w].Close()
 			tbls[w] = r.cached(cls[w], ps[0], kind, capacity)
+			// A governor with short windows and random iteration times
+			// switches between the cache and the table at random: no
+			// switch may let a value miss an Add it must hold.
+			window := rapid.IntRange(0, 3).Draw(rt, "window")
+			tbls[w].gov = newCacheGovernor(window, rapid.IntRange(0, 8).Draw(rt, "max run"))
+			tick := time.Unix(0, 0)
+			tbls[w].now = func() time.Time {
+				tick = tick.Add(time.Duration(rapid.IntRange(0, 100).Draw(rt, "iteration ns")))
+				return tick
+			}
 		}
 		steps := rapid.IntRange(1, 50).Draw(rt, "steps")
 		for range steps {
@@ -441,6 +451,7 @@ func TestCacheStalenessProperty(t *testing.T) {
 			st := tbls[w].Stats()
 			cacheHits += st.Hits
 			cacheStale += st.Stale
+			cacheBypassed += st.Bypassed
 		}
 		// Every Add landed exactly once.
 		dump := r.client(conns[n], task, -1, -1, cons)
@@ -461,7 +472,8 @@ func TestCacheStalenessProperty(t *testing.T) {
 	})
 	check(t, cacheHits > 0, "no read was ever served from a cache")
 	check(t, cacheStale > 0, "no cached value was ever too old")
-	t.Logf("hits %d, stale %d", cacheHits, cacheStale)
+	check(t, cacheBypassed > 0, "no read ever went straight to the table")
+	t.Logf("hits %d, stale %d, bypassed %d", cacheHits, cacheStale, cacheBypassed)
 }
 
 func TestCacheBSPNeverAcrossClock(t *testing.T) {
@@ -579,6 +591,7 @@ func TestCacheGetHitAllocatesNothing(t *testing.T) {
 	defer cl.Close()
 	for _, kind := range []CacheKind{CacheLRU, CacheLFU} {
 		tc := r.cached(cl, ps[0], kind, 64)
+		tc.gov = newCacheGovernor(0, 0) // every read through the cache
 		keys := []uint64{1, 500, 999, 3, 1}
 		out := make([]float64, len(keys)*4)
 		noErr(t, tc.Get(keys, out))

@@ -313,6 +313,7 @@ func (w *worker) readMetrics() map[string]float64 {
 		m[tasks.MetricCacheMisses] += float64(st.Misses)
 		m[tasks.MetricCacheEvictions] += float64(st.Evictions)
 		m[tasks.MetricCacheStale] += float64(st.Stale)
+		m[tasks.MetricCacheBypassed] += float64(st.Bypassed)
 	}
 	if w.client != nil {
 		st := w.client.Stats()

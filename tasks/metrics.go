@@ -53,6 +53,7 @@ const (
 	MetricCacheMisses    = "cache_misses"
 	MetricCacheEvictions = "cache_evictions"
 	MetricCacheStale     = "cache_stale"
+	MetricCacheBypassed  = "cache_bypassed" // reads sent straight to the table: the cache did not pay
 
 	MetricKVLocalKeys  = "kv_local_keys"  // keys read or written in this slave's memory
 	MetricKVRemoteKeys = "kv_remote_keys" // keys read or written on other slaves

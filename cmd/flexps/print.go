@@ -228,8 +228,8 @@ func (p *Printer) Summary(s status.Task) {
 				r.Metrics[tasks.MetricConsistencyWaits], reads, r.Metrics[tasks.MetricBlockedSeconds])
 		}
 		if h, ms := r.Metrics[tasks.MetricCacheHits], r.Metrics[tasks.MetricCacheMisses]; h+ms > 0 {
-			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions)\n",
-				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions])
+			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions), %.0f reads past it\n",
+				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions], r.Metrics[tasks.MetricCacheBypassed])
 		}
 		p.printKV(r)
 		if r.Note != "" {
