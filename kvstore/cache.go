@@ -211,19 +211,34 @@ const (
 // the cache, the others in one read of the table. While the governor
 // bypasses the cache the read goes straight to the table.
 func (ct *CachedTable) Get(keys []uint64, out []float64) error {
+	if !ct.through(keys) {
+		return ct.t.Get(keys, out)
+	}
+	return ct.get(keys, out)
+}
+
+// through reports whether a read of keys goes through the cache (else
+// straight to the table), asking the governor.
+func (ct *CachedTable) through(keys []uint64) bool {
 	cc := ct.core
 	if cc == nil {
-		return ct.t.Get(keys, out)
+		return false
 	}
 	cached, invalidate := ct.gov.next(ct.now(), len(keys))
 	if !cached {
 		ct.stats.Bypassed++
 		ct.lastKeys = ct.lastKeys[:0]
-		return ct.t.Get(keys, out)
+		return false
 	}
 	if invalidate {
 		cc.invalidate()
 	}
+	return true
+}
+
+// get is a read through the cache.
+func (ct *CachedTable) get(keys []uint64, out []float64) error {
+	cc := ct.core
 	if err := ct.t.Err(); err != nil {
 		return err
 	}
@@ -738,12 +753,24 @@ type localizer interface {
 	LocalizeChunks(chunks []uint64) error
 }
 
-// GetAsync reads through the cache at once (see TableClient.GetAsync).
+// GetAsync starts a read (see TableClient.GetAsync): a read past the
+// cache is started on the table and returns at once; a read through the
+// cache is done before it returns.
 func (ct *CachedTable) GetAsync(keys []uint64, out []float64) (Pending, error) {
-	if err := ct.Get(keys, out); err != nil {
+	if !ct.through(keys) {
+		if a, ok := ct.t.(asyncGetter); ok {
+			return a.GetAsync(keys, out)
+		}
+		return Done{}, ct.t.Get(keys, out)
+	}
+	if err := ct.get(keys, out); err != nil {
 		return nil, err
 	}
 	return Done{}, nil
+}
+
+type asyncGetter interface {
+	GetAsync(keys []uint64, out []float64) (Pending, error)
 }
 
 // Flush waits for the worker's Adds (see TableClient.Flush).

@@ -565,6 +565,41 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 	equal(t, want[4:6], cd[10:12])
 }
 
+// While the governor sends reads past the cache, Get and GetAsync go to
+// the table as they would without a cache (GetAsync returns while the
+// read travels), Adds leave the cache alone, and the reads are counted.
+func TestCacheReadsPastTheCache(t *testing.T) {
+	r := newRig(t, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 1}
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
+	ps := r.task("past", ssp, 1, spec)
+	cl := r.client(r.conn(), "past", -1, 0, ssp)
+	defer cl.Close()
+	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	keys := []uint64{1, 7}
+	noErr(t, tc.Add(keys, []float64{1, 2}))
+	out := make([]float64, 2)
+	noErr(t, tc.Get(keys, out)) // through the cache: fills it
+	equal(t, []float64{1, 2}, out)
+	equal(t, 2, tc.Len())
+	// The table won the last measurement: a long stretch past the cache.
+	tc.gov = cacheGovernor{window: 1, maxRun: 1 << 20, phase: govRun, left: 1 << 20, run: 1 << 20, cached: false}
+	noErr(t, tc.Add(keys, []float64{10, 20}))
+	noErr(t, tc.Get(keys, out))
+	equal(t, []float64{11, 22}, out)
+	p, err := tc.GetAsync(keys, out)
+	noErr(t, err)
+	if _, done := p.(Done); done {
+		t.Fatal("a read past the cache was done before GetAsync returned")
+	}
+	noErr(t, p.Wait())
+	equal(t, []float64{11, 22}, out)
+	st := tc.Stats()
+	equal(t, CacheStats{Misses: 2, Bypassed: 2}, st)
+	equal(t, 1.0, tc.core.row(int(tc.core.lookup(1)))[0], "an Add past the cache leaves its copy alone")
+	noErr(t, cl.Finish())
+}
+
 func TestCacheSkipsLocalKeys(t *testing.T) {
 	r := newRig(t, 2)
 	ssp := Consistency{Kind: SSP, Staleness: 1}
