@@ -9,6 +9,11 @@
 #                            KIND under SSP(2), batch 100, lr 0.5, model $W/NAME.model;
 #                            the extra lines go into [[table]] and [stage.params]
 #   epoch_rate FILE          samples/s over epochs 2+ of a --metrics-out file
+#   lr_cluster_config        writes $W/c.toml (slaves, submit) and $W/m.toml (master): embedded
+#                            NATS on a random loopback port, 1 slot per slave, direct TCP data plane
+#   lr_cluster_start         starts a master and slaves s1, s2 from those (pids MP, S1, S2)
+#   lr_cluster_stop          stops them
+#   lr_submit NAME           submits $W/NAME.toml and prints its epoch_rate
 DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
 
 lr_data() {
@@ -29,4 +34,42 @@ ep=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ep=[e for e in ep if e.get("type")=="epoch" and e.get("epoch",0)>=2]
 s=sum(e["samples"] for e in ep); t=sum(e["seconds"] for e in ep)
 print(round(s/t) if t else 0)' "$1"
+}
+
+lr_cluster_config() {
+  local port=$((24000 + RANDOM % 20000))
+  cat > "$W/c.toml" <<TOML
+cluster = "lrvs$port"
+[nats]
+listen = "127.0.0.1:$port"
+url = "nats://127.0.0.1:$port"
+state_dir = "$W/state"
+[master]
+dead_after = "30s"
+[slave]
+slots = 1
+[kv]
+transport = "tcp"
+[log]
+level = "warn"
+TOML
+  sed '/^url =/d' "$W/c.toml" > "$W/m.toml"
+}
+
+lr_cluster_start() {
+  "$F" master --config "$W/m.toml" > "$W/master.log" 2>&1 & MP=$!
+  sleep 1
+  "$F" slave --config "$W/c.toml" --id s1 > "$W/s1.log" 2>&1 & S1=$!
+  "$F" slave --config "$W/c.toml" --id s2 > "$W/s2.log" 2>&1 & S2=$!
+  sleep 2
+}
+
+lr_cluster_stop() {
+  kill -INT $S1 $S2; wait $S1 $S2 2>/dev/null || true; kill $MP; wait $MP 2>/dev/null || true
+}
+
+lr_submit() {
+  rm -f "$W/m.jsonl"
+  "$F" submit --config "$W/c.toml" --metrics-out "$W/m.jsonl" "$W/$1.toml" > "$W/submit.log" 2>&1 || { cat "$W/submit.log" >&2; return 1; }
+  epoch_rate "$W/m.jsonl"
 }

@@ -25,23 +25,7 @@ lr_data
 lr_job same ps 5 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
 lr_job defaults ps 5
 lr_job r1 ps 5 'replicas = 1\n'
-port=$((24000 + RANDOM % 20000))
-cat > "$W/c.toml" <<TOML
-cluster = "lrvs$port"
-[nats]
-listen = "127.0.0.1:$port"
-url = "nats://127.0.0.1:$port"
-state_dir = "$W/state"
-[master]
-dead_after = "30s"
-[slave]
-slots = 1
-[kv]
-transport = "tcp"
-[log]
-level = "warn"
-TOML
-sed '/^url =/d' "$W/c.toml" > "$W/m.toml"
+lr_cluster_config
 hwm() { echo $(( $(awk '/VmHWM/{print $2}' "/proc/$1/status") / 1024 )); }
 fcpp() { # samples/s of epochs 2+, then the two processes' peak RSS in MB
   local p=$((14000 + RANDOM % 1000))
@@ -60,19 +44,13 @@ printf "%-6s %9s %9s %9s %9s %8s %8s %8s %9s %9s\n" round same defaults r1 fcpp 
 rows=()
 for r in $(seq "$R"); do
   # A fresh cluster per round: each round's peak RSS is its own.
-  "$F" master --config "$W/m.toml" > "$W/master.log" 2>&1 & MP=$!
-  sleep 1
-  "$F" slave --config "$W/c.toml" --id s1 > "$W/s1.log" 2>&1 & S1=$!
-  "$F" slave --config "$W/c.toml" --id s2 > "$W/s2.log" 2>&1 & S2=$!
-  sleep 2
+  lr_cluster_start
   declare -A got
   for j in same defaults r1; do
-    rm -f "$W/m.jsonl"
-    "$F" submit --config "$W/c.toml" --metrics-out "$W/m.jsonl" "$W/$j.toml" > "$W/submit.log" 2>&1 || { cat "$W/submit.log"; exit 1; }
-    got[$j]=$(epoch_rate "$W/m.jsonl")
+    got[$j]=$(lr_submit $j)
     [ $j = same ] && got[rss]=$(( $(hwm $MP) + $(hwm $S1) + $(hwm $S2) ))
   done
-  kill -INT $S1 $S2; wait $S1 $S2 2>/dev/null || true; kill $MP; wait $MP 2>/dev/null || true
+  lr_cluster_stop
   fc=0; fcrss=0
   if [ -n "${FLEXPS_CPP:-}" ]; then set -- $(fcpp); fc=$1; fcrss=$2; fi
   row=$(awk -v r="$r" -v s="${got[same]}" -v d="${got[defaults]}" -v o="${got[r1]}" -v f="$fc" -v rs="${got[rss]}" -v rf="$fcrss" \
