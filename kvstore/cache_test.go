@@ -640,7 +640,8 @@ func TestCacheGetHitAllocatesNothing(t *testing.T) {
 // against 2 remote shards: Get batch Zipf(1.1) keys, Add to them, and
 // Clock every perClock batches; without a cache (the baseline, run first)
 // and with LRU and LFU caches of 1% of the table. It reports the hit rate
-// and the speedup over the baseline of the same shape.
+// (of the reads through the cache), the share of reads its governor sent
+// past it, and the speedup over the baseline of the same shape.
 func BenchmarkCachedGetZipf(b *testing.B) {
 	const size = 1 << 17
 	r := newNATSRig(b, 2)
@@ -683,6 +684,7 @@ func BenchmarkCachedGetZipf(b *testing.B) {
 				perOp := float64(b.Elapsed().Nanoseconds()) / float64(n)
 				noErr(b, cl.Finish())
 				b.ReportMetric(100*tc.Stats().HitRate(), "hit%")
+				b.ReportMetric(100*float64(tc.Stats().Bypassed)/float64(n), "past%")
 				b.ReportMetric(float64(cl.Stats().Requests)/float64(n), "msgs/op")
 				if kind == CacheNone {
 					base[name] = perOp
