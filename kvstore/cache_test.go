@@ -639,26 +639,36 @@ func TestCacheGetHitAllocatesNothing(t *testing.T) {
 // BenchmarkCachedGetZipf is one worker's training loop under SSP(2)
 // against 2 remote shards: Get batch Zipf(1.1) keys, Add to them, and
 // Clock every perClock batches; without a cache (the baseline, run first)
-// and with LRU and LFU caches of 1% of the table. It reports the hit rate
-// (of the reads through the cache), the share of reads its governor sent
-// past it, and the speedup over the baseline of the same shape.
+// and with LRU and LFU caches of 1% of the table. The keys are drawn from
+// the whole table, or (hot=N) from its N most popular keys only, a shape
+// where every key of a read may be fresh in the cache, so that its
+// messages are not sent. It reports the hit rate (of the reads through
+// the cache), the share of reads its governor sent past it, and the
+// speedup over the baseline of the same shape.
 func BenchmarkCachedGetZipf(b *testing.B) {
 	const size = 1 << 17
 	r := newNATSRig(b, 2)
 	ssp := Consistency{Kind: SSP, Staleness: 2}
 	spec := TableSpec{Name: "w", Size: size, DType: Float32}.WithDefaults()
 	base := map[string]float64{}
-	for _, shape := range []struct{ batch, perClock int }{{10, 1}, {10, 10}, {100, 1}, {100, 10}} {
+	for _, shape := range []struct{ batch, perClock, hot int }{{10, 1, 0}, {10, 10, 0}, {100, 1, 0}, {100, 10, 0}, {10, 10, 256}} {
 		for _, kind := range []CacheKind{CacheNone, CacheLRU, CacheLFU} {
 			name := fmt.Sprintf("batch=%d/perclock=%d", shape.batch, shape.perClock)
+			if shape.hot > 0 {
+				name += fmt.Sprintf("/hot=%d", shape.hot)
+			}
 			b.Run(name+"/"+string(kind), func(b *testing.B) {
-				task := fmt.Sprintf("zipf-%d-%d-%s", shape.batch, shape.perClock, kind)
+				task := fmt.Sprintf("zipf-%d-%d-%d-%s", shape.batch, shape.perClock, shape.hot, kind)
 				ps := r.task(task, ssp, 1, spec)
 				defer r.drop(task)
 				cl := r.client(r.conn(), task, -1, 0, ssp)
 				defer cl.Close()
 				tc := r.cached(cl, ps[0], kind, size/100)
-				z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, size-1)
+				space := uint64(size - 1)
+				if shape.hot > 0 {
+					space = uint64(shape.hot - 1)
+				}
+				z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, space)
 				keys := make([]uint64, shape.batch)
 				vals := make([]float64, shape.batch)
 				n := 0

@@ -16,7 +16,8 @@
 // transport's payload limit). Reads wait for all answers; Adds are
 // acknowledged asynchronously with at most Window in flight. A CachedTable
 // adds a process cache (LRU or LFU) of remote keys, served while the
-// consistency model allows. Scan and ReadAll read whole shards a page at a
+// consistency model allows and used only while it measures faster than
+// the table (cacheGovernor). Scan and ReadAll read whole shards a page at a
 // time by each shard's own key set (for writing the model).
 //
 // Server side: a Server answers the requests addressed to its slave, one
