@@ -54,7 +54,8 @@ func (t *TableClient) GetNext(keys []uint64, out []float64) (Pending, error) {
 }
 
 // aheadRead is GetNext's handle: the remote part in flight, the local
-// part to read at Wait.
+// part to read at Wait. GetAsync uses it too, at the current clock, when
+// the gate holds the local part.
 type aheadRead struct {
 	t     *TableClient
 	clock int64    // the clock Wait needs the worker at

@@ -196,3 +196,64 @@ func TestGetNextRefusesBadKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestGetAsyncAtTheBoundReadsLocalKeysAtWait: a worker at the staleness
+// bound whose read the gate of its own slave holds gets GetAsync back at
+// once (its keys in this slave's memory are read at Wait, gated then), so
+// its next request, here another read of keys on the other slave, is not
+// held up behind the wait; Wait returns once the slow worker clocks, with
+// its iteration's Adds.
+func TestGetAsyncAtTheBoundReadsLocalKeysAtWait(t *testing.T) {
+	for _, cons := range []kvstore.Consistency{{Kind: kvstore.BSP}, {Kind: kvstore.SSP, Staleness: 1}} {
+		t.Run(fmt.Sprintf("%s%d", cons.Kind, cons.Staleness), func(t *testing.T) {
+			spec := kvstore.TableSpec{Name: "w", Size: 10, Width: 1}.WithDefaults()
+			c := startCluster(t, 2, false, spec)
+			c.prepare(0, cons, 2)
+			fast, slow := c.client(0, 0, 0, cons), c.client(1, 0, 1, cons) // fast on s0, slow on s1
+			ft, st := c.table(fast, spec), c.table(slow, spec)
+			for range cons.Bound() + 1 {
+				ok(t, fast.Clock()) // to the bound: the gates hold fast's reads
+			}
+			type started struct {
+				p   kvstore.Pending
+				err error
+			}
+			issue := func(keys []uint64, out []float64) chan started {
+				ch := make(chan started, 1)
+				go func() {
+					p, err := ft.GetAsync(keys, out)
+					ch <- started{p, err}
+				}()
+				return ch
+			}
+			var pending []kvstore.Pending
+			outs := [][]float64{make([]float64, 1), make([]float64, 2), make([]float64, 1)}
+			for i, keys := range [][]uint64{{0}, {0, 9}, {9}} { // here, both, the other slave
+				select {
+				case s := <-issue(keys, outs[i]):
+					ok(t, s.err)
+					pending = append(pending, s.p)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("GetAsync(%v) at the bound did not return before the slow worker's Clock", keys)
+				}
+			}
+			// One Wait at a time: a Client is not safe for concurrent use.
+			done := waitDone(pending[1])
+			blocked(t, done, "Wait of the read of both slaves' keys with the slow worker behind")
+			ok(t, st.Add([]uint64{0, 9}, []float64{3, 4}))
+			ok(t, slow.Clock())
+			released(t, done, "Wait after the slow worker's Clock")
+			ok(t, pending[0].Wait())
+			ok(t, pending[2].Wait())
+			for i, want := range [][]float64{{3}, {3, 4}, {4}} {
+				for j := range want {
+					if outs[i][j] != want[j] {
+						t.Fatalf("read %d: %v, want the slow worker's iteration %v", i, outs[i], want)
+					}
+				}
+			}
+			ok(t, fast.Finish())
+			ok(t, slow.Finish())
+		})
+	}
+}

@@ -98,14 +98,20 @@ func (g *Gate) raise(m int64) {
 // fastRead reports whether worker's read at clock may proceed without the
 // lock, counting it if so.
 func (g *Gate) fastRead(worker int, clock int64) bool {
-	if g.sparse || worker < 0 || worker >= len(g.workers) || g.shut.Load() {
-		return false
-	}
-	if g.bound >= 0 && clock-g.min.Load() > g.bound {
+	if !g.ready(worker, clock) {
 		return false
 	}
 	g.workers[worker].reads.Add(1)
 	return true
+}
+
+// ready reports whether worker's read at clock may proceed now, as far as
+// the clocks already synced tell (false when unsure), counting nothing.
+func (g *Gate) ready(worker int, clock int64) bool {
+	if g.sparse || worker < 0 || worker >= len(g.workers) || g.shut.Load() {
+		return false
+	}
+	return g.bound < 0 || clock-g.min.Load() <= g.bound
 }
 
 // enter checks a read; if it may not proceed it parks fn under a new id

@@ -169,6 +169,17 @@ func (t *TableClient) waitLocal(keys []uint64) error {
 	return nil
 }
 
+// localReady reports whether a read of this slave's shards at the
+// worker's clock would pass the gate now (false when unsure).
+func (t *TableClient) localReady() bool {
+	c := t.c
+	if !c.gated() || c.cfg.Server == nil {
+		return true
+	}
+	g := c.cfg.Server.Gate(c.cfg.Task, c.cfg.Stage)
+	return g == nil || g.ready(int(c.cfg.Worker), c.clock)
+}
+
 // Get reads keys into out (len(keys)*Width values).
 func (t *TableClient) Get(keys []uint64, out []float64) error {
 	_, err := t.get(keys, out, false)
@@ -259,7 +270,7 @@ func (t *TableClient) startGet(keys []uint64, out []float64, stamped, keep bool,
 	}
 	clock := c.clock
 	if later != nil {
-		clock++
+		clock = later.clock
 		keep = true
 	}
 	if t.allHere && len(t.local) == 1 {

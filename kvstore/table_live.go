@@ -521,7 +521,26 @@ func (t *TableClient) Owned(key uint64) bool {
 // previous batch while this one's parameters travel: latency hiding). The
 // read is gated at the worker's clock when it is issued, so a read issued
 // before Clock may be one iteration staler than a Get issued after it.
+//
+// When the gate holds this slave's shards for now (the worker is at the
+// staleness bound), their keys are read at Wait instead, gated then: the
+// call returns at once, so the worker's next request (another table's
+// read) is not held up behind the wait.
 func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
+	if t.c.err == nil && !t.dyn() && t.c.cfg.Consistency.Kind != SparseSSP && !t.localReady() {
+		r := t.newAhead(out)
+		r.clock = t.c.clock // gated at this clock, not the next
+		if t.repl {
+			r.all = append(r.all, keys...)
+		}
+		p, _, err := t.startGet(keys, out, false, true, r, nil)
+		if err != nil {
+			t.freeAhead(r)
+			return nil, err
+		}
+		r.p = p
+		return r, nil
+	}
 	p, _, err := t.startGet(keys, out, false, true, nil, nil)
 	if err != nil {
 		return nil, err
