@@ -106,17 +106,18 @@ func helperTables(st tasks.Stage, declared []kvstore.TableSpec, lloyd bool) []kv
 			k = c.Size
 		}
 		r := uint64(cfg.Restarts)
-		out := []kvstore.TableSpec{{Name: RunsTable(c.Name), Size: r*k + 1, Width: c.Width}}
+		// The stage's own tables are replicated as the centers are.
+		out := []kvstore.TableSpec{{Name: RunsTable(c.Name), Size: r*k + 1, Width: c.Width, Replicas: c.Replicas}}
 		if cfg.Standardize {
-			out = append(out, kvstore.TableSpec{Name: ScaleTable(c.Name), Size: uint64(c.Width)})
+			out = append(out, kvstore.TableSpec{Name: ScaleTable(c.Name), Size: uint64(c.Width), Replicas: c.Replicas})
 		}
 		if lloyd {
 			workers := uint64(st.Workers)
 			if workers == 0 {
 				workers = maxAutoWorkers
 			}
-			out = append(out, kvstore.TableSpec{Name: cfg.Acc, Size: r * k, Width: c.Width + 2},
-				kvstore.TableSpec{Name: FarTable(c.Name), Size: r * workers, Width: c.Width + 1})
+			out = append(out, kvstore.TableSpec{Name: cfg.Acc, Size: r * k, Width: c.Width + 2, Replicas: c.Replicas},
+				kvstore.TableSpec{Name: FarTable(c.Name), Size: r * workers, Width: c.Width + 1, Replicas: c.Replicas})
 		}
 		return out
 	}

@@ -104,7 +104,7 @@ func Tables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 		if w.Name == name {
 			out := AuxTables(w, st.Params.Bool("intercept", true), st.Params.Bool("standardize", StandardizeDefault(w)))
 			if st.Params.Float("l2", 0) > 0 {
-				out = append(out, kvstore.TableSpec{Name: StepsTable(name), Size: 1})
+				out = append(out, kvstore.TableSpec{Name: StepsTable(name), Size: 1, Replicas: w.Replicas})
 			}
 			return out
 		}
@@ -120,14 +120,16 @@ func StandardizeDefault(w kvstore.TableSpec) bool { return w.WithDefaults().Stor
 // AuxTables declares the tables a linear model on weight table w needs:
 // BiasTable(w) (one key) with an intercept, ScaleTable(w) (per feature:
 // sum of squares and count of non-zero values; key Size marks statistics
-// as gathered) with standardization.
+// as gathered) with standardization. They are replicated as w is: a
+// `replicas = 1` model keeps its intercept unreplicated too (replicated,
+// every intercept Add went through the head and its backup).
 func AuxTables(w kvstore.TableSpec, intercept, standardize bool) []kvstore.TableSpec {
 	var out []kvstore.TableSpec
 	if intercept {
-		out = append(out, kvstore.TableSpec{Name: BiasTable(w.Name), Size: 1})
+		out = append(out, kvstore.TableSpec{Name: BiasTable(w.Name), Size: 1, Replicas: w.Replicas})
 	}
 	if standardize {
-		out = append(out, kvstore.TableSpec{Name: ScaleTable(w.Name), Size: w.Size + 1, Width: ScaleWidth, Partition: w.Partition})
+		out = append(out, kvstore.TableSpec{Name: ScaleTable(w.Name), Size: w.Size + 1, Width: ScaleWidth, Partition: w.Partition, Replicas: w.Replicas})
 	}
 	return out
 }

@@ -146,7 +146,14 @@ func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
 	users, items := st.Params.String("users", "users"), st.Params.String("items", "items")
 	var out []kvstore.TableSpec
 	if st.Params.Bool("biases", true) {
-		out = append(out, kvstore.TableSpec{Name: st.Params.String("bias", "bias"), Size: 1})
+		// The global bias is replicated as the user factors are.
+		replicas := 0
+		for _, t := range declared {
+			if t.Name == users {
+				replicas = t.Replicas
+			}
+		}
+		out = append(out, kvstore.TableSpec{Name: st.Params.String("bias", "bias"), Size: 1, Replicas: replicas})
 	}
 	for _, t := range declared {
 		var bias string
@@ -159,18 +166,18 @@ func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
 			continue
 		}
 		if st.Params.Bool("biases", true) {
-			out = append(out, kvstore.TableSpec{Name: bias, Size: t.Size, Partition: t.Partition})
+			out = append(out, kvstore.TableSpec{Name: bias, Size: t.Size, Partition: t.Partition, Replicas: t.Replicas})
 		}
 		if st.Params.Bool("implicit", true) {
 			// Zero-initialized: z_u = 0 until the first epoch's steps reach the y_j.
 			rank := max(t.Width, 1)
 			if t.Name == users {
-				out = append(out, kvstore.TableSpec{Name: UserImplicitTable(t.Name), Size: t.Size, Width: 2 * rank, Partition: t.Partition})
+				out = append(out, kvstore.TableSpec{Name: UserImplicitTable(t.Name), Size: t.Size, Width: 2 * rank, Partition: t.Partition, Replicas: t.Replicas})
 			} else {
-				out = append(out, kvstore.TableSpec{Name: ItemImplicitTable(t.Name), Size: t.Size, Width: rank, Partition: t.Partition})
+				out = append(out, kvstore.TableSpec{Name: ItemImplicitTable(t.Name), Size: t.Size, Width: rank, Partition: t.Partition, Replicas: t.Replicas})
 			}
 		}
-		out = append(out, kvstore.TableSpec{Name: CountTable(t.Name), Size: t.Size + 1, Width: countWidth, Partition: t.Partition})
+		out = append(out, kvstore.TableSpec{Name: CountTable(t.Name), Size: t.Size + 1, Width: countWidth, Partition: t.Partition, Replicas: t.Replicas})
 	}
 	return out
 }

@@ -148,11 +148,11 @@ func StageTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSp
 		intercept := st.Params.Bool("intercept", true)
 		out := lr.AuxTables(w, intercept, st.Params.Bool("standardize", lr.StandardizeDefault(w)))
 		if intercept {
-			out = append(out, kvstore.TableSpec{Name: TableBiasState, Size: biasStateSize})
+			out = append(out, kvstore.TableSpec{Name: TableBiasState, Size: biasStateSize, Replicas: w.Replicas})
 		}
 		if st.Func == "svrg.sgd" {
 			if _, ok := st.Params["lr"]; !ok {
-				out = append(out, kvstore.TableSpec{Name: TableStep, Size: 2})
+				out = append(out, kvstore.TableSpec{Name: TableStep, Size: 2, Replicas: w.Replicas})
 			}
 		}
 		return out
