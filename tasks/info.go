@@ -43,8 +43,10 @@ type Table interface {
 	// GetAsync starts a Get and returns at once; out holds the values
 	// when Wait on the result returns (latency hiding: read the next
 	// batch's parameters while computing this one). The read is gated at
-	// the worker's clock when issued. Tables in the worker's memory (and
-	// the process cache) read at once.
+	// the worker's clock when issued, except for keys in the worker's
+	// memory that the consistency model holds back then: those are read
+	// at Wait, gated at the clock then. Reads the process cache serves
+	// are done at once.
 	GetAsync(keys []uint64, out []float64) (kvstore.Pending, error)
 }
 
