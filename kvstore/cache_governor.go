@@ -14,8 +14,9 @@ import (
 // cold keys on every shard, so the messages go anyway, and under SSP a
 // worker at the staleness bound must fetch every key the other workers
 // write again each iteration: there the cache costs more than it saves
-// (README, "Process cache"). How much a hit saves depends on the wire
-// (in memory, TCP, NATS) and the machine, so it is measured, not assumed.
+// (README, Benchmarks, the *Ninth pass*). How much a hit saves depends on
+// the wire (in memory, TCP, NATS) and the machine, so it is measured, not
+// assumed.
 //
 // cacheGovernor decides, read by read, whether reads and writes go
 // through the cache or straight to the table. It measures both: a window
