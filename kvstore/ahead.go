@@ -38,8 +38,14 @@ func (t *TableClient) GetNext(keys []uint64, out []float64) (Pending, error) {
 		r.whole(keys)
 		return r, nil
 	}
-	r := t.newAhead(out) // startGet checks the keys
+	return t.startAhead(keys, out, c.clock+1)
+}
 
+// startAhead issues a read gated at clock whose keys in this slave's
+// memory are left to Wait (GetNext; GetAsync while the gate holds them).
+func (t *TableClient) startAhead(keys []uint64, out []float64, clock int64) (Pending, error) {
+	r := t.newAhead(out) // startGet checks the keys
+	r.clock = clock
 	if t.repl {
 		// A slave's death while the read travels reads again, all of it.
 		r.all = append(r.all, keys...)

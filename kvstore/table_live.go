@@ -528,18 +528,7 @@ func (t *TableClient) Owned(key uint64) bool {
 // read) is not held up behind the wait.
 func (t *TableClient) GetAsync(keys []uint64, out []float64) (Pending, error) {
 	if t.c.err == nil && !t.dyn() && t.c.cfg.Consistency.Kind != SparseSSP && !t.localReady() {
-		r := t.newAhead(out)
-		r.clock = t.c.clock // gated at this clock, not the next
-		if t.repl {
-			r.all = append(r.all, keys...)
-		}
-		p, _, err := t.startGet(keys, out, false, true, r, nil)
-		if err != nil {
-			t.freeAhead(r)
-			return nil, err
-		}
-		r.p = p
-		return r, nil
+		return t.startAhead(keys, out, t.c.clock) // this clock, not the next
 	}
 	p, _, err := t.startGet(keys, out, false, true, nil, nil)
 	if err != nil {

@@ -11,17 +11,19 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-// Every shipped job file parses and passes submission checks (tables,
-// stages and each stage's params as its function reads them).
-func TestShippedConfigsValidate(t *testing.T) {
+// shippedJobs are the job files in configs/ (not the cluster's).
+func shippedJobs(t *testing.T) []string {
 	files, err := filepath.Glob("../../configs/*.toml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no configs: %v", err)
 	}
-	for _, f := range files {
-		if filepath.Base(f) == "cluster.toml" {
-			continue
-		}
+	return slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "cluster.toml" })
+}
+
+// Every shipped job file parses and passes submission checks (tables,
+// stages and each stage's params as its function reads them).
+func TestShippedConfigsValidate(t *testing.T) {
+	for _, f := range shippedJobs(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			_, task, err := tasks.LoadJob(f)
 			if err != nil {
@@ -40,14 +42,7 @@ func TestShippedConfigsValidate(t *testing.T) {
 // a job that sets replicas = 1 (or 2) on its tables gets no table with
 // another count, for every shipped job.
 func TestAddedTablesFollowTheModelsReplicas(t *testing.T) {
-	files, err := filepath.Glob("../../configs/*.toml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no configs: %v", err)
-	}
-	for _, f := range files {
-		if filepath.Base(f) == "cluster.toml" {
-			continue
-		}
+	for _, f := range shippedJobs(t) {
 		for _, replicas := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/replicas=%d", filepath.Base(f), replicas), func(t *testing.T) {
 				_, task, err := tasks.LoadJob(f)
