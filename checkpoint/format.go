@@ -56,7 +56,7 @@ func Encode(w io.Writer, c *Checkpoint) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
-	m := &tasks.Model{Kind: c.Task.Kind, Task: c.Task.ID, Name: c.Task.Name, Meta: c.Task.Meta,
+	m := &tasks.Model{Kind: c.Task.Kind, Task: c.Task.ID, Name: c.Task.Name, Meta: tasks.ModelMeta(&c.Task),
 		Tables: c.Tables, Checkpoint: rec}
 	return m.WriteTo(w)
 }

@@ -6,7 +6,13 @@ import "context"
 // a registered source serves) into memory: for evaluation and tests, not
 // for training, which streams blocks through an AsyncReader.
 func ReadAll(ctx context.Context, path, format string) (*Records, error) {
-	f, err := NewFormat(format, DefaultFormatOptions())
+	return ReadAllWith(ctx, path, format, DefaultFormatOptions())
+}
+
+// ReadAllWith is ReadAll with format options (a 0-based LIBSVM file, a
+// CSV file's label column, delimiter or header).
+func ReadAllWith(ctx context.Context, path, format string, opt FormatOptions) (*Records, error) {
+	f, err := NewFormat(format, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func (t *taskRun) writeOutput() error {
 		return fmt.Errorf("output: %w", err)
 	}
 	defer c.Close()
-	model := &tasks.Model{Kind: t.spec.Kind, Task: t.spec.ID, Name: t.spec.Name, Meta: t.spec.Meta}
+	model := &tasks.Model{Kind: t.spec.Kind, Task: t.spec.ID, Name: t.spec.Name, Meta: tasks.ModelMeta(t.spec)}
 	for _, p := range t.placements() {
 		tc, err := c.Table(p)
 		if err != nil {

@@ -371,16 +371,7 @@ func (w *worker) Input(name string) (tasks.Input, error) {
 			return nil, fmt.Errorf("stage %s does not read input %q (its inputs: %v)", w.stage.Name, name, w.stage.Inputs)
 		}
 	}
-	opt := datastore.DefaultFormatOptions()
-	if spec.IndexBase != nil {
-		opt.IndexBase = *spec.IndexBase
-	}
-	opt.LabelColumn = spec.Label
-	if spec.Delimiter != "" {
-		opt.Delimiter = spec.Delimiter[0]
-	}
-	opt.Header = spec.Header
-	f, err := datastore.NewFormat(spec.Format, opt)
+	f, err := datastore.NewFormat(spec.Format, spec.FormatOptions())
 	if err != nil {
 		return nil, fmt.Errorf("input %q: %w", name, err)
 	}

@@ -73,24 +73,31 @@ func (e *Evaluation) String() string {
 }
 
 // Evaluate scores the model file on data with the evaluator of the model's
-// kind. format "" means the evaluator's default; a non-empty kind must
-// match the model's.
+// kind. format "" means the model's training format (see ModelMeta), else
+// its evaluator's default; a non-empty kind must match the model's.
 func Evaluate(ctx context.Context, modelPath, data, format, kind string) (*Evaluation, error) {
+	return EvaluateWith(ctx, modelPath, data, EvalOptions{Format: format, Kind: kind})
+}
+
+// EvaluateWith is Evaluate with every way of reading the data: options
+// left zero read it as the task read its training input.
+func EvaluateWith(ctx context.Context, modelPath, data string, o EvalOptions) (*Evaluation, error) {
 	m, err := LoadModel(modelPath)
 	if err != nil {
 		return nil, err
 	}
-	if kind != "" && m.Kind != kind {
-		return nil, fmt.Errorf("model %s is a %q model, not %q", modelPath, m.Kind, kind)
+	if o.Kind != "" && m.Kind != o.Kind {
+		return nil, fmt.Errorf("model %s is a %q model, not %q", modelPath, m.Kind, o.Kind)
 	}
 	ev, ok := LookupEvaluator(m.Kind)
 	if !ok {
 		return nil, fmt.Errorf("model %s is of kind %q, which no evaluator knows (known: %s)", modelPath, m.Kind, strings.Join(EvaluatorKinds(), ", "))
 	}
-	if format == "" {
-		format = ev.Format
+	format, opt, err := o.dataFormat(m, ev.Format)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", modelPath, err)
 	}
-	recs, err := datastore.ReadAll(ctx, data, format)
+	recs, err := datastore.ReadAllWith(ctx, data, format, opt)
 	if err != nil {
 		return nil, err
 	}

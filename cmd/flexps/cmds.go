@@ -489,16 +489,37 @@ func genCmd(g *globals) *cobra.Command {
 }
 
 func evalCmd(g *globals) *cobra.Command {
-	var model, data, format, kind string
+	var model, data string
+	var o tasks.EvalOptions
+	var indexBase, labelColumn int
+	var header bool
 	c := &cobra.Command{
 		Use:   "eval --model FILE --data FILE",
 		Short: "Score a saved model on a data file",
-		Args:  args(func(n int) bool { return n == 0 }, "no arguments"),
+		Long: `Score a saved model on a data file.
+
+The data is read as the task read its training input (format, LIBSVM
+index_base, CSV label column, delimiter and header, recorded in the model);
+the flags override that.`,
+		Args: args(func(n int) bool { return n == 0 }, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || data == "" {
 				return usageError{"--model and --data are required"}
 			}
-			res, err := tasks.Evaluate(cmd.Context(), model, data, format, kind)
+			fs := cmd.Flags()
+			if fs.Changed("index-base") {
+				if indexBase != 0 && indexBase != 1 {
+					return usageError{fmt.Sprintf("--index-base %d: want 0 or 1", indexBase)}
+				}
+				o.IndexBase = &indexBase
+			}
+			if fs.Changed("label-column") {
+				o.LabelColumn = &labelColumn
+			}
+			if fs.Changed("header") {
+				o.Header = &header
+			}
+			res, err := tasks.EvaluateWith(cmd.Context(), model, data, o)
 			if err != nil {
 				return err
 			}
@@ -509,8 +530,12 @@ func evalCmd(g *globals) *cobra.Command {
 	fs := c.Flags()
 	fs.StringVar(&model, "model", "", "model file written by a task (required)")
 	fs.StringVar(&data, "data", "", "data file, directory or glob (required)")
-	fs.StringVar(&format, "format", "", "data format (default: the model kind's)")
-	fs.StringVar(&kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf)")
+	fs.StringVar(&o.Format, "format", "", "data format (default: the training input's, else the model kind's)")
+	fs.StringVar(&o.Kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf)")
+	fs.IntVar(&indexBase, "index-base", 0, "libsvm: feature ids start at 1 or 0 (default: the training input's)")
+	fs.IntVar(&labelColumn, "label-column", 0, "csv: label column, -1 for none (default: the training input's)")
+	fs.StringVar(&o.Delimiter, "delimiter", "", "csv: field separator (default: the training input's)")
+	fs.BoolVar(&header, "header", false, "csv, ratings: files start with a header line (default: the training input's)")
 	return c
 }
 

@@ -1,0 +1,88 @@
+package lr_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+// The written model is scored as the task read its training input: a
+// 0-based LIBSVM file whose feature 0 never occurs parses without error
+// as 1-based, every feature shifted by one, so before the model recorded
+// its input's format `flexps eval` scored it silently wrong (digits in
+// 0-based LIBSVM, whose first pixel is always 0: accuracy 0.78 for a model
+// at 1.00). A CSV file with a header and its label last failed to parse.
+func TestEvalReadsDataAsTrainingDid(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var svm, csv strings.Builder
+	csv.WriteString("a,b,c,label\n")
+	for range 400 {
+		x1, x2, x3 := rng.Float64(), rng.Float64(), rng.Float64()
+		y := 0
+		if 3*x1-x2-x3 > 0.5 {
+			y = 1
+		}
+		fmt.Fprintf(&svm, "%d 1:%.6f 2:%.6f 3:%.6f\n", y, x1, x2, x3) // 0-based ids, id 0 absent
+		fmt.Fprintf(&csv, "%.6f,%.6f,%.6f,%d\n", x1, x2, x3, y)
+	}
+	zero := 0
+	for _, c := range []struct {
+		name, body string
+		in         tasks.InputSpec
+		dim        uint64
+	}{
+		{"libsvm index_base 0", svm.String(), tasks.InputSpec{Format: "libsvm", IndexBase: &zero}, 4},
+		{"csv header label last", csv.String(), tasks.InputSpec{Format: "csv", Header: true, Label: 3, Delimiter: ","}, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+			if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			out := path + ".model"
+			in := c.in
+			in.Path = path
+			task := tasks.NewTask("evalformat").
+				AddTable(kvstore.TableSpec{Name: "w", Size: c.dim}).
+				SetInput("train", in).SetInput("test", in).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
+					Params: tasks.Params{"epochs": 30, "batch": 20, "lr": 1.0}})
+			task.Kind, task.Output = "lr", out
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := st.Results[0].Epochs
+			last := eps[len(eps)-1].Metrics
+			printed := last[tasks.MetricTestCorrect] / last[tasks.MetricTestSamples]
+			if printed < 0.9 {
+				t.Fatalf("test accuracy %.4f: the task did not learn the rule", printed)
+			}
+			ev, err := tasks.Evaluate(ctx, out, path, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ev.Metrics["accuracy"]; got != printed {
+				t.Errorf("eval of the written model on its training file: accuracy %.4f, the task's last epoch %.4f", got, printed)
+			}
+		})
+	}
+}

@@ -1,0 +1,146 @@
+package tasks
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/flexps/flexps/datastore"
+)
+
+// Keys of a model's Meta that record how the task read its training input,
+// so that `flexps eval` reads the data it scores the same way unless told
+// otherwise: a model trained on a 0-based LIBSVM file scored as 1-based
+// would see every feature shifted by one (and, when no row has feature 0,
+// say nothing: digits' first pixel is always 0).
+const (
+	MetaFormat      = "data.format"
+	MetaIndexBase   = "data.index_base"
+	MetaLabelColumn = "data.label_column"
+	MetaDelimiter   = "data.delimiter"
+	MetaHeader      = "data.header"
+)
+
+// ModelMeta is the Meta of the model task t writes: t.Meta plus the
+// format options of its training input (the input the first stage's
+// "train" parameter names, default "train"; else the task's only input).
+func ModelMeta(t *MultiStageTask) map[string]string {
+	in, ok := trainingInput(t)
+	if !ok {
+		return t.Meta
+	}
+	m := maps.Clone(t.Meta)
+	if m == nil {
+		m = map[string]string{}
+	}
+	format := in.Format
+	if format == "" {
+		format = "libsvm"
+	}
+	opt := in.FormatOptions()
+	m[MetaFormat] = format
+	m[MetaIndexBase] = strconv.Itoa(opt.IndexBase)
+	m[MetaLabelColumn] = strconv.Itoa(opt.LabelColumn)
+	m[MetaDelimiter] = string([]byte{opt.Delimiter})
+	m[MetaHeader] = strconv.FormatBool(opt.Header)
+	return m
+}
+
+func trainingInput(t *MultiStageTask) (InputSpec, bool) {
+	name := "train"
+	if len(t.Stages) > 0 {
+		name = t.Stages[0].Params.String("train", "train")
+	}
+	if in, ok := t.Inputs[name]; ok {
+		return in, true
+	}
+	if len(t.Inputs) == 1 {
+		for _, in := range t.Inputs {
+			return in, true
+		}
+	}
+	return InputSpec{}, false
+}
+
+// FormatOptions are the datastore options the input's fields ask for.
+func (in InputSpec) FormatOptions() datastore.FormatOptions {
+	opt := datastore.DefaultFormatOptions()
+	if in.IndexBase != nil {
+		opt.IndexBase = *in.IndexBase
+	}
+	opt.LabelColumn = in.Label
+	if in.Delimiter != "" {
+		opt.Delimiter = in.Delimiter[0]
+	}
+	opt.Header = in.Header
+	return opt
+}
+
+// EvalOptions say how Evaluate reads the data. A zero field takes the
+// model's recorded training format (ModelMeta) when the data is read in
+// that format, else the datastore default.
+type EvalOptions struct {
+	Format      string // "" : the model's training format, else its evaluator's
+	Kind        string // non-empty: refuse a model of another kind
+	IndexBase   *int   // LIBSVM
+	LabelColumn *int   // CSV
+	Delimiter   string // CSV
+	Header      *bool  // CSV, ratings
+}
+
+// dataFormat resolves the format and its options for model m, whose
+// evaluator reads evFormat by default.
+func (o EvalOptions) dataFormat(m *Model, evFormat string) (string, datastore.FormatOptions, error) {
+	format, opt := o.Format, datastore.DefaultFormatOptions()
+	recorded := m.Meta[MetaFormat]
+	if format == "" {
+		format = evFormat
+		if recorded != "" {
+			format = recorded
+		}
+	}
+	if recorded != "" && recorded == format {
+		var err error
+		if opt, err = metaOptions(m.Meta); err != nil {
+			return "", opt, err
+		}
+	}
+	if o.IndexBase != nil {
+		opt.IndexBase = *o.IndexBase
+	}
+	if o.LabelColumn != nil {
+		opt.LabelColumn = *o.LabelColumn
+	}
+	if o.Delimiter != "" {
+		opt.Delimiter = o.Delimiter[0]
+	}
+	if o.Header != nil {
+		opt.Header = *o.Header
+	}
+	return format, opt, nil
+}
+
+// metaOptions reads the format options ModelMeta recorded.
+func metaOptions(meta map[string]string) (datastore.FormatOptions, error) {
+	opt := datastore.DefaultFormatOptions()
+	var err error
+	if v, ok := meta[MetaIndexBase]; ok {
+		if opt.IndexBase, err = strconv.Atoi(v); err != nil {
+			return opt, fmt.Errorf("model meta %s = %q: %w", MetaIndexBase, v, err)
+		}
+	}
+	if v, ok := meta[MetaLabelColumn]; ok {
+		if opt.LabelColumn, err = strconv.Atoi(v); err != nil {
+			return opt, fmt.Errorf("model meta %s = %q: %w", MetaLabelColumn, v, err)
+		}
+	}
+	if v := meta[MetaDelimiter]; v != "" {
+		opt.Delimiter = v[0]
+	}
+	if v, ok := meta[MetaHeader]; ok {
+		if opt.Header, err = strconv.ParseBool(v); err != nil {
+			return opt, fmt.Errorf("model meta %s = %q: %w", MetaHeader, v, err)
+		}
+	}
+	return opt, nil
+}
