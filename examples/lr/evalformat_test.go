@@ -86,3 +86,64 @@ func TestEvalReadsDataAsTrainingDid(t *testing.T) {
 		})
 	}
 }
+
+// A test file may hold features the training data never had, beyond the
+// table sized for the training data (LIBSVM's a1a.t has ids up to 123,
+// a1a up to 119). The model gives them weight 0, as flexps eval and
+// liblinear's predict do; the stage's test pass failed the task instead
+// ("key 5 out of range"), after its first epoch.
+func TestTestFeaturesBeyondTheTableWeighZero(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var train, test strings.Builder
+	for i := range 600 {
+		x1, x2 := rng.Float64(), rng.Float64()
+		y := 0
+		if x1 > x2 {
+			y = 1
+		}
+		if i < 400 {
+			fmt.Fprintf(&train, "%d 1:%.6f 2:%.6f\n", y, x1, x2)
+		} else {
+			fmt.Fprintf(&test, "%d 1:%.6f 2:%.6f 6:%.6f\n", y, x1, x2, rng.Float64())
+		}
+	}
+	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	for p, body := range map[string]string{trainPath: train.String(), testPath: test.String()} {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 2, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			out := filepath.Join(dir, kind+".model")
+			task := tasks.NewTask("beyond").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 2}).
+				SetInput("train", tasks.InputSpec{Path: trainPath}).SetInput("test", tasks.InputSpec{Path: testPath}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 2, WorkerKind: kind, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
+					Params: tasks.Params{"epochs": 20, "batch": 20, "lr": 1.0}})
+			task.Kind, task.Output = "lr", out
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := st.Results[0].Epochs
+			last := eps[len(eps)-1].Metrics
+			printed := last[tasks.MetricTestCorrect] / last[tasks.MetricTestSamples]
+			ev, err := tasks.Evaluate(ctx, out, testPath, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ev.Metrics["accuracy"]; got != printed || printed < 0.9 || last[tasks.MetricTestSamples] != 200 {
+				t.Errorf("test accuracy: last epoch %.4f of %v records, flexps eval %.4f; want equal and >= 0.9 on 200", printed, last[tasks.MetricTestSamples], got)
+			}
+		})
+	}
+}

@@ -311,7 +311,9 @@ func SGD(info *tasks.Info) error {
 		}
 		if test != nil {
 			var ts Stats
+			var within datastore.Records
 			err := tasks.EachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
+				r, lo, hi = withinTable(r, lo, hi, w.Spec().Size, &within)
 				bs, err := m.Eval(r, lo, hi)
 				ts.Add(bs)
 				return err
@@ -324,6 +326,34 @@ func SGD(info *tasks.Info) error {
 		info.ReportEpoch(epoch, metrics)
 	}
 	return nil
+}
+
+// withinTable returns records lo..hi of r without the features whose keys
+// are outside a table of size keys (into buf, when there are any): a test
+// file may hold features the training data never had, and the model gives
+// them weight 0, as EvalModel (flexps eval) and liblinear's predict do.
+func withinTable(r *datastore.Records, lo, hi int, size uint64, buf *datastore.Records) (*datastore.Records, int, int) {
+	outside := false
+	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
+		outside = outside || k >= size
+	}
+	if !outside {
+		return r, lo, hi
+	}
+	buf.Reset()
+	var keys []uint64
+	var vals []float64
+	for i := lo; i < hi; i++ {
+		label, ks, vs := r.Row(i)
+		keys, vals = keys[:0], vals[:0]
+		for j, k := range ks {
+			if k < size {
+				keys, vals = append(keys, k), append(vals, vs[j])
+			}
+		}
+		buf.Append(label, keys, vals)
+	}
+	return buf, 0, buf.Len()
 }
 
 // minDecay bounds a^T within an epoch, so v = w / a^T keeps w's precision.
