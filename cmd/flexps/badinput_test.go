@@ -37,6 +37,8 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 	os.WriteFile(badData, []byte("1 1:0.5\n0 2:1\n1 3:x\n"), 0o644)
 	commentsOnly := filepath.Join(dir, "comments.libsvm")
 	os.WriteFile(commentsOnly, []byte("# a header comment\n\n   \n# nothing else\n"), 0o644)
+	wide := filepath.Join(dir, "wide.libsvm")
+	os.WriteFile(wide, []byte("1 1:0.5\n0 2:1 150:1\n"), 0o644)
 	job := func(s string) string { return strings.ReplaceAll(s, "TRAIN", train) }
 	closed := clustertest.FreePort(t)
 
@@ -63,6 +65,8 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "malformed libsvm line", job: strings.ReplaceAll(goodJob, "TRAIN", badData), wants: []string{"bad.libsvm line 3", "3:x"}},
 		{name: "input of comments and blank lines only", job: strings.ReplaceAll(goodJob, "TRAIN", commentsOnly),
 			wants: []string{"stage 0 (sgd) epoch 1", "no worker trained on a record"}},
+		{name: "feature id beyond the table", job: strings.ReplaceAll(goodJob, "TRAIN", wide),
+			wants: []string{"wide.libsvm line 2", "feature key 149", `table "w" (size 100`}},
 		{name: "bad lr parameter", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = -1", 1)), wants: []string{"lr must be > 0"}},
 		// Checked at submission: the first stage never runs.
 		{name: "bad param of a later stage", job: job(goodJob + "[[table]]\nname = \"entities\"\nsize = 4\nwidth = 4\n[[table]]\nname = \"relations\"\nsize = 2\nwidth = 4\n" +

@@ -265,6 +265,10 @@ func SGD(info *tasks.Info) error {
 			mine++
 			bs, err := m.Step(r, lo, hi, lr, cfg.L2)
 			if err != nil {
+				// A key outside the table is the data's fault: say where.
+				if e := KeyOutside(r, lo, hi, w.Spec()); e != nil {
+					return e
+				}
 				return err
 			}
 			if math.IsNaN(bs.LossSum) || math.IsInf(bs.LossSum, 0) || !m.finite {
@@ -279,7 +283,14 @@ func SGD(info *tasks.Info) error {
 				if next.R != nil {
 					m.SetNext(next.R, next.Lo, next.Hi)
 				}
-				return step(cur.R, cur.Lo, cur.Hi)
+				err := step(cur.R, cur.Lo, cur.Hi)
+				if err != nil && next.R != nil {
+					// The failed read may be the next batch's.
+					if e := KeyOutside(next.R, next.Lo, next.Hi, w.Spec()); e != nil {
+						return e
+					}
+				}
+				return err
 			})
 		} else {
 			err = tasks.EachBatch(info.Ctx, train, cfg.Batch, step)
@@ -314,6 +325,11 @@ func SGD(info *tasks.Info) error {
 			err := tasks.EachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
 				bs, err := m.Eval(r, lo, hi)
 				ts.Add(bs)
+				if err != nil {
+					if e := KeyOutside(r, lo, hi, w.Spec()); e != nil {
+						return e
+					}
+				}
 				return err
 			})
 			if err != nil {
