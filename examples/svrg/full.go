@@ -5,6 +5,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -123,13 +124,13 @@ func Full(info *tasks.Info) error {
 			z := b
 			for j, k := range ks {
 				if k >= dim {
-					return fmt.Errorf("svrg: feature id %d out of range: table %q has %d keys", k, TableW, dim)
+					return lr.KeyOutside(r, i, i+1, kvstore.TableSpec{Name: TableW, Size: dim})
 				}
 				z += wv[k] * vs[j]
 			}
 			y, err := label(r.Labels[i])
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", r.Where(i), err)
 			}
 			rs.N++
 			loss, g := lr.LossGrad(z, y)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -423,7 +424,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 	s.keys = s.keys[:0]
 	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
 		if k >= dim {
-			return lr.Stats{}, fmt.Errorf("svrg: feature id %d out of range: table %q has %d keys", k, TableW, dim)
+			return lr.Stats{}, lr.KeyOutside(r, lo, hi, kvstore.TableSpec{Name: TableW, Size: dim})
 		}
 		if s.stamp[k] != s.cur {
 			s.stamp[k] = s.cur
@@ -471,7 +472,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 		}
 		y, err := label(r.Labels[i])
 		if err != nil {
-			return st, err
+			return st, fmt.Errorf("%s: %w", r.Where(i), err)
 		}
 		st.N++
 		st.LossSum += lr.LogLoss(z, y)
