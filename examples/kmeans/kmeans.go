@@ -233,7 +233,7 @@ func (cs *Centers) Norm2(keys []uint64, vals []float64, strict bool) (float64, e
 	for t, k := range keys {
 		x2 += cs.weight(k) * vals[t] * vals[t]
 		if strict && k >= uint64(cs.Dims) {
-			return 0, fmt.Errorf("%w: feature %d, width %d (table width must be the number of features)", ErrDims, k, cs.Dims)
+			return 0, fmt.Errorf("%w: feature key %d, width %d (table width must be the number of features)", ErrDims, k, cs.Dims)
 		}
 	}
 	if strict && (math.IsNaN(x2) || math.IsInf(x2, 0)) {
