@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/flexps/flexps/kvstore"
@@ -270,6 +272,12 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	}
 	if _, ok := Lookup(s.Func); registry && !ok {
 		return fmt.Errorf("func: no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Params)) {
+		// A task travels as JSON, which has no NaN or infinity.
+		if f, ok := s.Params[k].(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			return fmt.Errorf("params: param %q: want a finite number, got %v", k, f)
+		}
 	}
 	if check, ok := lookupParams(s.Func); ok {
 		if err := check(s.Params); err != nil {

@@ -67,6 +67,12 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 			wants: []string{"stage 0 (sgd) epoch 1", "no worker trained on a record"}},
 		{name: "feature id beyond the table", job: strings.ReplaceAll(goodJob, "TRAIN", wide),
 			wants: []string{"wide.libsvm line 2", "feature key 149", `table "w" (size 100`}},
+		{name: "typo in a param name", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlearning_rat = 0.1", 1)),
+			wants: []string{"stage 0 (sgd)", `unknown param "learning_rat"`, "lr"}},
+		{name: "fractional epochs", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1.5", 1)),
+			wants: []string{"stage 0 (sgd)", `param "epochs": want an integer, got 1.5`}},
+		{name: "infinite learning rate", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = inf", 1)),
+			wants: []string{"stage 0 (sgd)", `param "lr": want a finite number`}},
 		{name: "bad lr parameter", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = -1", 1)), wants: []string{"lr must be > 0"}},
 		// Checked at submission: the first stage never runs.
 		{name: "bad param of a later stage", job: job(goodJob + "[[table]]\nname = \"entities\"\nsize = 4\nwidth = 4\n[[table]]\nname = \"relations\"\nsize = 2\nwidth = 4\n" +

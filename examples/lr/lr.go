@@ -165,7 +165,13 @@ type Config struct {
 
 // ConfigFrom reads and checks the stage parameters.
 func ConfigFrom(p tasks.Params) (Config, error) {
+	if err := p.Known("epochs", "batch", "lr", "l2", "decay", "standardize", "intercept", "read_ahead", "table", "train", "test"); err != nil {
+		return Config{}, fmt.Errorf("lr.sgd: %w", err)
+	}
 	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
+		return Config{}, err
+	}
+	if err := p.CheckInt("epochs", "batch"); err != nil {
 		return Config{}, err
 	}
 	if err := BoolParams(p, "standardize", "intercept", "read_ahead"); err != nil {
@@ -183,6 +189,8 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		return c, fmt.Errorf("lr: lr must be > 0, got %v", c.LR)
 	case c.L2 < 0:
 		return c, fmt.Errorf("lr: l2 must be >= 0, got %v", c.L2)
+	case c.Decay < 0:
+		return c, fmt.Errorf("lr: decay must be >= 0, got %v (the learning rate is lr / (1 + decay (epoch - 1)))", c.Decay)
 	}
 	return c, nil
 }

@@ -9,18 +9,30 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
+// fullL2 checks svrg.full's params and returns its l2.
+func fullL2(p tasks.Params) (float64, error) {
+	if err := p.Known("l2", "intercept", "standardize", "train"); err != nil {
+		return 0, fmt.Errorf("svrg.full: %w", err)
+	}
+	if err := p.Check("l2"); err != nil {
+		return 0, err
+	}
+	l2 := p.Float("l2", 0)
+	if l2 < 0 {
+		return 0, fmt.Errorf("svrg: l2 must be >= 0, got %v", l2)
+	}
+	return l2, nil
+}
+
 // Full is the svrg.full stage function (see the package doc).
 func Full(info *tasks.Info) error {
 	if err := info.RequireBSP("svrg.full"); err != nil {
 		return err
 	}
 	p := info.Params
-	if err := p.Check("l2"); err != nil {
+	l2, err := fullL2(p)
+	if err != nil {
 		return err
-	}
-	l2 := p.Float("l2", 0)
-	if l2 < 0 {
-		return fmt.Errorf("svrg: l2 must be >= 0, got %v", l2)
 	}
 	w, snap, mu, nt, err := tables(info)
 	if err != nil {

@@ -36,7 +36,13 @@ const defaultMinSteps = 1000
 
 // SGDConfigFrom reads and checks the stage parameters.
 func SGDConfigFrom(p tasks.Params) (SGDConfig, error) {
+	if err := p.Known("epochs_inner", "min_steps", "batch", "lr", "l2", "intercept", "standardize", "train"); err != nil {
+		return SGDConfig{}, fmt.Errorf("svrg.sgd: %w", err)
+	}
 	if err := p.Check("epochs_inner", "min_steps", "batch", "lr", "l2"); err != nil {
+		return SGDConfig{}, err
+	}
+	if err := p.CheckInt("epochs_inner", "min_steps", "batch"); err != nil {
 		return SGDConfig{}, err
 	}
 	c := SGDConfig{EpochsInner: p.Int("epochs_inner", 1), MinSteps: p.Int("min_steps", defaultMinSteps), Batch: p.Int("batch", 100),
