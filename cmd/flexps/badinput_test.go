@@ -78,6 +78,12 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "bad param of a later stage", job: job(goodJob + "[[table]]\nname = \"entities\"\nsize = 4\nwidth = 4\n[[table]]\nname = \"relations\"\nsize = 2\nwidth = 4\n" +
 			"[[stage]]\nname = \"emb\"\nfunc = \"kge.complex\"\nworkers = 1\n[stage.params]\nlr = \"fast\"\n"),
 			wants: []string{"stage 1 (emb)", "params", "lr", "fast"}},
+		{name: "negative local slots", job: job(strings.Replace(goodJob, "slots = 1", "slots = -3", 1)),
+			wants: []string{"job.toml", "[local] slots", "-3"}},
+		{name: "negative local slaves", job: job(strings.Replace(goodJob, "slaves = 1", "slaves = -1", 1)),
+			wants: []string{"job.toml", "[local] slaves", "-1"}},
+		{name: "negative --slaves", args: []string{"run", "--slaves", "-2", "x.toml"}, wants: []string{"--slaves", "-2"}},
+		{name: "negative --slots", args: []string{"run", "--slots", "-1", "x.toml"}, wants: []string{"--slots", "-1"}},
 		{name: "missing job file", args: []string{"run", filepath.Join(dir, "none.toml")}, wants: []string{"none.toml", "no such file"}},
 		{name: "unreachable nats", args: []string{"submit", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", closed), "x.toml"},
 			wants: []string{fmt.Sprintf("127.0.0.1:%d", closed), "unreachable"}},
