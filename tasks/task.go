@@ -254,6 +254,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 		if f := in.MaxBadFraction; f < 0 || f > 1 || f != f {
 			return bad("input %q: max_bad_fraction must be in [0, 1], got %v", name, f)
 		}
+		if in.BlockSize < 0 {
+			return bad("input %q: block_size must be > 0 bytes (0 or unset: the cluster's), got %d", name, in.BlockSize)
+		}
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
 			return bad("input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
 		}

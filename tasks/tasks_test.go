@@ -66,6 +66,9 @@ func TestParseJobValidation(t *testing.T) {
 		{"bad format", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"xml\"", 1), "format"},
 		{"bad index base", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nindex_base = 2", 1), "index_base"},
 		{"repeat", "!" + "repeat = 3\n" + base, ""},
+		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size"},
+		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size"},
+		{"negative local slots", "[local]\nslots = -1\n", "[local] slots"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
