@@ -406,7 +406,7 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		}
 		y, err := binaryLabel(label)
 		if err != nil {
-			return nil, fmt.Errorf("record %d: %w", i+1, err)
+			return nil, fmt.Errorf("%s: %w", data.Where(i), err)
 		}
 		st.N++
 		st.LossSum += LogLoss(z, y)
