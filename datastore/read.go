@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -188,6 +189,11 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 		start := pos
 		pos += int64(n)
 		lineNo++
+		if start == 0 {
+			// A UTF-8 byte order mark (Windows editors, Excel) marks the
+			// file, it is not part of the first record.
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
 		before := cur.Len()
 		if perr := f.ParseLine(line, cur); perr != nil {
 			if opt.OnError == OnErrorSkip {
@@ -223,3 +229,5 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	st.Bytes = b.Length
 	return st, nil
 }
+
+var utf8BOM = []byte("\xef\xbb\xbf")

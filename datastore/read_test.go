@@ -147,6 +147,46 @@ func TestReadBlockLIBSVMAndGzip(t *testing.T) {
 	}
 }
 
+// A UTF-8 byte order mark (Windows editors and Excel write one) at the
+// start of a file is not part of its first line, at any block size, plain
+// or gzipped, in every format; one inside a line is still an error.
+func TestReadBlockSkipsByteOrderMark(t *testing.T) {
+	const bom = "\xef\xbb\xbf"
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		format, content string
+		want            []row
+	}{
+		{"libsvm", bom + "1 1:1 2:2\n0 3:3\n", []row{{1, []uint64{0, 1}, []float64{1, 2}}, {0, []uint64{2}, []float64{3}}}},
+		{"csv", bom + "1,2,3\n0,4,5\n", []row{{1, []uint64{0, 1}, []float64{2, 3}}, {0, []uint64{0, 1}, []float64{4, 5}}}},
+		{"ratings", bom + "1\t2\t5\n", []row{{5, []uint64{1, 2}, []float64{1, 1}}}},
+	} {
+		p := writeFile(t, dir, "a."+tc.format, tc.content)
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write([]byte(tc.content))
+		zw.Close()
+		gp := filepath.Join(dir, "b."+tc.format+".gz")
+		os.WriteFile(gp, gz.Bytes(), 0o644)
+		f := mustFormat(t, tc.format, DefaultFormatOptions())
+		for _, bs := range []int64{1, 2, 3, 4, 5, 1 << 20} {
+			for _, path := range []string{p, gp} {
+				_, got, _ := readAll(t, path, bs, f, ReadOptions{})
+				if !sameRows(got, tc.want) {
+					t.Fatalf("%s, block size %d: %v, want %v", path, bs, got, tc.want)
+				}
+			}
+		}
+	}
+	p := writeFile(t, dir, "mid.libsvm", "1 1:1\n"+bom+"0 3:3\n")
+	src := NewLocalSource()
+	blocks, _ := src.Blocks(context.Background(), p, 0)
+	_, err := ReadBlock(context.Background(), src, blocks[0], mustFormat(t, "libsvm", DefaultFormatOptions()), ReadOptions{}, func(*Records) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("a mark inside the file: %v", err)
+	}
+}
+
 func TestReadBlockHeader(t *testing.T) {
 	opt := DefaultFormatOptions()
 	opt.Header = true

@@ -247,6 +247,11 @@ func (s *Sources) Close() error {
 // into place by Close.
 func (s *LocalSource) Create(ctx context.Context, path string) (io.WriteCloser, error) {
 	path = trimFileScheme(path)
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		// Refused here, by the master's probe at submission, rather than
+		// by the rename after training.
+		return nil, fmt.Errorf("datastore: create %s: is a directory (name a file in it)", path)
+	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("datastore: create %s: %w", path, err)

@@ -43,6 +43,27 @@ func TestCreateIsAtomic(t *testing.T) {
 	}
 }
 
+// An output that names a directory is refused when it is created (the
+// master's probe at submission), not at the rename after training.
+func TestCreateRefusesADirectory(t *testing.T) {
+	dir := t.TempDir()
+	s := NewSources()
+	defer s.Close()
+	for _, p := range []string{dir, dir + "/"} {
+		w, err := s.Create(context.Background(), p)
+		if err == nil {
+			Abort(w)
+			t.Fatalf("Create(%q): no error", p)
+		}
+		if !strings.Contains(err.Error(), "is a directory") || !strings.Contains(err.Error(), dir) {
+			t.Errorf("Create(%q): %v", p, err)
+		}
+	}
+	if left, _ := os.ReadDir(filepath.Dir(dir)); len(left) != 1 {
+		t.Errorf("a refused create left %v", left)
+	}
+}
+
 func TestScheme(t *testing.T) {
 	for _, tc := range []struct{ path, want string }{
 		{"hdfs://nn:8020/x", "hdfs"},

@@ -3,12 +3,14 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/flexps/flexps/datastore/hdfs"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/master/membership"
 	"github.com/flexps/flexps/tasks"
 )
@@ -209,6 +211,18 @@ func (c *ClusterConfig) Validate() error {
 	}
 	if c.Slave.Slots < 0 || c.Slave.Slots > MaxSlots {
 		return fmt.Errorf("slave.slots: must be in [1, %d], got %d", MaxSlots, c.Slave.Slots)
+	}
+	if a := c.Master.Aging; !(a >= 0) || math.IsInf(a, 0) {
+		return fmt.Errorf("master.aging: must be a finite number >= 0 (priority points per second waited), got %v", a)
+	}
+	if c.Master.KeepTasks < 0 {
+		return fmt.Errorf("master.keep_tasks: must be >= 1 (0 or unset: 1000), got %d", c.Master.KeepTasks)
+	}
+	if r := c.Master.DefaultReplicas; r < 0 || r > kvstore.MaxReplicas {
+		return fmt.Errorf("master.default_replicas: must be in [1, %d] (0 or unset: 2), got %d", kvstore.MaxReplicas, r)
+	}
+	if c.Data.ReadProducers < 0 {
+		return fmt.Errorf("data.read_producers: must be >= 1 (0 or unset: 2), got %d", c.Data.ReadProducers)
 	}
 	if c.Slave.Procs < 0 || c.Slave.Procs > MaxSlots {
 		return fmt.Errorf("slave.procs: must be in [1, %d] (0: the slave's slots), got %d", MaxSlots, c.Slave.Procs)

@@ -81,3 +81,19 @@ func loadTestCluster(t *testing.T, text, wantErr string) *ClusterConfig {
 	}
 	return c
 }
+
+// Numbers the TOML types let through but no setting can mean are errors
+// naming the setting, not silent defaults or odd behaviour.
+func TestOutOfRangeClusterNumbers(t *testing.T) {
+	for _, tc := range []struct{ name, toml, wantErr string }{
+		{"fine", "[master]\naging = 2.5\nkeep_tasks = 10\ndefault_replicas = 3\n[data]\nread_producers = 4\n", ""},
+		{"negative aging", "[master]\naging = -1.0\n", "master.aging"},
+		{"NaN aging", "[master]\naging = nan\n", "master.aging"},
+		{"negative keep_tasks", "[master]\nkeep_tasks = -1\n", "master.keep_tasks"},
+		{"negative default_replicas", "[master]\ndefault_replicas = -2\n", "master.default_replicas"},
+		{"too many default_replicas", "[master]\ndefault_replicas = 9\n", "master.default_replicas"},
+		{"negative read_producers", "[data]\nread_producers = -1\n", "data.read_producers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { loadTestCluster(t, tc.toml, tc.wantErr) })
+	}
+}

@@ -63,4 +63,7 @@ func TestSpecValidateUsesParseInit(t *testing.T) {
 	noErr(t, s.Validate())
 	s.Init = "uniform:x"
 	isErr(t, s.Validate(), ErrBadSpec)
+	s.Init = "zero"
+	s.ChunkSize = 1<<64 - 5 // chunk_size = -5 in TOML
+	isErr(t, s.Validate(), ErrBadSpec)
 }

@@ -125,6 +125,9 @@ func (s TableSpec) Validate() error {
 	if s.ChunkSize == 0 {
 		return bad("chunk_size", "must be > 0")
 	}
+	if s.ChunkSize > MaxSize {
+		return bad("chunk_size", "%d is out of range [1, 2^62] (a negative chunk_size wraps around)", s.ChunkSize)
+	}
 	if _, err := parseInit(s.Init); err != nil {
 		return bad("init", "%v", err)
 	}

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
+	"strings"
 )
 
 // Params are a stage's free-form parameters (the TOML [stage.params]
@@ -13,6 +16,15 @@ import (
 type Params map[string]any
 
 func (p Params) num(key string) (float64, bool, error) {
+	f, ok, err := p.rawNum(key)
+	if err == nil && ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+		// Also: a task holding one cannot travel as JSON.
+		return 0, true, fmt.Errorf("param %q: want a finite number, got %v", key, f)
+	}
+	return f, ok, err
+}
+
+func (p Params) rawNum(key string) (float64, bool, error) {
 	v, ok := p[key]
 	if !ok {
 		return 0, false, nil
@@ -90,4 +102,67 @@ func (p Params) Check(numeric ...string) error {
 		}
 	}
 	return nil
+}
+
+// Known reports a param whose name is not in known (nor "round", which
+// RepeatStages sets), naming the near miss when there is one: a typo'd
+// name is an error, not a parameter that silently keeps its default.
+func (p Params) Known(known ...string) error {
+	var unknown []string
+	for k := range p {
+		if k != "round" && !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	k := unknown[0]
+	names := slices.Clone(known)
+	sort.Strings(names)
+	hint := ""
+	best := 3 // at most 2 edits away
+	for _, n := range names {
+		if d := editDistance(k, n); d < best {
+			best, hint = d, fmt.Sprintf("did you mean %q? ", n)
+		}
+	}
+	return fmt.Errorf("unknown param %q (%sknown: %s)", k, hint, strings.Join(names, ", "))
+}
+
+// CheckInt reports a param of keys that is not an integer (Int would
+// fall back to its default).
+func (p Params) CheckInt(keys ...string) error {
+	for _, k := range keys {
+		f, ok, err := p.num(k)
+		if err != nil {
+			return err
+		}
+		if ok && f != math.Trunc(f) {
+			return fmt.Errorf("param %q: want an integer, got %v", k, f)
+		}
+	}
+	return nil
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

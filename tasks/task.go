@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/flexps/flexps/kvstore"
@@ -252,6 +254,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 		if f := in.MaxBadFraction; f < 0 || f > 1 || f != f {
 			return bad("input %q: max_bad_fraction must be in [0, 1], got %v", name, f)
 		}
+		if in.BlockSize < 0 {
+			return bad("input %q: block_size must be > 0 bytes (0 or unset: the cluster's), got %d", name, in.BlockSize)
+		}
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
 			return bad("input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
 		}
@@ -270,6 +275,12 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	}
 	if _, ok := Lookup(s.Func); registry && !ok {
 		return fmt.Errorf("func: no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Params)) {
+		// A task travels as JSON, which has no NaN or infinity.
+		if f, ok := s.Params[k].(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			return fmt.Errorf("params: param %q: want a finite number, got %v", k, f)
+		}
 	}
 	if check, ok := lookupParams(s.Func); ok {
 		if err := check(s.Params); err != nil {

@@ -66,6 +66,9 @@ func TestParseJobValidation(t *testing.T) {
 		{"bad format", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"xml\"", 1), "format"},
 		{"bad index base", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nindex_base = 2", 1), "index_base"},
 		{"repeat", "!" + "repeat = 3\n" + base, ""},
+		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size"},
+		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size"},
+		{"negative local slots", "[local]\nslots = -1\n", "[local] slots"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,6 +134,39 @@ func TestParams(t *testing.T) {
 	p["lr"] = "fast"
 	if err := p.Check("lr"); err == nil || !strings.Contains(err.Error(), `param "lr"`) || !strings.Contains(err.Error(), `"fast"`) {
 		t.Fatalf("a word passed as a number: %v", err)
+	}
+}
+
+// A typo'd param name, a fraction where an integer is read and a
+// non-finite number are errors, not silent defaults.
+func TestParamsRefuseWhatWouldBeIgnored(t *testing.T) {
+	p := tasks.Params{"epochs": int64(3), "lr": 0.5, "round": float64(2)}
+	if err := p.Known("epochs", "lr", "batch"); err != nil {
+		t.Fatalf("known params (and round, which repeat sets): %v", err)
+	}
+	p["learning_rat"] = 0.1
+	err := p.Known("epochs", "lr", "batch")
+	if err == nil || !strings.Contains(err.Error(), `unknown param "learning_rat"`) || !strings.Contains(err.Error(), "batch, epochs, lr") {
+		t.Fatalf("unknown param: %v", err)
+	}
+	p["epocs"] = int64(2)
+	if err := p.Known("epochs", "lr"); err == nil || !strings.Contains(err.Error(), `"epocs"`) || !strings.Contains(err.Error(), `did you mean "epochs"`) {
+		t.Fatalf("near miss: %v", err)
+	}
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{{2.5, "want an integer, got 2.5"}, {"2.5", "want an integer"}, {math.Inf(1), "want a finite number"}, {math.NaN(), "want a finite number"}} {
+		q := tasks.Params{"epochs": tc.v}
+		if err := q.CheckInt("epochs"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckInt(%v): %v, want %q", tc.v, err, tc.want)
+		}
+	}
+	if err := (tasks.Params{"epochs": int64(4), "b": float64(3)}).CheckInt("epochs", "b", "missing"); err != nil {
+		t.Errorf("integers: %v", err)
+	}
+	if err := (tasks.Params{"lr": math.Inf(1)}).Check("lr"); err == nil || !strings.Contains(err.Error(), `param "lr": want a finite number`) {
+		t.Errorf("Check(+Inf): %v", err)
 	}
 }
 

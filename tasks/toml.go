@@ -209,6 +209,12 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		}
 		t.Stages = append(t.Stages, s)
 	}
+	if jf.Local.Slaves < 0 {
+		return nil, fmt.Errorf("[local] slaves: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slaves)
+	}
+	if jf.Local.Slots < 0 {
+		return nil, fmt.Errorf("[local] slots: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slots)
+	}
 	if jf.Repeat < 0 || jf.Repeat > 10000 {
 		return nil, fmt.Errorf("repeat: must be in [1, 10000], got %d", jf.Repeat)
 	}

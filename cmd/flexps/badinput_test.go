@@ -35,6 +35,10 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 	os.WriteFile(train, []byte("1 1:0.5 3:1\n0 2:1\n"), 0o644)
 	badData := filepath.Join(dir, "bad.libsvm")
 	os.WriteFile(badData, []byte("1 1:0.5\n0 2:1\n1 3:x\n"), 0o644)
+	commentsOnly := filepath.Join(dir, "comments.libsvm")
+	os.WriteFile(commentsOnly, []byte("# a header comment\n\n   \n# nothing else\n"), 0o644)
+	wide := filepath.Join(dir, "wide.libsvm")
+	os.WriteFile(wide, []byte("1 1:0.5\n0 2:1 150:1\n"), 0o644)
 	job := func(s string) string { return strings.ReplaceAll(s, "TRAIN", train) }
 	closed := clustertest.FreePort(t)
 
@@ -59,11 +63,27 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "missing data file", job: strings.ReplaceAll(goodJob, "TRAIN", filepath.Join(dir, "nope.libsvm")),
 			wants: []string{"nope.libsvm", "no such file"}},
 		{name: "malformed libsvm line", job: strings.ReplaceAll(goodJob, "TRAIN", badData), wants: []string{"bad.libsvm line 3", "3:x"}},
+		{name: "input of comments and blank lines only", job: strings.ReplaceAll(goodJob, "TRAIN", commentsOnly),
+			wants: []string{"stage 0 (sgd) epoch 1", "no worker trained on a record"}},
+		{name: "feature id beyond the table", job: strings.ReplaceAll(goodJob, "TRAIN", wide),
+			wants: []string{"wide.libsvm line 2", "feature key 149", `table "w" (size 100`}},
+		{name: "typo in a param name", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlearning_rat = 0.1", 1)),
+			wants: []string{"stage 0 (sgd)", `unknown param "learning_rat"`, "lr"}},
+		{name: "fractional epochs", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1.5", 1)),
+			wants: []string{"stage 0 (sgd)", `param "epochs": want an integer, got 1.5`}},
+		{name: "infinite learning rate", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = inf", 1)),
+			wants: []string{"stage 0 (sgd)", `param "lr": want a finite number`}},
 		{name: "bad lr parameter", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = -1", 1)), wants: []string{"lr must be > 0"}},
 		// Checked at submission: the first stage never runs.
 		{name: "bad param of a later stage", job: job(goodJob + "[[table]]\nname = \"entities\"\nsize = 4\nwidth = 4\n[[table]]\nname = \"relations\"\nsize = 2\nwidth = 4\n" +
 			"[[stage]]\nname = \"emb\"\nfunc = \"kge.complex\"\nworkers = 1\n[stage.params]\nlr = \"fast\"\n"),
 			wants: []string{"stage 1 (emb)", "params", "lr", "fast"}},
+		{name: "negative local slots", job: job(strings.Replace(goodJob, "slots = 1", "slots = -3", 1)),
+			wants: []string{"job.toml", "[local] slots", "-3"}},
+		{name: "negative local slaves", job: job(strings.Replace(goodJob, "slaves = 1", "slaves = -1", 1)),
+			wants: []string{"job.toml", "[local] slaves", "-1"}},
+		{name: "negative --slaves", args: []string{"run", "--slaves", "-2", "x.toml"}, wants: []string{"--slaves", "-2"}},
+		{name: "negative --slots", args: []string{"run", "--slots", "-1", "x.toml"}, wants: []string{"--slots", "-1"}},
 		{name: "missing job file", args: []string{"run", filepath.Join(dir, "none.toml")}, wants: []string{"none.toml", "no such file"}},
 		{name: "unreachable nats", args: []string{"submit", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", closed), "x.toml"},
 			wants: []string{fmt.Sprintf("127.0.0.1:%d", closed), "unreachable"}},

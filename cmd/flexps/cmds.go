@@ -33,6 +33,9 @@ func runCmd(g *globals) *cobra.Command {
 			if (len(a) == 1) == (resume != "") {
 				return usageError{"want exactly one job file, or --resume DIR without one: " + cmd.UseLine()}
 			}
+			if slaves < 0 || slots < 0 {
+				return usageError{fmt.Sprintf("--slaves and --slots must be >= 1 (0: the job's [local] values), got --slaves %d --slots %d", slaves, slots)}
+			}
 			ctx := cmd.Context()
 			stop, err := startCPUProfile(cpuprofile)
 			if err != nil {

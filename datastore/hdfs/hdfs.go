@@ -155,6 +155,7 @@ type Source struct {
 
 	mu      sync.Mutex
 	clients map[string]*gohdfs.Client
+	conns   map[string]*connSet // each client's namenode connections
 	closed  bool
 
 	connects, lookups, fallbacks atomic.Int64
@@ -185,6 +186,7 @@ func New(cfg Config) (*Source, error) {
 		// Its own transport, so Close can drop its idle connections.
 		http:    &http.Client{Timeout: cfg.Timeout, Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: cfg.Timeout}).DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}},
 		clients: make(map[string]*gohdfs.Client),
+		conns:   make(map[string]*connSet),
 	}
 	if cfg.Logger != nil {
 		s.log = *cfg.Logger
@@ -207,10 +209,46 @@ func (s *Source) Close() error {
 	s.http.CloseIdleConnections()
 	var errs []error
 	for k, c := range s.clients {
-		errs = append(errs, c.Close())
+		errs = append(errs, closeClient(c, s.conns[k]))
 		delete(s.clients, k)
+		delete(s.conns, k)
 	}
 	return errors.Join(errs...)
+}
+
+// closeClient closes c, its connections first: the client's Close waits
+// for the RPC in flight (it renews leases every second), which against a
+// stalled namenode takes a whole timeout.
+func closeClient(c *gohdfs.Client, conns *connSet) error {
+	conns.closeAll()
+	if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// connSet holds the namenode connections one client dialed.
+type connSet struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (cs *connSet) add(c net.Conn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.conns = append(cs.conns, c)
+}
+
+func (cs *connSet) closeAll() {
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.conns {
+		c.Close()
+	}
+	cs.conns = nil
 }
 
 // hdfsURL is a parsed hdfs:// URL.
@@ -272,6 +310,7 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 	}
 	timeout := s.cfg.Timeout
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	conns := &connSet{}
 	c, err := gohdfs.NewClient(gohdfs.ClientOptions{
 		Addresses:           u.namenodes,
 		User:                s.cfg.User,
@@ -281,6 +320,7 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 			if err != nil {
 				return nil, err
 			}
+			conns.add(conn)
 			return &idleTimeoutConn{Conn: conn, timeout: timeout}, nil
 		},
 		DatanodeDialFunc: dialer.DialContext,
@@ -290,10 +330,16 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 	}
 	// The client caches the namenode's server defaults on first use without
 	// a lock, and readers sharing it race on that; filling it here, under
-	// s.mu, makes every later use a read.
-	c.ServerDefaults()
+	// s.mu, makes every later use a read. It is also the first RPC: a
+	// namenode that does not answer it (a port that accepts and stalls, a
+	// service that is no namenode) fails here, once, not in every call.
+	if _, err := c.ServerDefaults(); err != nil {
+		closeClient(c, conns)
+		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
+	}
 	s.connects.Add(1)
 	s.clients[key] = c
+	s.conns[key] = conns
 	return c, nil
 }
 

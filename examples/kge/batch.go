@@ -84,10 +84,10 @@ func (m *MiniBatch) sample(r *datastore.Records, lo, hi int) (*batch, error) {
 			return nil, err
 		}
 		if x.H >= m.nEnt || x.T >= m.nEnt {
-			return nil, fmt.Errorf("triple (%d %d %d): entity beyond table %q's size %d", x.H, x.R, x.T, m.ents.Spec().Name, m.nEnt)
+			return nil, fmt.Errorf("%s: triple (%d %d %d): entity beyond table %q's size %d (ids 0..%d)", r.Where(i), x.H, x.R, x.T, m.ents.Spec().Name, m.nEnt, m.nEnt-1)
 		}
 		if x.R >= m.nRel {
-			return nil, fmt.Errorf("triple (%d %d %d): relation beyond table %q's size %d", x.H, x.R, x.T, m.rels.Spec().Name, m.nRel)
+			return nil, fmt.Errorf("%s: triple (%d %d %d): relation beyond table %q's size %d (ids 0..%d)", r.Where(i), x.H, x.R, x.T, m.rels.Spec().Name, m.nRel, m.nRel-1)
 		}
 		b.ex = append(b.ex, example{x: x, label: 1})
 		for j := 0; j < m.neg; j++ {

@@ -88,6 +88,12 @@ type Config struct {
 
 // ConfigFrom reads and checks the stage parameters.
 func ConfigFrom(p tasks.Params) (Config, error) {
+	if err := p.Known("dim", "epochs", "batch", "neg", "lr", "l2", "decay", "seed", "entities", "relations", "train", "test", "localize", "filter"); err != nil {
+		return Config{}, fmt.Errorf("kge.complex: %w", err)
+	}
+	if err := p.CheckInt("dim", "epochs", "batch", "neg", "seed"); err != nil {
+		return Config{}, err
+	}
 	if err := p.Check("dim", "epochs", "batch", "neg", "lr", "l2", "decay", "seed"); err != nil {
 		return Config{}, fmt.Errorf("kge: %w", err)
 	}

@@ -16,11 +16,11 @@ type Triple struct{ H, R, T uint64 }
 func TripleAt(r *datastore.Records, i int) (Triple, error) {
 	a, b := r.Offsets[i], r.Offsets[i+1]
 	if b-a != 2 {
-		return Triple{}, fmt.Errorf("record has %d ids, want \"head relation tail\" (format = \"ratings\")", b-a)
+		return Triple{}, fmt.Errorf("%s: record has %d ids, want \"head relation tail\" (format = \"ratings\")", r.Where(i), b-a)
 	}
 	t := r.Labels[i]
 	if t < 0 || t != math.Trunc(t) || t >= 1<<53 {
-		return Triple{}, fmt.Errorf("tail %v is not a non-negative integer id (want \"head relation tail\")", t)
+		return Triple{}, fmt.Errorf("%s: tail %v is not a non-negative integer id (want \"head relation tail\")", r.Where(i), t)
 	}
 	return Triple{H: r.Keys[a], R: r.Keys[a+1], T: uint64(t)}, nil
 }
@@ -33,7 +33,7 @@ func (k Known) AddRecords(r *datastore.Records) error {
 	for i := 0; i < r.Len(); i++ {
 		t, err := TripleAt(r, i)
 		if err != nil {
-			return fmt.Errorf("record %d: %w", i+1, err)
+			return err
 		}
 		k[t] = struct{}{}
 	}
@@ -157,7 +157,7 @@ func (e *Embeddings) RankAll(r *datastore.Records, lo, hi int, known Known) (Ran
 		for _, head := range []bool{false, true} {
 			rank, err := e.FilteredRank(x, head, known)
 			if err != nil {
-				return st, err
+				return st, fmt.Errorf("%s: %w", r.Where(i), err)
 			}
 			st.addRank(rank)
 		}

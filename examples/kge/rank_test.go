@@ -123,6 +123,37 @@ func TestRankErrors(t *testing.T) {
 	}
 }
 
+// Errors about one triple of a file name the file and line.
+func TestRankErrorsNameFileAndLine(t *testing.T) {
+	emb := realEmb([]float64{1, 2}, []float64{1})
+	for _, tc := range []struct {
+		name string
+		r    *datastore.Records
+		want string
+	}{
+		{"entity beyond the model", records(Triple{0, 0, 1}, Triple{0, 0, 5}), "test.tsv line 2: triple (0 0 5) is beyond"},
+		{"fractional tail", func() *datastore.Records {
+			r := records(Triple{0, 0, 1})
+			r.Append(1.5, []uint64{0, 0}, []float64{1, 1})
+			return r
+		}(), "test.tsv line 2: tail 1.5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.r.Len() {
+				tc.r.LineNo = append(tc.r.LineNo, int64(i+1))
+			}
+			tc.r.Origins = []datastore.Origin{{Path: "test.tsv"}}
+			_, err := emb.RankAll(tc.r, 0, tc.r.Len(), Known{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if err := (Known{}).AddRecords(tc.r); tc.name == "fractional tail" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("AddRecords: error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestScoreIsComplEx checks score against complex arithmetic.
 func TestScoreIsComplEx(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -87,10 +87,10 @@ func Init(info *tasks.Info) error {
 			_, keys, vals := r.Row(i)
 			for t, k := range keys {
 				if k >= uint64(dims) {
-					return fmt.Errorf("kmeans.init: %w: feature %d, width %d (table %q's width must be the number of features)", ErrDims, k, dims, cfg.Centers)
+					return fmt.Errorf("kmeans.init: %s: %w: feature key %d, width %d (table %q's width must be the number of features)", r.Where(i), ErrDims, k, dims, cfg.Centers)
 				}
 				if v := vals[t]; math.IsNaN(v) || math.IsInf(v, 0) {
-					return fmt.Errorf("kmeans.init: %w: feature %d is %v", ErrNotFinite, k, v)
+					return fmt.Errorf("kmeans.init: %s: %w: feature key %d is %v", r.Where(i), ErrNotFinite, k, v)
 				}
 				if sum != nil {
 					sum[k] += vals[t]

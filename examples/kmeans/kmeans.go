@@ -71,6 +71,9 @@ import (
 func init() {
 	tasks.Register("kmeans.init", Init)
 	tasks.Register("kmeans.lloyd", Lloyd)
+	for _, fn := range []string{"kmeans.init", "kmeans.lloyd"} {
+		tasks.RegisterParams(fn, func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
+	}
 	tasks.RegisterTables("kmeans.init", func(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 		return helperTables(st, declared, false)
 	})
@@ -140,6 +143,12 @@ type Config struct {
 
 // ConfigFrom reads and checks the stage parameters.
 func ConfigFrom(p tasks.Params) (Config, error) {
+	if err := p.Known("k", "iterations", "seed", "sample", "restarts", "tol", "standardize", "centers", "train", "acc"); err != nil {
+		return Config{}, fmt.Errorf("kmeans: %w", err)
+	}
+	if err := p.CheckInt("k", "iterations", "seed", "sample", "restarts"); err != nil {
+		return Config{}, err
+	}
 	if err := p.Check("k", "iterations", "seed", "sample", "restarts", "tol"); err != nil {
 		return Config{}, fmt.Errorf("kmeans: %w", err)
 	}
@@ -233,7 +242,7 @@ func (cs *Centers) Norm2(keys []uint64, vals []float64, strict bool) (float64, e
 	for t, k := range keys {
 		x2 += cs.weight(k) * vals[t] * vals[t]
 		if strict && k >= uint64(cs.Dims) {
-			return 0, fmt.Errorf("%w: feature %d, width %d (table width must be the number of features)", ErrDims, k, cs.Dims)
+			return 0, fmt.Errorf("%w: feature key %d, width %d (table width must be the number of features)", ErrDims, k, cs.Dims)
 		}
 	}
 	if strict && (math.IsNaN(x2) || math.IsInf(x2, 0)) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,5 +202,33 @@ func checkRun(t *testing.T, r run, n, workers int) {
 		if r.objectives[i] > r.objectives[i-1]*(1+1e-9) {
 			t.Errorf("%d workers: objective rose from %.9g to %.9g at iteration %d", workers, r.objectives[i-1], r.objectives[i], i+1)
 		}
+	}
+}
+
+// A point kmeans cannot take (a feature beyond the centers' width) stops
+// the task with an error naming its file and line.
+func TestBadPointNamesFileAndLine(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "bad.libsvm")
+	if err := os.WriteFile(data, []byte("0 1:1 2:2\n0 1:2 2:1\n0 1:1 3:1\n0 2:5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	bsp := kvstore.Consistency{Kind: kvstore.BSP}
+	params := tasks.Params{"k": 2, "restarts": 1}
+	task := tasks.NewTask("kmeans-bad").
+		AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: 2}).
+		SetInput("train", tasks.InputSpec{Path: data}).
+		SetStages(
+			tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
+			tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
+	_, err = local.SubmitAndWait(ctx, task, nil)
+	if err == nil || !strings.Contains(err.Error(), "bad.libsvm line 3") || !strings.Contains(err.Error(), "feature key 2, width 2") {
+		t.Fatalf("error %v, want it to name bad.libsvm line 3 and the feature", err)
 	}
 }

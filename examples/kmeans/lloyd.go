@@ -110,7 +110,7 @@ func Lloyd(info *tasks.Info) error {
 				_, fk, fv := rec.Row(i)
 				x2, err := cs.Norm2(fk, fv, true)
 				if err != nil {
-					return fmt.Errorf("record %d of a block: %w", i+1, err)
+					return fmt.Errorf("%s: %w", rec.Where(i), err)
 				}
 				for run := range r {
 					j, d := cs.NearestIn(run*k, (run+1)*k, fk, fv, x2)

@@ -508,7 +508,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
 		vals := r.Vals[a:b]
-		y, err := binaryLabel(r.Labels[i])
+		y, err := labelOf(r, i)
 		if err != nil {
 			return st, err
 		}
@@ -588,7 +588,7 @@ func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
 	var st Stats
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
-		y, err := binaryLabel(r.Labels[i])
+		y, err := labelOf(r, i)
 		if err != nil {
 			return st, err
 		}

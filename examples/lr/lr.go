@@ -165,7 +165,13 @@ type Config struct {
 
 // ConfigFrom reads and checks the stage parameters.
 func ConfigFrom(p tasks.Params) (Config, error) {
+	if err := p.Known("epochs", "batch", "lr", "l2", "decay", "standardize", "intercept", "read_ahead", "table", "train", "test"); err != nil {
+		return Config{}, fmt.Errorf("lr.sgd: %w", err)
+	}
 	if err := p.Check("epochs", "batch", "lr", "l2", "decay"); err != nil {
+		return Config{}, err
+	}
+	if err := p.CheckInt("epochs", "batch"); err != nil {
 		return Config{}, err
 	}
 	if err := BoolParams(p, "standardize", "intercept", "read_ahead"); err != nil {
@@ -183,6 +189,8 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		return c, fmt.Errorf("lr: lr must be > 0, got %v", c.LR)
 	case c.L2 < 0:
 		return c, fmt.Errorf("lr: l2 must be >= 0, got %v", c.L2)
+	case c.Decay < 0:
+		return c, fmt.Errorf("lr: decay must be >= 0, got %v (the learning rate is lr / (1 + decay (epoch - 1)))", c.Decay)
 	}
 	return c, nil
 }
@@ -265,6 +273,10 @@ func SGD(info *tasks.Info) error {
 			mine++
 			bs, err := m.Step(r, lo, hi, lr, cfg.L2)
 			if err != nil {
+				// A key outside the table is the data's fault: say where.
+				if e := KeyOutside(r, lo, hi, w.Spec()); e != nil {
+					return e
+				}
 				return err
 			}
 			if math.IsNaN(bs.LossSum) || math.IsInf(bs.LossSum, 0) || !m.finite {
@@ -279,7 +291,14 @@ func SGD(info *tasks.Info) error {
 				if next.R != nil {
 					m.SetNext(next.R, next.Lo, next.Hi)
 				}
-				return step(cur.R, cur.Lo, cur.Hi)
+				err := step(cur.R, cur.Lo, cur.Hi)
+				if err != nil && next.R != nil {
+					// The failed read may be the next batch's.
+					if e := KeyOutside(next.R, next.Lo, next.Hi, w.Spec()); e != nil {
+						return e
+					}
+				}
+				return err
 			})
 		} else {
 			err = tasks.EachBatch(info.Ctx, train, cfg.Batch, step)
@@ -316,6 +335,11 @@ func SGD(info *tasks.Info) error {
 				r, lo, hi = withinTable(r, lo, hi, w.Spec().Size, &within)
 				bs, err := m.Eval(r, lo, hi)
 				ts.Add(bs)
+				if err != nil {
+					if e := KeyOutside(r, lo, hi, w.Spec()); e != nil {
+						return e
+					}
+				}
 				return err
 			})
 			if err != nil {
@@ -412,7 +436,7 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		}
 		y, err := binaryLabel(label)
 		if err != nil {
-			return nil, fmt.Errorf("record %d: %w", i+1, err)
+			return nil, fmt.Errorf("%s: %w", data.Where(i), err)
 		}
 		st.N++
 		st.LossSum += LogLoss(z, y)

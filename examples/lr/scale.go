@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -184,7 +186,7 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 			rows += r.Len()
 			for j, k := range r.Keys {
 				if k >= size {
-					return fmt.Errorf("lr: feature key %d is outside the table (size %d)", k, size)
+					return KeyOutside(r, 0, r.Len(), kvstore.TableSpec{Name: strings.TrimSuffix(st.Spec().Name, ".scale"), Size: size})
 				}
 				if v := r.Vals[j]; v != 0 {
 					acc.add(k, v)

@@ -106,6 +106,12 @@ type Config struct {
 
 // ConfigFrom reads and checks the stage parameters.
 func ConfigFrom(p tasks.Params) (Config, error) {
+	if err := p.Known("rank", "epochs", "batch", "lr", "l2", "l2_bias", "decay", "biases", "implicit", "users", "items", "bias", "user_bias", "item_bias", "train", "test"); err != nil {
+		return Config{}, fmt.Errorf("mf.sgd: %w", err)
+	}
+	if err := p.CheckInt("rank", "epochs", "batch"); err != nil {
+		return Config{}, err
+	}
 	if err := p.Check("rank", "epochs", "batch", "lr", "l2", "l2_bias", "decay"); err != nil {
 		return Config{}, fmt.Errorf("mf: %w", err)
 	}

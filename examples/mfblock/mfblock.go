@@ -70,6 +70,12 @@ type config struct {
 }
 
 func configFrom(p tasks.Params) (config, error) {
+	if err := p.Known("rank", "epochs", "batch", "lr", "l2", "decay", "localize", "users", "items", "train", "test"); err != nil {
+		return config{}, fmt.Errorf("%s: %w", Func, err)
+	}
+	if err := p.CheckInt("rank", "epochs", "batch"); err != nil {
+		return config{}, err
+	}
 	if err := p.Check("rank", "epochs", "batch", "lr", "l2", "decay"); err != nil {
 		return config{}, fmt.Errorf("%s: %w", Func, err)
 	}

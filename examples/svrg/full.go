@@ -5,8 +5,24 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
+
+// fullL2 checks svrg.full's params and returns its l2.
+func fullL2(p tasks.Params) (float64, error) {
+	if err := p.Known("l2", "intercept", "standardize", "train"); err != nil {
+		return 0, fmt.Errorf("svrg.full: %w", err)
+	}
+	if err := p.Check("l2"); err != nil {
+		return 0, err
+	}
+	l2 := p.Float("l2", 0)
+	if l2 < 0 {
+		return 0, fmt.Errorf("svrg: l2 must be >= 0, got %v", l2)
+	}
+	return l2, nil
+}
 
 // Full is the svrg.full stage function (see the package doc).
 func Full(info *tasks.Info) error {
@@ -14,12 +30,9 @@ func Full(info *tasks.Info) error {
 		return err
 	}
 	p := info.Params
-	if err := p.Check("l2"); err != nil {
+	l2, err := fullL2(p)
+	if err != nil {
 		return err
-	}
-	l2 := p.Float("l2", 0)
-	if l2 < 0 {
-		return fmt.Errorf("svrg: l2 must be >= 0, got %v", l2)
 	}
 	w, snap, mu, nt, err := tables(info)
 	if err != nil {
@@ -123,13 +136,13 @@ func Full(info *tasks.Info) error {
 			z := b
 			for j, k := range ks {
 				if k >= dim {
-					return fmt.Errorf("svrg: feature id %d out of range: table %q has %d keys", k, TableW, dim)
+					return lr.KeyOutside(r, i, i+1, kvstore.TableSpec{Name: TableW, Size: dim})
 				}
 				z += wv[k] * vs[j]
 			}
 			y, err := label(r.Labels[i])
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", r.Where(i), err)
 			}
 			rs.N++
 			loss, g := lr.LossGrad(z, y)

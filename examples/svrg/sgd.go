@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -35,7 +36,13 @@ const defaultMinSteps = 1000
 
 // SGDConfigFrom reads and checks the stage parameters.
 func SGDConfigFrom(p tasks.Params) (SGDConfig, error) {
+	if err := p.Known("epochs_inner", "min_steps", "batch", "lr", "l2", "intercept", "standardize", "train"); err != nil {
+		return SGDConfig{}, fmt.Errorf("svrg.sgd: %w", err)
+	}
 	if err := p.Check("epochs_inner", "min_steps", "batch", "lr", "l2"); err != nil {
+		return SGDConfig{}, err
+	}
+	if err := p.CheckInt("epochs_inner", "min_steps", "batch"); err != nil {
 		return SGDConfig{}, err
 	}
 	c := SGDConfig{EpochsInner: p.Int("epochs_inner", 1), MinSteps: p.Int("min_steps", defaultMinSteps), Batch: p.Int("batch", 100),
@@ -423,7 +430,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 	s.keys = s.keys[:0]
 	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
 		if k >= dim {
-			return lr.Stats{}, fmt.Errorf("svrg: feature id %d out of range: table %q has %d keys", k, TableW, dim)
+			return lr.Stats{}, lr.KeyOutside(r, lo, hi, kvstore.TableSpec{Name: TableW, Size: dim})
 		}
 		if s.stamp[k] != s.cur {
 			s.stamp[k] = s.cur
@@ -471,7 +478,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 		}
 		y, err := label(r.Labels[i])
 		if err != nil {
-			return st, err
+			return st, fmt.Errorf("%s: %w", r.Where(i), err)
 		}
 		st.N++
 		st.LossSum += lr.LogLoss(z, y)

@@ -116,6 +116,7 @@ func init() {
 	tasks.RegisterTables("svrg.full", StageTables)
 	tasks.RegisterTables("svrg.sgd", StageTables)
 	tasks.RegisterParams("svrg.sgd", func(p tasks.Params) error { _, err := SGDConfigFrom(p); return err })
+	tasks.RegisterParams("svrg.full", func(p tasks.Params) error { _, err := fullL2(p); return err })
 }
 
 // Table names.

@@ -466,3 +466,44 @@ func TestDivergenceStopsWithError(t *testing.T) {
 		t.Logf("lr %g: %v", rate, err)
 	}
 }
+
+// A record svrg cannot take (a label not in {1, 0, -1}, a feature outside
+// the tables) stops the task with an error naming its file and line, with
+// and without standardization (whose statistics pass reads it first).
+func TestBadRecordNamesFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, data    string
+		noStandardize bool
+		wants         []string
+	}{
+		{"label", "1 1:1\n0 2:1\n2 3:1\n", false, []string{"bad.libsvm line 3", "label 2"}},
+		{"label raw", "1 1:1\n2 2:1\n", true, []string{"bad.libsvm line 2", "label 2"}},
+		{"feature raw", "1 1:1\n0 2:1 40:1\n", true, []string{"bad.libsvm line 2", "feature key 39", `table "w" (size 10`}},
+		{"feature", "1 1:1\n0 40:1\n", false, []string{"bad.libsvm line 2", "feature key 39", `table "w" (size 10`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			train := filepath.Join(dir, "bad.libsvm")
+			if err := os.WriteFile(train, []byte(tc.data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			task := svrg.Task(svrg.Config{Train: train, Dim: 10, Rounds: 1, FullWorkers: 1, NoStandardize: tc.noStandardize})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			_, err = local.SubmitAndWait(ctx, task, nil)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -21,7 +21,9 @@
 // folded: a non-finite loss or metric fails the stage (ErrNonFinite),
 // naming the task, stage, epoch and worker, because a diverging model is
 // almost always a learning rate too large and writing its NaN weights
-// would only hide that.
+// would only hide that. An epoch whose folded "samples" metric is 0 fails
+// the stage too (ErrNoRecords): no worker trained on anything, and the
+// model it would write is the untrained one.
 //
 // A slave's death (SlaveDead) is survived when Config.Survival allows it
 // (Survivability: every table replicated, and for a slave running workers,

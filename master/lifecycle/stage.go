@@ -19,6 +19,12 @@ import (
 // or infinite loss or metric for.
 var ErrNonFinite = errors.New("non-finite value")
 
+// ErrNoRecords is wrapped by the error of a stage whose workers together
+// trained on no record in an epoch: its input holds no data (a file of
+// comments and blank lines, a filter that kept nothing), and the model it
+// would write is the untrained one.
+var ErrNoRecords = errors.New("no records")
+
 // DefaultProgressEvery is how often progress is published while workers
 // report.
 const DefaultProgressEvery = 500 * time.Millisecond
@@ -315,6 +321,10 @@ func (s *Stage) epochDone(epoch int) []Action {
 	e := s.epochs[epoch]
 	if e == nil || s.liveCount(s.epochRanks[epoch]) < s.live {
 		return nil
+	}
+	if n, ok := e.Metrics[tasks.MetricSamples]; ok && n == 0 {
+		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker trained on a record (%w): the stage's training input holds no data lines (only blank or comment lines?)",
+			s.cfg.Task, s.cfg.Stage, s.cfg.Name, epoch, ErrNoRecords))
 	}
 	s.res.Epochs = append(s.res.Epochs, *e)
 	delete(s.epochs, epoch)

@@ -156,6 +156,19 @@ func TestSteps(t *testing.T) {
 			{done(1, "s1", time.Second), nil},
 			{done(2, "s2", time.Second), []string{"StageFinished"}},
 		}, ""},
+		{"an epoch in which no worker read a record", []step{
+			{WorkerEpoch{Stage: 1, Rank: 0, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 0, "loss": 0}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 1, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 0}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 2, Epoch: 1, Slave: "s2", Metrics: map[string]float64{"samples": 0}}, []string{"StageFinished"}},
+		}, "task t1 stage 1 (train) epoch 1: no worker trained on a record"},
+		{"an epoch in which one worker read records", []step{
+			{WorkerEpoch{Stage: 1, Rank: 0, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 0}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 1, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 3}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 2, Epoch: 1, Slave: "s2", Metrics: map[string]float64{"samples": 0}}, []string{"Publish"}},
+			{done(0, "s1", time.Second), nil},
+			{done(1, "s1", time.Second), nil},
+			{done(2, "s2", time.Second), []string{"StageFinished"}},
+		}, ""},
 		{"NaN loss in progress", []step{
 			{WorkerProgress{Stage: 1, Rank: 1, Slave: "s1", Samples: 10, LossSum: math.NaN()}, []string{"StageFinished"}},
 		}, "task t1 stage 1 (train) epoch 1: worker 1 on slave s1 reported loss = NaN"},
