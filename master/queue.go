@@ -22,18 +22,57 @@ func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, erro
 func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment, error) {
 	cluster := m.schedSlavesLocked()
 	if !scheduler.Fits(r, cluster) {
-		total := 0
-		for _, s := range cluster {
-			if s.Alive {
-				total += s.Total
-			}
-		}
-		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.mem.View().Members), r.OneSlave)
+		return nil, fitError(r, cluster)
 	}
 	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1)}
 	m.queue = append(m.queue, w)
 	m.scheduleLocked()
 	return w.grant, nil
+}
+
+// fitError says why r cannot run on cluster even when every slot is
+// free: too few slots, or slaves it is pinned to that are unknown or dead.
+func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
+	total, live := 0, 0
+	byID := map[string]scheduler.Slave{}
+	for _, s := range cluster {
+		byID[s.ID] = s
+		if s.Alive {
+			total += s.Total
+			live++
+		}
+	}
+	where := fmt.Sprintf("the cluster has %d worker slots on %d live slaves", total, live)
+	if len(r.Pinned) > 0 {
+		var missing, dead []string
+		pinned := 0
+		for _, id := range r.Pinned {
+			switch s, ok := byID[id]; {
+			case !ok:
+				missing = append(missing, id)
+			case !s.Alive:
+				dead = append(dead, id)
+			default:
+				pinned += s.Total
+			}
+		}
+		where = fmt.Sprintf("its slaves %v have %d worker slots", r.Pinned, pinned)
+		if len(missing) > 0 {
+			where += fmt.Sprintf("; no slave is called %v (the cluster's: %v)", missing, slaveIDs(cluster))
+		}
+		if len(dead) > 0 {
+			where += fmt.Sprintf("; %v not alive", dead)
+		}
+	}
+	return fmt.Errorf("stage %d asks for %d workers but %s (one-slave stage: %v)", r.Stage, r.Workers, where, r.OneSlave)
+}
+
+func slaveIDs(cluster []scheduler.Slave) []string {
+	ids := make([]string, 0, len(cluster))
+	for _, s := range cluster {
+		ids = append(ids, s.ID)
+	}
+	return ids
 }
 
 // withdraw removes a stage's request if it is still queued.

@@ -1,0 +1,43 @@
+package master
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/scheduler"
+)
+
+func TestFitErrorNamesWhatIsMissing(t *testing.T) {
+	cluster := []scheduler.Slave{
+		{ID: "s1", Total: 2, Free: 2, Alive: true},
+		{ID: "s2", Total: 2, Free: 2, Alive: true},
+		{ID: "s3", Total: 2, Free: 0, Alive: false},
+	}
+	cases := []struct {
+		name string
+		req  scheduler.Request
+		want []string
+	}{
+		{"too many workers", scheduler.Request{Stage: 1, Workers: 9},
+			[]string{"stage 1 asks for 9 workers", "4 worker slots on 2 live slaves"}},
+		{"an unknown slave", scheduler.Request{Stage: 2, Workers: 2, Pinned: []string{"nobody"}},
+			[]string{"stage 2 asks for 2 workers", "its slaves [nobody] have 0 worker slots", "no slave is called [nobody]", "[s1 s2 s3]"}},
+		{"a dead slave", scheduler.Request{Stage: 1, Workers: 3, Pinned: []string{"s1", "s3"}},
+			[]string{"its slaves [s1 s3] have 2 worker slots", "[s3] not alive"}},
+		{"one slave too small", scheduler.Request{Stage: 1, Workers: 3, OneSlave: true},
+			[]string{"4 worker slots on 2 live slaves", "one-slave stage: true"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if scheduler.Fits(c.req, cluster) {
+				t.Fatalf("%+v fits", c.req)
+			}
+			msg := fitError(c.req, cluster).Error()
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+		})
+	}
+}
