@@ -60,6 +60,12 @@ func (f *csvFormat) ParseLine(line []byte, out *Records) error {
 		out.rollback(start)
 		return fmt.Errorf("no label column %d: the row has %d columns", f.label, col+1)
 	}
+	if out.cols == 0 {
+		out.cols = col + 1
+	} else if out.cols != col+1 {
+		out.rollback(start)
+		return fmt.Errorf("the row has %d columns, the rows above it %d (every row of a csv file needs the same columns)", col+1, out.cols)
+	}
 	out.commit(label)
 	return nil
 }

@@ -207,6 +207,40 @@ func TestReadBlockHeader(t *testing.T) {
 	}
 }
 
+// TestReadBlockRaggedCSV: a CSV row with fewer or more cells than the rows
+// above it in its block is an error naming its line, also when it starts
+// a batch (it was read as if its missing cells were 0).
+func TestReadBlockRaggedCSV(t *testing.T) {
+	f := mustFormat(t, "csv", DefaultFormatOptions())
+	src := NewLocalSource()
+	for _, tc := range []struct {
+		name, content string
+		line          int64
+		want          string
+	}{
+		{"short row", "1,2,3\n0,4,5\n1,6\n", 3, "the row has 2 columns, the rows above it 3"},
+		{"long row", "1,2\n0,4,5\n", 2, "the row has 3 columns, the rows above it 2"},
+		{"after a blank line", "1,2,3\n\n0,4\n", 3, "the row has 2 columns"},
+	} {
+		for _, batch := range []int{1, 2, 1000} {
+			p := writeFile(t, t.TempDir(), "r.csv", tc.content)
+			b := Block{Path: p, Length: int64(len(tc.content)), FileSize: int64(len(tc.content))}
+			_, err := ReadBlock(context.Background(), src, b, f, ReadOptions{BatchRecords: batch}, func(*Records) error { return nil })
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Line != tc.line || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s, batches of %d: err = %v, want line %d: %q", tc.name, batch, err, tc.line, tc.want)
+			}
+		}
+	}
+	// Separate blocks and files are separate: each block's rows agree.
+	dir := t.TempDir()
+	writeFile(t, dir, "a.csv", "1,2,3\n")
+	writeFile(t, dir, "b.csv", "1,2\n")
+	if _, got, _ := readAll(t, dir, 100, f, ReadOptions{}); len(got) != 2 {
+		t.Fatalf("two files of different widths: %v", got)
+	}
+}
+
 func TestReadBlockErrors(t *testing.T) {
 	content := "1 1:1\n1 2:2\n1 3:x\n1 4:4\nbad\n1 5:5\n"
 	p := writeFile(t, t.TempDir(), "e.libsvm", content)

@@ -19,6 +19,7 @@ func (r *Records) Reset() {
 	r.Lines = r.Lines[:0]
 	r.LineNo = r.LineNo[:0]
 	r.Origins = r.Origins[:0]
+	r.cols = 0
 }
 
 // Where locates record i for an error message: "path line N", "path line
@@ -121,6 +122,9 @@ func newBatch(n int, prev *Records, text bool) *Records {
 		Labels:  make([]float64, 0, n),
 		Offsets: make([]int, 0, n+1),
 		LineNo:  make([]int64, 0, n),
+	}
+	if prev != nil {
+		r.cols = prev.cols
 	}
 	if text {
 		r.Lines = make([]string, 0, n)

@@ -53,6 +53,10 @@ type Records struct {
 	// BlockCache (so that Release may reuse it) and whether it was
 	// released.
 	state batchState
+	// cols is the number of fields of the CSV rows parsed into this batch
+	// or the earlier batches of its block (0: none yet): a row with
+	// another number is refused, not read as if its missing cells were 0.
+	cols int
 }
 
 type batchState uint8
