@@ -85,6 +85,9 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 				return nil, fmt.Errorf("kvstore: slave %s should host table %q of task %s but does not", h, spec.Name, c.cfg.Task)
 			}
 			t.local[i], t.lv = ht.store, ht.live
+			if t.lv != nil {
+				c.lives = append(c.lives, t)
+			}
 		} else {
 			t.allHere = false
 		}
