@@ -342,6 +342,11 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 		if s.WorkerKind != KindPS {
 			return fmt.Errorf("cache: the process cache is for ps workers, not %s", s.WorkerKind)
 		}
+		if s.Consistency.Kind == kvstore.SparseSSP {
+			// Refused here, not when the workers start: a cache hit
+			// hides the read's keys from the sparse_ssp controller.
+			return fmt.Errorf("cache: a process cache hides reads from the sparse_ssp controller; use ssp or no cache")
+		}
 	default:
 		return fmt.Errorf("cache: must be none, lru or lfu, got %q", s.Cache)
 	}

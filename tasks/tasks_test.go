@@ -57,6 +57,7 @@ func TestParseJobValidation(t *testing.T) {
 		{"single with two workers", "worker_kind = \"single\"\n", "single stage"},
 		{"cache without size", "cache = \"lru\"\n", "cache_size"},
 		{"cache on local", "worker_kind = \"local\"\ncache = \"lru\"\ncache_size = 5\n", "ps workers"},
+		{"cache with sparse ssp", "consistency = \"sparse_ssp\"\nstaleness = 1\ncache = \"lfu\"\ncache_size = 5\n", "sparse_ssp controller"},
 		{"bad worker kind", "worker_kind = \"gpu\"\n", "worker_kind"},
 		{"unknown input", "inputs = [\"nope\"]\n", `no input named "nope"`},
 		{"priority range", "!" + "priority = 101\n" + base, "priority"},
