@@ -125,8 +125,8 @@ func (s *Stage) blocksReleased(ev BlocksReleased) []Action {
 		}
 		f.Blocks += ev.Blocks
 		return []Action{Publish{Kind: status.EventFailover, Progress: s.progress,
-			Message: fmt.Sprintf("stage %d (%s): slave %s died; %s %d unfinished %s go to the %d %s",
-				s.cfg.Stage, s.cfg.Name, ev.Slave, whose(len(f.Ranks)), ev.Blocks, plural(ev.Blocks, "block"),
+			Message: fmt.Sprintf("stage %d (%s): slave %s died; %s %d unfinished %s %s to the %d %s",
+				s.cfg.Stage, s.cfg.Name, ev.Slave, whose(len(f.Ranks)), ev.Blocks, plural(ev.Blocks, "block"), verb(ev.Blocks, "go"),
 				f.Survivors, plural(f.Survivors, "survivor"))}}
 	}
 	return nil
@@ -138,6 +138,14 @@ func whose(n int) string {
 		return "its worker's"
 	}
 	return fmt.Sprintf("its %d workers'", n)
+}
+
+// verb agrees a verb with n things: "1 block goes", "3 blocks go".
+func verb(n int, v string) string {
+	if n == 1 {
+		return v + "es"
+	}
+	return v
 }
 
 func plural(n int, word string) string {
