@@ -57,6 +57,9 @@ type WorkerFailed struct {
 	Stage, Rank int
 	Slave       string
 	Err         string
+	// Lost is the slave whose loss failed the worker (its KV requests
+	// there went unanswered), if that is why.
+	Lost string
 }
 
 // BarrierArrived is a worker waiting at its Seq-th barrier; Waiter is the
@@ -118,7 +121,7 @@ func FromWorker(ev proto.WorkerEvent, now time.Time) Event {
 	case proto.WorkerDone:
 		return WorkerDone{Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds, Metrics: ev.Metrics, BadLines: ev.BadLines, Now: now}
 	case proto.WorkerError:
-		return WorkerFailed{Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Err: ev.Error}
+		return WorkerFailed{Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Err: ev.Error, Lost: ev.Lost}
 	}
 	return nil
 }

@@ -39,6 +39,22 @@ func Survivability(stage, kind string, tables []kvstore.TableSpec) Survival {
 	return Survival{Shards: true, Workers: true}
 }
 
+// lossFatal is why the stage cannot go on without slave (as slaveDead
+// decides), or "" when it could or slave is not one of the stage's.
+func (s *Stage) lossFatal(slave string) string {
+	if slave == "" {
+		return ""
+	}
+	sv := s.cfg.Survival
+	switch {
+	case !sv.Shards && slices.Contains(s.cfg.Hosts, slave):
+		return sv.Why
+	case !sv.Workers && len(s.ranks[slave]) > 0:
+		return sv.Why
+	}
+	return ""
+}
+
 // slaveDead handles the death of a slave: nothing if the stage does not
 // use it; otherwise either the stage fails, saying why it cannot go on,
 // or the slave's ranks are counted out and the survivors take over.
