@@ -304,7 +304,7 @@ func TestMemServeTwiceFails(t *testing.T) {
 func TestCloseWithTheBusGone(t *testing.T) {
 	for _, kind := range []string{"nats", "tcp"} {
 		t.Run(kind, func(t *testing.T) {
-			srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:0"})
+			srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
