@@ -98,7 +98,10 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	// were placed is one the stage must do without, or fail for.
 	for _, s := range slices.Concat(t.hosts, mach.Slaves()) {
 		if !m.isAlive(s) {
-			t.step(lifecycle.SlaveDead{Slave: s, Err: fmt.Errorf("slave %s is no longer a member of the cluster", s)})
+			t.mu.Lock()
+			known := t.reported[s]
+			t.mu.Unlock()
+			t.step(lifecycle.SlaveDead{Slave: s, Err: fmt.Errorf("slave %s is no longer a member of the cluster", s), Known: known})
 		}
 	}
 	t.stepWith(lifecycle.Begin{Now: m.cfg.Now()}, start, stop)
@@ -110,6 +113,13 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	}
 
 	fin := t.awaitStage(keys, start, stop)
+	// The deaths this stage heard of are reported: later stages count
+	// those slaves out quietly.
+	for _, f := range fin.Result.Failovers {
+		t.mu.Lock()
+		t.reported[f.Slave] = true
+		t.mu.Unlock()
+	}
 	if fin.Err != nil {
 		return fin.Result, false, fin.Err
 	}

@@ -47,6 +47,7 @@ type taskRun struct {
 	replicas []int
 	modelAt  string          // slave retaining the last stage's model (direct transfer)
 	used     map[string]bool // every slave the task touched
+	reported map[string]bool // dead slaves a stage's failovers named
 	holding  map[string]int  // slots held now
 
 	// The running stage's state machine (nil between stages) and where it
@@ -72,7 +73,7 @@ func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datas
 	return &taskRun{
 		m: m, spec: spec, blocks: blocks, ctx: ctx, cancel: cancel,
 		ended: make(chan struct{}),
-		used:  map[string]bool{},
+		used:  map[string]bool{}, reported: map[string]bool{},
 		status: status.Task{ID: spec.ID, Name: spec.Name, State: status.Queued, Stages: len(spec.Stages),
 			Priority: spec.Priority, Submitted: m.cfg.Now(), Output: spec.Output},
 	}

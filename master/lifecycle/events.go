@@ -89,6 +89,10 @@ type Cancel struct{ Err error }
 type SlaveDead struct {
 	Slave string
 	Err   error
+	// Known says an earlier stage of the task reported this death: a
+	// slave that only held shards is counted out quietly (no failover
+	// event or result again in every later stage).
+	Known bool
 }
 
 // BlocksReleased is the driver's answer to ReleaseBlocks: Blocks input

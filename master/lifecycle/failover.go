@@ -81,6 +81,9 @@ func (s *Stage) slaveDead(ev SlaveDead) []Action {
 		return s.finish(fmt.Errorf("%w; no worker of stage %d (%s) is left alive", err, s.cfg.Stage, s.cfg.Name))
 	}
 	s.dead[ev.Slave] = true
+	if len(workers) == 0 && ev.Known {
+		return nil
+	}
 	if len(workers) == 0 {
 		s.res.Failovers = append(s.res.Failovers, status.Failover{Slave: ev.Slave, Survivors: s.live})
 		return []Action{Publish{Kind: status.EventFailover, Progress: s.progress,

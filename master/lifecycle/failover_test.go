@@ -229,3 +229,22 @@ func TestTrialStopSkipsTheDead(t *testing.T) {
 		t.Fatalf("trial stop: %#v", acts)
 	}
 }
+
+// A shard host that died in an earlier stage is counted out of every
+// later one without a failover event or result each time.
+func TestKnownDeathIsQuiet(t *testing.T) {
+	s := started(t, survivable())
+	if acts := s.Step(SlaveDead{Slave: "s3", Known: true}); len(acts) != 0 {
+		t.Fatalf("a known death of a shard host acted: %+v", acts)
+	}
+	if acts := s.Step(SlaveDead{Slave: "s3"}); len(acts) != 0 {
+		t.Fatalf("the same death again acted: %+v", acts)
+	}
+	var acts []Action
+	for r := range 3 {
+		acts = s.Step(WorkerDone{Stage: 1, Rank: r, Slave: []string{"s1", "s1", "s2"}[r]})
+	}
+	if f := finished(t, acts).Result.Failovers; len(f) != 0 {
+		t.Fatalf("failovers %+v, want none for a death an earlier stage reported", f)
+	}
+}
