@@ -236,3 +236,46 @@ func TestLaterStagesShrinkAfterADeath(t *testing.T) {
 		t.Fatalf("stage b's note %q does not say why it ran fewer workers", n)
 	}
 }
+
+// A slave killed a moment before its stage starts (nothing answers its
+// control subject; the failure detector has not declared it dead yet):
+// the start waits for the detector's verdict, and the stage goes on
+// without it, as it would had the slave died a moment later, instead of
+// failing with "did not answer start_workers: no responders".
+func TestStartToAJustKilledSlaveAwaitsItsDeath(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 2, nil)
+	s2 := h.slave("s2", 2, nil)
+	if err := s2.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	id := h.submit(tasks.NewTask("k").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
+	h.eventually("the tables asked for", func() bool { return slices.Contains(s1.seen(), proto.OpCreateTables) })
+	beat := func() {
+		data, _ := json.Marshal(proto.Heartbeat{ID: "s1", Join: proto.JoinRequest{ID: "s1", Host: "host-s1", Slots: 2, PID: 7, Instance: "inst-s1"}})
+		if err := h.nc.Publish(h.subj.Heartbeat(), data); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 3 { // s1 beats, s2 stays silent past the failure timeout
+		beat()
+		h.clk.Advance(deadAfter / 2)
+	}
+	beat()
+	h.eventually("s2 declared dead", func() bool { return !h.m.isAlive("s2") })
+	st1 := h.started(s1)
+	for _, r := range st1.Ranks {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+	}
+	st := h.wait(id, "done", func(st status.Task) bool { return st.Ended() })
+	if st.State != status.Done {
+		t.Fatalf("task %s: %s", st.State, st.Reason)
+	}
+	if f := st.Results[0].Failovers; len(f) != 1 || f[0].Slave != "s2" {
+		t.Fatalf("failovers %+v, want s2's", f)
+	}
+}

@@ -35,8 +35,8 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	if err := t.createTables(); err != nil {
 		return stageErr(err)
 	}
-	if err := m.ctlAll(t.ctx, t.liveHosts(), proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
-		Consistency: st.Consistency, Workers: workers}); err != nil {
+	prepare := proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k, Consistency: st.Consistency, Workers: workers}
+	if err := eachSlave(t.liveHosts(), func(s string) error { return m.ctlOrDead(t.ctx, s, prepare) }); err != nil {
 		return stageErr(err)
 	}
 	// What the stage survives follows from its tables' replicas, resolved
@@ -87,7 +87,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		t.mu.Unlock()
 	}()
 	start := func(a lifecycle.StartWorkers) error {
-		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
+		return m.ctlOrDead(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
 			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
 			Retain: retain, TransferFrom: from, StartEpoch: t.startEpoch, EpochBarrier: epochBarrier, Survivable: surv.Shards})
 	}
@@ -331,7 +331,8 @@ func (t *taskRun) createTables() error {
 		t.used[h] = true
 	}
 	t.mu.Unlock()
-	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
+	create := proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}
+	if err := eachSlave(t.hosts, func(s string) error { return m.ctlOrDead(t.ctx, s, create) }); err != nil {
 		return err
 	}
 	if ck := t.resume; ck != nil {
