@@ -30,7 +30,7 @@ type Survival struct {
 func Survivability(stage, kind string, tables []kvstore.TableSpec) Survival {
 	for _, t := range tables {
 		if t.Replicas < 2 {
-			return Survival{Why: fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death", t.Name, max(t.Replicas, 1))}
+			return Survival{Why: fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death (a table a stage localizes must keep replicas = 1: with a [checkpoint] dir, flexps submit --resume DIR continues the task)", t.Name, max(t.Replicas, 1))}
 		}
 	}
 	if kind != tasks.KindPS {
