@@ -22,13 +22,17 @@ func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, erro
 func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment, error) {
 	cluster := m.schedSlavesLocked()
 	if !scheduler.Fits(r, cluster) {
-		total := 0
+		total, largest := 0, 0
 		for _, s := range cluster {
 			if s.Alive {
 				total += s.Total
+				largest = max(largest, s.Total)
 			}
 		}
-		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves (one-slave stage: %v)", r.Stage, r.Workers, total, len(m.mem.View().Members), r.OneSlave)
+		if r.OneSlave {
+			return nil, fmt.Errorf("stage %d asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Stage, r.Workers, largest)
+		}
+		return nil, fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves: lower workers or start more slaves", r.Stage, r.Workers, total, len(m.mem.View().Members))
 	}
 	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1)}
 	m.queue = append(m.queue, w)
