@@ -32,11 +32,30 @@ type Client struct {
 	// Timeout bounds each request to the master (default 30s; a
 	// submission lists the task's inputs, which may take a while on HDFS).
 	Timeout time.Duration
+	// BusLost is how long a follower waits for a bus it lost (the master
+	// embeds it: killed, it takes the bus along) before it says the
+	// master is gone (default 10s; a master restarted within it is
+	// followed on).
+	BusLost time.Duration
+}
+
+// url names the bus for messages, also while disconnected.
+func (c *Client) url() string {
+	if u := c.nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	if c.nc.Opts.Url != "" {
+		return c.nc.Opts.Url
+	}
+	if len(c.nc.Opts.Servers) > 0 {
+		return strings.Join(c.nc.Opts.Servers, ",")
+	}
+	return "the in-process bus"
 }
 
 // NewClient talks to the master of cluster over nc.
 func NewClient(nc *nats.Conn, cluster string) *Client {
-	return &Client{nc: nc, subj: bus.For(cluster), cluster: cluster, Timeout: 30 * time.Second}
+	return &Client{nc: nc, subj: bus.For(cluster), cluster: cluster, Timeout: 30 * time.Second, BusLost: 10 * time.Second}
 }
 
 // Close closes the connection if the client opened it.
@@ -66,7 +85,7 @@ func (c *Client) request(ctx context.Context, subject string, req, rep any) erro
 			return fmt.Errorf("%w: this client's credentials may not use %s: %v", ErrDenied, subject, last)
 		}
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%w for cluster %q on %s: %v", ErrNoMaster, c.cluster, c.nc.ConnectedUrlRedacted(), err)
+			return fmt.Errorf("%w for cluster %q on %s: %v", ErrNoMaster, c.cluster, c.url(), err)
 		}
 		return err
 	}
@@ -236,6 +255,7 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 	// Events can be missed (a master restarted, a slow subscriber); poll
 	// the status now and then so the wait always ends.
 	lastPoll := time.Now()
+	var down time.Time // since when the bus is unreachable
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		msg, err := sub.NextMsgWithContext(wctx)
@@ -254,12 +274,26 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 				}
 			}
 		}
+		if !c.nc.IsConnected() && !c.nc.IsClosed() {
+			// A status request would only wait out Timeout in the
+			// reconnect buffer.
+			if down.IsZero() {
+				down = time.Now()
+			}
+			if time.Since(down) >= c.BusLost {
+				return status.Task{}, fmt.Errorf("following task %s: %w: the bus of cluster %q at %s has been unreachable for %v; "+
+					"a master that embeds it died with it, and the task with the master (a task with a [checkpoint] dir is resumed under its id by a master restarted on the same state_dir: flexps status %s)",
+					id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)
+			}
+			continue
+		}
+		down = time.Time{}
 		if time.Since(lastPoll) >= 2*time.Second {
 			lastPoll = time.Now()
 			rep, err := c.Status(ctx, id)
 			if err != nil {
 				if errors.Is(err, ErrNoMaster) {
-					return status.Task{}, err
+					return status.Task{}, fmt.Errorf("following task %s: %w", id, err)
 				}
 				continue
 			}

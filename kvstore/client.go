@@ -436,7 +436,8 @@ func (c *Client) receiveOne(p *pending) error {
 		return c.gone(c.hostOf(tail, p))
 	}
 	if msg.Err != nil {
-		return fmt.Errorf("kvstore: slave %s died or became unreachable: %w", c.hostOf(tail, p), msg.Err)
+		host := c.hostOf(tail, p)
+		return &SlaveLostError{Slave: host, Err: fmt.Errorf("kvstore: slave %s died or became unreachable: %w", host, msg.Err)}
 	}
 	if strings.HasPrefix(tail, "a") {
 		if err := decodeRaw(msg.Data, &c.reply); err != nil {
@@ -565,8 +566,19 @@ func (c *Client) gone(host string) error {
 	if host == "" {
 		return errors.New("kvstore: a shard host is not serving its KV requests (slave gone?)")
 	}
-	return fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV requests any more", host)
+	return &SlaveLostError{Slave: host, Err: fmt.Errorf("kvstore: slave %s died or left: nothing serves its KV requests any more", host)}
 }
+
+// SlaveLostError is a request that failed because the slave serving it
+// died, left or cannot be reached: the master, which knows whether the
+// stage could have survived that, tells the user what to change.
+type SlaveLostError struct {
+	Slave string
+	Err   error
+}
+
+func (e *SlaveLostError) Error() string { return e.Err.Error() }
+func (e *SlaveLostError) Unwrap() error { return e.Err }
 
 // sendMsg sends c.msg to host and counts it. A transport that can
 // (transport.Appender) gets it encoded straight into its send buffer.

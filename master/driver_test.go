@@ -80,12 +80,13 @@ type scriptedSlave struct {
 	ops    []string
 	refuse map[string]string // op -> error to answer
 	starts chan proto.SlaveCtl
+	sub    *nats.Subscription // its control subject: unsubscribed, it is as good as killed
 }
 
 func (h *harness) slave(id string, slots int, refuse map[string]string) *scriptedSlave {
 	h.t.Helper()
 	s := &scriptedSlave{id: id, refuse: refuse, starts: make(chan proto.SlaveCtl, 16)}
-	_, err := h.nc.Subscribe(h.subj.SlaveCtl(id), func(msg *nats.Msg) {
+	sub, err := h.nc.Subscribe(h.subj.SlaveCtl(id), func(msg *nats.Msg) {
 		var req proto.SlaveCtl
 		rep := proto.CtlReply{OK: true}
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -109,6 +110,7 @@ func (h *harness) slave(id string, slots int, refuse map[string]string) *scripte
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	s.sub = sub
 	data, _ := json.Marshal(proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7, Instance: "inst-" + id})
 	msg, err := h.nc.Request(h.subj.Join(), data, 5*time.Second)
 	if err != nil {

@@ -201,3 +201,81 @@ func TestDriverSurvivesASlavesDeath(t *testing.T) {
 		t.Fatalf("the dead slave was sent end_stage: %v", s2.seen())
 	}
 }
+
+// A task that survived a slave's death goes on with the survivors: its
+// later stages, which asked for more workers than the live slaves have
+// slots for, run with fewer (as the stage the slave died in did), and the
+// followers hear why; they do not fail for the missing slots.
+func TestLaterStagesShrinkAfterADeath(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 2, nil)
+	h.slave("s2", 2, nil)
+	task := tasks.NewTask("shrink").SetStages(
+		tasks.Stage{Name: "a", Func: "test.none", Workers: 4},
+		tasks.Stage{Name: "b", Func: "test.none", Workers: 4})
+	id := h.submit(task)
+	h.wait(id, "running", inState(status.Running))
+	data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
+	if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+		t.Fatal(err)
+	}
+	first := h.started(s1)
+	h.eventually("s2 counted out", func() bool { return slices.Contains(s1.seen(), proto.OpFinishRanks) })
+	for _, r := range first.Ranks {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+	}
+	second := h.started(s1)
+	if second.Stage != 1 || second.Workers != 2 || len(second.Ranks) != 2 {
+		t.Fatalf("stage b started as %+v, want its 2 workers on s1", second)
+	}
+	for _, r := range second.Ranks {
+		h.event(proto.WorkerEvent{Task: id, Stage: 1, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+	}
+	st := h.wait(id, "done", inState(status.Done))
+	if n := st.Results[1].Note; !strings.Contains(n, "runs 2 of its 4 workers: slave s2 died") {
+		t.Fatalf("stage b's note %q does not say why it ran fewer workers", n)
+	}
+}
+
+// A slave killed a moment before its stage starts (nothing answers its
+// control subject; the failure detector has not declared it dead yet):
+// the start waits for the detector's verdict, and the stage goes on
+// without it, as it would had the slave died a moment later, instead of
+// failing with "did not answer start_workers: no responders".
+func TestStartToAJustKilledSlaveAwaitsItsDeath(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 2, nil)
+	s2 := h.slave("s2", 2, nil)
+	if err := s2.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	id := h.submit(tasks.NewTask("k").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
+	h.eventually("the tables asked for", func() bool { return slices.Contains(s1.seen(), proto.OpCreateTables) })
+	beat := func() {
+		data, _ := json.Marshal(proto.Heartbeat{ID: "s1", Join: proto.JoinRequest{ID: "s1", Host: "host-s1", Slots: 2, PID: 7, Instance: "inst-s1"}})
+		if err := h.nc.Publish(h.subj.Heartbeat(), data); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 3 { // s1 beats, s2 stays silent past the failure timeout
+		beat()
+		h.clk.Advance(deadAfter / 2)
+	}
+	beat()
+	h.eventually("s2 declared dead", func() bool { return !h.m.isAlive("s2") })
+	st1 := h.started(s1)
+	for _, r := range st1.Ranks {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+	}
+	st := h.wait(id, "done", func(st status.Task) bool { return st.Ended() })
+	if st.State != status.Done {
+		t.Fatalf("task %s: %s", st.State, st.Reason)
+	}
+	if f := st.Results[0].Failovers; len(f) != 1 || f[0].Slave != "s2" {
+		t.Fatalf("failovers %+v, want s2's", f)
+	}
+}

@@ -547,6 +547,29 @@ func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) erro
 	return nil
 }
 
+// ctlOrDead is ctl for the requests that set up a stage (prepare_stage,
+// start_workers): a slave that nothing answers for (killed a moment ago,
+// not yet declared dead) gets the failure detector's verdict first. If it
+// is declared dead within two failure timeouts the request is skipped
+// (nil): its death reaches the task through the membership, which says
+// whether the task survives it and, if not, why. Otherwise the error
+// stands.
+func (m *Master) ctlOrDead(ctx context.Context, slave string, req proto.SlaveCtl) error {
+	err := m.ctl(ctx, slave, req)
+	if err == nil || !errors.Is(err, nats.ErrNoResponders) {
+		return err
+	}
+	deadline := time.Now().Add(2*m.cfg.DeadAfter + m.cfg.Heartbeat)
+	for m.isAlive(slave) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(m.cfg.Heartbeat / 4)
+	}
+	m.log.Warn().Err(err).Str("slave", slave).Str("task", req.Task).Str("op", req.Op).Msg("slave died before the request; its death decides")
+	return nil
+}
+
 // ctlAll sends req to every slave in parallel; the first error wins.
 func (m *Master) ctlAll(ctx context.Context, slaves []string, req proto.SlaveCtl) error {
 	return eachSlave(slaves, func(s string) error { return m.ctl(ctx, s, req) })

@@ -31,18 +31,19 @@ func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment
 }
 
 // fitError says why r cannot run on cluster even when every slot is
-// free: too few slots, or slaves it is pinned to that are unknown or dead.
+// free: too few slots, a one-slave stage larger than every slave, or
+// slaves it is pinned to that are unknown or dead; and what to do.
 func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
-	total, live := 0, 0
+	total, live, largest := 0, 0, 0
 	byID := map[string]scheduler.Slave{}
 	for _, s := range cluster {
 		byID[s.ID] = s
 		if s.Alive {
 			total += s.Total
 			live++
+			largest = max(largest, s.Total)
 		}
 	}
-	where := fmt.Sprintf("the cluster has %d worker slots on %d live slaves", total, live)
 	if len(r.Pinned) > 0 {
 		var missing, dead []string
 		pinned := 0
@@ -56,15 +57,19 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 				pinned += s.Total
 			}
 		}
-		where = fmt.Sprintf("its slaves %v have %d worker slots", r.Pinned, pinned)
+		where := fmt.Sprintf("its slaves %v have %d worker slots", r.Pinned, pinned)
 		if len(missing) > 0 {
 			where += fmt.Sprintf("; no slave is called %v (the cluster's: %v)", missing, slaveIDs(cluster))
 		}
 		if len(dead) > 0 {
 			where += fmt.Sprintf("; %v not alive", dead)
 		}
+		return fmt.Errorf("stage %d asks for %d workers but %s: lower workers or name live slaves", r.Stage, r.Workers, where)
 	}
-	return fmt.Errorf("stage %d asks for %d workers but %s (one-slave stage: %v)", r.Stage, r.Workers, where, r.OneSlave)
+	if r.OneSlave {
+		return fmt.Errorf("stage %d asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Stage, r.Workers, largest)
+	}
+	return fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves: lower workers or start more slaves", r.Stage, r.Workers, total, live)
 }
 
 func slaveIDs(cluster []scheduler.Slave) []string {

@@ -19,13 +19,13 @@ func TestFitErrorNamesWhatIsMissing(t *testing.T) {
 		want []string
 	}{
 		{"too many workers", scheduler.Request{Stage: 1, Workers: 9},
-			[]string{"stage 1 asks for 9 workers", "4 worker slots on 2 live slaves"}},
+			[]string{"stage 1 asks for 9 workers", "4 worker slots on 2 live slaves", "lower workers or start more slaves"}},
 		{"an unknown slave", scheduler.Request{Stage: 2, Workers: 2, Pinned: []string{"nobody"}},
 			[]string{"stage 2 asks for 2 workers", "its slaves [nobody] have 0 worker slots", "no slave is called [nobody]", "[s1 s2 s3]"}},
 		{"a dead slave", scheduler.Request{Stage: 1, Workers: 3, Pinned: []string{"s1", "s3"}},
 			[]string{"its slaves [s1 s3] have 2 worker slots", "[s3] not alive"}},
 		{"one slave too small", scheduler.Request{Stage: 1, Workers: 3, OneSlave: true},
-			[]string{"4 worker slots on 2 live slaves", "one-slave stage: true"}},
+			[]string{"3 workers on one slave", "the largest live slave has 2 worker slots", "start a slave with more slots"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -35,8 +35,8 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	if err := t.createTables(); err != nil {
 		return stageErr(err)
 	}
-	if err := m.ctlAll(t.ctx, t.liveHosts(), proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k,
-		Consistency: st.Consistency, Workers: workers}); err != nil {
+	prepare := proto.SlaveCtl{Op: proto.OpPrepareStage, Task: t.spec.ID, Stage: k, Consistency: st.Consistency, Workers: workers}
+	if err := eachSlave(t.liveHosts(), func(s string) error { return m.ctlOrDead(t.ctx, s, prepare) }); err != nil {
 		return stageErr(err)
 	}
 	// What the stage survives follows from its tables' replicas, resolved
@@ -87,7 +87,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 		t.mu.Unlock()
 	}()
 	start := func(a lifecycle.StartWorkers) error {
-		return m.ctl(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
+		return m.ctlOrDead(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
 			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
 			Retain: retain, TransferFrom: from, StartEpoch: t.startEpoch, EpochBarrier: epochBarrier, Survivable: surv.Shards})
 	}
@@ -98,7 +98,10 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	// were placed is one the stage must do without, or fail for.
 	for _, s := range slices.Concat(t.hosts, mach.Slaves()) {
 		if !m.isAlive(s) {
-			t.step(lifecycle.SlaveDead{Slave: s, Err: fmt.Errorf("slave %s is no longer a member of the cluster", s)})
+			t.mu.Lock()
+			known := t.reported[s]
+			t.mu.Unlock()
+			t.step(lifecycle.SlaveDead{Slave: s, Err: fmt.Errorf("slave %s is no longer a member of the cluster", s), Known: known})
 		}
 	}
 	t.stepWith(lifecycle.Begin{Now: m.cfg.Now()}, start, stop)
@@ -110,6 +113,13 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	}
 
 	fin := t.awaitStage(keys, start, stop)
+	// The deaths this stage heard of are reported: later stages count
+	// those slaves out quietly.
+	for _, f := range fin.Result.Failovers {
+		t.mu.Lock()
+		t.reported[f.Slave] = true
+		t.mu.Unlock()
+	}
 	if fin.Err != nil {
 		return fin.Result, false, fin.Err
 	}
@@ -321,7 +331,8 @@ func (t *taskRun) createTables() error {
 		t.used[h] = true
 	}
 	t.mu.Unlock()
-	if err := m.ctlAll(t.ctx, t.hosts, proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}); err != nil {
+	create := proto.SlaveCtl{Op: proto.OpCreateTables, Task: t.spec.ID, Tables: t.placements()}
+	if err := eachSlave(t.hosts, func(s string) error { return m.ctlOrDead(t.ctx, s, create) }); err != nil {
 		return err
 	}
 	if ck := t.resume; ck != nil {

@@ -47,6 +47,7 @@ type taskRun struct {
 	replicas []int
 	modelAt  string          // slave retaining the last stage's model (direct transfer)
 	used     map[string]bool // every slave the task touched
+	reported map[string]bool // dead slaves a stage's failovers named
 	holding  map[string]int  // slots held now
 
 	// The running stage's state machine (nil between stages) and where it
@@ -72,7 +73,7 @@ func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datas
 	return &taskRun{
 		m: m, spec: spec, blocks: blocks, ctx: ctx, cancel: cancel,
 		ended: make(chan struct{}),
-		used:  map[string]bool{},
+		used:  map[string]bool{}, reported: map[string]bool{},
 		status: status.Task{ID: spec.ID, Name: spec.Name, State: status.Queued, Stages: len(spec.Stages),
 			Priority: spec.Priority, Submitted: m.cfg.Now(), Output: spec.Output},
 	}
@@ -119,7 +120,7 @@ func (t *taskRun) betweenStages(slave string) string {
 	}
 	for _, tb := range t.tablesLocked() {
 		if tb.Replicas < 2 {
-			return fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death", tb.Name, max(tb.Replicas, 1))
+			return fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death (a table a stage localizes must keep replicas = 1: with a [checkpoint] dir, flexps submit --resume DIR continues the task)", tb.Name, max(tb.Replicas, 1))
 		}
 	}
 	return ""
@@ -315,6 +316,12 @@ func (t *taskRun) execute() error {
 			}
 			workers, note = best, why
 		}
+		if w, dead := t.shrink(k, st, workers); w < workers {
+			msg := fmt.Sprintf("stage %d (%s): runs %d of its %d workers: slave %s died and the cluster has slots for %d", k, st.Name, w, workers, strings.Join(dead, ", slave "), w)
+			t.m.log.Warn().Str("task", t.spec.ID).Msg(msg)
+			t.publishMsg(status.EventFailover, nil, msg)
+			workers, note = w, msg
+		}
 		placement, err := t.acquire(k, st, workers)
 		if err != nil {
 			return err
@@ -336,6 +343,34 @@ func (t *taskRun) execute() error {
 		}
 	}
 	return t.writeOutput()
+}
+
+// shrink is how many workers stage k may run with: workers, or fewer
+// when a slave the task used died and the live slaves no longer have the
+// slots (a task that survived a death goes on with the survivors, as
+// the stage it died in did; stage functions take any worker count). dead
+// names the dead slaves.
+func (t *taskRun) shrink(k int, st *tasks.Stage, workers int) (int, []string) {
+	t.mu.Lock()
+	used := slices.Collect(maps.Keys(t.used))
+	t.mu.Unlock()
+	var dead []string
+	for _, s := range used {
+		if !t.m.isAlive(s) {
+			dead = append(dead, s)
+		}
+	}
+	if len(dead) == 0 || st.Auto {
+		return workers, nil
+	}
+	slices.Sort(dead)
+	r := t.slotRequest(k, st, workers, st.Slaves)
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	cluster := t.m.schedSlavesLocked()
+	for ; r.Workers > 1 && !scheduler.Fits(r, cluster); r.Workers-- {
+	}
+	return r.Workers, dead
 }
 
 func (t *taskRun) record(res status.StageResult) {

@@ -81,6 +81,10 @@ func (w *worker) run() {
 		}
 		log.Error().Err(err).Msg("worker failed")
 		ev.Kind, ev.Error = proto.WorkerError, err.Error()
+		var lost *kvstore.SlaveLostError
+		if errors.As(err, &lost) {
+			ev.Lost = lost.Slave
+		}
 	} else {
 		ev.Kind = proto.WorkerDone
 		ev.Metrics = w.readMetrics()

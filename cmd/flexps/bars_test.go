@@ -109,3 +109,29 @@ func TestStatusShowsDoneFraction(t *testing.T) {
 		t.Fatalf("status:\n%s", b.String())
 	}
 }
+
+// A slave's death in a stage that survives it is news for whoever follows
+// the task: the failover event is printed when it comes, and the stage's
+// summary says which slave died and what became of its workers' blocks.
+func TestFailoverIsPrinted(t *testing.T) {
+	var out, progress bytes.Buffer
+	p := newPrinter(&out, &progress, false)
+	task := status.Task{ID: "t1", Name: "lr", State: status.Running, Stages: 1}
+	msg := "stage 0 (sgd): slave s1 died; its 2 workers' 4 unfinished blocks go to the 4 survivors"
+	p.Event(status.Event{Kind: status.EventFailover, Status: task, Message: msg})
+	if !strings.Contains(out.String(), msg) {
+		t.Fatalf("the failover event is not printed:\n%s", out.String())
+	}
+	out.Reset()
+	task.State = status.Done
+	task.Results = []status.StageResult{{Index: 0, Name: "sgd", Func: "lr.sgd", Workers: 6, Failovers: []status.Failover{
+		{Slave: "s1", Ranks: []int{2, 3}, Blocks: 4, Survivors: 4},
+		{Slave: "s3", Survivors: 4},
+	}}}
+	p.Summary(task)
+	for _, want := range []string{"slave s1 died: its workers 2, 3 left 4 unfinished blocks to the 4 survivors", "slave s3 died (it held only shards)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -362,6 +362,13 @@ func submitCmd(g *globals) *cobra.Command {
 				}()
 			}
 			wg.Wait()
+			if ctx.Err() != nil {
+				ids := make([]string, len(jobs))
+				for i, t := range jobs {
+					ids[i] = t.ID // SubmitAndWait named each task before sending it
+				}
+				return cancelInterrupted(c, ids)
+			}
 			failed := 0
 			for i := range jobs {
 				if results[i].ID != "" {

@@ -64,6 +64,12 @@ func (p *Printer) Event(ev status.Event) {
 		var b bytes.Buffer
 		p.epochRow(&b, s, *ev.Epoch)
 		p.emit(b.Bytes())
+	case status.EventFailover:
+		// A slave died and the stage goes on without it: say so between
+		// the epoch rows, where it happened.
+		if ev.Message != "" {
+			p.emit([]byte("failover: " + ev.Message + "\n"))
+		}
 	case status.EventDone, status.EventFailed:
 		if p.bars != nil {
 			p.bars.endTask(s.ID)
@@ -232,6 +238,18 @@ func (p *Printer) Summary(s status.Task) {
 				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions], r.Metrics[tasks.MetricCacheBypassed])
 		}
 		p.printKV(r)
+		for _, f := range r.Failovers {
+			if len(f.Ranks) == 0 {
+				fmt.Fprintf(p.Out, "      slave %s died (it held only shards); the stage went on\n", f.Slave)
+				continue
+			}
+			ranks := make([]string, len(f.Ranks))
+			for i, r := range f.Ranks {
+				ranks[i] = fmt.Sprint(r)
+			}
+			fmt.Fprintf(p.Out, "      slave %s died: its %s %s left %d unfinished %s to the %d %s\n", f.Slave,
+				plural(len(f.Ranks), "worker"), strings.Join(ranks, ", "), f.Blocks, plural(f.Blocks, "block"), f.Survivors, plural(f.Survivors, "survivor"))
+		}
 		if r.Note != "" {
 			fmt.Fprintf(p.Out, "      %s\n", r.Note)
 		}
@@ -280,4 +298,12 @@ func bytesHuman(b float64) string {
 		return fmt.Sprintf("%.1f KiB", b/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", b)
+}
+
+// plural is word, with an s unless n is 1.
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

@@ -9,22 +9,24 @@
 // table "<centers>.runs" (restarts x k keys, width = dimensions, plus one
 // control key) and the best seeding into "centers". kmeans.lloyd runs
 // Lloyd iterations of every restart at once on any number of workers under
-// BSP, two clocks per iteration:
+// BSP, a Barrier and a clock per iteration (a Barrier, because in a stage
+// that survives a slave's death a worker starved at a pass's end ticks
+// idle clocks, so clock counts do not line up after a pass):
 //
-//	clock 2t:   every worker reads all runs' centers, assigns each of its
+//	before:     every worker reads all runs' centers, assigns each of its
 //	            points to the nearest center of every restart, and adds
 //	            per-cluster sums, counts and squared distances into
 //	            "<centers>.acc" (restarts x k keys, width dims+2) and its
 //	            farthest point per restart into "<centers>.far"
-//	clock 2t+1: worker 0 reads acc (the BSP read waits until every worker
-//	            has clocked, so it holds exactly this iteration's sums),
+//	barrier:    worker 0 reads acc (every worker's Adds are applied
+//	            before it passes the Barrier: acc holds exactly this iteration's sums),
 //	            moves the centers to the means, moves a center that got no
 //	            point to the farthest point of its restart not yet used
 //	            (as scikit-learn does), resets acc and far by adding their
 //	            negation, and sets the control key once every restart's
 //	            objective improved by less than tol (relative); the others
-//	            only clock. The next iteration's read at clock 2t+2 waits
-//	            for worker 0's clock, so it sees the new centers and the
+//	            only clock. The next iteration's read, one clock past the
+//	            Barrier, waits for worker 0's clock, so it sees the new centers and the
 //	            stop signal, and nobody adds to acc before it was reset.
 //
 // After the last iteration worker 0 copies the restart with the lowest

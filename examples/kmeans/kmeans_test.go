@@ -55,9 +55,17 @@ type run struct {
 // in-process cluster of 2 slaves with 2 slots each.
 func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 	t.Helper()
+	return trainOn(t, data, k, dims, workers, iterations, 2, 0, 1<<15)
+}
+
+// trainOn is train on slaves slaves (2 slots each) with tables of
+// replicas copies (0: the cluster's default) and input blocks of block
+// bytes.
+func trainOn(t *testing.T, data string, k, dims, workers, iterations, slaves, replicas int, block int64) run {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: slaves, Slots: 2, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +75,8 @@ func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 	// tol 0: every iteration runs, so runs compare iteration by iteration.
 	params := tasks.Params{"k": k, "iterations": iterations, "seed": 3, "sample": 5000, "tol": 0}
 	task := tasks.NewTask("kmeans-test").
-		AddTable(kvstore.TableSpec{Name: "centers", Size: uint64(k), Width: dims}).
-		SetInput("train", tasks.InputSpec{Path: data, BlockSize: 1 << 15}).
+		AddTable(kvstore.TableSpec{Name: "centers", Size: uint64(k), Width: dims, Replicas: replicas}).
+		SetInput("train", tasks.InputSpec{Path: data, BlockSize: block}).
 		SetStages(
 			tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
 			tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: workers, Consistency: bsp, Params: params})
@@ -187,6 +195,34 @@ func TestLloydWorkerCountInvariant(t *testing.T) {
 		}
 	}
 	t.Logf("largest relative difference 1 vs 4 workers: %.3g", worst)
+}
+
+// With replicated tables the Lloyd stage survives a slave's death, and a
+// worker starved at a pass's end ticks idle clocks: the iterations must
+// still line up (worker 0 reading every worker's sums, everyone reading
+// worker 0's new centers), so the objectives are those of one worker.
+func TestLloydReplicatedMatchesOneWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two in-process clusters")
+	}
+	b := blobs{N: 60000, K: 5, Dims: 4, Sigma: 2.5, Spread: 8, MinSep: 3, Seed: 7}
+	data := filepath.Join(t.TempDir(), "blobs.libsvm")
+	if _, err := b.writeFile(data); err != nil {
+		t.Fatal(err)
+	}
+	const k, iterations = 5, 15
+	one := train(t, data, k, b.Dims, 1, iterations)
+	// Blocks of 64 KiB: a worker done with its share waits (and ticks)
+	// while others still read theirs.
+	six := trainOn(t, data, k, b.Dims, 6, iterations, 3, 2, 64<<10)
+	t.Logf("objective per iteration, 1 worker:                %.8g", one.objectives)
+	t.Logf("objective per iteration, 6 workers, replicas = 2: %.8g", six.objectives)
+	checkRun(t, six, b.N, 6)
+	for i := range one.objectives {
+		if a, c := one.objectives[i], six.objectives[i]; math.Abs(a-c) > 1e-6*math.Abs(a) {
+			t.Fatalf("iteration %d: objective %.12g with 1 worker, %.12g with 6 on replicated tables", i+1, a, c)
+		}
+	}
 }
 
 // checkRun checks what every run must satisfy: each iteration saw every

@@ -93,8 +93,8 @@ func Lloyd(info *tasks.Info) error {
 		u = newUpdater(cfg, dims, info.Workers)
 	}
 	for it := info.StartEpoch + 1; it <= cfg.Iterations; it++ {
-		// Clock 2(it-1): a BSP read waits for every worker's previous
-		// clock, so it sees worker 0's update of the last iteration.
+		// A BSP read one clock past the last Barrier waits for worker
+		// 0's clock after its update of the last iteration, so it sees it.
 		if err := runs.Get(keys, cs.C); err != nil {
 			return err
 		}
@@ -145,7 +145,11 @@ func Lloyd(info *tasks.Info) error {
 		if err := far.Add(farKeys, farVals); err != nil {
 			return err
 		}
-		if err := info.Clock(); err != nil {
+		// A Barrier, not a Clock: in a stage that survives a slave's
+		// death a worker starved at the pass's end ticks idle clocks, so
+		// clock counts do not line up after a pass; after the Barrier
+		// every worker's sums are in acc.
+		if err := info.Barrier(); err != nil {
 			return err
 		}
 		metrics := map[string]float64{tasks.MetricSamples: float64(n)}
@@ -168,7 +172,7 @@ func Lloyd(info *tasks.Info) error {
 	return set(ct, keys[:k], u.next[u.best*k*dims:(u.best+1)*k*dims])
 }
 
-// updater is worker 0's half-iteration at clock 2t+1.
+// updater is worker 0's half-iteration after the iteration's Barrier.
 type updater struct {
 	cfg        Config
 	dims       int

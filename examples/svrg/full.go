@@ -181,11 +181,16 @@ func Full(info *tasks.Info) error {
 			return err
 		}
 	}
-	if err := info.Clock(); err != nil {
+	// A Barrier, not a Clock: in a stage that survives a slave's death a
+	// worker starved at the pass's end ticks idle clocks (so that workers
+	// still reading are not held back by it), so a worker's clock count
+	// says nothing about where it is in this function; after the Barrier
+	// every worker's Adds are applied.
+	if err := info.Barrier(); err != nil {
 		return err
 	}
 
-	// Clock 2: every worker's Adds of clock 1 are visible.
+	// Every worker's Adds of the pass are visible.
 	if err := nt.Get(key0, one); err != nil {
 		return err
 	}

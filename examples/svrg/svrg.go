@@ -19,8 +19,10 @@
 // are applied, only that the values they cancel were read before anything
 // new was added. Each worker then streams its share of the data, sums the
 // loss gradient locally (one dense array) and adds that sum to mu and its
-// record count to n. Clock 2: a Get at clock 2 sees every Add of clocks
-// <= 1, so every worker reads the true n and reports its partial objective
+// record count to n. Then a Barrier (not a Clock: a worker starved at the
+// pass's end in a stage that survives a slave's death ticks idle clocks,
+// so clock counts do not line up after a pass): every worker's Adds are
+// applied, so every worker reads the true n and reports its partial objective
 // lossSum/n (rank 0 adds l2/2 ||w||^2): the master sums the workers'
 // metrics, so "objective" sums to F(w~). Rank 0 also reads all of mu (the
 // gradient sum) and adds sum*(1/n - 1) + l2 w~, so mu ends as the full

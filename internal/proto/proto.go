@@ -136,6 +136,9 @@ type WorkerEvent struct {
 	Seconds  float64            `json:"seconds,omitempty"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
 	Error    string             `json:"error,omitempty"`
+	// Lost names the slave whose loss made the worker fail (its KV
+	// requests to it went unanswered), if that is why.
+	Lost string `json:"lost,omitempty"`
 	// BadLines are the first malformed lines skipped (on_error = "skip").
 	BadLines []string `json:"bad_lines,omitempty"`
 }

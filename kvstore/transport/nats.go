@@ -52,10 +52,22 @@ type natsService struct {
 func (s *natsService) Close() error {
 	err := s.sub.Unsubscribe()
 	// From now on requests get "no responders", not silence.
-	if ferr := s.nc.Flush(); err == nil && ferr != nil && !s.nc.IsClosed() {
+	if ferr := flushIfConnected(s.nc); err == nil && ferr != nil && !s.nc.IsClosed() {
 		err = ferr
 	}
 	return err
+}
+
+// flushIfConnected makes sure the server processed an unsubscribe. With
+// the bus gone there is no server to ask: the flush would wait out
+// nats.go's 10 s default (a slave whose master died took that long per
+// service to stop), and a reconnect only re-sends the subscriptions that
+// remain, so there is nothing to wait for.
+func flushIfConnected(nc *nats.Conn) error {
+	if !nc.IsConnected() {
+		return nil
+	}
+	return nc.Flush()
 }
 
 func (t *NATS) Send(node, reply string, data []byte) error {

@@ -296,3 +296,48 @@ func TestMemServeTwiceFails(t *testing.T) {
 		t.Fatal("a node served twice")
 	}
 }
+
+// A node whose bus went away (the master with its embedded NATS server
+// killed) must still stop promptly: closing a service does not wait out
+// a flush that cannot be answered (nats.go's default flush timeout is 10
+// s, and a slave closes a service per node it serves).
+func TestCloseWithTheBusGone(t *testing.T) {
+	for _, kind := range []string{"nats", "tcp"} {
+		t.Run(kind, func(t *testing.T) {
+			srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc, err := bus.Connect(bus.Options{URL: srv.URL()})
+			if err != nil {
+				srv.Shutdown()
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			var tr transport.Transport = transport.NewNATS(nc, kvSubject)
+			if kind == "tcp" {
+				tcp, err := transport.NewTCP(tr.(*transport.NATS), transport.TCPConfig{Self: "a", Hello: helloSubject})
+				if err != nil {
+					srv.Shutdown()
+					t.Fatal(err)
+				}
+				defer tcp.Close()
+				tr = tcp
+			}
+			svc, err := tr.Serve("a", echo(tr, "a"))
+			if err != nil {
+				srv.Shutdown()
+				t.Fatal(err)
+			}
+			srv.Shutdown()
+			for nc.IsConnected() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			start := time.Now()
+			svc.Close()
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("closing a service with the bus gone took %v", d)
+			}
+		})
+	}
+}

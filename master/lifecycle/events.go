@@ -57,6 +57,9 @@ type WorkerFailed struct {
 	Stage, Rank int
 	Slave       string
 	Err         string
+	// Lost is the slave whose loss failed the worker (its KV requests
+	// there went unanswered), if that is why.
+	Lost string
 }
 
 // BarrierArrived is a worker waiting at its Seq-th barrier; Waiter is the
@@ -86,6 +89,10 @@ type Cancel struct{ Err error }
 type SlaveDead struct {
 	Slave string
 	Err   error
+	// Known says an earlier stage of the task reported this death: a
+	// slave that only held shards is counted out quietly (no failover
+	// event or result again in every later stage).
+	Known bool
 }
 
 // BlocksReleased is the driver's answer to ReleaseBlocks: Blocks input
@@ -118,7 +125,7 @@ func FromWorker(ev proto.WorkerEvent, now time.Time) Event {
 	case proto.WorkerDone:
 		return WorkerDone{Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Seconds: ev.Seconds, Metrics: ev.Metrics, BadLines: ev.BadLines, Now: now}
 	case proto.WorkerError:
-		return WorkerFailed{Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Err: ev.Error}
+		return WorkerFailed{Stage: ev.Stage, Rank: ev.Rank, Slave: ev.Slave, Err: ev.Error, Lost: ev.Lost}
 	}
 	return nil
 }

@@ -30,13 +30,29 @@ type Survival struct {
 func Survivability(stage, kind string, tables []kvstore.TableSpec) Survival {
 	for _, t := range tables {
 		if t.Replicas < 2 {
-			return Survival{Why: fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death", t.Name, max(t.Replicas, 1))}
+			return Survival{Why: fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death (a table a stage localizes must keep replicas = 1: with a [checkpoint] dir, flexps submit --resume DIR continues the task)", t.Name, max(t.Replicas, 1))}
 		}
 	}
 	if kind != tasks.KindPS {
 		return Survival{Shards: true, Why: fmt.Sprintf("stage %s runs %s workers, which keep the model in their slave's memory: only ps stages survive the death of a slave running their workers", stage, kind)}
 	}
 	return Survival{Shards: true, Workers: true}
+}
+
+// lossFatal is why the stage cannot go on without slave (as slaveDead
+// decides), or "" when it could or slave is not one of the stage's.
+func (s *Stage) lossFatal(slave string) string {
+	if slave == "" {
+		return ""
+	}
+	sv := s.cfg.Survival
+	switch {
+	case !sv.Shards && slices.Contains(s.cfg.Hosts, slave):
+		return sv.Why
+	case !sv.Workers && len(s.ranks[slave]) > 0:
+		return sv.Why
+	}
+	return ""
 }
 
 // slaveDead handles the death of a slave: nothing if the stage does not
@@ -65,6 +81,9 @@ func (s *Stage) slaveDead(ev SlaveDead) []Action {
 		return s.finish(fmt.Errorf("%w; no worker of stage %d (%s) is left alive", err, s.cfg.Stage, s.cfg.Name))
 	}
 	s.dead[ev.Slave] = true
+	if len(workers) == 0 && ev.Known {
+		return nil
+	}
 	if len(workers) == 0 {
 		s.res.Failovers = append(s.res.Failovers, status.Failover{Slave: ev.Slave, Survivors: s.live})
 		return []Action{Publish{Kind: status.EventFailover, Progress: s.progress,
@@ -125,8 +144,8 @@ func (s *Stage) blocksReleased(ev BlocksReleased) []Action {
 		}
 		f.Blocks += ev.Blocks
 		return []Action{Publish{Kind: status.EventFailover, Progress: s.progress,
-			Message: fmt.Sprintf("stage %d (%s): slave %s died; %s %d unfinished %s go to the %d %s",
-				s.cfg.Stage, s.cfg.Name, ev.Slave, whose(len(f.Ranks)), ev.Blocks, plural(ev.Blocks, "block"),
+			Message: fmt.Sprintf("stage %d (%s): slave %s died; %s %d unfinished %s %s to the %d %s",
+				s.cfg.Stage, s.cfg.Name, ev.Slave, whose(len(f.Ranks)), ev.Blocks, plural(ev.Blocks, "block"), verb(ev.Blocks, "go"),
 				f.Survivors, plural(f.Survivors, "survivor"))}}
 	}
 	return nil
@@ -138,6 +157,14 @@ func whose(n int) string {
 		return "its worker's"
 	}
 	return fmt.Sprintf("its %d workers'", n)
+}
+
+// verb agrees a verb with n things: "1 block goes", "3 blocks go".
+func verb(n int, v string) string {
+	if n == 1 {
+		return v + "es"
+	}
+	return v
 }
 
 func plural(n int, word string) string {

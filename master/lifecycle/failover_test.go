@@ -70,6 +70,38 @@ func TestSlaveDeathFailsWhatCannotSurvive(t *testing.T) {
 	}
 }
 
+// With kill -9 a worker hears of the dead peer (a reset connection)
+// before the failure detector does: its error then says what would have
+// let the stage survive, as the death itself would have.
+func TestWorkerThatLostAPeerSaysWhatToSet(t *testing.T) {
+	for _, c := range []struct {
+		name, lost, want string
+	}{
+		{"shard host", "s3", "the stage cannot survive losing slave s3: table w has replicas = 1: set replicas = 2"},
+		{"worker slave", "s2", "the stage cannot survive losing slave s2: table w has replicas = 1"},
+		{"not a slave of the stage", "s9", ""},
+		{"not a lost slave", "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := twoSlaves()
+			cfg.Survival = Survivability("train", tasks.KindPS, []kvstore.TableSpec{{Name: "w", Replicas: 1}})
+			s := started(t, cfg)
+			f := finished(t, s.Step(WorkerFailed{Stage: 1, Rank: 0, Slave: "s1", Err: "kvstore: slave " + c.lost + " died or became unreachable", Lost: c.lost}))
+			if f.Err == nil || !strings.Contains(f.Err.Error(), "worker 0 on slave s1: kvstore: slave") {
+				t.Fatalf("error %v, want the worker's", f.Err)
+			}
+			if got := strings.Contains(f.Err.Error(), "cannot survive"); (c.want == "") == got || !strings.Contains(f.Err.Error(), c.want) {
+				t.Fatalf("error %v, want it to say %q", f.Err, c.want)
+			}
+		})
+	}
+	s := started(t, survivable())
+	f := finished(t, s.Step(WorkerFailed{Stage: 1, Rank: 0, Slave: "s1", Err: "boom", Lost: "s2"}))
+	if strings.Contains(f.Err.Error(), "cannot survive") {
+		t.Fatalf("a survivable stage's worker error %v names a setting", f.Err)
+	}
+}
+
 func TestLastWorkersDeathFails(t *testing.T) {
 	s := started(t, survivable())
 	s.Step(SlaveDead{Slave: "s2"})
@@ -195,5 +227,24 @@ func TestTrialStopSkipsTheDead(t *testing.T) {
 	acts := s.Step(Tick{Now: at(2e9)})
 	if !reflect.DeepEqual(acts, []Action{StopWorkers{Slave: "s1"}}) {
 		t.Fatalf("trial stop: %#v", acts)
+	}
+}
+
+// A shard host that died in an earlier stage is counted out of every
+// later one without a failover event or result each time.
+func TestKnownDeathIsQuiet(t *testing.T) {
+	s := started(t, survivable())
+	if acts := s.Step(SlaveDead{Slave: "s3", Known: true}); len(acts) != 0 {
+		t.Fatalf("a known death of a shard host acted: %+v", acts)
+	}
+	if acts := s.Step(SlaveDead{Slave: "s3"}); len(acts) != 0 {
+		t.Fatalf("the same death again acted: %+v", acts)
+	}
+	var acts []Action
+	for r := range 3 {
+		acts = s.Step(WorkerDone{Stage: 1, Rank: r, Slave: []string{"s1", "s1", "s2"}[r]})
+	}
+	if f := finished(t, acts).Result.Failovers; len(f) != 0 {
+		t.Fatalf("failovers %+v, want none for a death an earlier stage reported", f)
 	}
 }

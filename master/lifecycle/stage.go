@@ -388,7 +388,14 @@ func (s *Stage) workerFailed(ev WorkerFailed) []Action {
 		s.out[ev.Rank] = true // stopped on purpose at the end of a trial
 		return s.maybeComplete()
 	}
-	return s.finish(s.stageErr(fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Err)))
+	err := fmt.Errorf("worker %d on slave %s: %s", ev.Rank, ev.Slave, ev.Err)
+	// A worker usually hears of a dead peer (a reset connection) before
+	// the failure detector does: say what would have let the stage
+	// survive, as the death itself would.
+	if why := s.lossFatal(ev.Lost); why != "" {
+		err = fmt.Errorf("%w; the stage cannot survive losing slave %s: %s", err, ev.Lost, why)
+	}
+	return s.finish(s.stageErr(err))
 }
 
 // maybeComplete completes the stage once every worker is counted out and

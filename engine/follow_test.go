@@ -1,0 +1,74 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/status"
+	"github.com/nats-io/nats.go"
+)
+
+// A follower whose bus dies with the master that embedded it (kill -9 of
+// the master) says so after BusLost, naming the bus, instead of waiting
+// out a status request in the reconnect buffer (30 s) and then reporting
+// "no master answered ... on : context deadline exceeded".
+func TestFollowerSaysWhenTheBusDied(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL()
+	master, err := srv.Connect(bus.Options{})
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	subj := bus.For("c")
+	if _, err := master.Subscribe(subj.Status(), func(m *nats.Msg) {
+		data, _ := json.Marshal(proto.StatusReply{Cluster: status.Cluster{Tasks: []status.Task{{ID: "t1", State: status.Running}}}})
+		m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := bus.Connect(bus.Options{URL: url})
+	if err != nil {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := engine.NewClient(nc, "c")
+	c.BusLost = time.Second
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Follow(context.Background(), "t1", nil)
+		done <- err
+	}()
+	time.Sleep(3 * time.Second) // a status poll answered: the task runs
+	select {
+	case err := <-done:
+		t.Fatalf("Follow returned while the task ran: %v", err)
+	default:
+	}
+	master.Close()
+	srv.Shutdown()
+	start := time.Now()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower still waits 20s after the bus died")
+	}
+	t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if !errors.Is(err, engine.ErrNoMaster) || !strings.Contains(err.Error(), url) || !strings.Contains(err.Error(), "following task t1") {
+		t.Fatalf("error %v, want ErrNoMaster naming the task and %s", err, url)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("the follower took %v to give up, with BusLost = 1s", d)
+	}
+}
