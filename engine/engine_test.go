@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -365,6 +367,51 @@ func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
 	if err != nil || !strings.Contains(st.Results[0].Note, "finished the stage during the trial") {
 		t.Fatalf("%v %+v", err, st.Results)
 	}
+}
+
+// The workers an auto trial stops at its end did nothing wrong: a
+// successful run logs no "worker failed" error for them (it logged one per
+// worker and trial).
+func TestAutoTrialStopsAreNotLoggedAsErrors(t *testing.T) {
+	var logs syncBuffer
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2,
+		Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	task := tasks.NewTask("auto").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Auto: true, AutoTrialSeconds: 0.3,
+		Params: tasks.Params{"iters": 400}})
+	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "worker stopped") {
+		t.Fatalf("no trial's workers were stopped:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("error logged in a successful auto run: %s", line)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the cluster's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestPoliciesSequentialVersusGreedy(t *testing.T) {

@@ -75,11 +75,18 @@ func (w *worker) run() {
 	}
 	ev := proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seconds: time.Since(start).Seconds()}
 	if err != nil {
-		if cause := context.Cause(w.ctx); cause != nil {
+		cause := context.Cause(w.ctx)
+		if cause != nil {
 			// The task was stopped from outside; say why, not "context canceled".
 			err = fmt.Errorf("%w (task stopped: %v)", err, cause)
 		}
-		log.Error().Err(err).Msg("worker failed")
+		if errors.Is(cause, errStageStopped) && errors.Is(err, context.Canceled) {
+			// Stopped on purpose (an auto trial's end, every auto trial
+			// but the last): not an error of this worker's.
+			log.Info().Err(err).Msg("worker stopped")
+		} else {
+			log.Error().Err(err).Msg("worker failed")
+		}
 		ev.Kind, ev.Error = proto.WorkerError, err.Error()
 	} else {
 		ev.Kind = proto.WorkerDone
