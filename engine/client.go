@@ -277,10 +277,16 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 	}
 }
 
+// Membership is a membership view as the master broadcasts it: the
+// master's instance and the epoch with its live members. It is named here
+// so that a program outside this module can write WatchMembership's
+// callback (its definition lives in an internal package).
+type Membership = proto.Membership
+
 // WatchMembership calls fn with every membership view the master
 // broadcasts (at each change of the epoch, and again every second), in
 // order, until stop is called. fn runs on the bus's delivery goroutine.
-func (c *Client) WatchMembership(fn func(proto.Membership)) (stop func(), err error) {
+func (c *Client) WatchMembership(fn func(Membership)) (stop func(), err error) {
 	sub, err := c.nc.Subscribe(c.subj.Membership(), func(msg *nats.Msg) {
 		var v proto.Membership
 		if err := json.Unmarshal(msg.Data, &v); err != nil {
