@@ -110,7 +110,7 @@ func (c *Client) ResumeAndWait(ctx context.Context, dir, id string, warn func(st
 	if err != nil {
 		return status.Task{}, err
 	}
-	return c.wait(ctx, id, f, fn)
+	return c.wait(ctx, id, f, fn, false)
 }
 
 // Resume resumes the task of the newest valid checkpoint in dir as task
@@ -209,17 +209,18 @@ func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn 
 	if err != nil {
 		return status.Task{}, err
 	}
-	return c.wait(ctx, id, f, fn)
+	return c.wait(ctx, id, f, fn, false)
 }
 
-// Follow follows a submitted task to its end.
+// Follow follows a submitted task to its end; a task that ended already
+// returns at once.
 func (c *Client) Follow(ctx context.Context, id string, fn func(status.Event)) (status.Task, error) {
 	f, err := c.follow(id)
 	if err != nil {
 		return status.Task{}, err
 	}
 	defer f.Unsubscribe()
-	return c.wait(ctx, id, f, fn)
+	return c.wait(ctx, id, f, fn, true)
 }
 
 func (c *Client) follow(id string) (*nats.Subscription, error) {
@@ -231,12 +232,33 @@ func (c *Client) follow(id string) (*nats.Subscription, error) {
 	return sub, c.nc.Flush()
 }
 
-func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn func(status.Event)) (status.Task, error) {
+func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn func(status.Event), pollFirst bool) (status.Task, error) {
 	end := func(s status.Task) (status.Task, error) { return s, s.Err() }
-	// Events can be missed (a master restarted, a slow subscriber); poll
-	// the status now and then so the wait always ends.
+	// Events can be missed (a master restarted, a slow subscriber, a task
+	// that ended before the subscription): poll the status now and then,
+	// and at once when pollFirst, so the wait always ends.
 	lastPoll := time.Now()
+	if pollFirst {
+		lastPoll = time.Time{}
+	}
 	for {
+		if time.Since(lastPoll) >= 2*time.Second {
+			lastPoll = time.Now()
+			rep, err := c.Status(ctx, id)
+			if err != nil && errors.Is(err, ErrNoMaster) {
+				return status.Task{}, err
+			}
+			if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
+				if fn != nil {
+					kind := status.EventFailed
+					if rep.Tasks[0].State == status.Done {
+						kind = status.EventDone
+					}
+					fn(status.Event{Kind: kind, Status: rep.Tasks[0]})
+				}
+				return end(rep.Tasks[0])
+			}
+		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		msg, err := sub.NextMsgWithContext(wctx)
 		cancel()
@@ -252,26 +274,6 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 				if (ev.Kind == status.EventDone || ev.Kind == status.EventFailed) && ev.Status.Ended() {
 					return end(ev.Status)
 				}
-			}
-		}
-		if time.Since(lastPoll) >= 2*time.Second {
-			lastPoll = time.Now()
-			rep, err := c.Status(ctx, id)
-			if err != nil {
-				if errors.Is(err, ErrNoMaster) {
-					return status.Task{}, err
-				}
-				continue
-			}
-			if len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
-				if fn != nil {
-					kind := status.EventFailed
-					if rep.Tasks[0].State == status.Done {
-						kind = status.EventDone
-					}
-					fn(status.Event{Kind: kind, Status: rep.Tasks[0]})
-				}
-				return end(rep.Tasks[0])
 			}
 		}
 	}

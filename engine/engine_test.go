@@ -369,6 +369,28 @@ func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
 	}
 }
 
+// Following a task that has ended returns its status at once (it took the
+// 2 s of the follower's fallback poll).
+func TestFollowOfEndedTaskReturnsAtOnce(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	task := tasks.NewTask("quick").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Workers: 1, Params: tasks.Params{"iters": 1}})
+	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	start := time.Now()
+	st, err := l.Follow(context.Background(), task.ID, func(ev status.Event) { kinds = append(kinds, ev.Kind) })
+	if err != nil || st.State != status.Done {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Follow of an ended task took %v", took)
+	}
+	if len(kinds) != 1 || kinds[0] != status.EventDone {
+		t.Fatalf("events %v, want one %q", kinds, status.EventDone)
+	}
+}
+
 // The workers an auto trial stops at its end did nothing wrong: a
 // successful run logs no "worker failed" error for them (it logged one per
 // worker and trial).
