@@ -362,6 +362,17 @@ func submitCmd(g *globals) *cobra.Command {
 				}()
 			}
 			wg.Wait()
+			if ctx.Err() != nil {
+				var ids []string
+				for i, t := range jobs {
+					if interrupted(ctx, errs[i]) {
+						ids = append(ids, t.ID)
+					} else if results[i].ID != "" {
+						p.Summary(results[i])
+					}
+				}
+				return errors.Join(cancelFollowed(c, p, ids), mw.Close())
+			}
 			failed := 0
 			for i := range jobs {
 				if results[i].ID != "" {

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexps/flexps/internal/clustertest"
+	"github.com/flexps/flexps/status"
 )
 
 // interruptRun starts `flexps run job`, sends SIGINT once its first
@@ -14,8 +19,15 @@ import (
 // 130 within wait; it returns the run's output.
 func interruptRun(t *testing.T, job string, wait time.Duration) (stdout, stderr *syncBuffer) {
 	t.Helper()
+	return interruptCmd(t, wait, "run", job, "--log-level", "error")
+}
+
+// interruptCmd is interruptRun for any flexps command line that prints
+// epoch rows.
+func interruptCmd(t *testing.T, wait time.Duration, args ...string) (stdout, stderr *syncBuffer) {
+	t.Helper()
 	command, env := cli()
-	cmd := exec.Command(command[0], append(command[1:], "run", job, "--log-level", "error")...)
+	cmd := exec.Command(command[0], append(command[1:], args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stdout, stderr = &syncBuffer{}, &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -60,5 +72,34 @@ func TestInterruptExits130(t *testing.T) {
 	_, stderr := interruptRun(t, job, time.Minute)
 	if !strings.Contains(stderr.String(), "flexps run: interrupted") {
 		t.Fatalf("stderr:\n%s", stderr.String())
+	}
+}
+
+// TestInterruptSubmitCancelsItsTasks: Ctrl-C of `flexps submit` cancels
+// the tasks it follows on the master (they ran on, unfollowed) and exits
+// 130 (it exited 1).
+func TestInterruptSubmitCancelsItsTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 3000, 500)
+	job := lrJob(t, dir, "long", train, test, "", 500, 2, 100000, "bsp")
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2})
+	stdout, stderr := interruptCmd(t, time.Minute, "submit", "--config", c.Config, "--nats", c.URL, job, "--log-level", "error")
+	m := regexp.MustCompile(`task (t\w+) \(long\)`).FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no task id in the output:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "task "+m[1]+" cancelled") {
+		t.Fatalf("stderr does not say the task was cancelled:\n%s", stderr.String())
+	}
+	rep, err := c.Client().Status(context.Background(), m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tasks) != 1 || rep.Tasks[0].State != status.Cancelled {
+		t.Fatalf("task after the interrupted submit: %+v", rep.Tasks)
 	}
 }

@@ -76,7 +76,11 @@ func submitResume(ctx context.Context, c *engine.Client, g *globals, dir, metric
 	p.ShareTerminal = logging.IsTerminal(os.Stdout)
 	p.Logs = &g.logs
 	p.Metrics = mw
-	st, err := c.ResumeAndWait(ctx, dir, "", func(w string) { fmt.Fprintln(os.Stderr, "flexps submit: warning: "+w) }, p.Event)
+	id := engine.NewTaskID()
+	st, err := c.ResumeAndWait(ctx, dir, id, func(w string) { fmt.Fprintln(os.Stderr, "flexps submit: warning: "+w) }, p.Event)
+	if interrupted(ctx, err) {
+		return errors.Join(cancelFollowed(c, p, []string{id}), mw.Close())
+	}
 	if st.ID != "" {
 		p.Summary(st)
 	}
