@@ -190,7 +190,10 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 
 // SubmitAndWait submits t and follows it to its end; fn (may be nil) sees
 // every event. A failed task returns its status and an error wrapping
-// ErrTaskFailed with the master's reason.
+// ErrTaskFailed with the master's reason. ctx bounds the following, not
+// the task: when ctx ends first, SubmitAndWait returns ctx's error and
+// the task goes on on the cluster (t.ID names it for Cancel, Follow or
+// StopAtCheckpoint; `flexps submit` cancels it on Ctrl-C).
 func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn func(status.Event)) (status.Task, error) {
 	t.Normalize()
 	if err := t.Validate(); err != nil {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/flexps/flexps/scheduler"
@@ -64,7 +65,16 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 			where += fmt.Sprintf("; %v not alive", dead)
 		}
 	}
-	return fmt.Errorf("stage %d asks for %d workers but %s (one-slave stage: %v)", r.Stage, r.Workers, where, r.OneSlave)
+	if r.OneSlave {
+		most := 0
+		for _, s := range cluster {
+			if s.Alive && (len(r.Pinned) == 0 || slices.Contains(r.Pinned, s.ID)) {
+				most = max(most, s.Total)
+			}
+		}
+		where += fmt.Sprintf("; its workers share one slave (worker_kind local, hogwild or single), and the largest has %d", most)
+	}
+	return fmt.Errorf("stage %d asks for %d workers but %s", r.Stage, r.Workers, where)
 }
 
 func slaveIDs(cluster []scheduler.Slave) []string {

@@ -25,7 +25,7 @@ func TestFitErrorNamesWhatIsMissing(t *testing.T) {
 		{"a dead slave", scheduler.Request{Stage: 1, Workers: 3, Pinned: []string{"s1", "s3"}},
 			[]string{"its slaves [s1 s3] have 2 worker slots", "[s3] not alive"}},
 		{"one slave too small", scheduler.Request{Stage: 1, Workers: 3, OneSlave: true},
-			[]string{"4 worker slots on 2 live slaves", "one-slave stage: true"}},
+			[]string{"4 worker slots on 2 live slaves", "its workers share one slave", "the largest has 2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
