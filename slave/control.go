@@ -118,9 +118,8 @@ func NewControl(slots int) *Control {
 }
 
 // errStageStopped is the cause of a stage's workers' cancellation when the
-// master stopped the stage on purpose (an auto-parallelism trial ended, a
-// stop at a checkpoint, another worker's failure): their "context
-// canceled" is the expected end, not a failure of their own.
+// master stopped the stage (an auto-parallelism trial ended, another
+// worker failed).
 var errStageStopped = errors.New("stage stopped by the master")
 
 // Step applies one event and returns what the driver must do. An error

@@ -80,9 +80,10 @@ func (w *worker) run() {
 			// The task was stopped from outside; say why, not "context canceled".
 			err = fmt.Errorf("%w (task stopped: %v)", err, cause)
 		}
-		if errors.Is(cause, errStageStopped) && errors.Is(err, context.Canceled) {
-			// Stopped on purpose (an auto trial's end, every auto trial
-			// but the last): not an error of this worker's.
+		if cause != nil && errors.Is(err, context.Canceled) {
+			// Stopped from outside (an auto trial's end, a cancel, a
+			// Ctrl-C, another worker's failure): not an error of this
+			// worker's; the master reports the task's fate.
 			log.Info().Err(err).Msg("worker stopped")
 		} else {
 			log.Error().Err(err).Msg("worker failed")
