@@ -369,6 +369,53 @@ func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
 	}
 }
 
+// A stage function that loops on Add and Clock without looking at its
+// context stops when its task is cancelled: its Adds to keys in the
+// slave's memory never fail, so only Clock can tell it (it ran on, and
+// Close waited for it for minutes).
+func TestCancelStopsALoopOnLocalKeys(t *testing.T) {
+	tasks.Register("test.loopForever", func(info *tasks.Info) error {
+		tb, err := info.Table("t")
+		if err != nil {
+			return err
+		}
+		for {
+			if err := tb.Add([]uint64{1}, []float64{1}); err != nil {
+				return err
+			}
+			info.Report(1, 0)
+			if err := info.Clock(); err != nil {
+				return err
+			}
+		}
+	})
+	workers := map[string]int{tasks.KindPS: 4, tasks.KindLocal: 2}
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal} {
+		t.Run(kind, func(t *testing.T) {
+			l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := tasks.NewTask("loop").AddTable(kvstore.TableSpec{Name: "t", Size: 10}).
+				SetStages(tasks.Stage{Name: "a", Func: "test.loopForever", Workers: workers[kind], WorkerKind: kind,
+					Consistency: kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}})
+			id, err := l.Submit(context.Background(), task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, l, id, status.Running)
+			if err := l.Cancel(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			l.Close()
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("Close took %v: the cancelled workers ran on", took)
+			}
+		})
+	}
+}
+
 // Following a task that has ended returns its status at once (it took the
 // 2 s of the follower's fallback poll).
 func TestFollowOfEndedTaskReturnsAtOnce(t *testing.T) {

@@ -181,6 +181,13 @@ func (w *worker) Table(name string) (tasks.Table, error) {
 
 // Clock implements tasks.Runtime.
 func (w *worker) Clock() error {
+	// A stopped worker (cancel, Ctrl-C, a trial's end, the cluster closing)
+	// learns it here, at the end of its iteration, also when every key it
+	// touches is in this slave's memory: those Gets and Adds never fail, so
+	// a stage function looping on them ran on for good and held up Close.
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
 	if w.local != nil {
 		w.localClock++
 		if g := w.local.gate; g != nil {
