@@ -20,6 +20,7 @@ import (
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
@@ -462,6 +463,31 @@ func TestAutoTrialStopsAreNotLoggedAsErrors(t *testing.T) {
 		if strings.Contains(line, `"level":"error"`) {
 			t.Errorf("error logged in a successful auto run: %s", line)
 		}
+	}
+	// Nor are they counted as failed workers.
+	outcomes := map[string]float64{}
+	for _, s := range l.Slaves() {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(s.Collector())
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() != "flexps_slave_workers_ended_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "outcome" {
+						outcomes[lp.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if outcomes["failed"] != 0 || outcomes["stopped"] == 0 || outcomes["done"] == 0 {
+		t.Fatalf("workers ended by outcome %v: want the trials' workers stopped, none failed", outcomes)
 	}
 }
 

@@ -74,6 +74,7 @@ func (w *worker) run() {
 		w.client.Close()
 	}
 	ev := proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seconds: time.Since(start).Seconds()}
+	outcome := outcomeDone
 	if err != nil {
 		cause := context.Cause(w.ctx)
 		if cause != nil {
@@ -85,8 +86,10 @@ func (w *worker) run() {
 			// Ctrl-C, another worker's failure): not an error of this
 			// worker's; the master reports the task's fate.
 			log.Info().Err(err).Msg("worker stopped")
+			outcome = outcomeStopped
 		} else {
 			log.Error().Err(err).Msg("worker failed")
+			outcome = outcomeFailed
 		}
 		ev.Kind, ev.Error = proto.WorkerError, err.Error()
 	} else {
@@ -106,9 +109,9 @@ func (w *worker) run() {
 		log.Debug().Dur("took", time.Since(start)).Msg("worker done")
 	}
 	if ev.Metrics != nil {
-		w.s.metrics.workerEnded(ev.Metrics, false)
+		w.s.metrics.workerEnded(ev.Metrics, outcome)
 	} else {
-		w.s.metrics.workerEnded(w.readMetrics(), true)
+		w.s.metrics.workerEnded(w.readMetrics(), outcome)
 	}
 	w.s.report(w.gen, ev)
 }
