@@ -193,7 +193,9 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 // ErrTaskFailed with the master's reason. ctx bounds the following, not
 // the task: when ctx ends first, SubmitAndWait returns ctx's error and
 // the task goes on on the cluster (t.ID names it for Cancel, Follow or
-// StopAtCheckpoint; `flexps submit` cancels it on Ctrl-C).
+// StopAtCheckpoint; `flexps submit` cancels it on Ctrl-C). A task
+// submitted without an ID gets one here, in t.ID; to submit the same
+// task again, set t.ID to "" first (an ID is refused a second time).
 func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn func(status.Event)) (status.Task, error) {
 	t.Normalize()
 	if err := t.Validate(); err != nil {
