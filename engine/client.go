@@ -129,7 +129,7 @@ func (c *Client) ResumeAndWait(ctx context.Context, dir, id string, warn func(st
 	if err != nil {
 		return status.Task{}, err
 	}
-	return c.wait(ctx, id, f, fn)
+	return c.wait(ctx, id, f, fn, false)
 }
 
 // Resume resumes the task of the newest valid checkpoint in dir as task
@@ -209,7 +209,12 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 
 // SubmitAndWait submits t and follows it to its end; fn (may be nil) sees
 // every event. A failed task returns its status and an error wrapping
-// ErrTaskFailed with the master's reason.
+// ErrTaskFailed with the master's reason. ctx bounds the following, not
+// the task: when ctx ends first, SubmitAndWait returns ctx's error and
+// the task goes on on the cluster (t.ID names it for Cancel, Follow or
+// StopAtCheckpoint; `flexps submit` cancels it on Ctrl-C). A task
+// submitted without an ID gets one here, in t.ID; to submit the same
+// task again, set t.ID to "" first (an ID is refused a second time).
 func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn func(status.Event)) (status.Task, error) {
 	t.Normalize()
 	if err := t.Validate(); err != nil {
@@ -228,17 +233,18 @@ func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn 
 	if err != nil {
 		return status.Task{}, err
 	}
-	return c.wait(ctx, id, f, fn)
+	return c.wait(ctx, id, f, fn, false)
 }
 
-// Follow follows a submitted task to its end.
+// Follow follows a submitted task to its end; a task that ended already
+// returns at once.
 func (c *Client) Follow(ctx context.Context, id string, fn func(status.Event)) (status.Task, error) {
 	f, err := c.follow(id)
 	if err != nil {
 		return status.Task{}, err
 	}
 	defer f.Unsubscribe()
-	return c.wait(ctx, id, f, fn)
+	return c.wait(ctx, id, f, fn, true)
 }
 
 func (c *Client) follow(id string) (*nats.Subscription, error) {
@@ -250,13 +256,48 @@ func (c *Client) follow(id string) (*nats.Subscription, error) {
 	return sub, c.nc.Flush()
 }
 
-func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn func(status.Event)) (status.Task, error) {
+func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn func(status.Event), pollFirst bool) (status.Task, error) {
 	end := func(s status.Task) (status.Task, error) { return s, s.Err() }
-	// Events can be missed (a master restarted, a slow subscriber); poll
-	// the status now and then so the wait always ends.
+	// Events can be missed (a master restarted, a slow subscriber, a task
+	// that ended before the subscription): poll the status now and then,
+	// and at once when pollFirst, so the wait always ends.
 	lastPoll := time.Now()
+	if pollFirst {
+		lastPoll = time.Time{}
+	}
 	var down time.Time // since when the bus is unreachable
 	for {
+		if !c.nc.IsConnected() && !c.nc.IsClosed() {
+			// A status request would only wait out Timeout in the
+			// reconnect buffer.
+			if down.IsZero() {
+				down = time.Now()
+			}
+			if time.Since(down) >= c.BusLost {
+				return status.Task{}, fmt.Errorf("following task %s: %w: the bus of cluster %q at %s has been unreachable for %v; "+
+					"a master that embeds it died with it, and the task with the master (a task with a [checkpoint] dir is resumed under its id by a master restarted on the same state_dir: flexps status %s)",
+					id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)
+			}
+		} else {
+			down = time.Time{}
+			if time.Since(lastPoll) >= 2*time.Second {
+				lastPoll = time.Now()
+				rep, err := c.Status(ctx, id)
+				if err != nil && errors.Is(err, ErrNoMaster) {
+					return status.Task{}, fmt.Errorf("following task %s: %w", id, err)
+				}
+				if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
+					if fn != nil {
+						kind := status.EventFailed
+						if rep.Tasks[0].State == status.Done {
+							kind = status.EventDone
+						}
+						fn(status.Event{Kind: kind, Status: rep.Tasks[0]})
+					}
+					return end(rep.Tasks[0])
+				}
+			}
+		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		msg, err := sub.NextMsgWithContext(wctx)
 		cancel()
@@ -274,47 +315,19 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 				}
 			}
 		}
-		if !c.nc.IsConnected() && !c.nc.IsClosed() {
-			// A status request would only wait out Timeout in the
-			// reconnect buffer.
-			if down.IsZero() {
-				down = time.Now()
-			}
-			if time.Since(down) >= c.BusLost {
-				return status.Task{}, fmt.Errorf("following task %s: %w: the bus of cluster %q at %s has been unreachable for %v; "+
-					"a master that embeds it died with it, and the task with the master (a task with a [checkpoint] dir is resumed under its id by a master restarted on the same state_dir: flexps status %s)",
-					id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)
-			}
-			continue
-		}
-		down = time.Time{}
-		if time.Since(lastPoll) >= 2*time.Second {
-			lastPoll = time.Now()
-			rep, err := c.Status(ctx, id)
-			if err != nil {
-				if errors.Is(err, ErrNoMaster) {
-					return status.Task{}, fmt.Errorf("following task %s: %w", id, err)
-				}
-				continue
-			}
-			if len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
-				if fn != nil {
-					kind := status.EventFailed
-					if rep.Tasks[0].State == status.Done {
-						kind = status.EventDone
-					}
-					fn(status.Event{Kind: kind, Status: rep.Tasks[0]})
-				}
-				return end(rep.Tasks[0])
-			}
-		}
 	}
 }
+
+// Membership is a membership view as the master broadcasts it: the
+// master's instance and the epoch with its live members. It is named here
+// so that a program outside this module can write WatchMembership's
+// callback (its definition lives in an internal package).
+type Membership = proto.Membership
 
 // WatchMembership calls fn with every membership view the master
 // broadcasts (at each change of the epoch, and again every second), in
 // order, until stop is called. fn runs on the bus's delivery goroutine.
-func (c *Client) WatchMembership(fn func(proto.Membership)) (stop func(), err error) {
+func (c *Client) WatchMembership(fn func(Membership)) (stop func(), err error) {
 	sub, err := c.nc.Subscribe(c.subj.Membership(), func(msg *nats.Msg) {
 		var v proto.Membership
 		if err := json.Unmarshal(msg.Data, &v); err != nil {

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
@@ -365,6 +368,145 @@ func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
 	if err != nil || !strings.Contains(st.Results[0].Note, "finished the stage during the trial") {
 		t.Fatalf("%v %+v", err, st.Results)
 	}
+}
+
+// A stage function that loops on Add and Clock without looking at its
+// context stops when its task is cancelled: its Adds to keys in the
+// slave's memory never fail, so only Clock can tell it (it ran on, and
+// Close waited for it for minutes).
+func TestCancelStopsALoopOnLocalKeys(t *testing.T) {
+	tasks.Register("test.loopForever", func(info *tasks.Info) error {
+		tb, err := info.Table("t")
+		if err != nil {
+			return err
+		}
+		for {
+			if err := tb.Add([]uint64{1}, []float64{1}); err != nil {
+				return err
+			}
+			info.Report(1, 0)
+			if err := info.Clock(); err != nil {
+				return err
+			}
+		}
+	})
+	workers := map[string]int{tasks.KindPS: 4, tasks.KindLocal: 2}
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal} {
+		t.Run(kind, func(t *testing.T) {
+			l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := tasks.NewTask("loop").AddTable(kvstore.TableSpec{Name: "t", Size: 10}).
+				SetStages(tasks.Stage{Name: "a", Func: "test.loopForever", Workers: workers[kind], WorkerKind: kind,
+					Consistency: kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}})
+			id, err := l.Submit(context.Background(), task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, l, id, status.Running)
+			if err := l.Cancel(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			l.Close()
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("Close took %v: the cancelled workers ran on", took)
+			}
+		})
+	}
+}
+
+// Following a task that has ended returns its status at once (it took the
+// 2 s of the follower's fallback poll).
+func TestFollowOfEndedTaskReturnsAtOnce(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	task := tasks.NewTask("quick").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Workers: 1, Params: tasks.Params{"iters": 1}})
+	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	start := time.Now()
+	st, err := l.Follow(context.Background(), task.ID, func(ev status.Event) { kinds = append(kinds, ev.Kind) })
+	if err != nil || st.State != status.Done {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Follow of an ended task took %v", took)
+	}
+	if len(kinds) != 1 || kinds[0] != status.EventDone {
+		t.Fatalf("events %v, want one %q", kinds, status.EventDone)
+	}
+}
+
+// The workers an auto trial stops at its end did nothing wrong: a
+// successful run logs no "worker failed" error for them (it logged one per
+// worker and trial).
+func TestAutoTrialStopsAreNotLoggedAsErrors(t *testing.T) {
+	var logs syncBuffer
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2,
+		Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	task := tasks.NewTask("auto").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Auto: true, AutoTrialSeconds: 0.3,
+		Params: tasks.Params{"iters": 400}})
+	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "worker stopped") {
+		t.Fatalf("no trial's workers were stopped:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("error logged in a successful auto run: %s", line)
+		}
+	}
+	// Nor are they counted as failed workers.
+	outcomes := map[string]float64{}
+	for _, s := range l.Slaves() {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(s.Collector())
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() != "flexps_slave_workers_ended_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "outcome" {
+						outcomes[lp.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if outcomes["failed"] != 0 || outcomes["stopped"] == 0 || outcomes["done"] == 0 {
+		t.Fatalf("workers ended by outcome %v: want the trials' workers stopped, none failed", outcomes)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the cluster's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestPoliciesSequentialVersusGreedy(t *testing.T) {

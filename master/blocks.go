@@ -58,8 +58,17 @@ func (m *Master) onBlock(msg *nats.Msg) {
 	m.mu.Lock()
 	as := m.assigners[assignKey{req.Task, req.Stage, req.Input}]
 	if as == nil {
+		running := false
+		for k := range m.assigners {
+			running = running || k.task == req.Task && k.stage == req.Stage
+		}
 		m.mu.Unlock()
-		m.reply(msg, proto.BlockReply{Error: fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)})
+		why := fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)
+		if !running {
+			// A worker that asks as its stage is being stopped or ended.
+			why = fmt.Sprintf("task %s stage %d is not running (it ended or was stopped)", req.Task, req.Stage)
+		}
+		m.reply(msg, proto.BlockReply{Error: why})
 		return
 	}
 	var out []blockAnswer

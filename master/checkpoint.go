@@ -149,9 +149,13 @@ func (t *taskRun) epochEnd(k int, st *tasks.Stage, epoch int, waiters []any, liv
 // afterStage takes a checkpoint after stage k finished when one is due and
 // the tables hold the whole model (not while a one-slave stage's model
 // waits in a slave's memory for a direct transfer). It returns errStopped
-// when a stop was requested and the checkpoint is written.
+// when a stop was requested and the checkpoint is written. After the last
+// stage the checkpoint records the finished training (its last epoch is
+// counted here, not at its epoch barrier), so that resuming the task from
+// it only writes the output again instead of training its last epochs
+// once more; the task then goes on to write its output, stop or not.
 func (t *taskRun) afterStage(k int) error {
-	if t.ckpt == nil || k+1 >= len(t.spec.Stages) || t.modelAt != "" {
+	if t.ckpt == nil || t.modelAt != "" {
 		return nil
 	}
 	due, stop := t.ckpt.epochDone(t.m.cfg.Now())
@@ -159,6 +163,12 @@ func (t *taskRun) afterStage(k int) error {
 		return nil
 	}
 	path, err := t.takeCheckpoint(checkpoint.Progress{Stage: k + 1}, nil)
+	if k+1 == len(t.spec.Stages) {
+		if err != nil && t.ctx.Err() == nil {
+			t.m.log.Error().Err(err).Str("task", t.spec.ID).Int("stage", k).Msg("final checkpoint failed; writing the output")
+		}
+		return nil
+	}
 	if err != nil && stop {
 		return t.finalFailed(err)
 	}

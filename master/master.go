@@ -305,7 +305,7 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("t%d-%d", m.cfg.Now().Unix()%100000, m.seq)
 	} else if _, dup := m.tasks[spec.ID]; dup {
-		return "", fmt.Errorf("a task with id %q exists", spec.ID)
+		return "", fmt.Errorf("a task with id %q exists (Submit and SubmitAndWait set a task's ID: to submit the same task again, set its ID to \"\")", spec.ID)
 	}
 	m.pruneLocked()
 	tr := newTaskRun(m, spec, blocks)

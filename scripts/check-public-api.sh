@@ -21,6 +21,12 @@ if ! GOFLAGS=-mod=mod go mod tidy >"$tmp/tidy.log" 2>&1; then
 fi
 go build -o /dev/null . || { echo "check-public-api: examples/twostage does not build from a separate module" >&2; exit 1; }
 echo "check-public-api: examples/twostage builds from a separate module"
+# Every type the README's Go API section has a user write (callbacks,
+# results) must be nameable from outside the module too.
+mkdir "$tmp/publicapi"
+cp "$root"/scripts/testdata/publicapi/*.go "$tmp/publicapi/"
+go build -o /dev/null ./publicapi || { echo "check-public-api: scripts/testdata/publicapi does not build from a separate module" >&2; exit 1; }
+echo "check-public-api: the Go API's documented types are nameable from a separate module"
 # What `go install github.com/flexps/flexps/cmd/flexps@version` compiles:
 # the CLI as a dependency of another module, without cgo.
 CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$tmp/flexps" github.com/flexps/flexps/cmd/flexps ||

@@ -117,6 +117,11 @@ func NewControl(slots int) *Control {
 	return &Control{slots: slots, tasks: map[string]*ctlTask{}}
 }
 
+// errStageStopped is the cause of a stage's workers' cancellation when the
+// master stopped the stage (an auto-parallelism trial ended, another
+// worker failed).
+var errStageStopped = errors.New("stage stopped by the master")
+
 // Step applies one event and returns what the driver must do. An error
 // means the event was refused (a bad request, a double start, an unknown
 // task); the state is then unchanged.
@@ -141,7 +146,7 @@ func (c *Control) Step(ev Event) ([]Action, error) {
 			return []Action{{Kind: ActCancelStage, Task: ev.Task, Stage: ev.Stage, Gen: st.gen}}, nil
 		}
 		st.stopped = true
-		return []Action{{Kind: ActCancelStage, Task: ev.Task, Stage: ev.Stage, Gen: st.gen, Err: errors.New("stage stopped by the master")}}, nil
+		return []Action{{Kind: ActCancelStage, Task: ev.Task, Stage: ev.Stage, Gen: st.gen, Err: errStageStopped}}, nil
 	case EvDropTask:
 		reason := ev.Reason
 		if reason == "" {

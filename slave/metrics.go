@@ -92,7 +92,7 @@ func (m *metrics) ObserveKV(table string, op kvstore.Op, remote bool, d time.Dur
 }
 
 // workerEnded adds a worker's final counters.
-func (m *metrics) workerEnded(metrics map[string]float64, failed bool) {
+func (m *metrics) workerEnded(metrics map[string]float64, outcome string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, v := range metrics {
@@ -100,12 +100,18 @@ func (m *metrics) workerEnded(metrics map[string]float64, failed bool) {
 			m.totals[name] += v
 		}
 	}
-	if failed {
-		m.ended["failed"]++
-	} else {
-		m.ended["done"]++
-	}
+	m.ended[outcome]++
 }
+
+// How a worker ended, the outcome label of flexps_slave_workers_ended_total:
+// its stage function returned nil, returned an error of its own, or was
+// stopped from outside (an auto trial's end, a cancel, another worker's
+// failure), which is no failure of the worker's.
+const (
+	outcomeDone    = "done"
+	outcomeFailed  = "failed"
+	outcomeStopped = "stopped"
+)
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.descs {
@@ -131,7 +137,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, name := range names {
 		ch <- prometheus.MustNewConstMetric(m.descs[name], prometheus.CounterValue, m.totals[name])
 	}
-	for _, outcome := range []string{"done", "failed"} {
+	for _, outcome := range []string{outcomeDone, outcomeFailed, outcomeStopped} {
 		ch <- prometheus.MustNewConstMetric(m.workers, prometheus.CounterValue, m.ended[outcome], outcome)
 	}
 	m.mu.Unlock()

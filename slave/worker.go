@@ -74,12 +74,23 @@ func (w *worker) run() {
 		w.client.Close()
 	}
 	ev := proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Seconds: time.Since(start).Seconds()}
+	outcome := outcomeDone
 	if err != nil {
-		if cause := context.Cause(w.ctx); cause != nil {
+		cause := context.Cause(w.ctx)
+		if cause != nil {
 			// The task was stopped from outside; say why, not "context canceled".
 			err = fmt.Errorf("%w (task stopped: %v)", err, cause)
 		}
-		log.Error().Err(err).Msg("worker failed")
+		if cause != nil && errors.Is(err, context.Canceled) {
+			// Stopped from outside (an auto trial's end, a cancel, a
+			// Ctrl-C, another worker's failure): not an error of this
+			// worker's; the master reports the task's fate.
+			log.Info().Err(err).Msg("worker stopped")
+			outcome = outcomeStopped
+		} else {
+			log.Error().Err(err).Msg("worker failed")
+			outcome = outcomeFailed
+		}
 		ev.Kind, ev.Error = proto.WorkerError, err.Error()
 		var lost *kvstore.SlaveLostError
 		if errors.As(err, &lost) {
@@ -102,9 +113,9 @@ func (w *worker) run() {
 		log.Debug().Dur("took", time.Since(start)).Msg("worker done")
 	}
 	if ev.Metrics != nil {
-		w.s.metrics.workerEnded(ev.Metrics, false)
+		w.s.metrics.workerEnded(ev.Metrics, outcome)
 	} else {
-		w.s.metrics.workerEnded(w.readMetrics(), true)
+		w.s.metrics.workerEnded(w.readMetrics(), outcome)
 	}
 	w.s.report(w.gen, ev)
 }
@@ -177,6 +188,13 @@ func (w *worker) Table(name string) (tasks.Table, error) {
 
 // Clock implements tasks.Runtime.
 func (w *worker) Clock() error {
+	// A stopped worker (cancel, Ctrl-C, a trial's end, the cluster closing)
+	// learns it here, at the end of its iteration, also when every key it
+	// touches is in this slave's memory: those Gets and Adds never fail, so
+	// a stage function looping on them ran on for good and held up Close.
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
 	if w.local != nil {
 		w.localClock++
 		if g := w.local.gate; g != nil {

@@ -48,8 +48,8 @@ type Task struct {
 	StageName string         `json:"stage_name,omitempty"`
 	Priority  int            `json:"priority"`
 	Submitted time.Time      `json:"submitted"`
-	Started   time.Time      `json:"started,omitempty"`
-	Finished  time.Time      `json:"finished,omitempty"`
+	Started   time.Time      `json:"started,omitzero"`
+	Finished  time.Time      `json:"finished,omitzero"`
 	Slots     map[string]int `json:"slots,omitempty"` // worker slots held now, per slave
 	Progress  Progress       `json:"progress"`
 	Results   []StageResult  `json:"results,omitempty"`

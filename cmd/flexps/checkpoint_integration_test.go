@@ -168,18 +168,18 @@ func TestDrill5CorruptCheckpointFallsBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ckdir := filepath.Join(t.TempDir(), "ck")
 			output := filepath.Join(t.TempDir(), "m.model")
-			// Checkpoints after epochs 1, 2 and 3 (the last epoch is the
-			// stage's end); two are kept.
+			// Checkpoints after epochs 1, 2 and 3, and after the stage
+			// (its last epoch); two are kept.
 			job := ckJob(t, dir, "drill5", train, test, output, 4, "1 epoch", ckdir)
 			if out, errOut, code := runFlexps(t, "run", job, "--log-level", "error"); code != 0 {
 				t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 			}
-			newest, older := filepath.Join(ckdir, checkpoint.Name(3)), filepath.Join(ckdir, checkpoint.Name(2))
+			newest, older := filepath.Join(ckdir, checkpoint.Name(4)), filepath.Join(ckdir, checkpoint.Name(3))
 			data, err := os.ReadFile(newest)
 			if err != nil {
 				t.Fatalf("%v (files: %v)", err, lsDir(t, ckdir))
 			}
-			if _, err := os.Stat(filepath.Join(ckdir, checkpoint.Name(1))); err == nil {
+			if _, err := os.Stat(filepath.Join(ckdir, checkpoint.Name(2))); err == nil {
 				t.Fatalf("checkpoint 1 kept beyond keep = 2: %v", lsDir(t, ckdir))
 			}
 			if err := os.WriteFile(newest, tc.spoil(data), 0o644); err != nil {
@@ -195,8 +195,8 @@ func TestDrill5CorruptCheckpointFallsBack(t *testing.T) {
 			if !strings.Contains(out, "resumed from checkpoint "+older) {
 				t.Fatalf("not resumed from %s:\n%s", older, out)
 			}
-			if rows := epochRows(out); len(rows) != 2 || rows[0] != 3 {
-				t.Fatalf("resumed epochs %v, want [3 4]", rows)
+			if rows := epochRows(out); len(rows) != 1 || rows[0] != 4 {
+				t.Fatalf("resumed epochs %v, want [4]", rows)
 			}
 			if _, err := os.Stat(output); err != nil {
 				t.Fatalf("no model after the resumed run: %v", err)
@@ -301,7 +301,9 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 
 // TestResumeAtStageBoundary: a checkpoint between two stages resumes at
 // the second: the first is not run again (its result comes back from the
-// checkpoint) and the second starts at its first epoch.
+// checkpoint) and the second starts at its first epoch. The checkpoint
+// after the last stage resumes to the output alone: a finished task is
+// not trained again.
 func TestResumeAtStageBoundary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -337,12 +339,33 @@ path = %q
 [checkpoint]
 every = "1 epoch"
 dir = %q
+keep = 3
 `, output, train, test, ckdir)+fmt.Sprintf(stage, "first")+fmt.Sprintf(stage, "second"))
 	if out, errOut, code := runFlexps(t, "run", job, "--log-level", "error"); code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	// Checkpoints: 1 after epoch 1 of "first", 2 between the stages, 3
-	// after epoch 1 of "second"; 1 was deleted (keep 2). Spoil 3.
+	// after epoch 1 of "second", 4 after "second"; 1 was deleted (keep 3).
+	// Resuming the finished task runs no epoch and writes the same model.
+	done, err := checkpoint.Load(context.Background(), datastore.NewSources(), filepath.Join(ckdir, checkpoint.Name(4)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Progress.Stage != 2 || len(done.Progress.Results) != 2 {
+		t.Fatalf("checkpoint 4's progress %+v", done.Progress)
+	}
+	before := accuracy(t, output, test)
+	out, errOut, code := runFlexps(t, "run", "--resume", ckdir, "--log-level", "error")
+	if code != 0 {
+		t.Fatalf("resume of the finished task: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if regexp.MustCompile(`(?m)^\s+\d+ \w+\s+\d+\s+[0-9.]+\s`).MatchString(out) || !strings.Contains(out, checkpoint.Name(4)) {
+		t.Fatalf("resume of the finished task trained or did not start from checkpoint 4:\n%s", out)
+	}
+	if after := accuracy(t, output, test); after != before {
+		t.Fatalf("accuracy %.4f after resuming the finished task, %.4f before", after, before)
+	}
+	// Spoil 3 and 4: resume falls back to the boundary, 2.
 	boundary := filepath.Join(ckdir, checkpoint.Name(2))
 	ck, err := checkpoint.Load(context.Background(), datastore.NewSources(), boundary)
 	if err != nil {
@@ -352,7 +375,8 @@ dir = %q
 		t.Fatalf("checkpoint 2's progress %+v", ck.Progress)
 	}
 	writeFile(filepath.Join(ckdir, checkpoint.Name(3)), "torn")
-	out, errOut, code := runFlexps(t, "run", "--resume", ckdir, "--log-level", "error")
+	writeFile(filepath.Join(ckdir, checkpoint.Name(4)), "torn")
+	out, errOut, code = runFlexps(t, "run", "--resume", ckdir, "--log-level", "error")
 	if code != 0 {
 		t.Fatalf("resume exit %d\n%s\n%s", code, out, errOut)
 	}

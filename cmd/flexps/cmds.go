@@ -363,11 +363,15 @@ func submitCmd(g *globals) *cobra.Command {
 			}
 			wg.Wait()
 			if ctx.Err() != nil {
-				ids := make([]string, len(jobs))
+				var ids []string
 				for i, t := range jobs {
-					ids[i] = t.ID // SubmitAndWait named each task before sending it
+					if interrupted(ctx, errs[i]) {
+						ids = append(ids, t.ID)
+					} else if results[i].ID != "" {
+						p.Summary(results[i])
+					}
 				}
-				return cancelInterrupted(c, ids)
+				return errors.Join(cancelFollowed(c, p, ids), mw.Close())
 			}
 			failed := 0
 			for i := range jobs {

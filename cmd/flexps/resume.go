@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/internal/logging"
@@ -79,32 +78,11 @@ func submitResume(ctx context.Context, c *engine.Client, g *globals, dir, metric
 	p.Metrics = mw
 	id := engine.NewTaskID()
 	st, err := c.ResumeAndWait(ctx, dir, id, func(w string) { fmt.Fprintln(os.Stderr, "flexps submit: warning: "+w) }, p.Event)
-	if ctx.Err() != nil {
-		return errors.Join(cancelInterrupted(c, []string{id}), mw.Close())
+	if interrupted(ctx, err) {
+		return errors.Join(cancelFollowed(c, p, []string{id}), mw.Close())
 	}
 	if st.ID != "" {
 		p.Summary(st)
 	}
 	return errors.Join(err, mw.Close())
-}
-
-// cancelInterrupted cancels the tasks a follower was interrupted in
-// (Ctrl-C, SIGTERM) and returns context.Canceled (exit 130): the README's
-// promise for Ctrl-C in submit, as in run. Without it the tasks ran on,
-// unfollowed. A task that already ended is left alone.
-func cancelInterrupted(c *engine.Client, ids []string) error {
-	for _, id := range ids {
-		if id == "" {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := c.Cancel(ctx, id)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "flexps submit: interrupted; task %s not cancelled: %v (flexps cancel %s)\n", id, err, id)
-			continue
-		}
-		fmt.Fprintf(os.Stderr, "flexps submit: interrupted; task %s cancelled (its last checkpoint, if it has one, stays: flexps submit --resume DIR)\n", id)
-	}
-	return context.Canceled
 }

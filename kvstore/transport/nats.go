@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -52,22 +53,30 @@ type natsService struct {
 func (s *natsService) Close() error {
 	err := s.sub.Unsubscribe()
 	// From now on requests get "no responders", not silence.
-	if ferr := flushIfConnected(s.nc); err == nil && ferr != nil && !s.nc.IsClosed() {
+	if ferr := flushUnsubscribe(s.nc); err == nil && ferr != nil {
 		err = ferr
 	}
 	return err
 }
 
-// flushIfConnected makes sure the server processed an unsubscribe. With
-// the bus gone there is no server to ask: the flush would wait out
-// nats.go's 10 s default (a slave whose master died took that long per
-// service to stop), and a reconnect only re-sends the subscriptions that
-// remain, so there is nothing to wait for.
-func flushIfConnected(nc *nats.Conn) error {
+// closeFlushTimeout bounds the wait for the server to confirm an
+// unsubscribe when a service closes.
+const closeFlushTimeout = 2 * time.Second
+
+// flushUnsubscribe waits until the server has processed an unsubscribe,
+// when there is a server to tell: on a connection that is down (the bus
+// went away, reconnecting) the server holds no subscription of ours, and
+// a reconnect does not restore an unsubscribed one, so there is nothing
+// to wait for (a plain Flush waited nats' 10 s there, and so did every
+// slave's shutdown after its master was gone).
+func flushUnsubscribe(nc *nats.Conn) error {
 	if !nc.IsConnected() {
 		return nil
 	}
-	return nc.Flush()
+	if err := nc.FlushTimeout(closeFlushTimeout); err != nil && nc.IsConnected() {
+		return err
+	}
+	return nil
 }
 
 func (t *NATS) Send(node, reply string, data []byte) error {

@@ -101,7 +101,7 @@ func (s *tcpServed) stop(t *TCP) error {
 	var err error
 	if s.sub != nil {
 		err = s.sub.Unsubscribe()
-		if ferr := flushIfConnected(t.nc); err == nil && ferr != nil && !t.nc.IsClosed() {
+		if ferr := flushUnsubscribe(t.nc); err == nil && ferr != nil {
 			err = ferr
 		}
 	}

@@ -224,7 +224,7 @@ func TestTrialStopSkipsTheDead(t *testing.T) {
 	cfg.Trial = 1e9
 	s := started(t, cfg)
 	s.Step(SlaveDead{Slave: "s2"})
-	acts := s.Step(Tick{Now: at(2e9)})
+	acts := s.Step(Tick{Now: at(TrialCap * 1e9)}) // no samples came: the trial ends at its cap
 	if !reflect.DeepEqual(acts, []Action{StopWorkers{Slave: "s1"}}) {
 		t.Fatalf("trial stop: %#v", acts)
 	}

@@ -37,9 +37,14 @@ type Config struct {
 	Func      string // stage function
 	Workers   int    // parallelism of this run
 	Placement []scheduler.Assignment
-	Hosts     []string      // slaves holding the task's tables
-	Epochs    int           // planned epochs (0: unknown)
-	Trial     time.Duration // > 0: stop the workers this long after Begin
+	Hosts     []string // slaves holding the task's tables
+	Epochs    int      // planned epochs (0: unknown)
+	// Trial > 0 makes the run a measurement: it stops the workers Trial
+	// after the first tick that saw samples reported (start-up, such as a
+	// stage function's first pass over its data for statistics, which only
+	// the first trial of a task pays, is not measured), or TrialCap
+	// trials after Begin if none came.
+	Trial time.Duration
 	// ProgressEvery is the least time between progress events; default
 	// DefaultProgressEvery.
 	ProgressEvery time.Duration
@@ -79,6 +84,8 @@ type Stage struct {
 	res         status.StageResult
 	epochs      map[int]*status.Epoch
 	samples     int64
+	warmAt      time.Time // first tick that saw samples (trials measure from there)
+	warmSamples int64     // samples reported by then
 	winLoss     float64
 	winSamples  int64
 	dirty       bool
@@ -473,11 +480,17 @@ func (s *Stage) tick(ev Tick) []Action {
 		s.winLoss, s.winSamples, s.dirty, s.lastPublish = 0, 0, false, ev.Now
 		out = append(out, Publish{Kind: status.EventProgress, Progress: s.progress})
 	}
-	if s.cfg.Trial > 0 && s.phase == Running && !ev.Now.Before(s.started.Add(s.cfg.Trial)) {
+	if s.warmAt.IsZero() && s.samples > 0 {
+		s.warmAt, s.warmSamples = ev.Now, s.samples
+	}
+	if s.cfg.Trial > 0 && s.phase == Running && s.trialOver(ev.Now) {
 		// Trial over: stop the workers, then count them out as they end.
 		s.phase, s.stopped = Stopping, true
-		s.res.Seconds = ev.Now.Sub(s.started).Seconds()
-		s.res.Samples = s.samples
+		if s.warmAt.IsZero() {
+			s.res.Seconds, s.res.Samples = ev.Now.Sub(s.started).Seconds(), s.samples
+		} else {
+			s.res.Seconds, s.res.Samples = ev.Now.Sub(s.warmAt).Seconds(), s.samples-s.warmSamples
+		}
 		for _, a := range s.cfg.Placement {
 			if !s.dead[a.Slave] {
 				out = append(out, StopWorkers{Slave: a.Slave})
@@ -485,6 +498,19 @@ func (s *Stage) tick(ev Tick) []Action {
 		}
 	}
 	return out
+}
+
+// TrialCap bounds a trial in which no samples were reported: it ends this
+// many trial lengths after Begin.
+const TrialCap = 3
+
+// trialOver reports whether a trial has measured long enough at now:
+// Trial since samples first came, or TrialCap trials since Begin.
+func (s *Stage) trialOver(now time.Time) bool {
+	if !now.Before(s.started.Add(TrialCap * s.cfg.Trial)) {
+		return true
+	}
+	return !s.warmAt.IsZero() && !now.Before(s.warmAt.Add(s.cfg.Trial))
 }
 
 // complete ends a run in which every worker was counted out.

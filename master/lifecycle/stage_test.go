@@ -288,11 +288,21 @@ func TestTrialStopsWorkersOnTheClock(t *testing.T) {
 	cfg := twoSlaves()
 	cfg.Trial = 2 * time.Second
 	s := started(t, cfg)
+	// Start-up: no samples yet; the trial's clock has not started.
+	if acts := s.Step(Tick{Now: at(500 * time.Millisecond)}); acts != nil {
+		t.Fatalf("before any sample: %#v", acts)
+	}
+	// The first samples start it; they are not measured (they include the
+	// start-up).
 	s.Step(WorkerProgress{Stage: 1, Rank: 0, Slave: "s1", Samples: 100, LossSum: 1})
-	if acts := s.Step(Tick{Now: at(1999 * time.Millisecond)}); len(acts) != 1 {
+	if acts := s.Step(Tick{Now: at(600 * time.Millisecond)}); len(acts) != 1 {
+		t.Fatalf("first samples: %#v, want only a progress event", acts)
+	}
+	s.Step(WorkerProgress{Stage: 1, Rank: 1, Slave: "s1", Samples: 300, LossSum: 1})
+	if acts := s.Step(Tick{Now: at(2599 * time.Millisecond)}); len(acts) != 1 {
 		t.Fatalf("before the deadline: %#v, want only a progress event", acts)
 	}
-	acts := s.Step(Tick{Now: at(2 * time.Second)})
+	acts := s.Step(Tick{Now: at(2600 * time.Millisecond)})
 	want := []Action{StopWorkers{Slave: "s1"}, StopWorkers{Slave: "s2"}}
 	if !reflect.DeepEqual(acts, want) {
 		t.Fatalf("at the deadline: %#v, want %#v", acts, want)
@@ -308,8 +318,30 @@ func TestTrialStopsWorkersOnTheClock(t *testing.T) {
 	s.Step(WorkerFailed{Stage: 1, Rank: 1, Slave: "s1", Err: "stopped"})
 	s.Step(WorkerProgress{Stage: 1, Rank: 2, Slave: "s2", Samples: 50}) // after the deadline: not measured
 	f := finished(t, s.Step(WorkerDone{Stage: 1, Rank: 2, Slave: "s2", Now: at(5 * time.Second)}))
-	if f.Err != nil || !f.Stopped || f.Result.Seconds != 2 || f.Result.Samples != 100 {
-		t.Fatalf("trial result %+v: want stopped after 2s with the 100 samples measured until then", f)
+	if f.Err != nil || !f.Stopped || f.Result.Seconds != 2 || f.Result.Samples != 300 {
+		t.Fatalf("trial result %+v: want stopped after 2s measured with the 300 samples reported after the first", f)
+	}
+}
+
+// A trial whose workers report nothing ends TrialCap trial lengths after
+// it began, having measured nothing.
+func TestTrialWithoutSamplesEndsAtTheCap(t *testing.T) {
+	cfg := twoSlaves()
+	cfg.Trial = time.Second
+	s := started(t, cfg)
+	if acts := s.Step(Tick{Now: at(TrialCap*time.Second - 1)}); acts != nil {
+		t.Fatalf("before the cap: %#v", acts)
+	}
+	if acts := s.Step(Tick{Now: at(TrialCap * time.Second)}); len(acts) != 2 {
+		t.Fatalf("at the cap: %#v, want the workers stopped", acts)
+	}
+	s.Step(Acked{Slave: "s1", Op: proto.OpStopStage})
+	s.Step(Acked{Slave: "s2", Op: proto.OpStopStage})
+	for r, sl := range []string{"s1", "s1", "s2"} {
+		s.Step(WorkerFailed{Stage: 1, Rank: r, Slave: sl, Err: "stopped"})
+	}
+	if s.Phase() != Ended {
+		t.Fatalf("phase %v", s.Phase())
 	}
 }
 
