@@ -17,6 +17,9 @@ import (
 func TestCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "g.libsvm")
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name      string
 		args      []string
@@ -48,6 +51,8 @@ func TestCommandLine(t *testing.T) {
 		{name: "plot without -o", args: []string{"plot", "m.jsonl"}, exit: 2, stderr: []string{"-o/--out"}},
 		{name: "plot unknown format", args: []string{"plot", "m.jsonl", "-o", "x.gif"}, exit: 2, stderr: []string{`"gif"`}},
 		{name: "memprofile path checked first", args: []string{"run", "--memprofile", filepath.Join(dir, "no", "such", "dir", "h.prof"), "x.toml"}, exit: 1, stderr: []string{"memprofile"}},
+		{name: "resume dir missing", args: []string{"run", "--resume", filepath.Join(dir, "no-such-ckpt")}, exit: 1, stderr: []string{"--resume", "no-such-ckpt: no such directory"}},
+		{name: "resume dir is a file", args: []string{"run", "--resume", filepath.Join(dir, "f.txt")}, exit: 1, stderr: []string{"not a directory"}},
 		{name: "cpuprofile path checked first", args: []string{"run", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "c.prof"), "x.toml"}, exit: 1, stderr: []string{"cpu profile", "c.prof"}},
 		{name: "slave cpuprofile path checked before joining", args: []string{"slave", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "s.prof"), "--nats", "nats://127.0.0.1:1"}, exit: 1, stderr: []string{"cpu profile", "s.prof"}},
 		{name: "bad log level", args: []string{"run", "--log-level", "loud", "x.toml"}, exit: 2, stderr: []string{`log level "loud"`}},

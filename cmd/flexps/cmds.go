@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -35,6 +36,9 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			if slaves < 0 || slots < 0 {
 				return usageError{fmt.Sprintf("--slaves and --slots must be >= 1 (0: the job's [local] values), got --slaves %d --slots %d", slaves, slots)}
+			}
+			if err := checkResumeDir(resume); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			stop, err := startCPUProfile(cpuprofile)
@@ -572,6 +576,24 @@ func writeHeapProfile(path string) error {
 
 // startCPUProfile starts a CPU profile to path ("" profiles nothing) and
 // returns what stops it and closes the file.
+// checkResumeDir refuses a local --resume directory that does not exist
+// (a typo) before a cluster starts; an hdfs:// one is checked when read.
+func checkResumeDir(dir string) error {
+	if dir == "" || strings.Contains(dir, "://") {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("--resume %s: no such directory (give the job's [checkpoint] dir)", dir)
+	case err != nil:
+		return fmt.Errorf("--resume %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("--resume %s: not a directory (give the job's [checkpoint] dir, not a file in it)", dir)
+	}
+	return nil
+}
+
 func startCPUProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
