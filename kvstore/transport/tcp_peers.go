@@ -117,7 +117,7 @@ func (t *TCP) warnOnce(node, addr string, err error) {
 	t.mu.Unlock()
 	if first {
 		t.log.Warn().Err(err).Str("peer", node).Str("addr", addr).
-			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS (a slave on another host must listen where its peers can reach it: [kv] listen)")
+			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS (that slave must listen where its peers can reach it, [kv] listen, and advertise an address they can dial, [kv] advertise)")
 	}
 }
 
