@@ -155,3 +155,27 @@ func TestMasterTLS(t *testing.T) {
 }
 
 func tableSpec() kvstore.TableSpec { return kvstore.TableSpec{Name: "t", Size: 4} }
+
+// A refused client is told which of its settings the server refused.
+func TestRefusedCredentialsNameTheSetting(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	m, err := engine.StartMaster(context.Background(), engine.ClusterConfig{NATS: engine.NATSConfig{Listen: "127.0.0.1:0", StateDir: state}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, tc := range []struct {
+		nats engine.NATSConfig
+		want string
+	}{
+		{engine.NATSConfig{Token: "nope"}, "[nats] token"},
+		{engine.NATSConfig{User: "u", Password: "p"}, `[nats] user "u"`},
+		{engine.NATSConfig{StateDir: filepath.Join(t.TempDir(), "other")}, "copy submitter.nk"},
+	} {
+		tc.nats.URL = m.URL
+		_, err := engine.Dial(engine.ClusterConfig{NATS: tc.nats})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%+v: err = %v, want it to name %q", tc.nats, err, tc.want)
+		}
+	}
+}

@@ -114,6 +114,17 @@ func (c *ClusterConfig) connectHint(err error, role bus.Role) error {
 	if !errors.Is(err, bus.ErrUnauthorized) {
 		return err
 	}
+	n := c.NATS
+	switch {
+	case n.CredsFile != "":
+		return fmt.Errorf("%w\n  the server does not accept the credentials in [nats] creds_file (%s)", err, n.CredsFile)
+	case n.Token != "":
+		return fmt.Errorf("%w\n  the server does not accept [nats] token: it must be the one the master's server was started with", err)
+	case n.User != "":
+		return fmt.Errorf("%w\n  the server does not accept [nats] user %q with this password: they must be the ones the master's server was started with", err, n.User)
+	case n.NkeyFile != "":
+		return fmt.Errorf("%w\n  the server does not accept the key in [nats] nkey_file (%s): copy %s.nk from the master's state directory", err, n.NkeyFile, role)
+	}
 	dir, _ := c.stateDir()
 	return fmt.Errorf("%w\n  the master generates credentials in its state directory (%s on its host); on another host copy %s.nk from there and set [nats] nkey_file (or state_dir)",
 		err, dir, role)

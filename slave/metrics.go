@@ -60,6 +60,7 @@ type metrics struct {
 	dpSends *prometheus.Desc
 	dpDials *prometheus.Desc
 	dpConns *prometheus.Desc
+	dpRefus *prometheus.Desc
 }
 
 func newMetrics(slave string, tasksNow func() int) *metrics {
@@ -72,6 +73,7 @@ func newMetrics(slave string, tasksNow func() int) *metrics {
 		dpSends: prometheus.NewDesc("flexps_slave_kv_sends_total", "KV requests sent, by path: direct (TCP data plane to another slave), bus (NATS) or self (to this slave's own shards, in memory).", []string{"path"}, labels),
 		dpDials: prometheus.NewDesc("flexps_slave_kv_dials_total", "Direct data-plane connections this slave opened.", nil, labels),
 		dpConns: prometheus.NewDesc("flexps_slave_kv_connections", "Direct data-plane connections open, both directions.", nil, labels),
+		dpRefus: prometheus.NewDesc("flexps_slave_kv_refused_total", "Incoming data-plane connections closed before or during the handshake (strangers, wrong keys, handshakes evicted by newer ones).", nil, labels),
 	}
 	for name, help := range counted {
 		m.descs[name] = prometheus.NewDesc("flexps_slave_"+name+"_total", help, nil, labels)
@@ -125,6 +127,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.dpSends
 	ch <- m.dpDials
 	ch <- m.dpConns
+	ch <- m.dpRefus
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -154,6 +157,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.dpSends, prometheus.CounterValue, float64(st.SelfSends), "self")
 		ch <- prometheus.MustNewConstMetric(m.dpDials, prometheus.CounterValue, float64(st.Dials))
 		ch <- prometheus.MustNewConstMetric(m.dpConns, prometheus.GaugeValue, float64(st.Conns))
+		ch <- prometheus.MustNewConstMetric(m.dpRefus, prometheus.CounterValue, float64(st.Refused))
 	}
 }
 

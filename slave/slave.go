@@ -189,7 +189,9 @@ func (s *Slave) Start(ctx context.Context) error {
 		tcp, err := transport.NewTCP(transport.NewNATS(s.nc, s.subj.SlaveKV), transport.TCPConfig{Self: s.cfg.ID,
 			Listen: s.cfg.KVListen, Advertise: s.cfg.KVAdvertise, Hello: s.subj.SlaveDP, Log: s.log})
 		if err != nil {
-			return fmt.Errorf("slave %s: %w", s.cfg.ID, err)
+			// Name the settings: several slaves on one host each need
+			// their own port.
+			return fmt.Errorf("slave %s: %w (set another address with [kv] listen, e.g. \"127.0.0.1:0\" for any free port, or [kv] transport = \"nats\")", s.cfg.ID, err)
 		}
 		s.dpmu.Lock()
 		s.tr, s.tcp = tcp, tcp

@@ -37,3 +37,6 @@ const (
 func AcceptHandshake(rw io.ReadWriter, key []byte) (node, dialer string, err error) {
 	return acceptHandshake(rw, key)
 }
+
+// MaxHandshakes is how many handshakes a listener runs at once.
+const MaxHandshakes = maxHandshakes

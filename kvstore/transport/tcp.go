@@ -76,8 +76,14 @@ type TCP struct {
 	pmu     sync.Mutex
 	pending map[string][]*tcpConn // unanswered requests sent over connections, by reply address
 
-	direct, bus, self, dials atomic.Uint64
-	handshakes               chan struct{} // a token per handshake under way
+	direct, bus, self, dials, refused atomic.Uint64
+
+	hsmu       sync.Mutex
+	handshakes []net.Conn // connections whose handshake is under way, oldest first
+
+	rmu       sync.Mutex
+	refLogged time.Time // when a refusal was last logged
+	refQuiet  int       // refusals not logged since
 
 	wg sync.WaitGroup
 }
@@ -89,6 +95,7 @@ type TCPStats struct {
 	SelfSends   uint64 // requests for the endpoint's own node, handed to its handler in memory
 	Dials       uint64 // connections opened (reconnections included)
 	Conns       int    // connections open now, both directions
+	Refused     uint64 // incoming connections closed before or during the handshake
 }
 
 // Stats returns the endpoint's counters.
@@ -96,7 +103,7 @@ func (t *TCP) Stats() TCPStats {
 	t.mu.Lock()
 	n := len(t.conns)
 	t.mu.Unlock()
-	return TCPStats{DirectSends: t.direct.Load(), BusSends: t.bus.Load(), SelfSends: t.self.Load(), Dials: t.dials.Load(), Conns: n}
+	return TCPStats{DirectSends: t.direct.Load(), BusSends: t.bus.Load(), SelfSends: t.self.Load(), Dials: t.dials.Load(), Conns: n, Refused: t.refused.Load()}
 }
 
 // TCPConfig configures an endpoint.
@@ -132,8 +139,16 @@ var errTCPClosed = errors.New("transport: TCP endpoint closed")
 // other end make progress).
 const maxQueued = 32 << 20
 
-// maxHandshakes bounds the connections an endpoint authenticates at once.
+// maxHandshakes bounds the connections an endpoint authenticates at once:
+// past it the oldest under way is closed to make room, so connections
+// that never finish their handshake (a stranger's, a slow-loris) cannot
+// keep a peer that completes it in a round trip from getting in.
 const maxHandshakes = 64
+
+// refuseLogEvery is how often at most a refused connection is logged; the
+// ones in between are counted in the next line (a stranger hammering the
+// port must not fill the disk).
+const refuseLogEvery = 10 * time.Second
 
 // noHelloRetry is how long a node whose endpoint did not answer hello is
 // sent to over NATS before hello is asked again.
@@ -167,7 +182,7 @@ func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
 	t := &TCP{cfg: cfg, fb: fallback, nc: fallback.nc, log: cfg.Log.With().Str("component", "dataplane").Logger(),
 		key: make([]byte, 32), peers: map[string]*tcpPeer{}, inbound: map[string]*tcpConn{}, conns: map[*tcpConn]struct{}{},
 		hellos: map[string]*nats.Subscription{}, warned: map[string]bool{}, served: map[string]*tcpServed{},
-		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}, handshakes: make(chan struct{}, maxHandshakes)}
+		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}}
 	if _, err := rand.Read(t.key); err != nil {
 		return nil, fmt.Errorf("transport: data-plane key: %w", err)
 	}

@@ -91,15 +91,20 @@ func dialHandshake(rw io.ReadWriter, key []byte, node, dialer string) error {
 // acceptHandshake authenticates a connection a dialer opened, returning
 // the node it asked for and the dialer's name.
 func acceptHandshake(rw io.ReadWriter, key []byte) (node, dialer string, err error) {
-	var hello [len(handshakeMagic) + nonceSize]byte
-	if _, err := io.ReadFull(rw, hello[:]); err != nil {
+	// The magic first: a foreign protocol is refused as soon as its first
+	// bytes arrive, not when the handshake deadline ends a read waiting
+	// for more.
+	var magic [len(handshakeMagic)]byte
+	if _, err := io.ReadFull(rw, magic[:]); err != nil {
 		return "", "", fmt.Errorf("%w: no hello: %v", ErrAuth, err)
 	}
-	if string(hello[:len(handshakeMagic)]) != handshakeMagic {
-		return "", "", fmt.Errorf("%w: not a flexps data-plane hello", ErrAuth)
+	if string(magic[:]) != handshakeMagic {
+		return "", "", fmt.Errorf("%w: not a flexps data-plane hello (first bytes %q)", ErrAuth, magic[:])
 	}
 	h := handshake{key: key}
-	copy(h.nonceC[:], hello[len(handshakeMagic):])
+	if _, err := io.ReadFull(rw, h.nonceC[:]); err != nil {
+		return "", "", fmt.Errorf("%w: truncated hello: %v", ErrAuth, err)
+	}
 	if h.node, err = readName(rw); err == nil {
 		h.dialer, err = readName(rw)
 	}

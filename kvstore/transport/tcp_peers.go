@@ -117,7 +117,7 @@ func (t *TCP) warnOnce(node, addr string, err error) {
 	t.mu.Unlock()
 	if first {
 		t.log.Warn().Err(err).Str("peer", node).Str("addr", addr).
-			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS (a slave on another host must listen where its peers can reach it: [kv] listen)")
+			Msg("cannot reach this peer's data plane directly; its KV traffic goes over NATS (that slave must listen where its peers can reach it, [kv] listen, and advertise an address they can dial, [kv] advertise)")
 	}
 }
 
@@ -157,32 +157,85 @@ func (t *TCP) acceptLoop() {
 		}
 		// Unauthenticated connections cost a goroutine each until their
 		// handshake deadline: bound how many may wait at once.
-		select {
-		case t.handshakes <- struct{}{}:
-		default:
-			nc.Close()
-			t.log.Warn().Str("remote", nc.RemoteAddr().String()).Msg("refused a data-plane connection: too many handshakes under way")
-			continue
-		}
+		t.admit(nc)
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			defer func() { <-t.handshakes }()
 			t.accept(nc)
 		}()
 	}
 }
 
+// admit registers a connection whose handshake starts, closing the oldest
+// under way when maxHandshakes are.
+func (t *TCP) admit(nc net.Conn) {
+	t.hsmu.Lock()
+	var evict net.Conn
+	if len(t.handshakes) >= maxHandshakes {
+		evict = t.handshakes[0]
+		n := copy(t.handshakes, t.handshakes[1:])
+		t.handshakes[n] = nil
+		t.handshakes = t.handshakes[:n]
+	}
+	t.handshakes = append(t.handshakes, nc)
+	t.hsmu.Unlock()
+	if evict != nil {
+		evict.Close() // its handshake fails; accept logs it as evicted
+	}
+}
+
+// admitted forgets a connection whose handshake ended, reporting whether
+// it was still under way (false: admit evicted it).
+func (t *TCP) admitted(nc net.Conn) bool {
+	t.hsmu.Lock()
+	defer t.hsmu.Unlock()
+	for i, c := range t.handshakes {
+		if c == nc {
+			n := copy(t.handshakes[i:], t.handshakes[i+1:])
+			t.handshakes[i+n] = nil
+			t.handshakes = t.handshakes[:i+n]
+			return true
+		}
+	}
+	return false
+}
+
 func (t *TCP) accept(nc net.Conn) {
 	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
 	node, dialer, err := acceptHandshake(nc, t.key)
+	if !t.admitted(nc) {
+		// Closed by admit: its handshake failed on the closed socket, or
+		// succeeded too late to be used.
+		err = fmt.Errorf("%w: handshake not done when %d newer ones were under way; closed to make room", ErrAuth, maxHandshakes)
+	}
 	if err != nil {
 		nc.Close()
-		t.log.Warn().Err(err).Str("remote", nc.RemoteAddr().String()).Msg("refused a data-plane connection")
+		t.refuse(nc.RemoteAddr().String(), err)
 		return
 	}
 	nc.SetDeadline(time.Time{})
 	t.start(nc, dialer, node, true)
+}
+
+// refuse counts a refused connection and logs it, at most once every
+// refuseLogEvery, with how many went unlogged since.
+func (t *TCP) refuse(remote string, err error) {
+	t.refused.Add(1)
+	now := time.Now()
+	t.rmu.Lock()
+	if !t.refLogged.IsZero() && now.Sub(t.refLogged) < refuseLogEvery {
+		t.refQuiet++
+		t.rmu.Unlock()
+		return
+	}
+	quiet := t.refQuiet
+	t.refLogged, t.refQuiet = now, 0
+	t.rmu.Unlock()
+	ev := t.log.Warn().Err(err).Str("remote", remote)
+	if quiet > 0 {
+		ev = ev.Int("refused_unlogged", quiet)
+	}
+	ev.Msg("refused a data-plane connection (one line every 10s at most; refused_unlogged counts the others since the last)")
 }
 
 // replyConn is a connection to endpoint name for answers: the one its

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,10 +275,12 @@ func TestTCPRefusesUnauthenticatedConnections(t *testing.T) {
 			if tc.name == "wrong key" && !errors.Is(herr, transport.ErrAuth) {
 				t.Fatalf("handshake with a wrong key: %v", herr)
 			}
-			// The listener hangs up without serving anything (at once once
-			// it has read everything: it waits for no more).
+			// The listener hangs up without serving anything (a foreign
+			// protocol at its first bytes, which may reset the connection
+			// when more were sent; else once it has read everything: it
+			// waits for no more).
 			c.(*net.TCPConn).CloseWrite()
-			if _, err := io.Copy(io.Discard, c); err != nil {
+			if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("reading until the listener hangs up: %v", err)
 			}
 		})
@@ -802,5 +805,79 @@ func TestServiceCloseWithTheBusDown(t *testing.T) {
 				t.Fatalf("Close took %v with the bus down", took)
 			}
 		})
+	}
+}
+
+// Connections that never finish their handshake (a stranger holding many
+// open, a slow-loris) neither lock a peer out of the direct data plane nor
+// fill the log: the oldest handshake under way makes room for a new one,
+// and refusals are logged once per interval with a count.
+func TestTCPHandshakeFloodDoesNotLockOutPeers(t *testing.T) {
+	srv := tcpBus(t)
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var logs syncBuffer
+	a, err := transport.NewTCP(transport.NewNATS(nc, kvSubject), transport.TCPConfig{Self: "a", Hello: helloSubject, Log: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	serve(t, a, "a", echo(a, "a"))
+	const idle = 3 * transport.MaxHandshakes
+	for range idle {
+		c, err := net.Dial("tcp", a.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("FX")) // a hello that never ends
+	}
+	cli := newTCP(t, srv, "cli")
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := cli.Send("a", in.Addr()+".x", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, in); string(m.Data) != "a:1" {
+		t.Fatalf("got %+v", m)
+	}
+	if st := cli.Stats(); st.DirectSends != 1 || st.BusSends != 0 {
+		t.Fatalf("client stats %+v: the peer was kept off the direct data plane", st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Stats().Refused < idle-transport.MaxHandshakes && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := a.Stats(); st.Refused < idle-transport.MaxHandshakes {
+		t.Fatalf("stats %+v: want at least %d refused", st, idle-transport.MaxHandshakes)
+	}
+	if n := strings.Count(logs.String(), "refused a data-plane connection"); n != 1 {
+		t.Fatalf("%d log lines for %d refused connections, want 1:\n%s", n, a.Stats().Refused, logs.String())
+	}
+}
+
+// A foreign protocol is refused as soon as its first bytes arrive.
+func TestTCPRefusesForeignProtocolAtOnce(t *testing.T) {
+	srv := tcpBus(t)
+	a := newTCP(t, srv, "a")
+	c, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("GET /"))
+	start := time.Now()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("hung up after %v, want at once", d)
 	}
 }
