@@ -131,7 +131,13 @@ func (c *Client) acked(id uint64) {
 
 // reroute adopts the current membership view: clocks to dead hosts are
 // dropped, unacknowledged writes go to their shards' heads again.
-func (c *Client) reroute() error {
+func (c *Client) reroute() error { return c.resend(false) }
+
+// resend is reroute; with clocks, also the unacknowledged clocks (and
+// finishes) to live hosts go again: after a data-plane connection broke
+// under them (see Client.connLost). Sending one twice is harmless: a
+// clock names the value it moves the worker's clock to.
+func (c *Client) resend(clocks bool) error {
 	r := c.cfg.Routes
 	c.view = r.View()
 	ids := make([]uint64, 0, len(c.kept))
@@ -145,6 +151,8 @@ func (c *Client) reroute() error {
 		if e.table == nil {
 			if !r.Alive(e.host) {
 				c.acked(id)
+			} else if clocks {
+				_ = c.cfg.Transport.Send(e.host, e.reply, e.data)
 			}
 			continue
 		}

@@ -1,0 +1,210 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/kvstore/transport"
+	"github.com/rs/zerolog"
+)
+
+// breakingTransport is a Transport whose connection to one node can be
+// broken while the node lives on: the next requests to it are dropped
+// and their senders' inboxes get the answer a TCP connection gives the
+// requests it carried when it breaks (transport.ErrConnLost).
+type breakingTransport struct {
+	transport.Transport
+	mu      sync.Mutex
+	node    string
+	drop    int // requests to node still to drop
+	inboxes []*breakingInbox
+}
+
+type breakingInbox struct {
+	transport.Inbox
+	mu   sync.Mutex
+	lost []transport.Msg
+}
+
+func (b *breakingTransport) Listen() (transport.Inbox, error) {
+	in, err := b.Transport.Listen()
+	if err != nil {
+		return nil, err
+	}
+	bi := &breakingInbox{Inbox: in}
+	b.mu.Lock()
+	b.inboxes = append(b.inboxes, bi)
+	b.mu.Unlock()
+	return bi, nil
+}
+
+// breakNext drops the next n requests to node.
+func (b *breakingTransport) breakNext(node string, n int) {
+	b.mu.Lock()
+	b.node, b.drop = node, n
+	b.mu.Unlock()
+}
+
+func (b *breakingTransport) Send(node, reply string, data []byte) error {
+	b.mu.Lock()
+	if node != b.node || b.drop == 0 {
+		b.mu.Unlock()
+		return b.Transport.Send(node, reply, data)
+	}
+	b.drop--
+	inboxes := b.inboxes
+	b.mu.Unlock()
+	for _, in := range inboxes {
+		if tail, ok := strings.CutPrefix(reply, in.Addr()+"."); ok {
+			in.mu.Lock()
+			in.lost = append(in.lost, transport.Msg{Tail: tail, Err: fmt.Errorf("%w: to %s: reset by peer", transport.ErrConnLost, node)})
+			in.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (bi *breakingInbox) Next(ctx context.Context) (transport.Msg, error) {
+	for {
+		bi.mu.Lock()
+		if len(bi.lost) > 0 {
+			m := bi.lost[0]
+			bi.lost = bi.lost[1:]
+			bi.mu.Unlock()
+			return m, nil
+		}
+		bi.mu.Unlock()
+		sub, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+		m, err := bi.Inbox.Next(sub)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return m, err
+		}
+	}
+}
+
+// TestBrokenConnectionToALiveSlave: a data-plane connection that breaks
+// while the slave at its other end lives on (a reset, a proxy dropping
+// it) loses the requests it carried, and no view change comes to send
+// them again. Under BSP on a replicated table, one worker's reads, adds
+// and clocks to that slave are dropped in turn at every position of an
+// iteration; the worker must go on (it waited out its timeout for the
+// read's answer and the gate for the clock) with every read exact and
+// every Add applied once.
+func TestBrokenConnectionToALiveSlave(t *testing.T) {
+	const rounds, keys = 12, 30
+	for _, drop := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprintf("drop %d", drop), func(t *testing.T) {
+			spec := TableSpec{Name: "w", Size: keys, Replicas: 2}
+			rc := newReplCluster(t, 3, spec)
+			bt := &breakingTransport{Transport: rc.tr}
+			for _, s := range rc.servers {
+				if err := s.PrepareStage("t", 0, Consistency{Kind: BSP}, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
+				Hosts: rc.hosts, Consistency: Consistency{Kind: BSP}, Routes: rc.servers[0].Routes("t"), Ctx: ctx,
+				Timeout: 5 * time.Second, RetryAfter: time.Second, Window: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tbl, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := make([]uint64, keys)
+			ones := make([]float64, keys)
+			for k := range all {
+				all[k], ones[k] = uint64(k), 1
+			}
+			got := make([]float64, keys)
+			for r := range rounds {
+				if r == 3 || r == 7 {
+					bt.breakNext(rc.hosts[1], drop)
+				}
+				if err := tbl.Get(all, got); err != nil {
+					t.Fatalf("round %d: get: %v", r, err)
+				}
+				for k, v := range got {
+					if v != float64(r) {
+						t.Fatalf("round %d: key %d = %v, want %d (every earlier Add once)", r, k, v, r)
+					}
+				}
+				if err := tbl.Add(all, ones); err != nil {
+					t.Fatalf("round %d: add: %v", r, err)
+				}
+				if err := c.Clock(); err != nil {
+					t.Fatalf("round %d: clock: %v", r, err)
+				}
+			}
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestBrokenConnectionLosesWritesWithoutReplicas: a write to a table
+// without replicas that a broken connection carried may or may not have
+// been applied, and nothing kept it to send again: the worker fails naming
+// the slave and the table's lack of replicas (it waited out its timeout).
+func TestBrokenConnectionLosesWritesWithoutReplicas(t *testing.T) {
+	repl := TableSpec{Name: "w", Size: 30, Replicas: 2}
+	single := TableSpec{Name: "u", Size: 30, Replicas: 1}
+	rc := &replCluster{tr: transport.NewMem(), hosts: []string{"n0", "n1", "n2"}, spec: repl}
+	for _, h := range rc.hosts {
+		s, err := NewServer(rc.tr, h, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.CreateTables("t", h, []Placement{{Spec: repl, Hosts: rc.hosts}, {Spec: single, Hosts: rc.hosts}}); err != nil {
+			t.Fatal(err)
+		}
+		rc.servers = append(rc.servers, s)
+	}
+	if rc.servers[0].Routes("t") == nil {
+		t.Fatal("no routes: the task has a replicated table")
+	}
+	bt := &breakingTransport{Transport: rc.tr}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
+		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: ctx,
+		Timeout: 5 * time.Second, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	u, err := c.Table(Placement{Spec: single, Hosts: rc.hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]uint64, 30)
+	ones := make([]float64, 30)
+	for k := range keys {
+		keys[k], ones[k] = uint64(k), 1
+	}
+	bt.breakNext(rc.hosts[1], 1)
+	start := time.Now()
+	err = u.Add(keys, ones)
+	if err == nil {
+		err = c.Flush()
+	}
+	var lost *SlaveLostError
+	if !errors.As(err, &lost) || lost.Slave != rc.hosts[1] || !strings.Contains(err.Error(), "without replicas") {
+		t.Fatalf("err = %v, want a SlaveLostError naming %s and the table without replicas", err, rc.hosts[1])
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("the error took %v: the timeout, not the broken connection, ended the wait", d)
+	}
+}
