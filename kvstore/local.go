@@ -88,8 +88,10 @@ func NewLocalTable(spec TableSpec, mode LockMode, chunkSize int) (*LocalTable, e
 	n := int(spec.Size) * spec.Width
 	if spec.DType == Float32 {
 		t.v32 = make([]float32, n)
+		holdDense(t.v32, 4)
 	} else {
 		t.vals = make([]float64, n)
+		holdDense(t.vals, 8)
 	}
 	if init, _ := parseInit(spec.Init); !init.IsZero() {
 		for k := range spec.Size {

@@ -178,6 +178,7 @@ type stripeLock struct {
 func newDense[T float](b storeBase) *dense[T] {
 	n := b.dir.ShardKeys(b.shard)
 	d := &dense[T]{storeBase: b, n: n, vals: make([]T, n*uint64(b.width))}
+	holdDense(d.vals, b.spec.elemBytes())
 	keys := uint64(max(1, stripeVals/b.width))
 	d.shift = uint(bits.Len64(keys) - 1)
 	d.locks = make([]stripeLock, (n>>d.shift)+1)

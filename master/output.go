@@ -13,7 +13,7 @@ import (
 
 // maxModelVals bounds the values of one table the master gathers into a
 // model file.
-const maxModelVals = 1 << 28
+const maxModelVals = tasks.MaxModelValues
 
 // writeOutput reads every table from its shards and writes the model to
 // the task's output path (local or hdfs://), atomically. A dense table

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/big"
 	"slices"
 	"strings"
 
@@ -236,6 +237,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 			return bad("table %q declared twice", spec.Name)
 		}
 		seen[spec.Name] = true
+		if err := fitsModel(spec.WithDefaults(), t); err != nil {
+			return bad("%v", err)
+		}
 	}
 	for name, in := range t.Inputs {
 		if in.Path == "" {
@@ -267,6 +271,31 @@ func (t *MultiStageTask) validate(registry bool) error {
 		}
 	}
 	return nil
+}
+
+// MaxModelValues bounds the values of one dense table a model file (a
+// task's output, a checkpoint) holds: `flexps eval` and a resume load
+// every one of them, as float64.
+const MaxModelValues = 1 << 28
+
+// fitsModel refuses a dense table too large for the model file or the
+// checkpoints the task writes: found only once training ended, it failed
+// the task and lost the model. Sparse tables are checked when written
+// (their size is what they hold).
+func fitsModel(spec kvstore.TableSpec, t *MultiStageTask) error {
+	if spec.Storage != kvstore.Dense || (t.Output == "" && t.Checkpoint.Dir == "") {
+		return nil
+	}
+	w := uint64(max(spec.Width, 1))
+	if spec.Size <= MaxModelValues/w {
+		return nil
+	}
+	what := "the model written to output"
+	if t.Output == "" {
+		what = "a checkpoint"
+	}
+	return fmt.Errorf("table %q: %d keys x %d = %d values, more than the %d (2^28) of one table %s holds (set no output and no [checkpoint], or make the table smaller)",
+		spec.Name, spec.Size, w, new(big.Int).Mul(new(big.Int).SetUint64(spec.Size), new(big.Int).SetUint64(w)), MaxModelValues, what)
 }
 
 func (s Stage) validate(t *MultiStageTask, registry bool) error {
