@@ -94,7 +94,7 @@ type Client struct {
 	reqID   uint64
 	view    View          // the membership view the client routes by
 	waited  time.Duration // waited for an answer since the last one (retries)
-	resent  bool          // sent the unacknowledged again after a broken connection (connLost), no answer since
+	lost    bool          // a connection broke under requests (connLost): retry, clocks and reads too
 }
 
 // ClientStats count what a client did.
@@ -307,6 +307,7 @@ func (c *Client) publishAcked(host string, units int) error {
 // pending tracks the outstanding replies of one read.
 type pending struct {
 	repl  bool // a read of a replicated table: sent again after a failover
+	lost  bool // a part's connection broke (Client.connLost): sent again at the retry
 	seq   uint64
 	out   []float64 // the read's destination
 	out32 []float32 // or this one (GetFloat32), when not nil
@@ -356,13 +357,15 @@ func (pt part) size(width int) int {
 // then fails with errViewChanged, and its caller sends it again.
 func (c *Client) receive(p *pending) error {
 	err := c.receiveOne(p)
-	if errors.Is(err, errReadLost) {
-		return errViewChanged // p's caller sends it again
-	}
 	if !errors.Is(err, errViewChanged) {
 		return err
 	}
-	if err := c.reroute(); err != nil {
+	// After a broken connection (connLost) the clocks it carried go
+	// again too, and so do its reads: no view change re-sends them when
+	// the slave at the other end lives on.
+	lost := c.lost
+	c.lost = false
+	if err := c.resend(lost); err != nil {
 		if c.err == nil {
 			c.err = err
 		}
@@ -371,14 +374,14 @@ func (c *Client) receive(p *pending) error {
 	// Reads started earlier and not waited for yet (GetAsync) learn it
 	// at their Wait.
 	for _, r := range c.reads {
-		if r != p && r.err == nil && c.readAffected(r) {
+		if r != p && r.err == nil && (r.lost || c.readAffected(r)) {
 			r.err = errViewChanged
 			if !r.repl {
 				r.err = c.gone(r.host[0])
 			}
 		}
 	}
-	if p != nil && c.readAffected(p) {
+	if p != nil && (p.lost || c.readAffected(p)) {
 		if !p.repl {
 			return c.gone(p.host[0])
 		}
@@ -389,7 +392,7 @@ func (c *Client) receive(p *pending) error {
 
 func (c *Client) receiveOne(p *pending) error {
 	wait := c.cfg.Timeout
-	retry := c.retaining() && len(c.kept) > 0 && c.cfg.RetryAfter < wait
+	retry := c.retaining() && (len(c.kept) > 0 || c.lost) && c.cfg.RetryAfter < wait
 	if retry {
 		wait = c.cfg.RetryAfter
 	}
@@ -431,15 +434,15 @@ func (c *Client) receiveOne(p *pending) error {
 	if !strings.HasPrefix(tail, "s") { // a scan keeps its pages
 		defer msg.Release() // decoded and copied out below
 	}
-	if msg.Err != nil && c.cfg.Routes != nil && errors.Is(msg.Err, transport.ErrConnLost) {
-		return c.connLost(tail, p, msg.Err)
-	}
 	if (msg.NoResponder || msg.Err != nil) && c.cfg.Routes != nil {
+		if msg.Err != nil && errors.Is(msg.Err, transport.ErrConnLost) {
+			c.connLost(tail)
+		}
 		// A slave died: the membership view will say so (within the
 		// failure timeout), and receive re-sends then.
 		return nil
 	}
-	c.resent = false
+
 	if msg.NoResponder {
 		return c.gone(c.hostOf(tail, p))
 	}
@@ -497,74 +500,30 @@ func (c *Client) receiveOne(p *pending) error {
 	return err
 }
 
-// errReadLost is receiveOne's answer when the connection that carried
-// the read waited for broke: receive tells the caller to send it again.
-var errReadLost = errors.New("kvstore: the read's data-plane connection broke")
-
-// connLost handles the answer to a request whose data-plane connection
-// broke (transport.ErrConnLost) in a stage with Routes. The slave at the
-// other end may be alive (a reset connection, a proxy or firewall that
-// dropped it): then no view change comes to re-send what the connection
-// carried, and the worker waited out Timeout for answers that never come.
-// (If it died, the view says so and the re-sends go to the new heads.)
-// A read is sent again by its caller (a read of a table without replicas
-// fails naming the slave: its caller does not re-send it); the
-// unacknowledged writes and clocks go again, in their order, once per
-// break (until another answer comes): shards skip the writes they already
-// applied, and a clock names its value. The next send dials a new
-// connection.
-func (c *Client) connLost(tail string, p *pending, cause error) error {
-	switch {
-	case strings.HasPrefix(tail, "g"):
-		seq, _, ok := strings.Cut(tail[1:], ".")
-		id, err := strconv.ParseUint(seq, 10, 64)
-		r := c.reads[id]
-		if !ok || err != nil || r == nil {
-			return nil // a late answer to an abandoned read
-		}
-		var rerr error = errViewChanged
-		if !r.repl {
-			host := c.hostOf(tail, r)
-			rerr = &SlaveLostError{Slave: host, Err: fmt.Errorf("kvstore: the read's connection to slave %s broke: %w", host, cause)}
-		}
-		if r == p {
-			if rerr == errViewChanged {
-				return errReadLost
-			}
-			return rerr
-		}
-		if r.err == nil {
-			r.err = rerr
-		}
-		return nil
-	case strings.HasPrefix(tail, "a"):
-		if host := c.hostOf(tail, p); host != "" && !strings.Contains(host, "#") && !c.keptClockTo(host) {
-			// Not a kept clock: a write to a table without replicas,
-			// not kept; whether the shard applied it is unknown.
-			if c.err == nil {
-				c.err = &SlaveLostError{Slave: host, Err: fmt.Errorf("kvstore: the connection to slave %s broke with writes to a table without replicas unacknowledged (applied or not: unknown): %w", host, cause)}
-			}
-			return c.err
-		}
-		if c.resent {
-			return nil
-		}
-		c.resent = true
-		return c.resend(true)
+// connLost notes the answer to a request whose data-plane connection
+// broke (transport.ErrConnLost), in a stage with Routes. If the slave at
+// the other end died, the view will say so and the re-sends go to the new
+// heads, as for any death. But it may live on (a reset connection, a
+// proxy or firewall that dropped it): then no view change comes, and the
+// worker waited out Timeout for answers that never come. So the client
+// retries after RetryAfter as it does for unacknowledged writes, and then
+// also sends the clocks again (a clock names the value it moves the
+// worker's clock to, so a second one is harmless) and the reads the
+// connection carried (their callers send them again; a read of a table
+// without replicas fails naming the slave). Shards skip the writes they
+// already applied. A write to a table without replicas that the
+// connection carried is not kept: whether it was applied is unknown, and
+// the worker times out on it as before.
+func (c *Client) connLost(tail string) {
+	c.lost = true
+	if !strings.HasPrefix(tail, "g") {
+		return
 	}
-	return nil
-}
-
-// keptClockTo reports whether an unacknowledged clock (or finish) to host
-// is kept: an acknowledgement address named after a host serves both
-// those and the writes to tables without replicas.
-func (c *Client) keptClockTo(host string) bool {
-	for _, e := range c.kept {
-		if e.table == nil && e.host == host {
-			return true
-		}
+	seq, _, ok := strings.Cut(tail[1:], ".")
+	id, err := strconv.ParseUint(seq, 10, 64)
+	if r := c.reads[id]; ok && err == nil && r != nil {
+		r.lost = true
 	}
-	return false
 }
 
 // deliver puts a reply to part idx of read r in place.

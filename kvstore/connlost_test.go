@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/kvstore/transport"
-	"github.com/rs/zerolog"
 )
 
 // breakingTransport is a Transport whose connection to one node can be
@@ -93,12 +92,12 @@ func (bi *breakingInbox) Next(ctx context.Context) (transport.Msg, error) {
 // it) loses the requests it carried, and no view change comes to send
 // them again. Under BSP on a replicated table, one worker's reads, adds
 // and clocks to that slave are dropped in turn at every position of an
-// iteration; the worker must go on (it waited out its timeout for the
-// read's answer and the gate for the clock) with every read exact and
-// every Add applied once.
+// iteration; the worker must go on after RetryAfter (it waited out its
+// timeout for the read's answer, or at the gate for the lost clock) with
+// every read exact and every Add applied once.
 func TestBrokenConnectionToALiveSlave(t *testing.T) {
 	const rounds, keys = 12, 30
-	for _, drop := range []int{1, 2, 3, 5} {
+	for _, drop := range []int{1, 3} {
 		t.Run(fmt.Sprintf("drop %d", drop), func(t *testing.T) {
 			spec := TableSpec{Name: "w", Size: keys, Replicas: 2}
 			rc := newReplCluster(t, 3, spec)
@@ -150,61 +149,5 @@ func TestBrokenConnectionToALiveSlave(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-// TestBrokenConnectionLosesWritesWithoutReplicas: a write to a table
-// without replicas that a broken connection carried may or may not have
-// been applied, and nothing kept it to send again: the worker fails naming
-// the slave and the table's lack of replicas (it waited out its timeout).
-func TestBrokenConnectionLosesWritesWithoutReplicas(t *testing.T) {
-	repl := TableSpec{Name: "w", Size: 30, Replicas: 2}
-	single := TableSpec{Name: "u", Size: 30, Replicas: 1}
-	rc := &replCluster{tr: transport.NewMem(), hosts: []string{"n0", "n1", "n2"}, spec: repl}
-	for _, h := range rc.hosts {
-		s, err := NewServer(rc.tr, h, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.CreateTables("t", h, []Placement{{Spec: repl, Hosts: rc.hosts}, {Spec: single, Hosts: rc.hosts}}); err != nil {
-			t.Fatal(err)
-		}
-		rc.servers = append(rc.servers, s)
-	}
-	if rc.servers[0].Routes("t") == nil {
-		t.Fatal("no routes: the task has a replicated table")
-	}
-	bt := &breakingTransport{Transport: rc.tr}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: rc.hosts[0], Server: rc.servers[0],
-		Hosts: rc.hosts, Consistency: Consistency{Kind: ASP}, Routes: rc.servers[0].Routes("t"), Ctx: ctx,
-		Timeout: 5 * time.Second, Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	u, err := c.Table(Placement{Spec: single, Hosts: rc.hosts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]uint64, 30)
-	ones := make([]float64, 30)
-	for k := range keys {
-		keys[k], ones[k] = uint64(k), 1
-	}
-	bt.breakNext(rc.hosts[1], 1)
-	start := time.Now()
-	err = u.Add(keys, ones)
-	if err == nil {
-		err = c.Flush()
-	}
-	var lost *SlaveLostError
-	if !errors.As(err, &lost) || lost.Slave != rc.hosts[1] || !strings.Contains(err.Error(), "without replicas") {
-		t.Fatalf("err = %v, want a SlaveLostError naming %s and the table without replicas", err, rc.hosts[1])
-	}
-	if d := time.Since(start); d > 4*time.Second {
-		t.Fatalf("the error took %v: the timeout, not the broken connection, ended the wait", d)
 	}
 }

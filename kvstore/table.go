@@ -532,7 +532,7 @@ func (t *TableClient) begin(out []float64) *pending {
 	}
 	p.seq, p.left, p.parts, p.host = c.seq, 0, p.parts[:0], p.host[:0]
 	p.out, p.width, p.err, p.repl = out, t.spec.Width, nil, t.repl
-	p.stamp, p.stamped = -1, false
+	p.stamp, p.stamped, p.lost = -1, false, false
 	c.reads[p.seq] = p
 	return p
 }
