@@ -159,6 +159,10 @@ type Source struct {
 	closed  bool
 
 	connects, lookups, fallbacks atomic.Int64
+
+	// dialDatanode replaces the dialer for datanode connections (tests
+	// point it at a datanode that stalls); nil dials for real.
+	dialDatanode func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // New validates cfg and returns a source; it does not connect.
@@ -310,6 +314,10 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 	}
 	timeout := s.cfg.Timeout
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	dialDatanode := dialer.DialContext
+	if s.dialDatanode != nil {
+		dialDatanode = s.dialDatanode
+	}
 	conns := &connSet{}
 	c, err := gohdfs.NewClient(gohdfs.ClientOptions{
 		Addresses:           u.namenodes,
@@ -323,7 +331,18 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 			conns.add(conn)
 			return &idleTimeoutConn{Conn: conn, timeout: timeout}, nil
 		},
-		DatanodeDialFunc: dialer.DialContext,
+		// The block reader sets its deadline on a datanode connection only
+		// after the read request's answer: a datanode that accepts and
+		// stalls (a paused or overloaded process) would hang the read
+		// forever, whatever SetDeadline said. Each read and write on the
+		// connection is bounded instead.
+		DatanodeDialFunc: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialDatanode(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleTimeoutConn{Conn: conn, timeout: timeout}, nil
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
@@ -343,9 +362,10 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 	return c, nil
 }
 
-// idleTimeoutConn bounds each namenode read and write by timeout. The RPC
-// client sets no deadlines, so a namenode that accepts and then stalls
-// would otherwise hang its caller forever.
+// idleTimeoutConn bounds each namenode or datanode read and write by
+// timeout. The RPC client sets no deadlines, and the block reader none
+// until a datanode answered its request, so a namenode or datanode that
+// accepts and then stalls would otherwise hang its caller forever.
 type idleTimeoutConn struct {
 	net.Conn
 	timeout time.Duration

@@ -491,6 +491,79 @@ func TestHDFSStalledNamenode(t *testing.T) {
 	}
 }
 
+// stallListener accepts connections and never answers; it stops with t.
+func stallListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// A datanode that accepts and never answers (a paused process, SIGSTOP)
+// fails the read within the timeout: the block reader sets no deadline of
+// its own before the datanode answered its request, and a paused
+// MiniHDFS held a flexps task for as long as it stayed paused.
+func TestHDFSStalledDatanode(t *testing.T) {
+	c := miniHDFS(t)
+	url, _ := uploadBig(t, c)
+	stall := stallListener(t)
+	const timeout = 2 * time.Second
+	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: c.Superuser, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var d net.Dialer
+	s.dialDatanode = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, stall) // every replica stalls
+	}
+	r, err := s.Open(context.Background(), url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Read(make([]byte, 4096))
+		done <- err
+	}()
+	start := time.Now()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a read from stalled datanodes did not return in a minute")
+	}
+	t.Logf("read failed after %v: %v", time.Since(start), err)
+	if err == nil {
+		t.Fatal("a read from stalled datanodes succeeded")
+	}
+}
+
 func TestIsHDFS(t *testing.T) {
 	for p, want := range map[string]bool{"hdfs://nn:8020/x": true, "HDFS:///x": true, "/hdfs/x": false, "file:///x": false, "hdfs:/x": false} {
 		if IsURL(p) != want {
