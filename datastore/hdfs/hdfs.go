@@ -233,8 +233,9 @@ func closeClient(c *gohdfs.Client, conns *connSet) error {
 
 // connSet holds the namenode connections one client dialed.
 type connSet struct {
-	mu    sync.Mutex
-	conns []net.Conn
+	mu     sync.Mutex
+	conns  []net.Conn
+	broken atomic.Bool // a read or write on one of them failed
 }
 
 func (cs *connSet) add(c net.Conn) {
@@ -310,7 +311,17 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 		return nil, fmt.Errorf("datastore: hdfs source is closed")
 	}
 	if c := s.clients[key]; c != nil {
-		return c, nil
+		if !s.conns[key].broken.Load() {
+			return c, nil
+		}
+		// A namenode connection failed mid-call (a stalled namenode's
+		// timeout): the client would read that call's late answer as the
+		// next call's and fail every call after it ("unexpected sequence
+		// number"), long after the namenode is back. Start a new one.
+		s.log.Warn().Str("namenode", key).Msg("datastore: hdfs namenode connection failed; reconnecting")
+		closeClient(c, s.conns[key])
+		delete(s.clients, key)
+		delete(s.conns, key)
 	}
 	timeout := s.cfg.Timeout
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
@@ -329,7 +340,7 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 				return nil, err
 			}
 			conns.add(conn)
-			return &idleTimeoutConn{Conn: conn, timeout: timeout}, nil
+			return &idleTimeoutConn{Conn: conn, timeout: timeout, set: conns}, nil
 		},
 		// The block reader sets its deadline on a datanode connection only
 		// after the read request's answer: a datanode that accepts and
@@ -366,19 +377,40 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 // timeout. The RPC client sets no deadlines, and the block reader none
 // until a datanode answered its request, so a namenode or datanode that
 // accepts and then stalls would otherwise hang its caller forever.
+//
+// A namenode connection (set != nil) whose read or write fails is closed
+// and its set marked broken: the RPC client keeps using a connection after
+// a timeout, so the answer that arrives late would be taken for the next
+// call's.
 type idleTimeoutConn struct {
 	net.Conn
 	timeout time.Duration
+	set     *connSet // the client's namenode connections; nil for a datanode
 }
 
 func (c *idleTimeoutConn) Read(b []byte) (int, error) {
 	c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.fail()
+	}
+	return n, err
 }
 
 func (c *idleTimeoutConn) Write(b []byte) (int, error) {
 	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.fail()
+	}
+	return n, err
+}
+
+func (c *idleTimeoutConn) fail() {
+	if c.set != nil {
+		c.set.broken.Store(true)
+		c.Conn.Close()
+	}
 }
 
 // fsErr gives an HDFS error the URL, and the user when it is a permission error.

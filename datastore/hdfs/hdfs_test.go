@@ -564,6 +564,148 @@ func TestHDFSStalledDatanode(t *testing.T) {
 	}
 }
 
+// pausableProxy forwards TCP connections to target; while paused it holds
+// every byte and delivers it on resume, as a namenode stopped with
+// SIGSTOP and continued does.
+type pausableProxy struct {
+	addr   string
+	mu     sync.Mutex
+	resume chan struct{} // closed while running
+}
+
+func (p *pausableProxy) gate() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resume
+}
+
+func (p *pausableProxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resume = make(chan struct{})
+}
+
+func (p *pausableProxy) unpause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.resume)
+}
+
+func startProxy(t *testing.T, target string) *pausableProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pausableProxy{addr: l.Addr().String(), resume: make(chan struct{})}
+	close(p.resume)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				<-p.gate()
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				dst.Close()
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(out, in)
+			go pipe(in, out)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		p.mu.Lock()
+		select {
+		case <-p.resume:
+		default:
+			close(p.resume)
+		}
+		p.mu.Unlock()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// A namenode that stalls past the timeout and comes back (SIGSTOP, then
+// SIGCONT) serves the next call again: the client used to keep the
+// connection on which its call timed out, read the late answer as the
+// next call's, and fail every call after it with "unexpected sequence
+// number", so a task's checkpoints and output failed long after the
+// namenode was back.
+func TestHDFSNamenodeStallThenRecovers(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	p := startProxy(t, c.Namenode)
+	const timeout = time.Second
+	s, err := New(Config{Namenodes: []string{p.addr}, HTTPAddr: c.HTTP, User: c.Superuser, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	purl := strings.Replace(url, c.Namenode, p.addr, 1)
+	read := func() error {
+		r, err := s.Open(context.Background(), purl, 0)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		got, err := io.ReadAll(r)
+		if err == nil && !bytes.Equal(got, data) {
+			err = fmt.Errorf("read %d bytes, not the file's %d", len(got), len(data))
+		}
+		return err
+	}
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	p.pause()
+	if err := read(); err == nil {
+		t.Fatal("a read through a stalled namenode succeeded")
+	} else {
+		t.Logf("while stalled: %v", err)
+	}
+	p.unpause()
+	time.Sleep(100 * time.Millisecond) // the late answers arrive
+	for i := range 3 {
+		if err := read(); err != nil {
+			t.Fatalf("read %d after the namenode came back: %v", i+1, err)
+		}
+	}
+}
+
 func TestIsHDFS(t *testing.T) {
 	for p, want := range map[string]bool{"hdfs://nn:8020/x": true, "HDFS:///x": true, "/hdfs/x": false, "file:///x": false, "hdfs:/x": false} {
 		if IsURL(p) != want {
