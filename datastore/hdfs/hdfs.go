@@ -709,6 +709,11 @@ func (s *Source) Create(ctx context.Context, path string) (io.WriteCloser, error
 	if err != nil {
 		return nil, err
 	}
+	if fi, err := c.Stat(u.path); err == nil && fi.IsDir() {
+		// Refused here, by the master's probe at submission, as on the
+		// local disk, rather than by the rename after training.
+		return nil, fmt.Errorf("datastore: hdfs create %s: is a directory (name a file in it)", path)
+	}
 	dir, name := pathDirBase(u.path)
 	if err := c.MkdirAll(dir, 0o755); err != nil {
 		return nil, s.fsErr("mkdir", u.url(dir), err)

@@ -329,6 +329,27 @@ func TestHDFSCreateRenamesOnClose(t *testing.T) {
 	}
 }
 
+// An output naming a directory is refused by Create (the master's probe
+// at submission), as on the local disk: it used to be accepted and fail
+// only after training, when the rename found the directory
+// ("rename2 call failed with ERROR_APPLICATION (java.io.IOException)").
+func TestHDFSCreateRefusesADirectory(t *testing.T) {
+	c := miniHDFS(t)
+	s := hdfsSource(t, c, "bob")
+	if err := c.Client(t, "bob").MkdirAll("/tmp/bob/adir", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	url := c.URL("/tmp/bob/adir")
+	w, err := s.Create(context.Background(), url)
+	if err == nil {
+		w.Close()
+		t.Fatal("Create of a directory's URL succeeded")
+	}
+	if !strings.Contains(err.Error(), url) || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("got %v, want an error naming %s as a directory", err, url)
+	}
+}
+
 // Without WebHDFS the blocks keep the HDFS layout but carry no hosts.
 func TestHDFSWithoutWebHDFSFallsBack(t *testing.T) {
 	c := miniHDFS(t)
