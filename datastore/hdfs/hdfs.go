@@ -764,9 +764,22 @@ func (w *hdfsWriter) Write(b []byte) (int, error) {
 	w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
 	n, err := w.w.Write(b)
 	if err != nil {
-		w.err = w.s.fsErr("write", w.url, err)
+		w.err = retryable(w.s.fsErr("write", w.url, err))
 	}
 	return n, w.err
+}
+
+// retryable marks err with datastore.ErrRetryWrite when the namenode
+// refused the file's next block because the one before is not yet
+// reported by a datanode: the client cannot ask for the block again on
+// the same file (it has dropped the previous block's writer), but the
+// file written again from the start goes through once the datanodes
+// caught up.
+func retryable(err error) error {
+	if err != nil && strings.Contains(err.Error(), "NotReplicatedYetException") {
+		return fmt.Errorf("%w (%w)", err, datastore.ErrRetryWrite)
+	}
+	return err
 }
 
 // Abort discards what was written: the final name is never created.
@@ -785,7 +798,7 @@ func (w *hdfsWriter) Close() error {
 	if w.err == nil {
 		w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
 		if err := closeHDFSFile(w.w, w.s.cfg.Timeout); err != nil {
-			w.err = w.s.fsErr("close", w.url, err)
+			w.err = retryable(w.s.fsErr("close", w.url, err))
 		}
 	} else {
 		w.w.Close()
