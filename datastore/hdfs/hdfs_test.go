@@ -585,6 +585,43 @@ func TestHDFSStalledDatanode(t *testing.T) {
 	}
 }
 
+// A read goes on from another replica when a datanode is dead (refuses)
+// or stalled: every byte comes back once, in order.
+func TestHDFSReadSkipsADeadOrStalledReplica(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	stall := stallListener(t)
+	for _, mode := range []string{"dead", "stalled"} {
+		t.Run(mode, func(t *testing.T) {
+			s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: c.Superuser, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			bad := c.Datanodes[0] // holds a replica of some blocks (replication 2 of 3)
+			var d net.Dialer
+			s.dialDatanode = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if addr != bad {
+					return d.DialContext(ctx, network, addr)
+				}
+				if mode == "dead" {
+					return nil, fmt.Errorf("dial %s: connection refused", addr)
+				}
+				return d.DialContext(ctx, network, stall)
+			}
+			r, err := s.Open(context.Background(), url, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			got, err := io.ReadAll(r)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %d of %d bytes, equal %v, err %v", len(got), len(data), bytes.Equal(got, data), err)
+			}
+		})
+	}
+}
+
 // pausableProxy forwards TCP connections to target; while paused it holds
 // every byte and delivers it on resume, as a namenode stopped with
 // SIGSTOP and continued does.
