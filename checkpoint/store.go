@@ -64,17 +64,21 @@ func Write(ctx context.Context, st Store, dir string, c *Checkpoint, keep int, n
 	c.Seq = NextSeq(paths)
 	c.Created = now
 	p := join(dir, Name(c.Seq))
-	w, err := st.Create(ctx, p)
-	if err != nil {
-		return Written{}, fmt.Errorf("checkpoint: %w", err)
+	var n int64
+	for attempt := 1; ; attempt++ {
+		n, err = writeOnce(ctx, st, p, c)
+		wait, again := datastore.RetryWrite(err, attempt)
+		if !again {
+			break
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return Written{}, err
+		}
 	}
-	n, err := Encode(w, c)
 	if err != nil {
-		datastore.Abort(w)
-		return Written{}, fmt.Errorf("checkpoint: write %s: %w", p, err)
-	}
-	if err := w.Close(); err != nil {
-		return Written{}, fmt.Errorf("checkpoint: %w", err)
+		return Written{}, err
 	}
 	out := Written{Path: p, Bytes: n, Seconds: time.Since(start).Seconds()}
 	for _, e := range Stale(append(paths, p), keep) {
@@ -85,6 +89,23 @@ func Write(ctx context.Context, st Store, dir string, c *Checkpoint, keep int, n
 		out.Removed = append(out.Removed, e.Path)
 	}
 	return out, nil
+}
+
+// writeOnce writes c to p, atomically.
+func writeOnce(ctx context.Context, st Store, p string, c *Checkpoint) (int64, error) {
+	w, err := st.Create(ctx, p)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	n, err := Encode(w, c)
+	if err != nil {
+		datastore.Abort(w)
+		return 0, fmt.Errorf("checkpoint: write %s: %w", p, err)
+	}
+	if err := w.Close(); err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	return n, nil
 }
 
 // Load reads the checkpoint at path.

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -167,6 +168,62 @@ func TestWriteRespectsAllowedPaths(t *testing.T) {
 		t.Fatalf("outside the allowed paths: %v", err)
 	}
 	if _, err := Write(context.Background(), st, filepath.Join(ok, "ck"), sample(), 2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// retryStore fails the first `fails` files it creates after 100 bytes
+// with datastore.ErrRetryWrite, as an HDFS namenode refuses a next block
+// (NotReplicatedYetException) until a datanode reported the one before.
+type retryStore struct {
+	*datastore.Sources
+	fails   int
+	creates int
+}
+
+func (r *retryStore) Create(ctx context.Context, p string) (io.WriteCloser, error) {
+	r.creates++
+	w, err := r.Sources.Create(ctx, p)
+	if err != nil || r.creates > r.fails {
+		return w, err
+	}
+	return &retryWriter{WriteCloser: w, left: 100}, nil
+}
+
+type retryWriter struct {
+	io.WriteCloser
+	left int
+}
+
+func (w *retryWriter) Write(p []byte) (int, error) {
+	if len(p) > w.left {
+		return 0, fmt.Errorf("addBlock: NotReplicatedYetException (%w)", datastore.ErrRetryWrite)
+	}
+	w.left -= len(p)
+	return w.WriteCloser.Write(p)
+}
+
+func (w *retryWriter) Abort() { datastore.Abort(w.WriteCloser) }
+
+// A write refused for a moment (datastore.ErrRetryWrite) is written again
+// from the start: a checkpoint of several HDFS blocks failed now and then
+// on the namenode's NotReplicatedYetException, which Hadoop's client
+// retries.
+func TestWriteRetriesARetryableFailure(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := &retryStore{Sources: datastore.NewSources(), fails: 2}
+	w, err := Write(ctx, st, dir, sample(), 2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.creates != 3 {
+		t.Errorf("%d attempts, want 3", st.creates)
+	}
+	if got := files(t, dir); !slices.Equal(got, []string{Name(1)}) {
+		t.Fatalf("files %v, want only %s", got, Name(1))
+	}
+	if _, err := Load(ctx, st.Sources, w.Path); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,12 +2,15 @@ package datastore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCreateIsAtomic(t *testing.T) {
@@ -179,5 +182,26 @@ func TestCoreHasNoHDFSDependency(t *testing.T) {
 				t.Errorf("%s depends on %s", pkg, dep)
 			}
 		}
+	}
+}
+
+func TestRetryWrite(t *testing.T) {
+	if _, again := RetryWrite(errors.New("disk full"), 1); again {
+		t.Error("a plain error is retried")
+	}
+	if _, again := RetryWrite(nil, 1); again {
+		t.Error("success is retried")
+	}
+	err := fmt.Errorf("hdfs write: NotReplicatedYetException (%w)", ErrRetryWrite)
+	var waits []time.Duration
+	for a := 1; ; a++ {
+		w, again := RetryWrite(err, a)
+		if !again {
+			break
+		}
+		waits = append(waits, w)
+	}
+	if len(waits) != 5 || waits[0] != 400*time.Millisecond || waits[4] != 6400*time.Millisecond {
+		t.Errorf("waits %v, want 5 from 0.4s doubling", waits)
 	}
 }

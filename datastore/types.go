@@ -101,6 +101,24 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // ErrNoInput is returned when an input pattern matches no file or only empty files.
 var ErrNoInput = errors.New("no input")
 
+// ErrRetryWrite marks a failed write to a Creator that may succeed when
+// the file is written again from the start: an HDFS namenode refuses a
+// file's next block until a datanode reported the one before
+// (NotReplicatedYetException), which Hadoop's own client waits out and
+// retries. RetryWrite says how long to wait before each attempt.
+var ErrRetryWrite = errors.New("the write may succeed if started again")
+
+// RetryWrite returns the pause before attempt (1, 2, ...) of a write
+// that failed with ErrRetryWrite, and false when no attempt is left: 5
+// more attempts, 0.4s, 0.8s, 1.6s, 3.2s, 6.4s apart (Hadoop's client
+// retries addBlock 5 times from 0.4s).
+func RetryWrite(err error, attempt int) (time.Duration, bool) {
+	if !errors.Is(err, ErrRetryWrite) || attempt > 5 {
+		return 0, false
+	}
+	return 400 * time.Millisecond << (attempt - 1), true
+}
+
 // FormatOptions configures NewFormat. Start from DefaultFormatOptions: the
 // zero value reads 0-based LIBSVM ids (IndexBase 0), which is wrong for the
 // usual 1-based files.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -75,8 +76,25 @@ func (t *taskRun) writeOutput() error {
 	return nil
 }
 
-// saveModel writes the model to the task's output path, atomically.
+// saveModel writes the model to the task's output path, atomically,
+// starting again when the write may succeed then (datastore.RetryWrite).
 func (t *taskRun) saveModel(model *tasks.Model) error {
+	for attempt := 1; ; attempt++ {
+		err := t.saveModelOnce(model)
+		wait, again := datastore.RetryWrite(err, attempt)
+		if !again {
+			return err
+		}
+		t.m.log.Warn().Err(err).Str("task", t.spec.ID).Int("attempt", attempt).Msg("writing the model again")
+		select {
+		case <-time.After(wait):
+		case <-t.ctx.Done():
+			return err
+		}
+	}
+}
+
+func (t *taskRun) saveModelOnce(model *tasks.Model) error {
 	w, err := t.m.sources.Create(t.ctx, t.spec.Output)
 	if err != nil {
 		return fmt.Errorf("output %s: %w", t.spec.Output, err)

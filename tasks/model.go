@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
 )
 
@@ -270,9 +272,19 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 	return &m, nil
 }
 
-// LoadModel reads the model file at path.
+// LoadModel reads the model file at path: a local file, or a URL of a
+// registered scheme (hdfs:// in a program that imports datastore/hdfs),
+// where a task's output may have gone.
 func LoadModel(path string) (*Model, error) {
-	f, err := os.Open(path)
+	var f io.ReadCloser
+	var err error
+	if s := datastore.Scheme(path); s != "" && s != "file" {
+		src := datastore.NewSources()
+		defer src.Close()
+		f, err = src.Open(context.Background(), path, 0)
+	} else {
+		f, err = os.Open(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

@@ -90,6 +90,9 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "unknown command", args: []string{"trian"}, wants: []string{`unknown command "trian"`}},
 		{name: "eval a file that is no model", args: []string{"eval", "--model", train, "--data", train}, wants: []string{"train.libsvm", "not a flexps model file"}},
 		{name: "gen without output", args: []string{"gen", "libsvm"}, wants: []string{"--out is required"}},
+		// It used to write ./hdfs:/nn:8020/x.libsvm and say "wrote hdfs://nn:8020/x.libsvm".
+		{name: "gen to an hdfs URL", args: []string{"gen", "libsvm", "--rows", "10", "--out", "hdfs://127.0.0.1:1/x.libsvm"},
+			wants: []string{"hdfs://127.0.0.1:1/x.libsvm", "writes local files only"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

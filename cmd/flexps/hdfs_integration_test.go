@@ -394,3 +394,33 @@ func checkOneClearError(t *testing.T, stderr string) {
 		t.Errorf("want one clear error, got %d lines:\n%s", n+1, stderr)
 	}
 }
+
+// A model written to hdfs:// is scored by `flexps eval --model hdfs://...`
+// (and tasks.Evaluate): eval used to open the URL as a local path and say
+// "no such file or directory".
+func TestHDFSEvalModelOnHDFS(t *testing.T) {
+	h := miniHDFS(t)
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 2000, 300)
+	model := h.URL("/eval/" + t.Name() + ".model")
+	cfg := filepath.Join(dir, "cluster.toml")
+	if err := os.WriteFile(cfg, []byte(hdfsConfig(h)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := run([]string{"run", "--log-level", "error", "--config", cfg, lrJob(t, dir, "evalhdfs", train, test, model, 2000, 1, 2, "bsp")}, &stderr); code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"eval", "--model", model, "--data", test}, &stderr); code != 0 {
+		t.Fatalf("eval --model %s exited %d:\n%s", model, code, stderr.String())
+	}
+	if a := accuracy(t, model, test); a < 0.7 {
+		t.Errorf("accuracy of the model on HDFS %.3f, want at least 0.7", a)
+	}
+	stderr.Reset()
+	missing := h.URL("/eval/none.model")
+	if code := run([]string{"eval", "--model", missing, "--data", test}, &stderr); code == 0 || !strings.Contains(stderr.String(), missing) || !strings.Contains(stderr.String(), "not exist") {
+		t.Errorf("eval of a missing model on HDFS: exit %d, stderr %q; want an error naming %s", code, stderr.String(), missing)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
@@ -16,6 +17,11 @@ import (
 func ensureInputs(jf *tasks.JobFile, log zerolog.Logger) error {
 	for name, in := range jf.Inputs {
 		if in.Generate == nil {
+			continue
+		}
+		if s := datastore.Scheme(in.Path); s != "" && s != "file" {
+			// Generated files are local; an input on HDFS must exist,
+			// and the master says so when it does not.
 			continue
 		}
 		_, err := os.Stat(in.Path)

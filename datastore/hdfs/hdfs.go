@@ -159,6 +159,10 @@ type Source struct {
 	closed  bool
 
 	connects, lookups, fallbacks atomic.Int64
+
+	// dialDatanode replaces the dialer for datanode connections (tests
+	// point it at a datanode that stalls); nil dials for real.
+	dialDatanode func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // New validates cfg and returns a source; it does not connect.
@@ -229,8 +233,9 @@ func closeClient(c *gohdfs.Client, conns *connSet) error {
 
 // connSet holds the namenode connections one client dialed.
 type connSet struct {
-	mu    sync.Mutex
-	conns []net.Conn
+	mu     sync.Mutex
+	conns  []net.Conn
+	broken atomic.Bool // a read or write on one of them failed
 }
 
 func (cs *connSet) add(c net.Conn) {
@@ -306,10 +311,24 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 		return nil, fmt.Errorf("datastore: hdfs source is closed")
 	}
 	if c := s.clients[key]; c != nil {
-		return c, nil
+		if !s.conns[key].broken.Load() {
+			return c, nil
+		}
+		// A namenode connection failed mid-call (a stalled namenode's
+		// timeout): the client would read that call's late answer as the
+		// next call's and fail every call after it ("unexpected sequence
+		// number"), long after the namenode is back. Start a new one.
+		s.log.Warn().Str("namenode", key).Msg("datastore: hdfs namenode connection failed; reconnecting")
+		closeClient(c, s.conns[key])
+		delete(s.clients, key)
+		delete(s.conns, key)
 	}
 	timeout := s.cfg.Timeout
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	dialDatanode := dialer.DialContext
+	if s.dialDatanode != nil {
+		dialDatanode = s.dialDatanode
+	}
 	conns := &connSet{}
 	c, err := gohdfs.NewClient(gohdfs.ClientOptions{
 		Addresses:           u.namenodes,
@@ -321,9 +340,20 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 				return nil, err
 			}
 			conns.add(conn)
+			return &idleTimeoutConn{Conn: conn, timeout: timeout, set: conns}, nil
+		},
+		// The block reader sets its deadline on a datanode connection only
+		// after the read request's answer: a datanode that accepts and
+		// stalls (a paused or overloaded process) would hang the read
+		// forever, whatever SetDeadline said. Each read and write on the
+		// connection is bounded instead.
+		DatanodeDialFunc: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialDatanode(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
 			return &idleTimeoutConn{Conn: conn, timeout: timeout}, nil
 		},
-		DatanodeDialFunc: dialer.DialContext,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
@@ -343,22 +373,44 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 	return c, nil
 }
 
-// idleTimeoutConn bounds each namenode read and write by timeout. The RPC
-// client sets no deadlines, so a namenode that accepts and then stalls
-// would otherwise hang its caller forever.
+// idleTimeoutConn bounds each namenode or datanode read and write by
+// timeout. The RPC client sets no deadlines, and the block reader none
+// until a datanode answered its request, so a namenode or datanode that
+// accepts and then stalls would otherwise hang its caller forever.
+//
+// A namenode connection (set != nil) whose read or write fails is closed
+// and its set marked broken: the RPC client keeps using a connection after
+// a timeout, so the answer that arrives late would be taken for the next
+// call's.
 type idleTimeoutConn struct {
 	net.Conn
 	timeout time.Duration
+	set     *connSet // the client's namenode connections; nil for a datanode
 }
 
 func (c *idleTimeoutConn) Read(b []byte) (int, error) {
 	c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.fail()
+	}
+	return n, err
 }
 
 func (c *idleTimeoutConn) Write(b []byte) (int, error) {
 	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.fail()
+	}
+	return n, err
+}
+
+func (c *idleTimeoutConn) fail() {
+	if c.set != nil {
+		c.set.broken.Store(true)
+		c.Conn.Close()
+	}
 }
 
 // fsErr gives an HDFS error the URL, and the user when it is a permission error.
@@ -657,6 +709,11 @@ func (s *Source) Create(ctx context.Context, path string) (io.WriteCloser, error
 	if err != nil {
 		return nil, err
 	}
+	if fi, err := c.Stat(u.path); err == nil && fi.IsDir() {
+		// Refused here, by the master's probe at submission, as on the
+		// local disk, rather than by the rename after training.
+		return nil, fmt.Errorf("datastore: hdfs create %s: is a directory (name a file in it)", path)
+	}
 	dir, name := pathDirBase(u.path)
 	if err := c.MkdirAll(dir, 0o755); err != nil {
 		return nil, s.fsErr("mkdir", u.url(dir), err)
@@ -707,9 +764,22 @@ func (w *hdfsWriter) Write(b []byte) (int, error) {
 	w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
 	n, err := w.w.Write(b)
 	if err != nil {
-		w.err = w.s.fsErr("write", w.url, err)
+		w.err = retryable(w.s.fsErr("write", w.url, err))
 	}
 	return n, w.err
+}
+
+// retryable marks err with datastore.ErrRetryWrite when the namenode
+// refused the file's next block because the one before is not yet
+// reported by a datanode: the client cannot ask for the block again on
+// the same file (it has dropped the previous block's writer), but the
+// file written again from the start goes through once the datanodes
+// caught up.
+func retryable(err error) error {
+	if err != nil && strings.Contains(err.Error(), "NotReplicatedYetException") {
+		return fmt.Errorf("%w (%w)", err, datastore.ErrRetryWrite)
+	}
+	return err
 }
 
 // Abort discards what was written: the final name is never created.
@@ -728,7 +798,7 @@ func (w *hdfsWriter) Close() error {
 	if w.err == nil {
 		w.w.SetDeadline(time.Now().Add(w.s.cfg.Timeout))
 		if err := closeHDFSFile(w.w, w.s.cfg.Timeout); err != nil {
-			w.err = w.s.fsErr("close", w.url, err)
+			w.err = retryable(w.s.fsErr("close", w.url, err))
 		}
 	} else {
 		w.w.Close()

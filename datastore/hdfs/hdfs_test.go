@@ -329,6 +329,27 @@ func TestHDFSCreateRenamesOnClose(t *testing.T) {
 	}
 }
 
+// An output naming a directory is refused by Create (the master's probe
+// at submission), as on the local disk: it used to be accepted and fail
+// only after training, when the rename found the directory
+// ("rename2 call failed with ERROR_APPLICATION (java.io.IOException)").
+func TestHDFSCreateRefusesADirectory(t *testing.T) {
+	c := miniHDFS(t)
+	s := hdfsSource(t, c, "bob")
+	if err := c.Client(t, "bob").MkdirAll("/tmp/bob/adir", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	url := c.URL("/tmp/bob/adir")
+	w, err := s.Create(context.Background(), url)
+	if err == nil {
+		w.Close()
+		t.Fatal("Create of a directory's URL succeeded")
+	}
+	if !strings.Contains(err.Error(), url) || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("got %v, want an error naming %s as a directory", err, url)
+	}
+}
+
 // Without WebHDFS the blocks keep the HDFS layout but carry no hosts.
 func TestHDFSWithoutWebHDFSFallsBack(t *testing.T) {
 	c := miniHDFS(t)
@@ -488,6 +509,258 @@ func TestHDFSStalledNamenode(t *testing.T) {
 	closed = true
 	if d := time.Since(start); d > timeout/2 {
 		t.Errorf("Close took %v against a stalled namenode (timeout %v)", d, timeout)
+	}
+}
+
+// stallListener accepts connections and never answers; it stops with t.
+func stallListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// A datanode that accepts and never answers (a paused process, SIGSTOP)
+// fails the read within the timeout: the block reader sets no deadline of
+// its own before the datanode answered its request, and a paused
+// MiniHDFS held a flexps task for as long as it stayed paused.
+func TestHDFSStalledDatanode(t *testing.T) {
+	c := miniHDFS(t)
+	url, _ := uploadBig(t, c)
+	stall := stallListener(t)
+	const timeout = 2 * time.Second
+	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: c.Superuser, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var d net.Dialer
+	s.dialDatanode = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, stall) // every replica stalls
+	}
+	r, err := s.Open(context.Background(), url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Read(make([]byte, 4096))
+		done <- err
+	}()
+	start := time.Now()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a read from stalled datanodes did not return in a minute")
+	}
+	t.Logf("read failed after %v: %v", time.Since(start), err)
+	if err == nil {
+		t.Fatal("a read from stalled datanodes succeeded")
+	}
+}
+
+// A read goes on from another replica when a datanode is dead (refuses)
+// or stalled: every byte comes back once, in order.
+func TestHDFSReadSkipsADeadOrStalledReplica(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	stall := stallListener(t)
+	for _, mode := range []string{"dead", "stalled"} {
+		t.Run(mode, func(t *testing.T) {
+			s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: c.HTTP, User: c.Superuser, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			bad := c.Datanodes[0] // holds a replica of some blocks (replication 2 of 3)
+			var d net.Dialer
+			s.dialDatanode = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if addr != bad {
+					return d.DialContext(ctx, network, addr)
+				}
+				if mode == "dead" {
+					return nil, fmt.Errorf("dial %s: connection refused", addr)
+				}
+				return d.DialContext(ctx, network, stall)
+			}
+			r, err := s.Open(context.Background(), url, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			got, err := io.ReadAll(r)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %d of %d bytes, equal %v, err %v", len(got), len(data), bytes.Equal(got, data), err)
+			}
+		})
+	}
+}
+
+// pausableProxy forwards TCP connections to target; while paused it holds
+// every byte and delivers it on resume, as a namenode stopped with
+// SIGSTOP and continued does.
+type pausableProxy struct {
+	addr   string
+	mu     sync.Mutex
+	resume chan struct{} // closed while running
+}
+
+func (p *pausableProxy) gate() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resume
+}
+
+func (p *pausableProxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resume = make(chan struct{})
+}
+
+func (p *pausableProxy) unpause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.resume)
+}
+
+func startProxy(t *testing.T, target string) *pausableProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pausableProxy{addr: l.Addr().String(), resume: make(chan struct{})}
+	close(p.resume)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				<-p.gate()
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				dst.Close()
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(out, in)
+			go pipe(in, out)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		p.mu.Lock()
+		select {
+		case <-p.resume:
+		default:
+			close(p.resume)
+		}
+		p.mu.Unlock()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// A namenode that stalls past the timeout and comes back (SIGSTOP, then
+// SIGCONT) serves the next call again: the client used to keep the
+// connection on which its call timed out, read the late answer as the
+// next call's, and fail every call after it with "unexpected sequence
+// number", so a task's checkpoints and output failed long after the
+// namenode was back.
+func TestHDFSNamenodeStallThenRecovers(t *testing.T) {
+	c := miniHDFS(t)
+	url, data := uploadBig(t, c)
+	p := startProxy(t, c.Namenode)
+	const timeout = time.Second
+	s, err := New(Config{Namenodes: []string{p.addr}, HTTPAddr: c.HTTP, User: c.Superuser, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	purl := strings.Replace(url, c.Namenode, p.addr, 1)
+	read := func() error {
+		r, err := s.Open(context.Background(), purl, 0)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		got, err := io.ReadAll(r)
+		if err == nil && !bytes.Equal(got, data) {
+			err = fmt.Errorf("read %d bytes, not the file's %d", len(got), len(data))
+		}
+		return err
+	}
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	p.pause()
+	if err := read(); err == nil {
+		t.Fatal("a read through a stalled namenode succeeded")
+	} else {
+		t.Logf("while stalled: %v", err)
+	}
+	p.unpause()
+	time.Sleep(100 * time.Millisecond) // the late answers arrive
+	for i := range 3 {
+		if err := read(); err != nil {
+			t.Fatalf("read %d after the namenode came back: %v", i+1, err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Spec is a data set to generate, as `flexps gen` and a job file's
@@ -44,6 +45,16 @@ func Generate(path string, gs Spec) error {
 	files := []string{path}
 	if gs.TestPath != "" {
 		files = append(files, gs.TestPath)
+	}
+	for i, p := range files {
+		// os would take hdfs://nn/x for a relative path and write
+		// ./hdfs:/nn/x, which `flexps gen` then reported as written.
+		scheme, rest, ok := strings.Cut(p, "://")
+		if ok && strings.EqualFold(scheme, "file") {
+			files[i] = rest
+		} else if ok && scheme != "" && !strings.ContainsAny(scheme, "/\\") {
+			return fmt.Errorf("gen %s: writes local files only: generate it locally, then copy it there", p)
+		}
 	}
 	var outs []*os.File
 	cleanup := func() {

@@ -3,7 +3,10 @@ package synth
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -230,5 +233,25 @@ func TestWriteRatings(t *testing.T) {
 	}
 	if err := WriteRatings(&a, RatingsConfig{Users: 1, Items: 1, Rank: 1, Min: 5, Max: 1}); err == nil {
 		t.Fatal("min > max accepted")
+	}
+}
+
+// Generate writes local files: a URL is refused, not taken for a relative
+// path (hdfs://nn/x became ./hdfs:/nn/x); file:// URLs are local paths.
+func TestGenerateRefusesURLs(t *testing.T) {
+	tmp := t.TempDir()
+	t.Chdir(tmp)
+	err := Generate("hdfs://nn:8020/x.libsvm", Spec{Rows: 10, Dim: 5, NNZ: 2})
+	if err == nil || !strings.Contains(err.Error(), "hdfs://nn:8020/x.libsvm") {
+		t.Fatalf("got %v, want an error naming the URL", err)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "hdfs:")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a local hdfs: directory was made: %v", err)
+	}
+	if err := Generate("file://"+filepath.Join(tmp, "y.libsvm"), Spec{Rows: 10, Dim: 5, NNZ: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "y.libsvm")); err != nil {
+		t.Fatal(err)
 	}
 }
