@@ -289,9 +289,11 @@ func LoadModel(path string) (*Model, error) {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	defer f.Close()
-	size := int64(-1)
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-		size = st.Size()
+	size := int64(-1) // unknown: tables grow as their values arrive
+	if lf, ok := f.(*os.File); ok {
+		if st, err := lf.Stat(); err == nil && st.Mode().IsRegular() {
+			size = st.Size()
+		}
 	}
 	m, err := readModel(f, size)
 	if err != nil {
