@@ -17,7 +17,7 @@ set -euo pipefail
 R=${1:-3}
 cd "$(dirname "$0")/../.."
 W=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 go build -o "$W/flexps" ./cmd/flexps
 F="$W/flexps"
 . bench/lrjob.sh
