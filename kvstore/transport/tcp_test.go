@@ -767,47 +767,6 @@ func TestTCPRequestsToSelfStayInMemory(t *testing.T) {
 	}
 }
 
-// A node stops serving at once when the bus is gone (a slave shutting
-// down after its master, and the master's embedded NATS, went away): its
-// Close waited nats' 10 s Flush timeout on the dead connection.
-func TestServiceCloseWithTheBusDown(t *testing.T) {
-	for _, kind := range []string{"nats", "tcp"} {
-		t.Run(kind, func(t *testing.T) {
-			srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			nc, err := srv.Connect(bus.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			var tr transport.Transport = transport.NewNATS(nc, kvSubject)
-			if kind == "tcp" {
-				tcp, err := transport.NewTCP(transport.NewNATS(nc, kvSubject), transport.TCPConfig{Self: "a", Hello: helloSubject})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tcp.Close()
-				tr = tcp
-			}
-			svc, err := tr.Serve("a", func([]byte, string) {})
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.Shutdown()
-			for nc.IsConnected() {
-				time.Sleep(10 * time.Millisecond)
-			}
-			start := time.Now()
-			svc.Close()
-			if took := time.Since(start); took > 3*time.Second {
-				t.Fatalf("Close took %v with the bus down", took)
-			}
-		})
-	}
-}
-
 // Connections that never finish their handshake (a stranger holding many
 // open, a slow-loris) neither lock a peer out of the direct data plane nor
 // fill the log: the oldest handshake under way makes room for a new one,
