@@ -373,16 +373,19 @@ func (c *Client) receive(p *pending) error {
 	}
 	// Reads started earlier and not waited for yet (GetAsync) learn it
 	// at their Wait.
+	// A read a broken connection lost is sent again whatever its table:
+	// its slave lives on as far as the view knows (if not, the send
+	// fails, and the read with it).
 	for _, r := range c.reads {
 		if r != p && r.err == nil && (r.lost || c.readAffected(r)) {
 			r.err = errViewChanged
-			if !r.repl {
+			if !r.repl && !r.lost {
 				r.err = c.gone(r.host[0])
 			}
 		}
 	}
 	if p != nil && (p.lost || c.readAffected(p)) {
-		if !p.repl {
+		if !p.repl && !p.lost {
 			return c.gone(p.host[0])
 		}
 		return errViewChanged
@@ -509,8 +512,7 @@ func (c *Client) receiveOne(p *pending) error {
 // retries after RetryAfter as it does for unacknowledged writes, and then
 // also sends the clocks again (a clock names the value it moves the
 // worker's clock to, so a second one is harmless) and the reads the
-// connection carried (their callers send them again; a read of a table
-// without replicas fails naming the slave). Shards skip the writes they
+// connection carried (their callers send them again). Shards skip the writes they
 // already applied. A write to a table without replicas that the
 // connection carried is not kept: whether it was applied is unknown, and
 // the worker times out on it as before.

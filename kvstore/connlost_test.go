@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/kvstore/transport"
+	"github.com/rs/zerolog"
 )
 
 // breakingTransport is a Transport whose connection to one node can be
@@ -149,5 +150,63 @@ func TestBrokenConnectionToALiveSlave(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestBrokenConnectionReadWithoutReplicas: a read of a table without
+// replicas, in a task that has replicated ones (so the client has Routes),
+// is sent again too when the connection that carried it broke under a
+// live slave: reads change nothing, so sending one twice is safe.
+func TestBrokenConnectionReadWithoutReplicas(t *testing.T) {
+	repl := TableSpec{Name: "w", Size: 30, Replicas: 2}
+	single := TableSpec{Name: "u", Size: 30, Replicas: 1}
+	tr := transport.NewMem()
+	hosts := []string{"n0", "n1", "n2"}
+	var servers []*Server
+	for _, h := range hosts {
+		s, err := NewServer(tr, h, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.CreateTables("t", h, []Placement{{Spec: repl, Hosts: hosts}, {Spec: single, Hosts: hosts}}); err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, s)
+	}
+	bt := &breakingTransport{Transport: tr}
+	c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: hosts[0], Server: servers[0],
+		Hosts: hosts, Consistency: Consistency{Kind: ASP}, Routes: servers[0].Routes("t"), Ctx: context.Background(),
+		Timeout: 5 * time.Second, RetryAfter: time.Second, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if servers[0].Routes("t") == nil {
+		t.Fatal("no routes: the task has a replicated table")
+	}
+	u, err := c.Table(Placement{Spec: single, Hosts: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, vals := make([]uint64, 30), make([]float64, 30)
+	for k := range keys {
+		keys[k], vals[k] = uint64(k), float64(k)
+	}
+	if err := u.Add(keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	bt.breakNext(hosts[1], 1)
+	got := make([]float64, 30)
+	if err := u.Get(keys, got); err != nil {
+		t.Fatalf("get after the break: %v", err)
+	}
+	for k, v := range got {
+		if v != float64(k) {
+			t.Fatalf("key %d = %v, want %d", k, v, k)
+		}
 	}
 }
