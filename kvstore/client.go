@@ -372,10 +372,9 @@ func (c *Client) receive(p *pending) error {
 		return err
 	}
 	// Reads started earlier and not waited for yet (GetAsync) learn it
-	// at their Wait.
-	// A read a broken connection lost is sent again whatever its table:
-	// its slave lives on as far as the view knows (if not, the send
-	// fails, and the read with it).
+	// at their Wait. A read a broken connection lost is sent again
+	// whatever its table: its slave lives on as far as the view knows
+	// (if not, the send fails, and the read with it).
 	for _, r := range c.reads {
 		if r != p && r.err == nil && (r.lost || c.readAffected(r)) {
 			r.err = errViewChanged
@@ -445,7 +444,6 @@ func (c *Client) receiveOne(p *pending) error {
 		// failure timeout), and receive re-sends then.
 		return nil
 	}
-
 	if msg.NoResponder {
 		return c.gone(c.hostOf(tail, p))
 	}
@@ -512,10 +510,10 @@ func (c *Client) receiveOne(p *pending) error {
 // retries after RetryAfter as it does for unacknowledged writes, and then
 // also sends the clocks again (a clock names the value it moves the
 // worker's clock to, so a second one is harmless) and the reads the
-// connection carried (their callers send them again). Shards skip the writes they
-// already applied. A write to a table without replicas that the
-// connection carried is not kept: whether it was applied is unknown, and
-// the worker times out on it as before.
+// connection carried (their callers send them again). Shards skip the
+// writes they already applied. A write to a table without replicas that
+// the connection carried is not kept: whether it was applied is unknown,
+// and the worker times out on it as before.
 func (c *Client) connLost(tail string) {
 	c.lost = true
 	if !strings.HasPrefix(tail, "g") {
