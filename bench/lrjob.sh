@@ -1,7 +1,9 @@
-# Shared by the LR benchmark scripts (source it after building $F, the
-# flexps binary, into $W, the run's scratch folder): the data set of the
-# issue's LR figures and the job that trains on it.
+# Shared by the LR benchmark scripts (source it from the repository's
+# root): the data set of the LR figures and the job that trains on it.
 #
+#   lr_prepare               makes $W (a scratch folder, removed at exit with
+#                            any process still running), builds $F (flexps)
+#                            into it and generates the data (lr_data)
 #   lr_data                  generates $DATA/{train,test}.libsvm once (200k rows x 1M
 #                            features, 20 non-zeros, Zipf 1.1, seed 1; 20k test rows)
 #   lr_job NAME KIND EPOCHS [TABLE_LINES [PARAM_LINES]]
@@ -15,6 +17,14 @@
 #   lr_cluster_stop          stops them
 #   lr_submit NAME           submits $W/NAME.toml and prints its epoch_rate
 DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
+
+lr_prepare() {
+  W=$(mktemp -d)
+  trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
+  go build -o "$W/flexps" ./cmd/flexps
+  F="$W/flexps"
+  lr_data
+}
 
 lr_data() {
   mkdir -p "$DATA"

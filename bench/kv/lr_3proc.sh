@@ -11,11 +11,8 @@
 set -euo pipefail
 R=${1:-3}; EPOCHS=${2:-4}
 cd "$(dirname "$0")/../.."
-W=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
-go build -o "$W/flexps" ./cmd/flexps
-F="$W/flexps"
 . bench/lrjob.sh
-lr_data
+lr_prepare
 port=$((24000 + RANDOM % 20000))
 for tr in nats tcp; do
   port=$((port + 1))

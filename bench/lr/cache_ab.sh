@@ -12,12 +12,8 @@
 set -euo pipefail
 R=${1:-3}; SIZE=${SIZE:-4096}
 cd "$(dirname "$0")/../.."
-W=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
-go build -o "$W/flexps" ./cmd/flexps
-F="$W/flexps"
 . bench/lrjob.sh
-lr_data
+lr_prepare
 cache="cache = \"lru\"\ncache_size = $SIZE\n"
 lr_job same ps 5 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
 lr_job defaults ps 5

@@ -13,12 +13,8 @@ set -euo pipefail
 R=${1:-3}
 : "${PLAIN_SGD:?set PLAIN_SGD to the plain C++ loop (../shared/peers/build.sh builds it)}"
 cd "$(dirname "$0")/../.."
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-go build -o "$W/flexps" ./cmd/flexps
-F="$W/flexps"
 . bench/lrjob.sh
-lr_data
+lr_prepare
 for kind in local hogwild; do
   lr_job "$kind" "$kind" 5 '' 'intercept = false\nstandardize = false\n'
 done
