@@ -86,6 +86,10 @@ type Client struct {
 
 	holders []*TableClient // tables holding Adds until the iteration ends (hold.go)
 	lives   []*TableClient // tables whose keys may move (this slave hosts a shard)
+	// relocates: a table declared Relocate has keys on other slaves, so
+	// an Add of this worker may be forwarded from a key's home to its
+	// owner (fenceMoved).
+	relocates bool
 
 	// With Routes (retain.go).
 	kept    map[uint64]*retained // unacknowledged requests by id
@@ -185,10 +189,17 @@ func (c *Client) Clock() error {
 // next clock pass without that Add (BSP: a read at clock c missing
 // another worker's Add of clock c-1). The owner acknowledges a forwarded
 // Add itself, so once every Add is acknowledged the Clock cannot
-// overtake one. Tables nobody localizes pay nothing.
+// overtake one. A worker cannot tell in time that a key it adds to has
+// moved (the move may happen while its Add travels), so every worker of
+// a table declared Relocate waits, whether or not it saw a move; the
+// others wait once their slave's copy of a table went dynamic or they
+// learned a route. Tables nobody localizes pay nothing.
 func (c *Client) fenceMoved() error {
 	if c.inflight == 0 {
 		return nil
+	}
+	if c.relocates {
+		return c.Flush()
 	}
 	for _, t := range c.lives {
 		if t.dyn() {

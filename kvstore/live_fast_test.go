@@ -24,9 +24,9 @@ func TestOwnedBatchesStayInMemory(t *testing.T) {
 		cons kvstore.Consistency
 	}{
 		{"dense asp", kvstore.TableSpec{Name: "w", Size: 40, Width: 3}, asp},
-		{"dense ssp", kvstore.TableSpec{Name: "w", Size: 40, Width: 3}, ssp},
+		{"dense ssp", kvstore.TableSpec{Name: "w", Size: 40, Width: 3, Relocate: true}, ssp},
 		{"sparse huge asp", kvstore.TableSpec{Name: "w", Size: 1 << 40, Width: 3, Storage: kvstore.Sparse}, asp},
-		{"sparse huge hash ssp", kvstore.TableSpec{Name: "w", Size: 1 << 40, Width: 3, Storage: kvstore.Sparse, Partition: kvstore.HashPartition}, ssp},
+		{"sparse huge hash ssp", kvstore.TableSpec{Name: "w", Size: 1 << 40, Width: 3, Storage: kvstore.Sparse, Partition: kvstore.HashPartition, Relocate: true}, ssp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := tc.spec.WithDefaults()
@@ -110,7 +110,7 @@ func TestOwnedBatchesStayInMemory(t *testing.T) {
 // Add reached it). The read goes to the key's home instead, which
 // forwards it to the new owner, and returns the value with that Add.
 func TestGatedReadOfAKeyThatMovesAway(t *testing.T) {
-	spec := kvstore.TableSpec{Name: "w", Size: 20, Width: 2}.WithDefaults()
+	spec := kvstore.TableSpec{Name: "w", Size: 20, Width: 2, Relocate: true}.WithDefaults()
 	cons := kvstore.Consistency{Kind: kvstore.SSP, Staleness: 0}
 	c := startCluster(t, 2, false, spec)
 	c.prepare(0, cons, 2)
@@ -166,7 +166,7 @@ func TestOwnedBatchesWhileKeysMove(t *testing.T) {
 		{asp, true},
 	} {
 		t.Run(fmt.Sprintf("%s nats=%v", tc.cons.Kind, tc.useNATS), func(t *testing.T) {
-			spec := kvstore.TableSpec{Name: "w", Size: 48, Width: 3}.WithDefaults()
+			spec := kvstore.TableSpec{Name: "w", Size: 48, Width: 3, Relocate: tc.cons.Kind != kvstore.ASP}.WithDefaults()
 			const slaves, perSlave, ops = 2, 2, 600
 			c := startCluster(t, slaves, tc.useNATS, spec)
 			if tc.cons.Kind != kvstore.ASP {

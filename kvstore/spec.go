@@ -45,6 +45,17 @@ type TableSpec struct {
 	// so a slave's death loses no acknowledged update. 0 lets the master
 	// choose (ResolveReplicas).
 	Replicas int `json:"replicas" toml:"replicas"`
+	// Relocate declares that a stage may move the table's keys to the
+	// slaves that use them (Localize) while its consistency model counts
+	// clocks (BSP, SSP, SparseSSP). Every worker's Clock then waits for
+	// the worker's Adds in flight to be applied: an Add to a key that
+	// moved travels home -> owner, and a Clock sent straight to the owner
+	// could otherwise overtake it, also from a worker that never learned
+	// that any key moved. Tables that do not set it pay nothing, and under
+	// ASP (no clocks) any unreplicated table may be localized. Relocation
+	// moves unreplicated keys only: Replicas must be 1 or unset (unset
+	// then means 1).
+	Relocate bool `json:"relocate,omitempty" toml:"relocate"`
 }
 
 // MaxReplicas bounds TableSpec.Replicas.
@@ -55,6 +66,9 @@ const MaxReplicas = 8
 // number of hosts) when it has none. A setting above the number of hosts
 // is an error naming the table.
 func (s TableSpec) ResolveReplicas(hosts, def int) (int, error) {
+	if s.Replicas == 0 && s.Relocate {
+		return 1, nil
+	}
 	if s.Replicas == 0 {
 		return max(1, min(def, hosts)), nil
 	}
@@ -133,6 +147,9 @@ func (s TableSpec) Validate() error {
 	}
 	if s.Replicas < 0 || s.Replicas > MaxReplicas {
 		return bad("replicas", "must be in [1, %d] (0 or unset: the cluster's default), got %d", MaxReplicas, s.Replicas)
+	}
+	if s.Relocate && s.Replicas > 1 {
+		return bad("relocate", "keys move (Localize) only in unreplicated tables, but replicas = %d: set replicas = 1 or leave it unset", s.Replicas)
 	}
 	return nil
 }

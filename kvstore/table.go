@@ -92,6 +92,9 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 			t.allHere = false
 		}
 	}
+	if spec.Relocate && !t.allHere {
+		c.relocates = true
+	}
 	return t, nil
 }
 

@@ -120,6 +120,11 @@ func (t *TableClient) localizeAsync(keys []uint64) error {
 	if t.spec.Replicas > 1 {
 		return fmt.Errorf("kvstore: localize on %q: the table has replicas = %d; relocation moves keys of unreplicated tables only (set replicas = 1 on tables a stage localizes)", t.spec.Name, t.spec.Replicas)
 	}
+	if c.gated() && !t.spec.Relocate {
+		// Every worker's Clock must wait for its Adds to keys that may
+		// have moved, which only a declared table makes them do.
+		return fmt.Errorf("kvstore: localize on %q: under %s, which counts clocks, keys move only in tables declared relocate = true ([[table]] relocate = true; TableSpec.Relocate), so that every worker's Clock waits for its Adds to keys that moved", t.spec.Name, c.cfg.Consistency.Kind)
+	}
 	for _, k := range keys {
 		if k >= t.spec.Size {
 			return fmt.Errorf("kvstore: localize on %q: key %d out of range [0, %d)", t.spec.Name, k, t.spec.Size)

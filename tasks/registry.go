@@ -56,6 +56,35 @@ func lookupTables(name string) (TablesFunc, bool) {
 	return fn, ok
 }
 
+// RelocatesFunc names the tables a stage's function moves keys of
+// (Localize), given the stage (its params say, for example, whether it
+// localizes at all).
+type RelocatesFunc func(stage Stage) []string
+
+var relocateHooks = struct {
+	sync.RWMutex
+	m map[string]RelocatesFunc
+}{m: map[string]RelocatesFunc{}}
+
+// RegisterRelocates makes Normalize declare the tables fn names
+// relocatable (kvstore.TableSpec.Relocate: one copy unless replicas says
+// otherwise, which Validate refuses; under BSP and SSP every worker's
+// Clock waits for its Adds in flight) in every task with a stage of
+// function name, so a user of a function that localizes need not know
+// to declare it.
+func RegisterRelocates(name string, fn RelocatesFunc) {
+	relocateHooks.Lock()
+	defer relocateHooks.Unlock()
+	relocateHooks.m[name] = fn
+}
+
+func lookupRelocates(name string) (RelocatesFunc, bool) {
+	relocateHooks.RLock()
+	defer relocateHooks.RUnlock()
+	fn, ok := relocateHooks.m[name]
+	return fn, ok
+}
+
 // ParamsFunc checks a stage's params (types, ranges, unknown names) the
 // way the stage function will read them, without running anything.
 type ParamsFunc func(Params) error

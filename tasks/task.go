@@ -187,6 +187,20 @@ func (t *MultiStageTask) Normalize() {
 			}
 		}
 	}
+	// Tables the stages' functions move keys of.
+	for _, s := range t.Stages {
+		fn, ok := lookupRelocates(s.Func)
+		if !ok {
+			continue
+		}
+		for _, name := range fn(s) {
+			for i := range t.Tables {
+				if t.Tables[i].Name == name {
+					t.Tables[i].Relocate = true
+				}
+			}
+		}
+	}
 }
 
 func (t *MultiStageTask) hasTable(name string) bool {

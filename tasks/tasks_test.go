@@ -18,6 +18,47 @@ import (
 
 func init() {
 	tasks.Register("t.noop", func(*tasks.Info) error { return nil })
+	tasks.Register("t.moves", func(*tasks.Info) error { return nil })
+	tasks.RegisterRelocates("t.moves", func(s tasks.Stage) []string {
+		if s.Params.Bool("localize", true) {
+			return []string{s.Params.String("table", "w")}
+		}
+		return nil
+	})
+}
+
+// A stage function that moves keys (RegisterRelocates) declares its
+// tables Relocate, which makes their replicas default to 1; one that does
+// not leaves them as declared.
+func TestRelocatesHookDeclaresTables(t *testing.T) {
+	for _, tc := range []struct {
+		name, edit string
+		want       bool
+	}{
+		{"moves", strings.Replace(base, "t.noop", "t.moves", 1), true},
+		{"told not to", strings.Replace(base, "t.noop", "t.moves", 1) + "[stage.params]\nlocalize = false\n", false},
+		{"another table", strings.Replace(base, "t.noop", "t.moves", 1) + "[stage.params]\ntable = \"v\"\n", false},
+		{"plain", base, false},
+		{"declared", strings.Replace(base, "size = 10", "size = 10\nrelocate = true", 1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, task, err := tasks.ParseJob("j.toml", []byte(tc.edit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := task.Tables[0]
+			if spec.Relocate != tc.want {
+				t.Fatalf("table w: relocate %v, want %v", spec.Relocate, tc.want)
+			}
+			r, err := spec.ResolveReplicas(3, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{true: 1, false: 2}[tc.want]; r != want {
+				t.Fatalf("replicas resolved to %d, want %d", r, want)
+			}
+		})
+	}
 }
 
 const base = `name = "job"
@@ -70,6 +111,11 @@ func TestParseJobValidation(t *testing.T) {
 		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size"},
 		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size"},
 		{"negative local slots", "[local]\nslots = -1\n", "[local] slots"},
+		{"relocate", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true", 1), ""},
+		{"relocate with one replica", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 1", 1), ""},
+		{"relocate replicated", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 2", 1), "relocate: keys move"},
+		{"relocate not a bool", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = \"yes\"", 1), "line 5"},
+		{"relocating func on a replicated table", "!" + strings.Replace(strings.Replace(base, "size = 10", "size = 10\nreplicas = 3", 1), "t.noop", "t.moves", 1), `table "w": relocate`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -59,6 +59,12 @@ const (
 func init() {
 	tasks.Register(Func, Blocked)
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
+	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
+		if c, err := configFrom(s.Params); err == nil && c.localize {
+			return []string{c.users, c.items}
+		}
+		return nil
+	})
 }
 
 type config struct {

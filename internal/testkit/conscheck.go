@@ -44,7 +44,15 @@ const (
 	ConsTotal   = "cons_total"
 )
 
-func init() { tasks.Register(ConsCheck, consCheck) }
+func init() {
+	tasks.Register(ConsCheck, consCheck)
+	tasks.RegisterRelocates(ConsCheck, func(s tasks.Stage) []string {
+		if s.Params.Int("localize", 0) > 0 {
+			return []string{s.Params.String("table", "t")}
+		}
+		return nil
+	})
+}
 
 func consIters(p string, rank int) (int, error) {
 	parts := strings.Split(p, ",")

@@ -21,7 +21,10 @@ const LocalizeStress = "testkit.localize_stress"
 // KeysChecked is the metric LocalizeStress reports (rank 0).
 const KeysChecked = "keys_checked"
 
-func init() { tasks.Register(LocalizeStress, localizeStress) }
+func init() {
+	tasks.Register(LocalizeStress, localizeStress)
+	tasks.RegisterRelocates(LocalizeStress, func(s tasks.Stage) []string { return []string{s.Params.String("table", "w")} })
+}
 
 type stressOp struct {
 	kind  int // 0 add, 1 get, 2 localize, 3 localize async
