@@ -43,8 +43,12 @@ import (
 // connection can be made).
 //
 // A node whose endpoint does not answer hello (it runs the NATS transport,
-// or is not up) is sent to over NATS; one whose endpoint answers but cannot
-// be dialed falls back to NATS for good, with one warning naming it. A
+// or is not up) is sent to over NATS, and hello is asked again after 5s;
+// one whose endpoint answers but cannot be dialed falls back to NATS, with
+// a warning naming it, and is dialed again after BusRetry. Both retries
+// run in the background while requests keep going over NATS; once a
+// connection is up, the requests already sent over NATS are drained
+// (drainBus) before any takes the connection, so none is overtaken. A
 // connection that breaks fails every request it carried that is still
 // unanswered (an answer with Err set) and is dialed again on the next
 // request. The node's handler also serves requests arriving over NATS (the
@@ -121,7 +125,11 @@ type TCPConfig struct {
 	Hello func(node string) string
 	// DialTimeout bounds discovery, dialing and the handshake; default 5s.
 	DialTimeout time.Duration
-	Log         zerolog.Logger
+	// BusRetry is how long a peer whose endpoint answered hello but could
+	// not be dialed is sent to over NATS before a dial is tried again, in
+	// the background; default 30s.
+	BusRetry time.Duration
+	Log      zerolog.Logger
 }
 
 // DefaultTCPListen is where an endpoint listens unless told otherwise.
@@ -158,10 +166,85 @@ const noHelloRetry = 5 * time.Second
 // endpoint: "_DP|<endpoint>|<address>". NATS inbox addresses hold no '|'.
 const dpPrefix = "_DP|"
 
+// defaultBusRetry is TCPConfig.BusRetry's default.
+const defaultBusRetry = 30 * time.Second
+
+// drainHeader marks a request over NATS that the served node's
+// subscription answers at once instead of queueing it: its answer means
+// every request this connection published to the node before it is in the
+// node's queue (see TCP.drainBus).
+const drainHeader = "Flexps-Drain"
+
 type tcpPeer struct {
 	ready chan struct{} // closed once resolved
 	conn  *tcpConn      // nil: over NATS
-	until time.Time     // over NATS until then (zero: for good)
+
+	// Over NATS (conn nil): sends admitted on this route (busy), whether
+	// any went out (used), and when to try the data plane again (until;
+	// probing while a background attempt runs). A route replaced by a
+	// connection is retired first: no more sends over NATS on it, and
+	// those under way are waited for, so that the node's bus queue can be
+	// drained before requests take the connection (one sender's requests
+	// must not overtake each other across the switch).
+	bmu     sync.Mutex
+	bcond   *sync.Cond
+	busy    int
+	used    bool
+	retired bool
+	probing bool
+	until   time.Time
+}
+
+func newTCPPeer() *tcpPeer {
+	p := &tcpPeer{ready: make(chan struct{})}
+	p.bcond = sync.NewCond(&p.bmu)
+	return p
+}
+
+// enterBus admits a send over NATS on this route while it is not retired
+// and its retry time has not come, or a probe runs: false means the
+// caller should look for the route again. probe reports that the caller
+// should start a background attempt at the data plane.
+func (p *tcpPeer) enterBus(now time.Time) (ok, probe bool) {
+	p.bmu.Lock()
+	defer p.bmu.Unlock()
+	if p.retired {
+		return false, false
+	}
+	if !p.until.IsZero() && !now.Before(p.until) && !p.probing {
+		p.probing, probe = true, true
+	}
+	p.busy++
+	p.used = true
+	return true, probe
+}
+
+func (p *tcpPeer) leaveBus() {
+	p.bmu.Lock()
+	if p.busy--; p.busy == 0 {
+		p.bcond.Broadcast()
+	}
+	p.bmu.Unlock()
+}
+
+// retire stops sends over NATS on this route and waits for those under
+// way; it reports whether any request went over NATS on it.
+func (p *tcpPeer) retire() bool {
+	p.bmu.Lock()
+	defer p.bmu.Unlock()
+	p.retired = true
+	for p.busy > 0 {
+		p.bcond.Wait()
+	}
+	return p.used
+}
+
+// probed ends a background attempt that kept the route on NATS.
+func (p *tcpPeer) probed(retry time.Duration) {
+	p.bmu.Lock()
+	p.probing = false
+	p.until = time.Now().Add(retry)
+	p.bmu.Unlock()
 }
 
 // NewTCP starts an endpoint: it listens, and answers hello for cfg.Self
@@ -175,6 +258,9 @@ func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultTCPListen
+	}
+	if cfg.BusRetry <= 0 {
+		cfg.BusRetry = defaultBusRetry
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
@@ -275,7 +361,14 @@ func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
 	t.served[node] = s
 	t.smu.Unlock()
 	subj := t.fb.subject(node)
-	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) { s.push(m.Data, m.Reply, nil, false) })
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		if m.Header != nil && m.Header.Get(drainHeader) != "" {
+			// Every request published before it by its sender is queued.
+			m.Respond(nil)
+			return
+		}
+		s.push(m.Data, m.Reply, nil, false)
+	})
 	if err == nil {
 		// Never drop a request (see NATS.Serve).
 		err = sub.SetPendingLimits(-1, -1)
@@ -434,7 +527,7 @@ func (t *TCP) send(node, reply string, bd body) error {
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		c, err := t.route(node)
+		c, p, err := t.route(node)
 		if err != nil {
 			return err
 		}
@@ -446,6 +539,7 @@ func (t *TCP) send(node, reply string, bd body) error {
 			data, buf := bd.bytes()
 			err := t.fb.Send(node, reply, data)
 			putBuf(buf)
+			p.leaveBus()
 			return err
 		}
 		// Track the request before it leaves, so its answer cannot

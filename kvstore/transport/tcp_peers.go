@@ -47,17 +47,19 @@ func (t *TCP) answerHello(name string) error {
 }
 
 // route is the connection requests for node go over, dialing it when
-// there is none; nil means NATS.
-func (t *TCP) route(node string) (*tcpConn, error) {
+// there is none. A nil connection means NATS: the send was admitted on
+// the returned route, and the caller calls its leaveBus once the request
+// is published.
+func (t *TCP) route(node string) (*tcpConn, *tcpPeer, error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
-			return nil, errTCPClosed
+			return nil, nil, errTCPClosed
 		}
 		p := t.peers[node]
 		if p == nil {
-			p = &tcpPeer{ready: make(chan struct{})}
+			p = newTCPPeer()
 			t.peers[node] = p
 			t.mu.Unlock()
 			t.resolve(node, p)
@@ -67,29 +69,54 @@ func (t *TCP) route(node string) (*tcpConn, error) {
 		<-p.ready
 		if p.conn != nil {
 			if !p.conn.broken() {
-				return p.conn, nil
+				return p.conn, nil, nil
 			}
-		} else if p.until.IsZero() || time.Now().Before(p.until) {
-			return nil, nil
+			t.mu.Lock()
+			if t.peers[node] == p {
+				delete(t.peers, node)
+			}
+			t.mu.Unlock()
+			continue
 		}
-		t.mu.Lock()
-		if t.peers[node] == p {
-			delete(t.peers, node)
+		ok, probe := p.enterBus(time.Now())
+		if !ok {
+			continue // replaced by a connection: look again
 		}
-		t.mu.Unlock()
+		if probe {
+			t.mu.Lock()
+			if !t.closed {
+				t.wg.Add(1)
+				go t.probe(node, p)
+			} else {
+				p.probed(0)
+			}
+			t.mu.Unlock()
+		}
+		return nil, p, nil
 	}
 }
 
 // resolve finds node's endpoint on the bus and dials it.
 func (t *TCP) resolve(node string, p *tcpPeer) {
 	defer close(p.ready)
+	c, retry := t.connect(node)
+	if c == nil {
+		p.until = time.Now().Add(retry)
+		return
+	}
+	p.conn = c
+}
+
+// connect asks hello for node and dials its endpoint. Without a
+// connection it says how long to stay on NATS before trying again: a
+// node no endpoint answers for (it runs the NATS transport, or is not up)
+// briefly, one whose endpoint cannot be dialed longer, with a warning.
+func (t *TCP) connect(node string) (*tcpConn, time.Duration) {
 	msg, err := t.nc.Request(t.cfg.Hello(node), nil, t.cfg.DialTimeout)
 	if errors.Is(err, nats.ErrNoResponders) {
-		// No endpoint (the node runs the NATS transport, or is gone): NATS
-		// answers for it, and hello is asked again later.
-		p.until = time.Now().Add(noHelloRetry)
+		// No endpoint: NATS answers for it, and hello is asked again later.
 		t.log.Debug().Str("peer", node).Msg("no data-plane endpoint answers for this node; using NATS")
-		return
+		return nil, noHelloRetry
 	}
 	var hr helloReply
 	if err == nil {
@@ -105,9 +132,65 @@ func (t *TCP) resolve(node string, p *tcpPeer) {
 		if !errors.Is(err, errTCPClosed) {
 			t.warnOnce(node, hr.Addr, err)
 		}
+		return nil, t.cfg.BusRetry
+	}
+	return c, 0
+}
+
+// probe tries the data plane to node again in the background while its
+// requests go over NATS (route p). With a connection it puts a new route
+// in p's place (senders wait for it), retires p, drains what went over
+// NATS and opens the connection to them.
+func (t *TCP) probe(node string, p *tcpPeer) {
+	defer t.wg.Done()
+	c, retry := t.connect(node)
+	if c == nil {
+		p.probed(retry)
 		return
 	}
-	p.conn = c
+	np := newTCPPeer()
+	t.mu.Lock()
+	if t.closed || t.peers[node] != p {
+		t.mu.Unlock()
+		c.fail(errTCPClosed)
+		p.probed(retry)
+		return
+	}
+	t.peers[node] = np
+	t.mu.Unlock()
+	defer close(np.ready)
+	if p.retire() {
+		if err := t.drainBus(node); err != nil {
+			// The connection waits: requests stay on NATS, in order.
+			t.log.Debug().Err(err).Str("peer", node).Msg("data plane reachable again, but the bus queue did not drain; staying on NATS")
+			c.fail(err)
+			np.until = time.Now().Add(noHelloRetry)
+			return
+		}
+	}
+	t.mu.Lock()
+	warned := t.warned[node]
+	delete(t.warned, node)
+	t.mu.Unlock()
+	if warned {
+		t.log.Info().Str("peer", node).Msg("this peer's data plane is reachable again; its KV traffic goes over the direct connection")
+	}
+	np.conn = c
+}
+
+// drainBus returns once every request this endpoint published to node
+// over NATS is in the node's queue: NATS delivers one connection's
+// messages to a subscription in order, and the node's subscription
+// answers a drain request at once, behind them. Requests sent over a
+// connection afterwards queue behind them too, so none overtakes one sent
+// over NATS before.
+func (t *TCP) drainBus(node string) error {
+	m := nats.NewMsg(t.fb.subject(node))
+	m.Header.Set(drainHeader, "1")
+	if _, err := t.nc.RequestMsg(m, t.cfg.DialTimeout); err != nil {
+		return fmt.Errorf("transport: drain the bus queue of node %s: %w", node, err)
+	}
+	return nil
 }
 
 func (t *TCP) warnOnce(node, addr string, err error) {
@@ -247,7 +330,10 @@ func (t *TCP) replyConn(name string) *tcpConn {
 	if c != nil && !c.broken() {
 		return c
 	}
-	c, _ = t.route(name)
+	c, p, _ := t.route(name)
+	if p != nil {
+		p.leaveBus() // the caller answers over NATS itself
+	}
 	return c
 }
 

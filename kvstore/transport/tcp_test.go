@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -838,5 +839,142 @@ func TestTCPRefusesForeignProtocolAtOnce(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("hung up after %v, want at once", d)
+	}
+}
+
+// A peer whose data plane cannot be dialed is sent to over NATS, and its
+// endpoint is dialed again after BusRetry in the background: once it is
+// reachable the requests take the connection, the node's handler sees
+// every request in the order it was sent across the switch, and the
+// warning is followed by a line saying the peer is reachable again.
+func TestTCPBackToTheDataPlaneWhenThePeerIsReachable(t *testing.T) {
+	srv := tcpBus(t)
+	free := func() string { // a port nothing listens on
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	listen, adv := free(), free()
+	nc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	far, err := transport.NewTCP(transport.NewNATS(nc, kvSubject), transport.TCPConfig{Self: "far", Listen: listen, Advertise: adv, Hello: helloSubject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+	var mu sync.Mutex
+	var seen []int
+	serve(t, far, "far", func(data []byte, reply string) {
+		mu.Lock()
+		seen = append(seen, int(binary.LittleEndian.Uint32(data)))
+		mu.Unlock()
+		if reply != "" {
+			far.Reply(reply, data)
+		}
+	})
+	var logs syncBuffer
+	cnc, err := srv.Connect(bus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cnc.Close()
+	cli, err := transport.NewTCP(transport.NewNATS(cnc, kvSubject), transport.TCPConfig{Self: "cli", Hello: helloSubject,
+		BusRetry: 100 * time.Millisecond, Log: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	in, err := cli.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	send := func(i int) {
+		if err := cli.Send("far", in.Addr()+".f", binary.LittleEndian.AppendUint32(nil, uint32(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0)
+	next(t, in)
+	if st := cli.Stats(); st.BusSends != 1 || st.DirectSends != 0 {
+		t.Fatalf("before the peer is reachable: %+v", st)
+	}
+	// The advertised address now leads to the peer (a port forward).
+	fwd, err := net.Listen("tcp", adv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var cmu sync.Mutex
+	var conns []net.Conn
+	defer func() {
+		fwd.Close()
+		cmu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		cmu.Unlock()
+		wg.Wait()
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			a, err := fwd.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", listen)
+			if err != nil {
+				a.Close()
+				return
+			}
+			cmu.Lock()
+			conns = append(conns, a, b)
+			cmu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(b, a); b.Close() }()
+			go func() { defer wg.Done(); io.Copy(a, b); a.Close() }()
+		}
+	}()
+	// Requests in a stream, without waiting for answers, until some
+	// went over the connection.
+	n := 1
+	deadline := time.Now().Add(10 * time.Second)
+	for cli.Stats().DirectSends < 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not on the data plane: %+v\n%s", cli.Stats(), logs.String())
+		}
+		send(n)
+		n++
+		if n%64 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range n - 1 {
+		next(t, in)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, v := range seen {
+		if v != i {
+			t.Fatalf("the handler saw request %d at position %d: %v", v, i, seen)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("handler saw %d requests, %d sent", len(seen), n)
+	}
+	st := cli.Stats()
+	if st.BusSends < 2 || st.Dials != 1 {
+		t.Fatalf("stats %+v: want requests over NATS before the switch and one dial", st)
+	}
+	if !strings.Contains(logs.String(), "reachable again") {
+		t.Fatalf("no line saying the peer is reachable again:\n%s", logs.String())
 	}
 }
