@@ -15,7 +15,11 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-func init() { tasks.Register("publicapi.stage", stage) }
+func init() {
+	tasks.Register("publicapi.stage", stage)
+	// A function that moves keys declares its tables (TableSpec.Relocate).
+	tasks.RegisterRelocates("publicapi.stage", func(s tasks.Stage) []string { return []string{s.Params.String("table", "w")} })
+}
 
 func stage(info *tasks.Info) error {
 	w, err := info.Table("w")
@@ -83,7 +87,7 @@ func main() {
 	if err == nil {
 		defer stop()
 	}
-	task := tasks.NewTask("publicapi").AddTable(kvstore.TableSpec{Name: "w", Size: 10}).
+	task := tasks.NewTask("publicapi").AddTable(kvstore.TableSpec{Name: "w", Size: 10, Relocate: true}).
 		SetStages(tasks.Stage{Name: "s", Func: "publicapi.stage", Workers: 1})
 	id, err := c.Submit(ctx, task)
 	if err != nil {
