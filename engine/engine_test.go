@@ -106,7 +106,19 @@ func init() {
 		<-info.Ctx.Done()
 		return info.Ctx.Err()
 	})
+	// A stage function that ignores its context: it returns only when
+	// the test closes stubbornRelease.
+	tasks.Register("test.stubborn", func(info *tasks.Info) error {
+		stubbornStarted.Add(1)
+		<-stubbornRelease
+		return nil
+	})
 }
+
+var (
+	stubbornStarted atomic.Int64
+	stubbornRelease = make(chan struct{})
+)
 
 func startLocal(t *testing.T, slaves, slots int) *engine.Local {
 	t.Helper()
@@ -672,5 +684,61 @@ func TestStartLocalBadStartNoPanic(t *testing.T) {
 			}
 			l.Close() // nil-safe, like the deferred cleanup of a caller
 		})
+	}
+}
+
+// A cancelled task's workers whose function ignores its context keep
+// their slots until they return: the next task that needs those slots
+// waits (the slave reports them lingering), and runs once they return.
+func TestCancelledWorkersKeepTheirSlotsUntilTheyReturn(t *testing.T) {
+	l := startLocal(t, 1, 2)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(stubbornRelease)
+		}
+	}
+	defer release()
+	stub := tasks.NewTask("stubborn").SetStages(tasks.Stage{Func: "test.stubborn", Workers: 2})
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.SubmitAndWait(context.Background(), stub, nil)
+		done <- err
+	}()
+	for stubbornStarted.Load() < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := l.Cancel(context.Background(), stub.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the cancelled task reports no error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not end the task")
+	}
+	small := tasks.NewTask("small").AddTable(kvstore.TableSpec{Name: "t", Size: 10}).SetStages(tasks.Stage{Func: "test.fill", Workers: 2})
+	id, err := l.Submit(context.Background(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // two heartbeats
+	rep, err := l.Status(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Tasks[0].State != status.Queued {
+		t.Fatalf("the next task is %s while the cancelled workers still run, want queued", rep.Tasks[0].State)
+	}
+	if len(rep.Slaves) != 1 || rep.Slaves[0].Lingering != 2 || rep.Slaves[0].Free != 0 {
+		t.Fatalf("slaves %+v, want 2 lingering and none free", rep.Slaves)
+	}
+	release()
+	st, err := l.Follow(context.Background(), id, nil)
+	if err != nil || st.State != status.Done {
+		t.Fatalf("the next task after the workers returned: %v %+v", err, st)
 	}
 }

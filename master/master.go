@@ -53,10 +53,15 @@ type Master struct {
 type slaveInfo struct {
 	proto.JoinRequest
 	free        int
+	lingering   int // slots the slave says cancelled workers still take (proto.Heartbeat.Lingering)
 	alive       bool
 	incarnation uint64    // numbered by the membership epoch that admitted it
 	lastSeen    time.Time // when a dead or left slave was last heard from
 }
+
+// freeNow is how many slots the scheduler may hand out: the free ones
+// less those workers of ended or cancelled stages still take.
+func (s *slaveInfo) freeNow() int { return max(0, s.free-s.lingering) }
 
 type waiting struct {
 	req   scheduler.Request
@@ -200,7 +205,7 @@ func (m *Master) slavesLocked() []status.Slave {
 		if s.alive {
 			seen, _ = m.mem.LastSeen(id)
 		}
-		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.free, Alive: s.alive, LastSeen: seen,
+		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.freeNow(), Lingering: s.lingering, Alive: s.alive, LastSeen: seen,
 			Instance: s.Instance, Incarnation: s.incarnation})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -541,6 +546,9 @@ func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) erro
 	if err := m.fenced(slave, rep.Instance); err != nil {
 		return fmt.Errorf("answer to %s refused: %w", req.Op, err)
 	}
+	m.mu.Lock()
+	m.lingeringLocked(slave, rep.Instance, rep.Lingering)
+	m.mu.Unlock()
 	if !rep.OK {
 		return fmt.Errorf("slave %s: %s", slave, rep.Error)
 	}

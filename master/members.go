@@ -73,7 +73,26 @@ func (m *Master) onHeartbeat(msg *nats.Msg) {
 	// slave rejoins as a fresh instance. Tasks that used its earlier
 	// incarnation have failed already; its slots are all free.
 	m.applyLocked(m.mem.Heartbeat(hb.ID, hb.Join.Instance, m.cfg.Now()), hb.Join)
+	m.lingeringLocked(hb.ID, hb.Join.Instance, hb.Lingering)
 	m.mu.Unlock()
+}
+
+// lingeringLocked notes how many slots slave id (instance) says workers
+// of stopped or cancelled stages still take (a heartbeat's or a control
+// answer's count); the scheduler hands out only the others.
+func (m *Master) lingeringLocked(id, instance string, n int) {
+	s := m.slaves[id]
+	if s == nil || !s.alive || s.Instance != instance || s.lingering == max(0, n) {
+		return
+	}
+	freed := n < s.lingering
+	if n > s.lingering {
+		m.log.Warn().Str("slave", id).Int("lingering", n).Msg("workers of a stopped or cancelled stage still run on this slave; their slots are not handed out until they return")
+	}
+	s.lingering = max(0, n)
+	if freed {
+		m.scheduleLocked()
+	}
 }
 
 func (m *Master) onLeave(msg *nats.Msg) {

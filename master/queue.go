@@ -110,7 +110,7 @@ func (m *Master) release(assign []scheduler.Assignment) {
 func (m *Master) schedSlavesLocked() []scheduler.Slave {
 	out := make([]scheduler.Slave, 0, len(m.slaves))
 	for id, s := range m.slaves {
-		out = append(out, scheduler.Slave{ID: id, Free: s.free, Total: s.Slots, Alive: s.alive})
+		out = append(out, scheduler.Slave{ID: id, Free: s.freeNow(), Total: s.Slots, Alive: s.alive})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

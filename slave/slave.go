@@ -88,6 +88,7 @@ func (c *Config) defaults() {
 
 // Slave is a running node agent.
 type Slave struct {
+	linger  lingerSet // running workers, and which outlive their stage
 	cfg     Config
 	nc      *nats.Conn
 	subj    bus.Subjects
@@ -293,7 +294,7 @@ func (s *Slave) heartbeat(every time.Duration) {
 		case now := <-t.C:
 			s.checkMaster(now)
 			// The instance changes when the slave rejoins: encode each beat.
-			data, err := json.Marshal(proto.Heartbeat{ID: s.cfg.ID, Join: s.joinRequest()})
+			data, err := json.Marshal(proto.Heartbeat{ID: s.cfg.ID, Join: s.joinRequest(), Lingering: s.lingering(now)})
 			if err == nil {
 				err = s.nc.Publish(s.subj.Heartbeat(), data)
 			}
@@ -357,7 +358,7 @@ func (s *Slave) onCtl(msg *nats.Msg) {
 // respond answers a control request; an answer that cannot be sent is
 // logged (the master then times out and says so).
 func (s *Slave) respond(msg *nats.Msg, err error) {
-	rep := proto.CtlReply{OK: err == nil, Instance: s.self().instance}
+	rep := proto.CtlReply{OK: err == nil, Instance: s.self().instance, Lingering: s.linger.count("", time.Now(), nil)}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -405,6 +406,7 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 		return nil
 	case proto.OpStopStage:
 		s.step(Event{Kind: EvStopStage, Task: req.Task, Stage: req.Stage})
+		s.linger.settle(req.Task, settleWait) // the answer says which still run
 		return nil
 	case proto.OpFinishRanks:
 		// A slave of the stage died: its workers never tick again, so the
@@ -414,6 +416,7 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 		return nil
 	case proto.OpAbort, proto.OpDropTask:
 		s.step(Event{Kind: EvDropTask, Task: req.Task, Reason: req.Reason})
+		s.linger.settle(req.Task, settleWait)
 		return nil
 	}
 	return fmt.Errorf("unknown control op %q", req.Op)
@@ -579,7 +582,9 @@ func (s *Slave) startWorkers(req proto.SlaveCtl) error {
 	}
 	for i, rank := range req.Ranks {
 		w := &worker{s: s, req: req, stage: st, fn: fn, rank: rank, gen: gen, localRank: i, localCount: len(req.Ranks), ctx: ctx, local: local, inc: s.Incarnation()}
-		if !s.background(w.run) {
+		s.linger.add(w, req.Task, ctx)
+		if !s.background(func() { defer s.linger.done(w); w.run() }) {
+			s.linger.done(w)
 			return errors.New("slave shutting down")
 		}
 	}

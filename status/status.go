@@ -176,13 +176,16 @@ type Event struct {
 
 // Slave is one slave as the master sees it.
 type Slave struct {
-	ID       string    `json:"id"`
-	Host     string    `json:"host"`
-	PID      int       `json:"pid"`
-	Slots    int       `json:"slots"`
-	Free     int       `json:"free"`
-	Alive    bool      `json:"alive"`
-	LastSeen time.Time `json:"last_seen"`
+	ID    string `json:"id"`
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	Slots int    `json:"slots"`
+	Free  int    `json:"free"`
+	// Lingering slots are taken by workers of an ended or cancelled stage
+	// that have not returned yet (not counted in Free).
+	Lingering int       `json:"lingering,omitempty"`
+	Alive     bool      `json:"alive"`
+	LastSeen  time.Time `json:"last_seen"`
 	// Instance and Incarnation name the slave's current (or last)
 	// incarnation; a slave declared dead rejoins as a new one.
 	Instance    string `json:"instance,omitempty"`

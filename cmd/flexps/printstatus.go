@@ -16,6 +16,8 @@ func printStatus(w io.Writer, rep status.Cluster) {
 		state := "alive"
 		if !s.Alive {
 			state = "dead (last seen " + s.LastSeen.Format(time.TimeOnly) + ")"
+		} else if s.Lingering > 0 {
+			state = fmt.Sprintf("alive, %d slot(s) held by workers of stopped or cancelled stages that have not returned", s.Lingering)
 		}
 		fmt.Fprintf(w, "  %-20s %-16s %7d %6d %6d %5d %s\n", s.ID, s.Host, s.PID, s.Slots, s.Free, s.Incarnation, state)
 	}

@@ -68,6 +68,11 @@ type MasterAlive struct {
 type Heartbeat struct {
 	ID   string      `json:"id"`
 	Join JoinRequest `json:"join"`
+	// Lingering is how many worker slots are still taken by workers whose
+	// stage ended or was cancelled a while ago (a stage function that
+	// ignores its context): the master does not hand them out again until
+	// those workers return.
+	Lingering int `json:"lingering,omitempty"`
 }
 
 // SubmitRequest sends a task to the master.
@@ -258,4 +263,6 @@ type CtlReply struct {
 	// Live lists the stage's live ranks in a barrier's answer once a
 	// worker died (nil: every rank lives).
 	Live []int `json:"live,omitempty"`
+	// Lingering is the answering slave's proto.Heartbeat.Lingering.
+	Lingering int `json:"lingering,omitempty"`
 }

@@ -1,0 +1,99 @@
+package slave
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// A worker's slot is taken until its goroutine returns, not until its
+// stage ends: a stage function that ignores its context (info.Ctx) keeps
+// running, on the slave's cores, after the master stopped or cancelled
+// its stage. The slave counts such workers (lingering: their stage's
+// context was cancelled with a cause, and they still run) in its
+// heartbeats and control answers, and the master hands out only the
+// slots they leave. A control request that stops workers is answered
+// once they returned or after settleWait, whichever comes first, so that
+// workers which do return at once are not counted. Each lingering worker
+// is logged once it has run on lingerWarn past its cancellation, and
+// then every lingerRewarn.
+const (
+	settleWait   = 200 * time.Millisecond
+	lingerWarn   = 10 * time.Second
+	lingerRewarn = time.Minute
+)
+
+// lingerSet tracks the slave's running workers and whether each one's
+// stage context was cancelled with a cause (a stage ending normally
+// cancels without one, once its workers are done).
+type lingerSet struct {
+	mu      sync.Mutex
+	running map[*worker]*lingerEntry
+}
+
+type lingerEntry struct {
+	task   string
+	ctx    context.Context
+	seen   time.Time // when count first found it stopped
+	warned time.Time // last warning
+}
+
+// add registers a worker about to start; done must be called when it
+// returns.
+func (l *lingerSet) add(w *worker, task string, ctx context.Context) {
+	l.mu.Lock()
+	if l.running == nil {
+		l.running = map[*worker]*lingerEntry{}
+	}
+	l.running[w] = &lingerEntry{task: task, ctx: ctx}
+	l.mu.Unlock()
+}
+
+func (l *lingerSet) done(w *worker) {
+	l.mu.Lock()
+	delete(l.running, w)
+	l.mu.Unlock()
+}
+
+// count is how many workers were stopped and still run (of task only,
+// unless it is ""); warn (if not nil) is called for those due a warning,
+// with how long ago they were first counted.
+func (l *lingerSet) count(task string, now time.Time, warn func(w *worker, since time.Duration)) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for w, e := range l.running {
+		if e.ctx.Err() == nil || errors.Is(context.Cause(e.ctx), context.Canceled) || task != "" && e.task != task {
+			continue
+		}
+		n++
+		if e.seen.IsZero() {
+			e.seen = now
+		}
+		since := now.Sub(e.seen)
+		if warn != nil && since >= lingerWarn && (e.warned.IsZero() || now.Sub(e.warned) >= lingerRewarn) {
+			e.warned = now
+			warn(w, since)
+		}
+	}
+	return n
+}
+
+// settle waits up to d for the stopped workers of task to return.
+func (l *lingerSet) settle(task string, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for l.count(task, time.Now(), nil) > 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// lingering counts the slave's lingering workers now, logging those due a
+// warning.
+func (s *Slave) lingering(now time.Time) int {
+	return s.linger.count("", now, func(w *worker, since time.Duration) {
+		s.log.Warn().Str("task", w.req.Task).Int("stage", w.req.Stage).Str("func", w.stage.Func).Int("worker", w.rank).
+			Dur("since_stopped", since.Round(time.Second)).
+			Msg("a worker still runs after its stage was stopped or cancelled: the stage function ignores its context (info.Ctx); its slot stays taken until it returns")
+	})
+}
