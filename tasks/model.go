@@ -278,9 +278,20 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 func LoadModel(path string) (*Model, error) {
 	var f io.ReadCloser
 	var err error
+	size := int64(-1) // unknown: tables grow as their values arrive
 	if s := datastore.Scheme(path); s != "" && s != "file" {
 		src := datastore.NewSources()
 		defer src.Close()
+		// The file's size (one block of it) lets each table be allocated
+		// once, as for a local file.
+		if bs, err := src.Blocks(context.Background(), path, 1<<62); err == nil && len(bs) > 0 {
+			size = bs[0].FileSize
+			for _, b := range bs {
+				if b.Path != bs[0].Path { // not one file: Open says what is wrong
+					size = -1
+				}
+			}
+		}
 		f, err = src.Open(context.Background(), path, 0)
 	} else {
 		f, err = os.Open(path)
@@ -289,7 +300,6 @@ func LoadModel(path string) (*Model, error) {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	defer f.Close()
-	size := int64(-1) // unknown: tables grow as their values arrive
 	if lf, ok := f.(*os.File); ok {
 		if st, err := lf.Stat(); err == nil && st.Mode().IsRegular() {
 			size = st.Size()
