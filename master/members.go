@@ -87,7 +87,7 @@ func (m *Master) lingeringLocked(id, instance string, n int) {
 	}
 	freed := n < s.lingering
 	if n > s.lingering {
-		m.log.Warn().Str("slave", id).Int("lingering", n).Msg("workers of a stopped or cancelled stage still run on this slave; their slots are not handed out until they return")
+		m.log.Info().Str("slave", id).Int("lingering", n).Msg("workers of a stopped or cancelled stage still run on this slave; their slots are not handed out until they return")
 	}
 	s.lingering = max(0, n)
 	if freed {
