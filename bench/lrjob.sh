@@ -13,6 +13,7 @@
 #   epoch_rate FILE          samples/s over epochs 2+ of a --metrics-out file
 #   lr_cluster_config        writes $W/c.toml (slaves, submit) and $W/m.toml (master): embedded
 #                            NATS on a random loopback port, 1 slot per slave, direct TCP data plane
+#                            ($TRANSPORT=nats: KV traffic over the bus instead)
 #   lr_cluster_start         starts a master and slaves s1, s2 from those (pids MP, S1, S2)
 #   lr_cluster_stop          stops them
 #   lr_submit NAME           submits $W/NAME.toml and prints its epoch_rate
@@ -59,7 +60,7 @@ dead_after = "30s"
 [slave]
 slots = 1
 [kv]
-transport = "tcp"
+transport = "${TRANSPORT:-tcp}"
 [log]
 level = "warn"
 TOML

@@ -216,7 +216,12 @@ func (t *taskRun) takeCheckpoint(p checkpoint.Progress, st *tasks.Stage) (string
 			p.Blocks += len(t.blocks[in]) * p.Epoch
 		}
 	}
-	tables, err := t.readTables()
+	kc, err := t.kvClient()
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	defer kc.Close()
+	tables, err := t.readTables(kc)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
@@ -252,21 +257,30 @@ func (t *taskRun) kvClient() (*kvstore.Client, error) {
 	})
 }
 
-// readTables reads every table of the task from its shards.
-func (t *taskRun) readTables() ([]tasks.ModelTable, error) {
+// readTables reads every table of the task from its shards through c.
+// A dense table is read as the checkpoint is written, a window of keys at
+// a time (GetRange, as the output does), so the master never holds it
+// whole: the workers wait at their barrier until the checkpoint is
+// written, so every window is read at the same consistent point (also
+// when a write is retried). Sparse tables are gathered first.
+func (t *taskRun) readTables(c *kvstore.Client) ([]tasks.ModelTable, error) {
 	if len(t.hosts) == 0 {
 		return nil, errors.New("the task's tables are not created yet")
 	}
-	c, err := t.kvClient()
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	var out []tasks.ModelTable
 	for _, p := range t.placements() {
 		tc, err := c.Table(p)
 		if err != nil {
 			return nil, fmt.Errorf("table %q: %w", p.Spec.Name, err)
+		}
+		if spec := tc.Spec(); spec.Storage == kvstore.Dense && spec.Size*uint64(spec.Width) <= maxModelVals {
+			out = append(out, tasks.ModelTable{Spec: spec, Fill: func(first uint64, vals []float64) error {
+				if err := tc.GetRange(first, len(vals)/spec.Width, vals); err != nil {
+					return fmt.Errorf("table %q: %w", spec.Name, err)
+				}
+				return nil
+			}})
+			continue
 		}
 		keys, vals, err := tc.ReadAll(maxModelVals)
 		if err != nil {
