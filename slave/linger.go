@@ -3,6 +3,7 @@ package slave
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -96,4 +97,36 @@ func (s *Slave) lingering(now time.Time) int {
 			Dur("since_stopped", since.Round(time.Second)).
 			Msg("a worker still runs after its stage was stopped or cancelled: the stage function ignores its context (info.Ctx); its slot stays taken until it returns")
 	})
+}
+
+// runningOf is how many workers of task still run.
+func (l *lingerSet) runningOf(task string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.running {
+		if e.task == task {
+			n++
+		}
+	}
+	return n
+}
+
+// releaseWait bounds how long a dropped task's memory release waits for
+// its workers to return.
+const releaseWait = 5 * time.Second
+
+// releaseMemory returns a dropped task's memory (its shards, cached
+// blocks, retained model) to the kernel once its workers returned (they
+// hold references to it until then), instead of when Go's scavenger gets
+// to it, minutes later: an idle slave should not look as if it still held
+// the last task's tables.
+func (s *Slave) releaseMemory(task string) {
+	deadline := time.Now().Add(releaseWait)
+	for s.linger.runningOf(task) > 0 && time.Now().Before(deadline) && s.ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.ctx.Err() == nil {
+		debug.FreeOSMemory()
+	}
 }

@@ -544,6 +544,9 @@ func (s *Slave) apply(acts []Action) {
 			}
 			s.cache.Drop(a.Task)
 			s.dropRetained(a.Task)
+			if t != nil {
+				s.background(func() { s.releaseMemory(a.Task) })
+			}
 		case ActPublish:
 			s.publish(a.Event)
 		case ActLog:
