@@ -61,7 +61,7 @@ type Client struct {
 	inbox    string            // the reply inbox's address
 	in       transport.Inbox   // where replies and acknowledgements arrive
 	ackAddr  map[string]string // host -> its acknowledgement address
-	ackHost  []string          // host of acknowledgement address "a<i>"
+	ackHost  []string          // host of acknowledgement address "a<i>" or "p<i>"
 	inflight int               // units (keys, or 1 per clock/finish/localize) sent and not yet acknowledged
 	window   int               // most units in flight
 	clock    int64
@@ -99,6 +99,11 @@ type Client struct {
 	view    View          // the membership view the client routes by
 	waited  time.Duration // waited for an answer since the last one (retries)
 	lost    bool          // a connection broke under requests (connLost): retry, clocks and reads too
+	// plainLost is the slave a broken connection took a kept-nowhere
+	// write to (a table without replicas, a relocation; "p" address):
+	// whether it was applied is unknown, so if that slave still lives at
+	// the retry, the worker fails naming it instead of waiting out Timeout.
+	plainLost string
 }
 
 // ClientStats count what a client did.
@@ -308,7 +313,7 @@ func (c *Client) publishAcked(host string, units int) error {
 		return c.err
 	}
 	c.msg.From = c.cfg.Incarnation
-	if err := c.sendMsg(host, c.ackTo(host)); err != nil {
+	if err := c.sendMsg(host, c.plainAckTo(host)); err != nil {
 		return err
 	}
 	c.inflight += units
@@ -428,6 +433,10 @@ func (c *Client) receiveOne(p *pending) error {
 			return errViewChanged
 		}
 		if retry && errors.Is(err, context.DeadlineExceeded) {
+			if h := c.plainLost; h != "" && c.cfg.Routes.Alive(h) {
+				c.err = &SlaveLostError{Slave: h, Err: fmt.Errorf("kvstore: the data-plane connection to slave %s broke under a write to a table without replicas (or a relocation), and slave %s lives on: whether the write was applied is unknown, so the worker stops (writes to tables with replicas >= 2 are sent again after such a break)", h, h)}
+				return c.err
+			}
 			if c.waited += wait; c.waited < c.cfg.Timeout {
 				return errViewChanged // send what is unacknowledged again
 			}
@@ -462,7 +471,7 @@ func (c *Client) receiveOne(p *pending) error {
 		host := c.hostOf(tail, p)
 		return &SlaveLostError{Slave: host, Err: fmt.Errorf("kvstore: slave %s died or became unreachable: %w", host, msg.Err)}
 	}
-	if strings.HasPrefix(tail, "a") {
+	if strings.HasPrefix(tail, "a") || strings.HasPrefix(tail, "p") {
 		if err := decodeRaw(msg.Data, &c.reply); err != nil {
 			if c.err == nil {
 				c.err = fmt.Errorf("kvstore: acknowledgement from slave %s: %w", c.hostOf(tail, p), err)
@@ -523,10 +532,14 @@ func (c *Client) receiveOne(p *pending) error {
 // worker's clock to, so a second one is harmless) and the reads the
 // connection carried (their callers send them again). Shards skip the
 // writes they already applied. A write to a table without replicas that
-// the connection carried is not kept: whether it was applied is unknown,
-// and the worker times out on it as before.
+// the connection carried is not kept and its fate is unknown: if its
+// slave still lives at the retry, the worker fails with a SlaveLostError
+// naming it (plainLost) rather than waiting out Timeout.
 func (c *Client) connLost(tail string) {
 	c.lost = true
+	if strings.HasPrefix(tail, "p") && c.plainLost == "" {
+		c.plainLost = c.hostOf(tail, nil)
+	}
 	if !strings.HasPrefix(tail, "g") {
 		return
 	}
@@ -586,9 +599,23 @@ func (c *Client) ackTo(host string) string {
 	return a
 }
 
+// plainAckTo is host's acknowledgement address for writes nobody keeps
+// (publishAcked): a broken connection's answer to one says a write of
+// unknown fate was lost (connLost).
+func (c *Client) plainAckTo(host string) string {
+	key := "\x00" + host // no host name holds a NUL
+	a, ok := c.ackAddr[key]
+	if !ok {
+		a = c.inbox + ".p" + strconv.Itoa(len(c.ackHost))
+		c.ackAddr[key] = a
+		c.ackHost = append(c.ackHost, host)
+	}
+	return a
+}
+
 // hostOf names the host a reply address was given to ("" if unknown).
 func (c *Client) hostOf(tail string, p *pending) string {
-	if strings.HasPrefix(tail, "a") {
+	if strings.HasPrefix(tail, "a") || strings.HasPrefix(tail, "p") {
 		if i, err := strconv.Atoi(tail[1:]); err == nil && i >= 0 && i < len(c.ackHost) {
 			return c.ackHost[i]
 		}

@@ -210,3 +210,53 @@ func TestBrokenConnectionReadWithoutReplicas(t *testing.T) {
 		}
 	}
 }
+
+// A write to a table without replicas that a broken connection carried
+// is kept nowhere, so whether it was applied is unknown: in a task with
+// replicated tables too (so the client retries rather than failing at
+// once), the worker fails at the retry with a SlaveLostError naming the
+// live slave, not after its timeout.
+func TestBrokenConnectionWriteWithoutReplicas(t *testing.T) {
+	repl := TableSpec{Name: "w", Size: 30, Replicas: 2}
+	single := TableSpec{Name: "u", Size: 30, Replicas: 1}
+	tr := transport.NewMem()
+	hosts := []string{"n0", "n1", "n2"}
+	var servers []*Server
+	for _, h := range hosts {
+		s, err := NewServer(tr, h, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.CreateTables("t", h, []Placement{{Spec: repl, Hosts: hosts}, {Spec: single, Hosts: hosts}}); err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, s)
+	}
+	bt := &breakingTransport{Transport: tr}
+	const timeout = 20 * time.Second
+	c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: hosts[0], Server: servers[0],
+		Hosts: hosts, Consistency: Consistency{Kind: ASP}, Routes: servers[0].Routes("t"), Ctx: context.Background(),
+		Timeout: timeout, RetryAfter: 200 * time.Millisecond, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	u, err := c.Table(Placement{Spec: single, Hosts: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, vals := make([]uint64, 30), make([]float64, 30)
+	for k := range keys {
+		keys[k], vals[k] = uint64(k), 1
+	}
+	bt.breakNext(hosts[1], 1)
+	err = u.Add(keys, vals)
+	if err == nil {
+		err = c.Flush()
+	}
+	var lost *SlaveLostError
+	if !errors.As(err, &lost) || lost.Slave != hosts[1] || !strings.Contains(err.Error(), "without replicas") {
+		t.Fatalf("flush after the break: %v, want a SlaveLostError naming %s (not the timeout)", err, hosts[1])
+	}
+}
