@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 	"strings"
 	"time"
@@ -134,6 +135,10 @@ func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []S
 	}
 	entries := Newest(paths)
 	if len(entries) == 0 {
+		if _, err := st.Blocks(ctx, dir, 1<<62); errors.Is(err, fs.ErrNotExist) {
+			// A mistyped directory is not an empty one.
+			return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: no such directory (give the job's [checkpoint] dir)", dir, ErrNone)
+		}
 		return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: the directory holds no %s files", dir, ErrNone, pattern)
 	}
 	var got *Checkpoint

@@ -227,3 +227,23 @@ func TestWriteRetriesARetryableFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Resuming from a directory that does not exist says so, not that it
+// holds no checkpoints (a mistyped --resume DIR); an empty one says it
+// holds none. Both are ErrNone.
+func TestLatestNamesAMissingDirectory(t *testing.T) {
+	ctx := context.Background()
+	st := datastore.NewSources()
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		dir, want string
+	}{
+		{filepath.Join(empty, "typo"), "no such directory"},
+		{empty, "holds no"},
+	} {
+		_, _, _, err := Latest(ctx, st, tc.dir)
+		if !errors.Is(err, ErrNone) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.dir) {
+			t.Fatalf("Latest(%s): %v, want ErrNone saying %q", tc.dir, err, tc.want)
+		}
+	}
+}
