@@ -26,11 +26,19 @@ type ClientConfig struct {
 	// each of them because each keeps the stage's gate.
 	Hosts       []string
 	Consistency Consistency
-	Timeout     time.Duration // per request round trip, default 60s
-	MaxPayload  int           // default: the transport's MaxPayload
-	Window      int           // unacknowledged Adds/Clocks in flight, default 64
-	Incarnation uint64        // the sender's membership incarnation, checked by servers (0: none)
-	Ctx         context.Context
+	// ClockedStage names a later stage of the worker's task whose ps
+	// workers count clocks (BSP, SSP, SparseSSP), "" when there is none.
+	// Keys a stage moves stay where it moved them for the task's later
+	// stages, whose Clocks could then overtake Adds forwarded to the keys'
+	// new owners (a BSP read at clock c missing an Add of clock c-1); so
+	// with one, Localize on a table not declared Relocate is refused under
+	// ASP too.
+	ClockedStage string
+	Timeout      time.Duration // per request round trip, default 60s
+	MaxPayload   int           // default: the transport's MaxPayload
+	Window       int           // unacknowledged Adds/Clocks in flight, default 64
+	Incarnation  uint64        // the sender's membership incarnation, checked by servers (0: none)
+	Ctx          context.Context
 	// Observer, when set, sees every Get and Add of a table: how long the
 	// call took and whether any of its keys lived on another slave.
 	Observer Observer

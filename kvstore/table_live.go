@@ -125,6 +125,11 @@ func (t *TableClient) localizeAsync(keys []uint64) error {
 		// have moved, which only a declared table makes them do.
 		return fmt.Errorf("kvstore: localize on %q: under %s, which counts clocks, keys move only in tables declared relocate = true ([[table]] relocate = true; TableSpec.Relocate), so that every worker's Clock waits for its Adds to keys that moved", t.spec.Name, c.cfg.Consistency.Kind)
 	}
+	if !t.spec.Relocate && c.cfg.ClockedStage != "" {
+		// No Clock of this stage to overtake, but the keys stay moved for
+		// a later stage of the task that counts clocks.
+		return fmt.Errorf("kvstore: localize on %q: keys stay where they moved for the task's later stages, and stage %s counts clocks, so keys move only in tables declared relocate = true ([[table]] relocate = true; TableSpec.Relocate), so that every worker's Clock there waits for its Adds to keys that moved", t.spec.Name, c.cfg.ClockedStage)
+	}
 	for _, k := range keys {
 		if k >= t.spec.Size {
 			return fmt.Errorf("kvstore: localize on %q: key %d out of range [0, %d)", t.spec.Name, k, t.spec.Size)

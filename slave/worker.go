@@ -135,7 +135,7 @@ func call(fn tasks.StageFunc, info *tasks.Info) (err error) {
 func (w *worker) setup() error {
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
 		Transport: w.s.tr, Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
-		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency,
+		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency, ClockedStage: clockedStage(w.req.Spec, w.req.Stage),
 		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx, Observer: w.s.metrics, Incarnation: w.inc,
 		Routes: w.s.kv.Routes(w.req.Task),
 	})
@@ -148,6 +148,26 @@ func (w *worker) setup() error {
 		w.own0 = w.ownership()
 	}
 	return nil
+}
+
+// clockedStage names a stage of spec after stage whose ps workers count
+// clocks ("" when none does): keys moved in this stage stay moved for it
+// (kvstore.ClientConfig.ClockedStage). repeat lists every copy of the
+// stages, so a later copy of an earlier stage is one of them.
+func clockedStage(spec *tasks.MultiStageTask, stage int) string {
+	if spec == nil {
+		return ""
+	}
+	for i, s := range spec.Stages {
+		if i <= stage || s.WorkerKind != "" && s.WorkerKind != tasks.KindPS {
+			continue
+		}
+		switch s.Consistency.Kind {
+		case kvstore.BSP, kvstore.SSP, kvstore.SparseSSP:
+			return fmt.Sprintf("%d (%s, %s)", i, s.Name, s.Consistency.Kind)
+		}
+	}
+	return ""
 }
 
 // Table implements tasks.Runtime.
