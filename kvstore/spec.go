@@ -149,7 +149,7 @@ func (s TableSpec) Validate() error {
 		return bad("replicas", "must be in [1, %d] (0 or unset: the cluster's default), got %d", MaxReplicas, s.Replicas)
 	}
 	if s.Relocate && s.Replicas > 1 {
-		return bad("relocate", "keys move (Localize) only in unreplicated tables, but replicas = %d: set replicas = 1 or leave it unset", s.Replicas)
+		return bad("relocate", "the table's keys move (Localize; declared by the table, or by a stage function that moves them, such as mf.blocked or kge.complex with localize = true), which unreplicated tables only allow, but replicas = %d: set replicas = 1 or leave it unset", s.Replicas)
 	}
 	return nil
 }

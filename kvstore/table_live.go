@@ -118,7 +118,7 @@ func (t *TableClient) localizeAsync(keys []uint64) error {
 		return fmt.Errorf("kvstore: localize on %q: slave %q hosts no shard of the table", t.spec.Name, c.cfg.Self)
 	}
 	if t.spec.Replicas > 1 {
-		return fmt.Errorf("kvstore: localize on %q: the table has replicas = %d; relocation moves keys of unreplicated tables only (set replicas = 1 on tables a stage localizes)", t.spec.Name, t.spec.Replicas)
+		return fmt.Errorf("kvstore: localize on %q: the table has replicas = %d; relocation moves keys of unreplicated tables only (declare tables a stage localizes with relocate = true, which makes their replicas 1)", t.spec.Name, t.spec.Replicas)
 	}
 	if c.gated() && !t.spec.Relocate {
 		// Every worker's Clock must wait for its Adds to keys that may

@@ -113,7 +113,7 @@ func TestParseJobValidation(t *testing.T) {
 		{"negative local slots", "[local]\nslots = -1\n", "[local] slots"},
 		{"relocate", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true", 1), ""},
 		{"relocate with one replica", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 1", 1), ""},
-		{"relocate replicated", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 2", 1), "relocate: keys move"},
+		{"relocate replicated", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 2", 1), "relocate: the table's keys move"},
 		{"relocate not a bool", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = \"yes\"", 1), "line 5"},
 		{"relocating func on a replicated table", "!" + strings.Replace(strings.Replace(base, "size = 10", "size = 10\nreplicas = 3", 1), "t.noop", "t.moves", 1), `table "w": relocate`},
 	}
