@@ -403,13 +403,13 @@ func (c *Client) receive(p *pending) error {
 		if r != p && r.err == nil && (r.lost || c.readAffected(r)) {
 			r.err = errViewChanged
 			if !r.repl && !r.lost {
-				r.err = c.gone(r.host[0])
+				r.err = c.gone(c.deadHost(r))
 			}
 		}
 	}
 	if p != nil && (p.lost || c.readAffected(p)) {
 		if !p.repl && !p.lost {
-			return c.gone(p.host[0])
+			return c.gone(c.deadHost(p))
 		}
 		return errViewChanged
 	}

@@ -171,11 +171,16 @@ func (c *Client) resend(clocks bool) error {
 
 // readAffected reports whether read p waits for a host that is dead in
 // the client's view.
-func (c *Client) readAffected(p *pending) bool {
+func (c *Client) readAffected(p *pending) bool { return c.deadHost(p) != "" }
+
+// deadHost is the first host read p waits for that is dead in the
+// client's view ("" when none is): the one a read of several shards
+// failed for, not merely its first part's.
+func (c *Client) deadHost(p *pending) string {
 	for _, h := range p.host {
 		if !c.cfg.Routes.Alive(h) {
-			return true
+			return h
 		}
 	}
-	return false
+	return ""
 }

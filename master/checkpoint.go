@@ -221,16 +221,21 @@ func (t *taskRun) takeCheckpoint(p checkpoint.Progress, st *tasks.Stage) (string
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	defer kc.Close()
-	tables, err := t.readTables(kc)
+	var filling time.Duration // reading dense tables during the write
+	tables, err := t.readTables(kc, &filling)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	read := time.Since(start)
+	gathered := time.Since(start)
 	ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Progress: p, Task: *t.spec}, Tables: tables}
 	w, err := checkpoint.Write(t.ctx, t.m.sources, c.dir, ck, c.keep, t.m.cfg.Now())
 	if err != nil {
 		return "", err
 	}
+	// The dense tables were read as the file was written: their reads
+	// count as reading, not writing.
+	read := gathered + filling
+	w.Seconds = max(w.Seconds-filling.Seconds(), 0)
 	for _, err := range w.RemoveErrs {
 		t.m.log.Warn().Err(err).Str("task", t.spec.ID).Msg("old checkpoint not deleted")
 	}
@@ -262,8 +267,9 @@ func (t *taskRun) kvClient() (*kvstore.Client, error) {
 // a time (GetRange, as the output does), so the master never holds it
 // whole: the workers wait at their barrier until the checkpoint is
 // written, so every window is read at the same consistent point (also
-// when a write is retried). Sparse tables are gathered first.
-func (t *taskRun) readTables(c *kvstore.Client) ([]tasks.ModelTable, error) {
+// when a write is retried). Sparse tables are gathered first. The time
+// the dense tables' reads take is added to *filling.
+func (t *taskRun) readTables(c *kvstore.Client, filling *time.Duration) ([]tasks.ModelTable, error) {
 	if len(t.hosts) == 0 {
 		return nil, errors.New("the task's tables are not created yet")
 	}
@@ -275,6 +281,8 @@ func (t *taskRun) readTables(c *kvstore.Client) ([]tasks.ModelTable, error) {
 		}
 		if spec := tc.Spec(); spec.Storage == kvstore.Dense && spec.Size*uint64(spec.Width) <= maxModelVals {
 			out = append(out, tasks.ModelTable{Spec: spec, Fill: func(first uint64, vals []float64) error {
+				began := time.Now()
+				defer func() { *filling += time.Since(began) }()
 				if err := tc.GetRange(first, len(vals)/spec.Width, vals); err != nil {
 					return fmt.Errorf("table %q: %w", spec.Name, err)
 				}

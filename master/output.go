@@ -27,6 +27,11 @@ func (t *taskRun) writeOutput() error {
 	if t.spec.Output == "" || len(t.spec.Tables) == 0 {
 		return nil
 	}
+	if t.ctx.Err() != nil {
+		// Stopped before its output (a slave it cannot lose died while
+		// its final checkpoint was written): no read would succeed.
+		return t.outputStopped()
+	}
 	m := t.m
 	c, err := kvstore.NewClient(kvstore.ClientConfig{
 		Transport: transport.NewNATS(m.nc, m.subj.SlaveKV), Task: t.spec.ID, Stage: -1, Worker: -1,
@@ -59,6 +64,12 @@ func (t *taskRun) writeOutput() error {
 		model.Tables = append(model.Tables, tasks.ModelTable{Spec: tc.Spec(), Keys: keys, Vals: vals})
 	}
 	if err := t.saveModel(model); err != nil {
+		if t.stoppedBy(err) {
+			// The task was stopped while the model was written: the
+			// failed read ("context canceled") is not why, and no
+			// fallback copy could be read either.
+			return t.outputStopped()
+		}
 		if re := (*readError)(nil); errors.As(err, &re) {
 			// The shards could not be read: no copy would fare better.
 			return err
@@ -74,6 +85,33 @@ func (t *taskRun) writeOutput() error {
 	}
 	m.log.Info().Str("task", t.spec.ID).Str("path", t.spec.Output).Msg("model written")
 	return nil
+}
+
+// outputStopped is the error of a task whose output was not written
+// because the task was stopped: why it was (t.cause: "slave s2 died ...;
+// table w has replicas = 1 ...", a cancel), not the read it cut short.
+func (t *taskRun) outputStopped() error {
+	return fmt.Errorf("%w (the output %s was not written)", t.cause(), t.spec.Output)
+}
+
+// stoppedBy reports whether the failed write of the output (err) was cut
+// short by the task's stop. A shard host's death marks it dead in the
+// routes of the master's KV clients (a read then fails naming it) a moment
+// before it cancels the task when the task cannot go on without it: such
+// a failure waits a second for that cancel.
+func (t *taskRun) stoppedBy(err error) bool {
+	if t.ctx.Err() != nil {
+		return true
+	}
+	if lost := (*kvstore.SlaveLostError)(nil); !errors.As(err, &lost) {
+		return false
+	}
+	select {
+	case <-t.ctx.Done():
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
 }
 
 // saveModel writes the model to the task's output path, atomically,

@@ -88,7 +88,9 @@ func (c *Config) defaults() {
 
 // Slave is a running node agent.
 type Slave struct {
-	linger  lingerSet // running workers, and which outlive their stage
+	linger lingerSet // running workers, and which outlive their stage
+	// left: the first Close told the master this slave leaves.
+	left    sync.Once
 	cfg     Config
 	nc      *nats.Conn
 	subj    bus.Subjects
@@ -314,8 +316,11 @@ func (s *Slave) heartbeat(every time.Duration) {
 
 // Close stops the slave: running workers are cancelled and waited for.
 func (s *Slave) Close() {
-	if s.ctx != nil && s.ctx.Err() == nil {
-		s.leave()
+	// Also when the context Start was given ended first: that is how
+	// `flexps slave` stops on Ctrl-C or SIGTERM, a clean leave, not a
+	// death to report after the failure timeout.
+	if s.ctx != nil {
+		s.left.Do(s.leave)
 	}
 	if s.ctlSub != nil {
 		s.ctlSub.Unsubscribe()
