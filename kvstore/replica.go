@@ -306,7 +306,11 @@ func (s *Server) failover(t *hostedTask) {
 				continue
 			}
 			if rep == nil || !rep.ready {
-				s.log.Error().Err(s.lost(t, ht, shard)).Msg("shard lost")
+				err := s.lost(t, ht, shard)
+				s.log.Error().Err(err).Msg("shard lost")
+				if f := s.shardLost.Load(); f != nil {
+					(*f)(ht.task, err)
+				}
 				continue
 			}
 			// A head that kept its place sends a copy to each member that

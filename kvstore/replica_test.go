@@ -2,8 +2,10 @@ package kvstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -360,5 +362,40 @@ func TestGetFloat32Replicated(t *testing.T) {
 	<-done
 	if one[0] != 3 {
 		t.Fatalf("read %v from the new head, want 3", one[0])
+	}
+}
+
+// A node that becomes the head of a shard whose every complete copy died
+// (both members of its chain at once) reports it through SetShardLost,
+// naming table and shard, so that the task fails even if no worker
+// touches the shard; shards with a live complete copy are not reported.
+func TestShardLostIsReported(t *testing.T) {
+	rc := newReplCluster(t, 3, TableSpec{Name: "w", Size: 30, Replicas: 2})
+	type report struct {
+		node, task string
+		err        error
+	}
+	got := make(chan report, 16)
+	for i, s := range rc.servers {
+		s.SetShardLost(func(task string, err error) { got <- report{rc.hosts[i], task, err} })
+	}
+	// Shard 1 lives on n1 and n2 (ring order from its home): both die.
+	rc.servers[1].Close()
+	rc.servers[2].Close()
+	rc.servers[0].PeerDead(rc.hosts[1])
+	rc.servers[0].PeerDead(rc.hosts[2])
+	select {
+	case r := <-got:
+		if r.node != "n0" || r.task != "t" || !errors.Is(r.err, ErrShardLost) || !strings.Contains(r.err.Error(), `table "w" shard 1`) {
+			t.Fatalf("report %+v, want n0 reporting table w shard 1 of task t lost", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report of the lost shard")
+	}
+	// Shards 0 (n0, n1) and 2 (n2, n0) kept a complete copy on n0.
+	select {
+	case r := <-got:
+		t.Fatalf("a second report: %+v", r)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

@@ -40,6 +40,9 @@ type Server struct {
 	later []func()    // gated reads of dynamic tables, parked after the move lock is released
 
 	fence atomic.Pointer[func(from uint64) error] // refuses requests of fenced senders (SetFence)
+	// shardLost hears of a shard this node should now serve whose every
+	// complete copy died (SetShardLost).
+	shardLost atomic.Pointer[func(task string, err error)]
 	spawn func(func())                            // runs background sends (snapshots); go f()
 }
 
@@ -92,6 +95,15 @@ func NewServer(tr transport.Transport, node string, log zerolog.Logger) (*Server
 // membership view here, so a slave declared dead cannot write to live
 // shards. f runs on the handler goroutine for each request: keep it cheap.
 func (s *Server) SetFence(f func(from uint64) error) { s.fence.Store(&f) }
+
+// SetShardLost makes f hear of every shard of a replicated table that
+// this node became the head of under a membership view while its copy
+// was not complete (its replicas died before a new copy was), with an
+// error wrapping ErrShardLost naming table and shard: the task cannot go
+// on, and requests that reach the shard fail with that error, but a
+// stage whose workers do not touch the shard would otherwise train on.
+// The slave reports it to the master. f runs on the handler goroutine.
+func (s *Server) SetShardLost(f func(task string, err error)) { s.shardLost.Store(&f) }
 
 // Close stops serving and fails every pending read.
 func (s *Server) Close() error {

@@ -184,6 +184,12 @@ func (t *taskRun) snapshot() status.Task {
 
 // event hands a worker's event to the running stage.
 func (t *taskRun) event(ev proto.WorkerEvent) {
+	if ev.Kind == proto.ShardLost {
+		// Whether or not a worker touches the shard: no copy is left.
+		t.m.log.Error().Str("task", t.spec.ID).Str("slave", ev.Slave).Str("error", ev.Error).Msg("a shard of the task lost every copy; the task fails")
+		t.cancel(fmt.Errorf("%s (reported by slave %s); with a [checkpoint] dir, flexps submit --resume DIR continues from the last checkpoint", ev.Error, ev.Slave))
+		return
+	}
 	if ev.Kind == proto.WorkerDone {
 		t.mu.Lock()
 		inputs := t.inputs

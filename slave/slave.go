@@ -210,6 +210,9 @@ func (s *Slave) Start(ctx context.Context) error {
 	}
 	s.kv = kv
 	kv.SetFence(s.fenced)
+	kv.SetShardLost(func(task string, err error) {
+		s.publish(proto.WorkerEvent{Task: task, Rank: -1, Kind: proto.ShardLost, Error: err.Error(), Slave: s.cfg.ID, Instance: s.self().instance})
+	})
 	s.ctlSub, err = s.nc.Subscribe(s.subj.SlaveCtl(s.cfg.ID), s.onCtl)
 	if err != nil {
 		s.Close()

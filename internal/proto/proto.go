@@ -123,6 +123,10 @@ const (
 	WorkerEpoch    = "epoch"    // an epoch's metrics
 	WorkerDone     = "done"     // the stage function returned nil
 	WorkerError    = "error"    // the stage function failed
+	// ShardLost is a slave's report that a shard of the task's replicated
+	// tables lost every complete copy (Error names table and shard): the
+	// task cannot go on. Rank and Stage are not set.
+	ShardLost = "shard_lost"
 )
 
 // WorkerEvent is a worker telling the master what happened.
