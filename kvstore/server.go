@@ -43,7 +43,7 @@ type Server struct {
 	// shardLost hears of a shard this node should now serve whose every
 	// complete copy died (SetShardLost).
 	shardLost atomic.Pointer[func(task string, err error)]
-	spawn func(func())                            // runs background sends (snapshots); go f()
+	spawn     func(func()) // runs background sends (snapshots); go f()
 }
 
 type hostedTask struct {
