@@ -597,24 +597,21 @@ func (c *Client) release(p *pending) {
 var errShortReply = errors.New("kvstore: reply has the wrong number of values")
 
 // ackTo is host's acknowledgement address.
-func (c *Client) ackTo(host string) string {
-	a, ok := c.ackAddr[host]
-	if !ok {
-		a = c.inbox + ".a" + strconv.Itoa(len(c.ackHost))
-		c.ackAddr[host] = a
-		c.ackHost = append(c.ackHost, host)
-	}
-	return a
-}
+func (c *Client) ackTo(host string) string { return c.ackAddrOf(host, host, "a") }
 
 // plainAckTo is host's acknowledgement address for writes nobody keeps
 // (publishAcked): a broken connection's answer to one says a write of
 // unknown fate was lost (connLost).
 func (c *Client) plainAckTo(host string) string {
-	key := "\x00" + host // no host name holds a NUL
+	return c.ackAddrOf("\x00"+host, host, "p") // no host name holds a NUL
+}
+
+// ackAddrOf is the acknowledgement address kept under key for host,
+// "<inbox>.<prefix><i>" with i its index in ackHost, made on first use.
+func (c *Client) ackAddrOf(key, host, prefix string) string {
 	a, ok := c.ackAddr[key]
 	if !ok {
-		a = c.inbox + ".p" + strconv.Itoa(len(c.ackHost))
+		a = c.inbox + "." + prefix + strconv.Itoa(len(c.ackHost))
 		c.ackAddr[key] = a
 		c.ackHost = append(c.ackHost, host)
 	}

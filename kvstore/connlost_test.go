@@ -158,37 +158,7 @@ func TestBrokenConnectionToALiveSlave(t *testing.T) {
 // is sent again too when the connection that carried it broke under a
 // live slave: reads change nothing, so sending one twice is safe.
 func TestBrokenConnectionReadWithoutReplicas(t *testing.T) {
-	repl := TableSpec{Name: "w", Size: 30, Replicas: 2}
-	single := TableSpec{Name: "u", Size: 30, Replicas: 1}
-	tr := transport.NewMem()
-	hosts := []string{"n0", "n1", "n2"}
-	var servers []*Server
-	for _, h := range hosts {
-		s, err := NewServer(tr, h, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.CreateTables("t", h, []Placement{{Spec: repl, Hosts: hosts}, {Spec: single, Hosts: hosts}}); err != nil {
-			t.Fatal(err)
-		}
-		servers = append(servers, s)
-	}
-	bt := &breakingTransport{Transport: tr}
-	c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: hosts[0], Server: servers[0],
-		Hosts: hosts, Consistency: Consistency{Kind: ASP}, Routes: servers[0].Routes("t"), Ctx: context.Background(),
-		Timeout: 5 * time.Second, RetryAfter: time.Second, Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if servers[0].Routes("t") == nil {
-		t.Fatal("no routes: the task has a replicated table")
-	}
-	u, err := c.Table(Placement{Spec: single, Hosts: hosts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, u, bt, hosts := mixedReplicas(t, 5*time.Second, time.Second)
 	keys, vals := make([]uint64, 30), make([]float64, 30)
 	for k := range keys {
 		keys[k], vals[k] = uint64(k), float64(k)
@@ -217,6 +187,28 @@ func TestBrokenConnectionReadWithoutReplicas(t *testing.T) {
 // once), the worker fails at the retry with a SlaveLostError naming the
 // live slave, not after its timeout.
 func TestBrokenConnectionWriteWithoutReplicas(t *testing.T) {
+	c, u, bt, hosts := mixedReplicas(t, 20*time.Second, 200*time.Millisecond)
+	keys, vals := make([]uint64, 30), make([]float64, 30)
+	for k := range keys {
+		keys[k], vals[k] = uint64(k), 1
+	}
+	bt.breakNext(hosts[1], 1)
+	err := u.Add(keys, vals)
+	if err == nil {
+		err = c.Flush()
+	}
+	var lost *SlaveLostError
+	if !errors.As(err, &lost) || lost.Slave != hosts[1] || !strings.Contains(err.Error(), "without replicas") {
+		t.Fatalf("flush after the break: %v, want a SlaveLostError naming %s (not the timeout)", err, hosts[1])
+	}
+}
+
+// mixedReplicas starts three nodes hosting a replicated table and an
+// unreplicated one ("u"), and a client on n0 (with Routes: the task has a
+// replicated table) sending through a breakingTransport; it returns the
+// client, its table "u", the transport and the hosts.
+func mixedReplicas(t *testing.T, timeout, retry time.Duration) (*Client, *TableClient, *breakingTransport, []string) {
+	t.Helper()
 	repl := TableSpec{Name: "w", Size: 30, Replicas: 2}
 	single := TableSpec{Name: "u", Size: 30, Replicas: 1}
 	tr := transport.NewMem()
@@ -233,30 +225,20 @@ func TestBrokenConnectionWriteWithoutReplicas(t *testing.T) {
 		}
 		servers = append(servers, s)
 	}
+	if servers[0].Routes("t") == nil {
+		t.Fatal("no routes: the task has a replicated table")
+	}
 	bt := &breakingTransport{Transport: tr}
-	const timeout = 20 * time.Second
 	c, err := NewClient(ClientConfig{Transport: bt, Task: "t", Worker: 0, Self: hosts[0], Server: servers[0],
 		Hosts: hosts, Consistency: Consistency{Kind: ASP}, Routes: servers[0].Routes("t"), Ctx: context.Background(),
-		Timeout: timeout, RetryAfter: 200 * time.Millisecond, Window: 4})
+		Timeout: timeout, RetryAfter: retry, Window: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	u, err := c.Table(Placement{Spec: single, Hosts: hosts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, vals := make([]uint64, 30), make([]float64, 30)
-	for k := range keys {
-		keys[k], vals[k] = uint64(k), 1
-	}
-	bt.breakNext(hosts[1], 1)
-	err = u.Add(keys, vals)
-	if err == nil {
-		err = c.Flush()
-	}
-	var lost *SlaveLostError
-	if !errors.As(err, &lost) || lost.Slave != hosts[1] || !strings.Contains(err.Error(), "without replicas") {
-		t.Fatalf("flush after the break: %v, want a SlaveLostError naming %s (not the timeout)", err, hosts[1])
-	}
+	return c, u, bt, hosts
 }
