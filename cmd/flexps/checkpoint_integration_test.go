@@ -16,6 +16,7 @@ import (
 
 	"github.com/flexps/flexps/checkpoint"
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
@@ -262,23 +263,7 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	// A worker's failed request may end the task before the master
 	// declared the slave dead; resume once it has, or the new task would
 	// place tables on it.
-	cl := c.Client()
-	for dead := false; !dead; {
-		rep, err := cl.Status(context.Background(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead = true
-		for _, s := range rep.Slaves {
-			if s.ID == "slave-1" && s.Alive {
-				dead = false
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("slave-1 not declared dead")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitDeclaredDead(t, c.Client(), "slave-1", deadline)
 	ck, path, _, err := checkpoint.Latest(context.Background(), st, ckdir)
 	if err != nil {
 		t.Fatal(err)
@@ -471,5 +456,29 @@ func TestDrill3MasterRestartResumesTask(t *testing.T) {
 	// The record is gone: another restart resumes nothing.
 	if recs, _ := filepath.Glob(filepath.Join(c.Dir, "state", "tasks", "*.json")); len(recs) != 0 {
 		t.Fatalf("task records left after the task ended: %v", recs)
+	}
+}
+
+// waitDeclaredDead waits until the master's status has slave id dead.
+func waitDeclaredDead(t *testing.T, cl *engine.Client, id string, deadline time.Time) {
+	t.Helper()
+	for {
+		rep, err := cl.Status(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := true
+		for _, s := range rep.Slaves {
+			if s.ID == id && s.Alive {
+				dead = false
+			}
+		}
+		if dead {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not declared dead", id)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

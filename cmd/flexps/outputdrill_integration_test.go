@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,22 +87,7 @@ func TestSlaveKilledDuringOutputWrite(t *testing.T) {
 	// The checkpoint after the last stage holds the trained model: resume
 	// it once the master declared the slave dead (else the resumed task
 	// would place tables on it).
-	cl := c.Client()
-	for dead := false; !dead; time.Sleep(50 * time.Millisecond) {
-		rep, err := cl.Status(context.Background(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead = true
-		for _, s := range rep.Slaves {
-			if s.ID == "slave-1" && s.Alive {
-				dead = false
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("slave-1 not declared dead")
-		}
-	}
+	waitDeclaredDead(t, c.Client(), "slave-1", deadline)
 	r = c.Run(3*time.Minute, "submit", "--resume", ckdir)
 	if r.Exit != 0 {
 		t.Fatalf("submit --resume failed (%d):\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
