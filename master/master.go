@@ -55,6 +55,7 @@ type slaveInfo struct {
 	free        int
 	lingering   int // slots the slave says cancelled workers still take (proto.Heartbeat.Lingering)
 	alive       bool
+	left        bool      // not alive because it left cleanly (not declared dead)
 	incarnation uint64    // numbered by the membership epoch that admitted it
 	lastSeen    time.Time // when a dead or left slave was last heard from
 }
@@ -205,7 +206,7 @@ func (m *Master) slavesLocked() []status.Slave {
 		if s.alive {
 			seen, _ = m.mem.LastSeen(id)
 		}
-		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.freeNow(), Lingering: s.lingering, Alive: s.alive, LastSeen: seen,
+		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.freeNow(), Lingering: s.lingering, Alive: s.alive, Left: s.left, LastSeen: seen,
 			Instance: s.Instance, Incarnation: s.incarnation})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

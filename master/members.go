@@ -156,7 +156,7 @@ func (m *Master) applyLocked(acts []membership.Action, req proto.JoinRequest) []
 		case membership.DeclareDead, membership.Left:
 			changed = true
 			s := m.slaves[a.Slave]
-			s.alive = false
+			s.alive, s.left = false, a.Kind == membership.Left
 			s.lastSeen = m.cfg.Now().Add(-a.Silent)
 			var err error
 			if a.Kind == membership.DeclareDead {

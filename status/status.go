@@ -183,9 +183,12 @@ type Slave struct {
 	Free  int    `json:"free"`
 	// Lingering slots are taken by workers of an ended or cancelled stage
 	// that have not returned yet (not counted in Free).
-	Lingering int       `json:"lingering,omitempty"`
-	Alive     bool      `json:"alive"`
-	LastSeen  time.Time `json:"last_seen"`
+	Lingering int  `json:"lingering,omitempty"`
+	Alive     bool `json:"alive"`
+	// Left is set for a slave that is not alive because it shut down
+	// cleanly (it said so), not because it was declared dead.
+	Left     bool      `json:"left,omitempty"`
+	LastSeen time.Time `json:"last_seen"`
 	// Instance and Incarnation name the slave's current (or last)
 	// incarnation; a slave declared dead rejoins as a new one.
 	Instance    string `json:"instance,omitempty"`

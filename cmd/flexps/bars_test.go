@@ -81,10 +81,12 @@ func TestNoBarsOffTerminal(t *testing.T) {
 func TestStatusShowsTheMembershipEpoch(t *testing.T) {
 	var b bytes.Buffer
 	printStatus(&b, status.Cluster{Policy: "greedy", Epoch: 7, Slaves: []status.Slave{
-		{ID: "s1", Alive: true, Incarnation: 7}, {ID: "s2", Incarnation: 2},
+		{ID: "s1", Alive: true, Incarnation: 7}, {ID: "s2", Incarnation: 2}, {ID: "s3", Incarnation: 3, Left: true},
+		{ID: "s4", Alive: true, Incarnation: 4, Lingering: 2},
 	}})
 	out := b.String()
-	if !strings.Contains(out, "membership epoch: 7") || !regexp.MustCompile(`s1 .* 7 alive`).MatchString(out) || !regexp.MustCompile(`s2 .* 2 dead`).MatchString(out) {
+	if !strings.Contains(out, "membership epoch: 7") || !regexp.MustCompile(`s1 .* 7 alive`).MatchString(out) || !regexp.MustCompile(`s2 .* 2 dead`).MatchString(out) ||
+		!regexp.MustCompile(`s3 .* 3 left`).MatchString(out) || !regexp.MustCompile(`s4 .* 4 alive, 2 slot\(s\) held by workers of stopped`).MatchString(out) {
 		t.Fatalf("status:\n%s", out)
 	}
 }

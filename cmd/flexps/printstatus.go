@@ -14,7 +14,9 @@ func printStatus(w io.Writer, rep status.Cluster) {
 	fmt.Fprintf(w, "  %-20s %-16s %7s %6s %6s %5s %s\n", "id", "host", "pid", "slots", "free", "inc", "state")
 	for _, s := range rep.Slaves {
 		state := "alive"
-		if !s.Alive {
+		if !s.Alive && s.Left {
+			state = "left (at " + s.LastSeen.Format(time.TimeOnly) + ")"
+		} else if !s.Alive {
 			state = "dead (last seen " + s.LastSeen.Format(time.TimeOnly) + ")"
 		} else if s.Lingering > 0 {
 			state = fmt.Sprintf("alive, %d slot(s) held by workers of stopped or cancelled stages that have not returned", s.Lingering)
