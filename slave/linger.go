@@ -112,21 +112,91 @@ func (l *lingerSet) runningOf(task string) int {
 	return n
 }
 
-// releaseWait bounds how long a dropped task's memory release waits for
-// its workers to return.
-const releaseWait = 5 * time.Second
+// releaseWait bounds how long a memory release waits for the dropped
+// tasks' workers to return; releaseEvery is the least time between two
+// releases (each is a full collection: a stream of small tasks must not
+// pay one per task).
+const (
+	releaseWait  = 5 * time.Second
+	releaseEvery = time.Second
+)
 
-// releaseMemory returns a dropped task's memory (its shards, cached
-// blocks, retained model) to the kernel once its workers returned (they
-// hold references to it until then), instead of when Go's scavenger gets
-// to it, minutes later: an idle slave should not look as if it still held
-// the last task's tables.
-func (s *Slave) releaseMemory(task string) {
-	deadline := time.Now().Add(releaseWait)
-	for s.linger.runningOf(task) > 0 && time.Now().Before(deadline) && s.ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
+// releaser collects the tasks dropped since the last memory release.
+type releaser struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	kick    chan struct{}
+}
+
+// dropped notes a dropped task whose memory should go back to the
+// kernel.
+func (r *releaser) dropped(task string) {
+	r.mu.Lock()
+	if r.pending == nil {
+		r.pending = map[string]bool{}
 	}
-	if s.ctx.Err() == nil {
+	r.pending[task] = true
+	r.mu.Unlock()
+	select {
+	case r.signal() <- struct{}{}:
+	default:
+	}
+}
+
+func (r *releaser) signal() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kick == nil {
+		r.kick = make(chan struct{}, 1)
+	}
+	return r.kick
+}
+
+// running reports whether a worker of a pending task still runs.
+func (r *releaser) running(l *lingerSet) bool {
+	r.mu.Lock()
+	tasks := make([]string, 0, len(r.pending))
+	for t := range r.pending {
+		tasks = append(tasks, t)
+	}
+	r.mu.Unlock()
+	for _, t := range tasks {
+		if l.runningOf(t) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseLoop returns dropped tasks' memory (their shards, cached blocks,
+// retained models) to the kernel once their workers returned (they hold
+// references to it until then), instead of when Go's scavenger gets to
+// it, minutes later: an idle slave should not look as if it still held
+// the last task's tables. At most one release per releaseEvery.
+func (s *Slave) releaseLoop() {
+	defer s.wg.Done()
+	kick := s.release.signal()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-kick:
+		}
+		deadline := time.Now().Add(releaseWait)
+		for s.ctx.Err() == nil && time.Now().Before(deadline) && s.release.running(&s.linger) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		s.release.mu.Lock()
+		clear(s.release.pending)
+		s.release.mu.Unlock()
+		if s.ctx.Err() != nil {
+			return
+		}
 		debug.FreeOSMemory()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(releaseEvery):
+		}
 	}
 }

@@ -88,7 +88,8 @@ func (c *Config) defaults() {
 
 // Slave is a running node agent.
 type Slave struct {
-	linger lingerSet // running workers, and which outlive their stage
+	linger  lingerSet // running workers, and which outlive their stage
+	release releaser  // gives dropped tasks' memory back to the kernel
 	// left: the first Close told the master this slave leaves.
 	left    sync.Once
 	cfg     Config
@@ -241,8 +242,9 @@ func (s *Slave) Start(ctx context.Context) error {
 	}
 	s.amu.Unlock()
 	s.admitted(rep)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.heartbeat(rep.Heartbeat)
+	go s.releaseLoop()
 	s.log.Info().Int("slots", s.cfg.Slots).Str("instance", s.self().instance).Uint64("incarnation", rep.Incarnation).Uint64("epoch", rep.Epoch).Msg("slave joined the cluster")
 	return nil
 }
@@ -553,7 +555,7 @@ func (s *Slave) apply(acts []Action) {
 			s.cache.Drop(a.Task)
 			s.dropRetained(a.Task)
 			if t != nil {
-				s.background(func() { s.releaseMemory(a.Task) })
+				s.release.dropped(a.Task)
 			}
 		case ActPublish:
 			s.publish(a.Event)
