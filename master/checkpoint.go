@@ -262,13 +262,14 @@ func (t *taskRun) kvClient() (*kvstore.Client, error) {
 	})
 }
 
-// readTables reads every table of the task from its shards through c.
-// A dense table is read as the checkpoint is written, a window of keys at
-// a time (GetRange, as the output does), so the master never holds it
-// whole: the workers wait at their barrier until the checkpoint is
-// written, so every window is read at the same consistent point (also
-// when a write is retried). Sparse tables are gathered first. The time
-// the dense tables' reads take is added to *filling.
+// readTables reads every table of the task from its shards through c,
+// for a checkpoint or the output. A dense table is read as the file is
+// written, a window of keys at a time (GetRange), so the master never
+// holds it whole: the file is written at a consistent point (the workers
+// wait at their barrier, or have ended), so every window is read at that
+// point (also when a write is retried); a failed window read is a
+// readError. Sparse tables are gathered first. The time the dense tables'
+// reads take is added to *filling (when not nil).
 func (t *taskRun) readTables(c *kvstore.Client, filling *time.Duration) ([]tasks.ModelTable, error) {
 	if len(t.hosts) == 0 {
 		return nil, errors.New("the task's tables are not created yet")
@@ -281,10 +282,12 @@ func (t *taskRun) readTables(c *kvstore.Client, filling *time.Duration) ([]tasks
 		}
 		if spec := tc.Spec(); spec.Storage == kvstore.Dense && spec.Size*uint64(spec.Width) <= maxModelVals {
 			out = append(out, tasks.ModelTable{Spec: spec, Fill: func(first uint64, vals []float64) error {
-				began := time.Now()
-				defer func() { *filling += time.Since(began) }()
+				if filling != nil {
+					began := time.Now()
+					defer func() { *filling += time.Since(began) }()
+				}
 				if err := tc.GetRange(first, len(vals)/spec.Width, vals); err != nil {
-					return fmt.Errorf("table %q: %w", spec.Name, err)
+					return &readError{fmt.Errorf("table %q: %w", spec.Name, err)}
 				}
 				return nil
 			}})

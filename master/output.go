@@ -8,7 +8,6 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
-	"github.com/flexps/flexps/kvstore/transport"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -33,36 +32,16 @@ func (t *taskRun) writeOutput() error {
 		return t.outputStopped()
 	}
 	m := t.m
-	c, err := kvstore.NewClient(kvstore.ClientConfig{
-		Transport: transport.NewNATS(m.nc, m.subj.SlaveKV), Task: t.spec.ID, Stage: -1, Worker: -1,
-		Hosts: t.hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP}, Timeout: m.cfg.KVTimeout, Ctx: t.ctx,
-		Routes: t.routes,
-	})
+	c, err := t.kvClient()
 	if err != nil {
 		return fmt.Errorf("output: %w", err)
 	}
 	defer c.Close()
-	model := &tasks.Model{Kind: t.spec.Kind, Task: t.spec.ID, Name: t.spec.Name, Meta: tasks.ModelMeta(t.spec)}
-	for _, p := range t.placements() {
-		tc, err := c.Table(p)
-		if err != nil {
-			return fmt.Errorf("output: table %q: %w", p.Spec.Name, err)
-		}
-		if spec := tc.Spec(); spec.Storage == kvstore.Dense && spec.Size*uint64(spec.Width) <= maxModelVals {
-			model.Tables = append(model.Tables, tasks.ModelTable{Spec: spec, Fill: func(first uint64, out []float64) error {
-				if err := tc.GetRange(first, len(out)/spec.Width, out); err != nil {
-					return &readError{err}
-				}
-				return nil
-			}})
-			continue
-		}
-		keys, vals, err := tc.ReadAll(maxModelVals)
-		if err != nil {
-			return fmt.Errorf("output %s: %w", t.spec.Output, err)
-		}
-		model.Tables = append(model.Tables, tasks.ModelTable{Spec: tc.Spec(), Keys: keys, Vals: vals})
+	tables, err := t.readTables(c, nil)
+	if err != nil {
+		return fmt.Errorf("output %s: %w", t.spec.Output, err)
 	}
+	model := &tasks.Model{Kind: t.spec.Kind, Task: t.spec.ID, Name: t.spec.Name, Meta: tasks.ModelMeta(t.spec), Tables: tables}
 	if err := t.saveModel(model); err != nil {
 		if t.stoppedBy(err) {
 			// The task was stopped while the model was written: the
