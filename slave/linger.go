@@ -125,31 +125,19 @@ const (
 type releaser struct {
 	mu      sync.Mutex
 	pending map[string]bool
-	kick    chan struct{}
+	kick    chan struct{} // a release is due (buffered: one)
 }
 
 // dropped notes a dropped task whose memory should go back to the
 // kernel.
 func (r *releaser) dropped(task string) {
 	r.mu.Lock()
-	if r.pending == nil {
-		r.pending = map[string]bool{}
-	}
 	r.pending[task] = true
 	r.mu.Unlock()
 	select {
-	case r.signal() <- struct{}{}:
+	case r.kick <- struct{}{}:
 	default:
 	}
-}
-
-func (r *releaser) signal() chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.kick == nil {
-		r.kick = make(chan struct{}, 1)
-	}
-	return r.kick
 }
 
 // running reports whether a worker of a pending task still runs.
@@ -175,12 +163,11 @@ func (r *releaser) running(l *lingerSet) bool {
 // the last task's tables. At most one release per releaseEvery.
 func (s *Slave) releaseLoop() {
 	defer s.wg.Done()
-	kick := s.release.signal()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-kick:
+		case <-s.release.kick:
 		}
 		deadline := time.Now().Add(releaseWait)
 		for s.ctx.Err() == nil && time.Now().Before(deadline) && s.release.running(&s.linger) {

@@ -156,7 +156,8 @@ type stageRun struct {
 func New(nc *nats.Conn, cfg Config) *Slave {
 	cfg.defaults()
 	s := &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), ctl: NewControl(cfg.Slots), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
-		log: cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
+		release: releaser{pending: map[string]bool{}, kick: make(chan struct{}, 1)},
+		log:     cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
 		cache: datastore.NewBlockCache(max(cfg.DataCache, 0)), inc: incarnation{instance: nuid.Next()}}
 	s.metrics = newMetrics(cfg.ID, func() int {
 		s.mu.Lock()
