@@ -35,36 +35,21 @@ func Register(name string, fn StageFunc) {
 // as declared.
 type TablesFunc func(stage Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
 
-var tableHooks = struct {
-	sync.RWMutex
-	m map[string]TablesFunc
-}{m: map[string]TablesFunc{}}
+var tableHooks hooks[TablesFunc]
 
 // RegisterTables makes Normalize add the tables fn returns to every task
 // with a stage of function name, so a user declares only the model's own
 // tables and the algorithm adds its helpers.
-func RegisterTables(name string, fn TablesFunc) {
-	tableHooks.Lock()
-	defer tableHooks.Unlock()
-	tableHooks.m[name] = fn
-}
+func RegisterTables(name string, fn TablesFunc) { tableHooks.set(name, fn) }
 
-func lookupTables(name string) (TablesFunc, bool) {
-	tableHooks.RLock()
-	defer tableHooks.RUnlock()
-	fn, ok := tableHooks.m[name]
-	return fn, ok
-}
+func lookupTables(name string) (TablesFunc, bool) { return tableHooks.get(name) }
 
 // RelocatesFunc names the tables a stage's function moves keys of
 // (Localize), given the stage (its params say, for example, whether it
 // localizes at all).
 type RelocatesFunc func(stage Stage) []string
 
-var relocateHooks = struct {
-	sync.RWMutex
-	m map[string]RelocatesFunc
-}{m: map[string]RelocatesFunc{}}
+var relocateHooks hooks[RelocatesFunc]
 
 // RegisterRelocates makes Normalize declare the tables fn names
 // relocatable (kvstore.TableSpec.Relocate: one copy unless replicas says
@@ -72,42 +57,44 @@ var relocateHooks = struct {
 // Clock waits for its Adds in flight) in every task with a stage of
 // function name, so a user of a function that localizes need not know
 // to declare it.
-func RegisterRelocates(name string, fn RelocatesFunc) {
-	relocateHooks.Lock()
-	defer relocateHooks.Unlock()
-	relocateHooks.m[name] = fn
-}
+func RegisterRelocates(name string, fn RelocatesFunc) { relocateHooks.set(name, fn) }
 
-func lookupRelocates(name string) (RelocatesFunc, bool) {
-	relocateHooks.RLock()
-	defer relocateHooks.RUnlock()
-	fn, ok := relocateHooks.m[name]
-	return fn, ok
-}
+func lookupRelocates(name string) (RelocatesFunc, bool) { return relocateHooks.get(name) }
 
 // ParamsFunc checks a stage's params (types, ranges, unknown names) the
 // way the stage function will read them, without running anything.
 type ParamsFunc func(Params) error
 
-var paramHooks = struct {
-	sync.RWMutex
-	m map[string]ParamsFunc
-}{m: map[string]ParamsFunc{}}
+var paramHooks hooks[ParamsFunc]
 
 // RegisterParams makes Validate check the params of every stage of
 // function name with fn, so a mistyped or out-of-range param is refused
 // when the task is submitted (naming the stage and the key), not when the
 // stage starts after the earlier stages ran.
-func RegisterParams(name string, fn ParamsFunc) {
-	paramHooks.Lock()
-	defer paramHooks.Unlock()
-	paramHooks.m[name] = fn
+func RegisterParams(name string, fn ParamsFunc) { paramHooks.set(name, fn) }
+
+func lookupParams(name string) (ParamsFunc, bool) { return paramHooks.get(name) }
+
+// hooks are per-function hooks registered by stage function name (the
+// last registration of a name wins).
+type hooks[F any] struct {
+	mu sync.RWMutex
+	m  map[string]F
 }
 
-func lookupParams(name string) (ParamsFunc, bool) {
-	paramHooks.RLock()
-	defer paramHooks.RUnlock()
-	fn, ok := paramHooks.m[name]
+func (h *hooks[F]) set(name string, fn F) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]F{}
+	}
+	h.m[name] = fn
+}
+
+func (h *hooks[F]) get(name string) (F, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	fn, ok := h.m[name]
 	return fn, ok
 }
 
