@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -197,10 +198,17 @@ func LoadClusterConfig(path string) (*ClusterConfig, error) {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		// Validate's errors start with the setting: "kv.listen: ...".
+		line := 0
+		if m := settingName.FindStringSubmatch(err.Error()); m != nil {
+			line = tasks.KeyLine(data, strings.Split(m[1], ".")...)
+		}
+		return nil, &tasks.ConfigError{File: path, Line: line, Msg: err.Error(), Err: err}
 	}
 	return &c, nil
 }
+
+var settingName = regexp.MustCompile(`^([a-z_]+(?:\.[a-z_]+)?)[: ]`)
 
 // Validate checks values the TOML types cannot.
 func (c *ClusterConfig) Validate() error {

@@ -18,8 +18,8 @@ func TestMembershipConfig(t *testing.T) {
 		{"defaults", "", 0, 0, ""},
 		{"membership section", "[membership]\nheartbeat_interval = \"100ms\"\nfailure_timeout = \"400ms\"\n", 100 * time.Millisecond, 400 * time.Millisecond, ""},
 		{"older master keys", "[master]\nheartbeat = \"200ms\"\ndead_after = \"2s\"\n", 200 * time.Millisecond, 2 * time.Second, ""},
-		{"both names of one knob", "[master]\nheartbeat = \"200ms\"\n[membership]\nheartbeat_interval = \"100ms\"\n", 0, 0, "same setting"},
-		{"timeout shorter than two beats", "[membership]\nheartbeat_interval = \"300ms\"\nfailure_timeout = \"500ms\"\n", 0, 0, "at least twice"},
+		{"both names of one knob", "[master]\nheartbeat = \"200ms\"\n[membership]\nheartbeat_interval = \"100ms\"\n", 0, 0, "line 4: membership.heartbeat_interval and master.heartbeat are the same setting"},
+		{"timeout shorter than two beats", "[membership]\nheartbeat_interval = \"300ms\"\nfailure_timeout = \"500ms\"\n", 0, 0, "line 3: membership.failure_timeout"},
 		{"timeout shorter than two default beats", "[membership]\nfailure_timeout = \"500ms\"\n", 0, 0, "at least twice"},
 		{"unknown key", "[membership]\ntimeout = \"1s\"\n", 0, 0, "timeout"},
 	} {
@@ -46,7 +46,7 @@ func TestSlaveSectConfig(t *testing.T) {
 		{"negative procs", "[slave]\nprocs = -1\n", "slave.procs", 0},
 		{"too many procs", "[slave]\nprocs = 5000\n", "slave.procs", 0},
 		{"procs as a string", "[slave]\nprocs = \"2\"\n", "procs", 0},
-		{"too many slots", "[slave]\nslots = 5000\n", "slave.slots", 0},
+		{"too many slots", "[slave]\nslots = 5000\n", "line 2: slave.slots", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := loadTestCluster(t, tc.toml, tc.wantErr)
@@ -87,12 +87,12 @@ func loadTestCluster(t *testing.T, text, wantErr string) *ClusterConfig {
 func TestOutOfRangeClusterNumbers(t *testing.T) {
 	for _, tc := range []struct{ name, toml, wantErr string }{
 		{"fine", "[master]\naging = 2.5\nkeep_tasks = 10\ndefault_replicas = 3\n[data]\nread_producers = 4\n", ""},
-		{"negative aging", "[master]\naging = -1.0\n", "master.aging"},
+		{"negative aging", "[master]\naging = -1.0\n", "line 2: master.aging"},
 		{"NaN aging", "[master]\naging = nan\n", "master.aging"},
-		{"negative keep_tasks", "[master]\nkeep_tasks = -1\n", "master.keep_tasks"},
+		{"negative keep_tasks", "[master]\nkeep_tasks = -1\n", "line 2: master.keep_tasks"},
 		{"negative default_replicas", "[master]\ndefault_replicas = -2\n", "master.default_replicas"},
 		{"too many default_replicas", "[master]\ndefault_replicas = 9\n", "master.default_replicas"},
-		{"negative read_producers", "[data]\nread_producers = -1\n", "data.read_producers"},
+		{"negative read_producers", "[data]\nread_producers = -1\n", "line 2: data.read_producers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { loadTestCluster(t, tc.toml, tc.wantErr) })
 	}

@@ -104,10 +104,26 @@ func (s TableSpec) WithDefaults() TableSpec {
 	return s
 }
 
-// Validate reports the first invalid field, naming the table and the field.
+// SpecError is an invalid field of a table spec (it wraps ErrBadSpec).
+// Field is the spec's key as a job file spells it; Also, when set, is
+// another key the problem is about, where a job file may have set it
+// instead (a table declared relocate by a stage function: replicas).
+type SpecError struct {
+	Table, Field, Also string
+	Msg                string
+}
+
+func (e *SpecError) Error() string {
+	return fmt.Sprintf("%v: table %q: %s: %s", ErrBadSpec, e.Table, e.Field, e.Msg)
+}
+
+func (e *SpecError) Unwrap() error { return ErrBadSpec }
+
+// Validate reports the first invalid field, naming the table and the field
+// (a *SpecError).
 func (s TableSpec) Validate() error {
 	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: table %q: %s: %s", ErrBadSpec, s.Name, field, fmt.Sprintf(format, a...))
+		return &SpecError{Table: s.Name, Field: field, Msg: fmt.Sprintf(format, a...)}
 	}
 	if s.Name == "" {
 		return fmt.Errorf("%w: a table needs a name", ErrBadSpec)
@@ -149,7 +165,9 @@ func (s TableSpec) Validate() error {
 		return bad("replicas", "must be in [1, %d] (0 or unset: the cluster's default), got %d", MaxReplicas, s.Replicas)
 	}
 	if s.Relocate && s.Replicas > 1 {
-		return bad("relocate", "the table's keys move (Localize; declared by the table, or by a stage function that moves them, such as mf.blocked or kge.complex with localize = true), which unreplicated tables only allow, but replicas = %d: set replicas = 1 or leave it unset", s.Replicas)
+		err := bad("relocate", "the table's keys move (Localize; declared by the table, or by a stage function that moves them, such as mf.blocked or kge.complex with localize = true), which unreplicated tables only allow, but replicas = %d: set replicas = 1 or leave it unset", s.Replicas)
+		err.(*SpecError).Also = "replicas"
+		return err
 	}
 	return nil
 }

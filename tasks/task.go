@@ -13,6 +13,7 @@ import (
 	"maps"
 	"math"
 	"math/big"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -221,67 +222,138 @@ func (t *MultiStageTask) Validate() error { return t.validate(true) }
 // user code and may not have the stage functions a user program registers.
 func (t *MultiStageTask) ValidateShape() error { return t.validate(false) }
 
+// FieldError is an invalid setting of a task, with where it is: the
+// section and key a job file holds it under, so a loader can name the
+// line (tasks.ParseJob does). Its text is Err's; it unwraps to Err.
+type FieldError struct {
+	// Section is "stage" (a [[stage]], Index its position in the task),
+	// "table" (the [[table]] named Name, Index its position in the
+	// task), "input" ([input.Name]),
+	// "checkpoint", or "" for the task's own keys.
+	Section string
+	Index   int
+	Name    string
+	// Keys are the keys the problem is about, the likeliest first; a
+	// stage function's parameter is "params.<name>". None, or none
+	// written in the file: the section's header.
+	Keys []string
+	Err  error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// keyErr is an error about a stage's key: its text starts with the key;
+// also is another key it is about (where a file may have set it).
+type keyErr struct {
+	key, also string
+	err       error
+}
+
+func (e *keyErr) Error() string { return e.key + ": " + e.err.Error() }
+func (e *keyErr) Unwrap() error { return e.err }
+
+func keyErrf(key, format string, a ...any) error {
+	return &keyErr{key: key, err: fmt.Errorf(format, a...)}
+}
+
+// paramName finds the parameter a stage function's parameter check names.
+var paramName = regexp.MustCompile(`param "([^"]+)"`)
+
 func (t *MultiStageTask) validate(registry bool) error {
-	bad := func(format string, a ...any) error {
+	inv := func(format string, a ...any) error {
 		return fmt.Errorf("%w: task %q: %s", ErrInvalid, t.Name, fmt.Sprintf(format, a...))
+	}
+	// bad is a problem with key of section (see FieldError).
+	bad := func(section, name, key, format string, a ...any) error {
+		fe := &FieldError{Section: section, Name: name, Err: inv(format, a...)}
+		if key != "" {
+			fe.Keys = []string{key}
+		}
+		return fe
 	}
 	if t.Name == "" {
 		return fmt.Errorf("%w: a task needs a name", ErrInvalid)
 	}
 	if len(t.Stages) == 0 {
-		return bad("no stages")
+		return inv("no stages")
 	}
 	if t.Priority < 0 || t.Priority > 100 {
-		return bad("priority %d out of range [0, 100]", t.Priority)
+		return bad("", "", "priority", "priority %d out of range [0, 100]", t.Priority)
 	}
 	switch t.ModelTransfer {
 	case "", TransferKVStore, TransferDirect:
 	default:
-		return bad("model_transfer must be %q or %q, got %q", TransferKVStore, TransferDirect, t.ModelTransfer)
+		return bad("", "", "model_transfer", "model_transfer must be %q or %q, got %q", TransferKVStore, TransferDirect, t.ModelTransfer)
 	}
 	if err := t.Checkpoint.validate(); err != nil {
-		return bad("%v", err)
+		key := "every"
+		if t.Checkpoint.Keep < 0 {
+			key = "keep"
+		}
+		return bad("checkpoint", "", key, "%v", err)
 	}
 	seen := map[string]bool{}
-	for _, spec := range t.Tables {
+	for j, spec := range t.Tables {
 		if err := spec.WithDefaults().Validate(); err != nil {
-			return fmt.Errorf("task %q: %w", t.Name, err)
+			fe := &FieldError{Section: "table", Index: j, Name: spec.Name, Err: fmt.Errorf("task %q: %w", t.Name, err)}
+			if se := (*kvstore.SpecError)(nil); errors.As(err, &se) {
+				fe.Keys = []string{se.Field}
+				if se.Also != "" {
+					fe.Keys = append(fe.Keys, se.Also)
+				}
+			}
+			return fe
 		}
 		if seen[spec.Name] {
-			return bad("table %q declared twice", spec.Name)
+			fe := bad("table", spec.Name, "name", "table %q declared twice", spec.Name)
+			fe.(*FieldError).Index = j
+			return fe
 		}
 		seen[spec.Name] = true
 		if err := fitsModel(spec.WithDefaults(), t); err != nil {
-			return bad("%v", err)
+			fe := bad("table", spec.Name, "size", "%v", err)
+			fe.(*FieldError).Index = j
+			return fe
 		}
 	}
 	for name, in := range t.Inputs {
 		if in.Path == "" {
-			return bad("input %q: path is required", name)
+			return bad("input", name, "path", "input %q: path is required", name)
 		}
 		switch in.Format {
 		case "", "libsvm", "csv", "ratings", "text":
 		default:
-			return bad("input %q: format must be libsvm, csv, ratings or text, got %q", name, in.Format)
+			return bad("input", name, "format", "input %q: format must be libsvm, csv, ratings or text, got %q", name, in.Format)
 		}
 		switch in.OnError {
 		case "", "fail", "skip":
 		default:
-			return bad("input %q: on_error must be fail or skip, got %q", name, in.OnError)
+			return bad("input", name, "on_error", "input %q: on_error must be fail or skip, got %q", name, in.OnError)
 		}
 		if f := in.MaxBadFraction; f < 0 || f > 1 || f != f {
-			return bad("input %q: max_bad_fraction must be in [0, 1], got %v", name, f)
+			return bad("input", name, "max_bad_fraction", "input %q: max_bad_fraction must be in [0, 1], got %v", name, f)
 		}
 		if in.BlockSize < 0 {
-			return bad("input %q: block_size must be > 0 bytes (0 or unset: the cluster's), got %d", name, in.BlockSize)
+			return bad("input", name, "block_size", "input %q: block_size must be > 0 bytes (0 or unset: the cluster's), got %d", name, in.BlockSize)
 		}
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
-			return bad("input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
+			return bad("input", name, "index_base", "input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
 		}
 	}
 	for i, s := range t.Stages {
 		if err := s.validate(t, registry); err != nil {
-			return fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, s.Name, err)
+			fe := &FieldError{Section: "stage", Index: i, Err: fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, s.Name, err)}
+			if ke := (*keyErr)(nil); errors.As(err, &ke) {
+				fe.Keys = []string{ke.key}
+				if ke.also != "" {
+					fe.Keys = append(fe.Keys, ke.also)
+				}
+				if m := paramName.FindStringSubmatch(ke.err.Error()); ke.key == "params" && m != nil {
+					fe.Keys = []string{"params." + m[1], "params"}
+				}
+			}
+			return fe
 		}
 	}
 	return nil
@@ -314,91 +386,91 @@ func fitsModel(spec kvstore.TableSpec, t *MultiStageTask) error {
 
 func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	if s.Func == "" {
-		return errors.New("func: a stage names its registered stage function")
+		return keyErrf("func", "a stage names its registered stage function")
 	}
 	if _, ok := Lookup(s.Func); registry && !ok {
-		return fmt.Errorf("func: no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
+		return keyErrf("func", "no stage function registered as %q (registered: %s)", s.Func, strings.Join(Registered(), ", "))
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Params)) {
 		// A task travels as JSON, which has no NaN or infinity.
 		if f, ok := s.Params[k].(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
-			return fmt.Errorf("params: param %q: want a finite number, got %v", k, f)
+			return keyErrf("params", "param %q: want a finite number, got %v", k, f)
 		}
 	}
 	if check, ok := lookupParams(s.Func); ok {
 		if err := check(s.Params); err != nil {
-			return fmt.Errorf("params: %w", err)
+			return keyErrf("params", "%w", err)
 		}
 	}
 	if s.AutoTrialSeconds < 0 {
-		return fmt.Errorf("auto_trial_seconds: must be > 0, got %v", s.AutoTrialSeconds)
+		return keyErrf("auto_trial_seconds", "must be > 0, got %v", s.AutoTrialSeconds)
 	}
 	if s.Workers < 0 || (!s.Auto && s.Workers == 0) {
-		return fmt.Errorf("workers: must be >= 1, got %d", s.Workers)
+		return keyErrf("workers", "must be >= 1, got %d", s.Workers)
 	}
 	if s.MaxSlaves < 0 {
-		return fmt.Errorf("max_slaves: must be >= 0, got %d", s.MaxSlaves)
+		return keyErrf("max_slaves", "must be >= 0, got %d", s.MaxSlaves)
 	}
 	c := s.Consistency
 	switch c.Kind {
 	case kvstore.BSP, kvstore.ASP:
 		if c.Staleness != 0 {
-			return fmt.Errorf("staleness: only meaningful with ssp or sparse_ssp, got %d with %s", c.Staleness, c.Kind)
+			return keyErrf("staleness", "only meaningful with ssp or sparse_ssp, got %d with %s", c.Staleness, c.Kind)
 		}
 	case kvstore.SSP, kvstore.SparseSSP:
 	default:
-		return fmt.Errorf("consistency: must be bsp, ssp, asp or sparse_ssp, got %q", c.Kind)
+		return keyErrf("consistency", "must be bsp, ssp, asp or sparse_ssp, got %q", c.Kind)
 	}
 	if c.Staleness < 0 {
-		return fmt.Errorf("staleness: must be >= 0, got %d", c.Staleness)
+		return keyErrf("staleness", "must be >= 0, got %d", c.Staleness)
 	}
 	if c.Speculation < 0 {
-		return fmt.Errorf("speculation: must be >= 0, got %d", c.Speculation)
+		return keyErrf("speculation", "must be >= 0, got %d", c.Speculation)
 	}
 	if c.Speculation > 0 && c.Kind != kvstore.SparseSSP {
-		return fmt.Errorf("speculation: only valid with consistency = \"sparse_ssp\", got %q", c.Kind)
+		return keyErrf("speculation", "only valid with consistency = \"sparse_ssp\", got %q", c.Kind)
 	}
 	switch s.WorkerKind {
 	case KindPS, KindLocal, KindHogwild:
 	case KindSingle:
 		if s.Workers > 1 {
-			return fmt.Errorf("workers: a single stage has exactly one worker, got %d", s.Workers)
+			return keyErrf("workers", "a single stage has exactly one worker, got %d", s.Workers)
 		}
 	default:
-		return fmt.Errorf("worker_kind: must be ps, local, hogwild or single, got %q", s.WorkerKind)
+		return keyErrf("worker_kind", "must be ps, local, hogwild or single, got %q", s.WorkerKind)
 	}
 	if s.WorkerKind != KindPS && s.MaxSlaves > 1 {
-		return fmt.Errorf("max_slaves: a %s stage runs on one slave, got %d", s.WorkerKind, s.MaxSlaves)
+		return keyErrf("max_slaves", "a %s stage runs on one slave, got %d", s.WorkerKind, s.MaxSlaves)
 	}
 	if s.WorkerKind != KindPS && len(s.Slaves) > 1 {
-		return fmt.Errorf("slaves: a %s stage runs on one slave, got %d", s.WorkerKind, len(s.Slaves))
+		return keyErrf("slaves", "a %s stage runs on one slave, got %d", s.WorkerKind, len(s.Slaves))
 	}
 	switch s.Cache {
 	case "", "none":
 		if s.CacheSize != 0 {
-			return fmt.Errorf("cache_size: set without a cache kind")
+			return keyErrf("cache_size", "set without a cache kind")
 		}
 	case "lru", "lfu":
 		if s.CacheSize <= 0 {
-			return fmt.Errorf("cache_size: a %s cache needs a size > 0, got %d", s.Cache, s.CacheSize)
+			return &keyErr{key: "cache_size", also: "cache", err: fmt.Errorf("a %s cache needs a size > 0, got %d", s.Cache, s.CacheSize)}
 		}
 		if s.WorkerKind != KindPS {
-			return fmt.Errorf("cache: the process cache is for ps workers, not %s", s.WorkerKind)
+			return keyErrf("cache", "the process cache is for ps workers, not %s", s.WorkerKind)
 		}
 		if s.Consistency.Kind == kvstore.SparseSSP {
 			// Refused here, not when the workers start: a cache hit
 			// hides the read's keys from the sparse_ssp controller.
-			return fmt.Errorf("cache: a process cache hides reads from the sparse_ssp controller; use ssp or no cache")
+			return keyErrf("cache", "a process cache hides reads from the sparse_ssp controller; use ssp or no cache")
 		}
 	default:
-		return fmt.Errorf("cache: must be none, lru or lfu, got %q", s.Cache)
+		return keyErrf("cache", "must be none, lru or lfu, got %q", s.Cache)
 	}
 	if s.ChunkSize < 0 {
-		return fmt.Errorf("chunk_size: must be >= 0, got %d", s.ChunkSize)
+		return keyErrf("chunk_size", "must be >= 0, got %d", s.ChunkSize)
 	}
 	for _, in := range s.Inputs {
 		if _, ok := t.Inputs[in]; !ok {
-			return fmt.Errorf("inputs: no input named %q in the task", in)
+			return keyErrf("inputs", "no input named %q in the task", in)
 		}
 	}
 	return nil

@@ -77,45 +77,48 @@ func TestParseJobValidation(t *testing.T) {
 	cases := []struct {
 		name, edit string // appended to base, or replacing it when it starts with "!"
 		want       string // substring of the error; "" = valid
+		line       int    // the line the error names (0: none)
 	}{
-		{"valid", "", ""},
-		{"auto workers", "!" + strings.Replace(base, "workers = 2", `workers = "auto"`+"\nmax_workers = 4", 1), ""},
-		{"bad workers string", "!" + strings.Replace(base, "workers = 2", `workers = "lots"`, 1), `"lots"`},
-		{"zero workers", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers"},
-		{"unknown top key", "!colour = 1\n" + base, `line 1: unknown key "colour"`},
-		{"unknown stage key", "staleness2 = 1\n", `line 11: unknown key "stage.staleness2"`},
-		{"wrong type", "!" + strings.Replace(base, "size = 10", `size = "ten"`, 1), "line 4"},
-		{"syntax", "[[stage\n", "line"},
-		{"no name", "!" + strings.Replace(base, `name = "job"`, "", 1), "needs a name"},
-		{"no stages", "!" + base[:strings.Index(base, "[[stage]]")], "no stages"},
-		{"unregistered func", "!" + strings.Replace(base, "t.noop", "t.nope", 1), `no stage function registered as "t.nope"`},
-		{"bad consistency", `consistency = "eventual"` + "\n", "consistency"},
-		{"negative staleness", "consistency = \"ssp\"\nstaleness = -1\n", "staleness"},
-		{"staleness with bsp", "consistency = \"bsp\"\nstaleness = 2\n", "staleness"},
-		{"speculation without sparse", "consistency = \"ssp\"\nspeculation = 2\n", "speculation"},
-		{"sparse ssp ok", "consistency = \"sparse_ssp\"\nstaleness = 1\nspeculation = 2\n", ""},
-		{"local on two slaves", "worker_kind = \"local\"\nmax_slaves = 2\n", "max_slaves"},
-		{"single with two workers", "worker_kind = \"single\"\n", "single stage"},
-		{"cache without size", "cache = \"lru\"\n", "cache_size"},
-		{"cache on local", "worker_kind = \"local\"\ncache = \"lru\"\ncache_size = 5\n", "ps workers"},
-		{"cache with sparse ssp", "consistency = \"sparse_ssp\"\nstaleness = 1\ncache = \"lfu\"\ncache_size = 5\n", "sparse_ssp controller"},
-		{"bad worker kind", "worker_kind = \"gpu\"\n", "worker_kind"},
-		{"unknown input", "inputs = [\"nope\"]\n", `no input named "nope"`},
-		{"priority range", "!" + "priority = 101\n" + base, "priority"},
-		{"bad transfer", "!" + "model_transfer = \"fax\"\n" + base, "model_transfer"},
-		{"bad table dtype", "!" + strings.Replace(base, "size = 10", "size = 10\ndtype = \"int8\"", 1), "dtype"},
-		{"duplicate table", "!" + strings.Replace(base, "[input.train]", "[[table]]\nname = \"w\"\nsize = 3\n[input.train]", 1), "declared twice"},
-		{"bad format", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"xml\"", 1), "format"},
-		{"bad index base", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nindex_base = 2", 1), "index_base"},
-		{"repeat", "!" + "repeat = 3\n" + base, ""},
-		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size"},
-		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size"},
-		{"negative local slots", "[local]\nslots = -1\n", "[local] slots"},
-		{"relocate", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true", 1), ""},
-		{"relocate with one replica", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 1", 1), ""},
-		{"relocate replicated", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 2", 1), "relocate: the table's keys move"},
-		{"relocate not a bool", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = \"yes\"", 1), "line 5"},
-		{"relocating func on a replicated table", "!" + strings.Replace(strings.Replace(base, "size = 10", "size = 10\nreplicas = 3", 1), "t.noop", "t.moves", 1), `table "w": relocate`},
+		{"valid", "", "", 0},
+		{"auto workers", "!" + strings.Replace(base, "workers = 2", `workers = "auto"`+"\nmax_workers = 4", 1), "", 0},
+		{"bad workers string", "!" + strings.Replace(base, "workers = 2", `workers = "lots"`, 1), `"lots"`, 10},
+		{"zero workers", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers", 10},
+		{"unknown top key", "!colour = 1\n" + base, `line 1: unknown key "colour"`, 1},
+		{"unknown stage key", "staleness2 = 1\n", `line 11: unknown key "stage.staleness2"`, 11},
+		{"wrong type", "!" + strings.Replace(base, "size = 10", `size = "ten"`, 1), "line 4", 4},
+		{"syntax", "[[stage\n", "line", 12},
+		{"no name", "!" + strings.Replace(base, `name = "job"`, "", 1), "needs a name", 0},
+		{"no stages", "!" + base[:strings.Index(base, "[[stage]]")], "no stages", 0},
+		{"unregistered func", "!" + strings.Replace(base, "t.noop", "t.nope", 1), `no stage function registered as "t.nope"`, 9},
+		{"bad consistency", `consistency = "eventual"` + "\n", "consistency", 11},
+		{"negative staleness", "consistency = \"ssp\"\nstaleness = -1\n", "staleness", 12},
+		{"staleness with bsp", "consistency = \"bsp\"\nstaleness = 2\n", "staleness", 12},
+		{"speculation without sparse", "consistency = \"ssp\"\nspeculation = 2\n", "speculation", 12},
+		{"sparse ssp ok", "consistency = \"sparse_ssp\"\nstaleness = 1\nspeculation = 2\n", "", 0},
+		{"local on two slaves", "worker_kind = \"local\"\nmax_slaves = 2\n", "max_slaves", 12},
+		{"single with two workers", "worker_kind = \"single\"\n", "single stage", 10},
+		{"cache without size", "cache = \"lru\"\n", "cache_size", 11},
+		{"cache on local", "worker_kind = \"local\"\ncache = \"lru\"\ncache_size = 5\n", "ps workers", 12},
+		{"cache with sparse ssp", "consistency = \"sparse_ssp\"\nstaleness = 1\ncache = \"lfu\"\ncache_size = 5\n", "sparse_ssp controller", 13},
+		{"bad worker kind", "worker_kind = \"gpu\"\n", "worker_kind", 11},
+		{"unknown input", "inputs = [\"nope\"]\n", `no input named "nope"`, 11},
+		{"priority range", "!" + "priority = 101\n" + base, "priority", 1},
+		{"bad transfer", "!" + "model_transfer = \"fax\"\n" + base, "model_transfer", 1},
+		{"bad table dtype", "!" + strings.Replace(base, "size = 10", "size = 10\ndtype = \"int8\"", 1), "dtype", 5},
+		{"duplicate table", "!" + strings.Replace(base, "[input.train]", "[[table]]\nname = \"w\"\nsize = 3\n[input.train]", 1), "declared twice", 6},
+		{"bad format", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"xml\"", 1), "format", 7},
+		{"bad index base", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nindex_base = 2", 1), "index_base", 7},
+		{"repeat", "!" + "repeat = 3\n" + base, "", 0},
+		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size", 7},
+		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size", 5},
+		{"negative local slots", "[local]\nslots = -1\n", "[local] slots", 12},
+		{"relocate", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true", 1), "", 0},
+		{"relocate with one replica", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 1", 1), "", 0},
+		{"relocate replicated", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 2", 1), "relocate: the table's keys move", 5},
+		{"relocate not a bool", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = \"yes\"", 1), "line 5", 5},
+		{"nan param", "[stage.params]\nx = 1\ny = nan\n", `param "y"`, 13},
+		{"repeated stage", "!" + "repeat = 2\n" + base + "[[stage]]\nname = \"t\"\nfunc = \"t.noop\"\nworker_kind = \"single\"\nworkers = 3\n", "single stage", 16},
+		{"relocating func on a replicated table", "!" + strings.Replace(strings.Replace(base, "size = 10", "size = 10\nreplicas = 3", 1), "t.noop", "t.moves", 1), `table "w": relocate`, 5},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,6 +136,10 @@ func TestParseJobValidation(t *testing.T) {
 				t.Fatalf("error %q lacks %q", err, tc.want)
 			case err != nil && !strings.HasPrefix(err.Error(), "job.toml"):
 				t.Fatalf("error %q does not name the file", err)
+			}
+			var ce *tasks.ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.Line != tc.line) {
+				t.Fatalf("error %q: want it on line %d", err, tc.line)
 			}
 			if err == nil && task.Name != "job" {
 				t.Fatalf("task %+v", task)

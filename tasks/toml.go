@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,10 +74,24 @@ type StageFile struct {
 }
 
 // ConfigError is a problem in a TOML file, located by line when known.
+// Err, when set, is the error Msg came from (Unwrap returns it).
 type ConfigError struct {
 	File string
 	Line int
 	Msg  string
+	Err  error
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// KeyLine is the line of data (a TOML file) that sets key (its path of
+// table names, then the key: "kv", "listen"), else the header of the
+// table it names; 0 when neither is there.
+func KeyLine(data []byte, key ...string) int {
+	if len(key) == 0 {
+		return 0
+	}
+	return keyLine(data, toml.Key(key))
 }
 
 func (e *ConfigError) Error() string {
@@ -159,9 +174,124 @@ func ParseJob(path string, data []byte) (*JobFile, *MultiStageTask, error) {
 	}
 	t, err := jf.Task()
 	if err != nil {
-		return nil, nil, &ConfigError{File: path, Msg: err.Error()}
+		line := 0
+		if fe := (*FieldError)(nil); errors.As(err, &fe) {
+			line = jf.fieldLine(data, fe)
+		}
+		return nil, nil, &ConfigError{File: path, Line: line, Msg: err.Error(), Err: err}
 	}
 	return &jf, t, nil
+}
+
+// fieldLine is the line of data (the file jf was decoded from) holding
+// the setting fe is about: the first of its keys assigned in its section,
+// else the section's header; 0 when the section is not in the file (a
+// table a stage function adds).
+func (jf *JobFile) fieldLine(data []byte, fe *FieldError) int {
+	want := tomlSection{kind: fe.Section, index: -1, name: fe.Name}
+	switch fe.Section {
+	case "stage":
+		if len(jf.Stages) == 0 {
+			return 0
+		}
+		want.index = fe.Index % len(jf.Stages) // repeat copies the stages
+	case "table":
+		// The file's tables come first in the task, in order.
+		want.index = fe.Index
+		if want.index >= len(jf.Tables) || jf.Tables[want.index].Name != fe.Name {
+			want.index = slices.IndexFunc(jf.Tables, func(t kvstore.TableSpec) bool { return t.Name == fe.Name })
+		}
+		if want.index < 0 {
+			return 0
+		}
+		want.name = ""
+	}
+	lines := tomlSections(data)
+	header := 0
+	for _, key := range fe.Keys {
+		sub, k := "", key
+		if before, after, ok := strings.Cut(key, "."); ok {
+			sub, k = before, after
+		}
+		for _, l := range lines {
+			at := want
+			at.sub = sub
+			if l.tomlSection != at {
+				continue
+			}
+			if l.key == k {
+				return l.line
+			}
+		}
+	}
+	for _, l := range lines {
+		if l.tomlSection == want && l.key == "" {
+			header = l.line
+			break
+		}
+	}
+	return header
+}
+
+// tomlSection is where a line of a job file is: kind "stage" or "table"
+// (index: which [[stage]] or [[table]], from 0), "input" (name: the input's)
+// or another top-level table's name ("" before the first header); sub a
+// sub-table of it ("params" of [stage.params]).
+type tomlSection struct {
+	kind  string
+	index int
+	name  string
+	sub   string
+}
+
+// tomlLine is a header (key "") or a key's assignment on line.
+type tomlLine struct {
+	tomlSection
+	key  string
+	line int
+}
+
+var (
+	tomlHeader = regexp.MustCompile(`^\s*(\[\[?)\s*([^\]]*?)\s*\]\]?`)
+	tomlAssign = regexp.MustCompile(`^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=`)
+)
+
+// tomlSections lists the headers and the key assignments of a job file
+// with where they are. A line-oriented scan, not a TOML parser: enough to
+// point at a setting in a file that decoded already.
+func tomlSections(data []byte) []tomlLine {
+	var out []tomlLine
+	cur := tomlSection{index: -1}
+	count := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		if m := tomlHeader.FindStringSubmatch(text); m != nil {
+			parts := strings.Split(m[2], ".")
+			for i, p := range parts {
+				parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
+			}
+			switch {
+			case m[1] == "[[" && len(parts) == 1:
+				cur = tomlSection{kind: parts[0], index: count[parts[0]]}
+				count[parts[0]]++
+			case parts[0] == "input" && len(parts) >= 2:
+				cur = tomlSection{kind: "input", index: -1, name: parts[1], sub: strings.Join(parts[2:], ".")}
+			case len(parts) >= 2 && count[parts[0]] > 0:
+				// [stage.params]: a sub-table of the last [[stage]].
+				cur = tomlSection{kind: parts[0], index: count[parts[0]] - 1, sub: strings.Join(parts[1:], ".")}
+			default:
+				cur = tomlSection{kind: strings.Join(parts, "."), index: -1}
+			}
+			out = append(out, tomlLine{tomlSection: cur, line: line})
+			continue
+		}
+		if m := tomlAssign.FindStringSubmatch(text); m != nil {
+			out = append(out, tomlLine{tomlSection: cur, key: strings.Trim(m[1], `"'`), line: line})
+		}
+	}
+	return out
 }
 
 // Task builds the MultiStageTask the file describes, normalized and
@@ -194,29 +324,29 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 			s.Workers = 1
 		case int64:
 			if w < 1 {
-				return nil, fmt.Errorf("stage %d (%s): workers: must be >= 1 or \"auto\", got %d", i, sf.Name, w)
+				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: must be >= 1 or \"auto\", got %d", i, sf.Name, w)}
 			}
 			s.Workers = int(w)
 		case string:
 			if w != "auto" {
-				return nil, fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %q", i, sf.Name, w)
+				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %q", i, sf.Name, w)}
 			}
 			s.Auto = true
 			s.Workers = sf.MaxWorkers
 			s.AutoTrialSeconds = sf.AutoTrial
 		default:
-			return nil, fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %v", i, sf.Name, w)
+			return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %v", i, sf.Name, w)}
 		}
 		t.Stages = append(t.Stages, s)
 	}
 	if jf.Local.Slaves < 0 {
-		return nil, fmt.Errorf("[local] slaves: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slaves)
+		return nil, &FieldError{Section: "local", Keys: []string{"slaves"}, Err: fmt.Errorf("[local] slaves: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slaves)}
 	}
 	if jf.Local.Slots < 0 {
-		return nil, fmt.Errorf("[local] slots: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slots)
+		return nil, &FieldError{Section: "local", Keys: []string{"slots"}, Err: fmt.Errorf("[local] slots: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slots)}
 	}
 	if jf.Repeat < 0 || jf.Repeat > 10000 {
-		return nil, fmt.Errorf("repeat: must be in [1, 10000], got %d", jf.Repeat)
+		return nil, &FieldError{Keys: []string{"repeat"}, Err: fmt.Errorf("repeat: must be in [1, 10000], got %d", jf.Repeat)}
 	}
 	t.RepeatStages(jf.Repeat)
 	t.Normalize()
