@@ -64,3 +64,18 @@ func splitmix64(x uint64) uint64 {
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
 }
+
+// InitRow sets row (Width values) to the values key starts with before
+// any write, as a shard stores them (a float32 table's rounded to
+// float32): what a sparse table reads for a key it never stored. An
+// invalid Init gives zeros (Validate refuses it).
+func (s TableSpec) InitRow(key uint64, row []float64) {
+	in, _ := parseInit(s.Init)
+	for c := range row {
+		v := in.Value(key, c)
+		if s.DType == Float32 {
+			v = float64(float32(v))
+		}
+		row[c] = v
+	}
+}

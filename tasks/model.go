@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -75,17 +77,107 @@ func (m *Model) Table(name string) (*ModelTable, bool) {
 	return nil, false
 }
 
-// Dense returns the table's values as a dense array of Size*Width.
+// DenseValues returns the table's values as a dense array of Size*Width:
+// a keyed (sparse) table's stored rows, and the init values of the keys
+// it never stored. It allocates Size*Width values for a keyed table:
+// use Values for a table that may be too large for that, Lookup to read
+// single keys.
 func (t *ModelTable) DenseValues() []float64 {
-	if t.Dense {
+	if t.Keys == nil {
 		return t.Vals
 	}
 	w := t.Spec.Width
 	out := make([]float64, int(t.Spec.Size)*w)
+	in := t.Spec.WithDefaults()
+	if in.Init != "zero" {
+		for k := range t.Spec.Size {
+			in.InitRow(k, out[int(k)*w:int(k+1)*w])
+		}
+	}
 	for i, k := range t.Keys {
 		copy(out[int(k)*w:int(k+1)*w], t.Vals[i*w:(i+1)*w])
 	}
 	return out
+}
+
+// Values is DenseValues, or the error of FitsDense.
+func (t *ModelTable) Values() ([]float64, error) {
+	if err := t.FitsDense(); err != nil {
+		return nil, err
+	}
+	return t.DenseValues(), nil
+}
+
+// FitsDense reports, naming the table, a keyed (sparse) table a dense
+// array of which would hold more than MaxModelValues values.
+func (t *ModelTable) FitsDense() error {
+	if t.Keys != nil && (t.Spec.Size > MaxModelValues || t.Spec.Size*uint64(max(t.Spec.Width, 1)) > MaxModelValues) {
+		return fmt.Errorf("table %q is sparse with %d keys (%d stored): too large to read as a dense array (%d values at most)", t.Spec.Name, t.Spec.Size, len(t.Keys), uint64(MaxModelValues))
+	}
+	return nil
+}
+
+// FitsDense is the first error of its tables' FitsDense: an evaluator
+// that reads every table as a dense array checks it first.
+func (m *Model) FitsDense() error {
+	for i := range m.Tables {
+		if err := m.Tables[i].FitsDense(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Lookup returns the Width values of key: its row of Vals, or, for a key
+// a keyed table (Keys set) does not hold, its init values in buf (which needs
+// Width values of room). A key outside the table reads as its init
+// values too (zeros for the default init). Keyed tables are looked up
+// by binary search: their keys are sorted (LoadModel sorts them).
+func (t *ModelTable) Lookup(key uint64, buf []float64) []float64 {
+	w := max(t.Spec.Width, 1)
+	if t.Keys == nil {
+		if key < uint64(len(t.Vals)/w) {
+			return t.Vals[int(key)*w : int(key+1)*w]
+		}
+	} else if i, ok := slices.BinarySearch(t.Keys, key); ok {
+		return t.Vals[i*w : (i+1)*w]
+	}
+	buf = buf[:w]
+	t.Spec.WithDefaults().InitRow(key, buf)
+	return buf
+}
+
+// sortKeyed sorts a keyed table's keys, moving their rows with them, if
+// they are not sorted already (a model file's keyed tables normally are).
+// It reports a key stored twice.
+func (t *ModelTable) sortKeyed() error {
+	if t.Keys == nil || slices.IsSorted(t.Keys) {
+		return t.dupKey()
+	}
+	w := max(t.Spec.Width, 1)
+	idx := make([]int, len(t.Keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(t.Keys[a], t.Keys[b]) })
+	keys := make([]uint64, len(t.Keys))
+	vals := make([]float64, len(t.Vals))
+	for j, i := range idx {
+		keys[j] = t.Keys[i]
+		copy(vals[j*w:(j+1)*w], t.Vals[i*w:(i+1)*w])
+	}
+	t.Keys, t.Vals = keys, vals
+	return t.dupKey()
+}
+
+// dupKey reports a key a sorted keyed table holds twice.
+func (t *ModelTable) dupKey() error {
+	for i := 1; i < len(t.Keys); i++ {
+		if t.Keys[i] == t.Keys[i-1] {
+			return fmt.Errorf("%w: table %q: key %d stored twice", ErrModelFormat, t.Spec.Name, t.Keys[i])
+		}
+	}
+	return nil
 }
 
 // WriteTo writes the model.
@@ -255,6 +347,14 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 			return nil, fmt.Errorf("%w: table %q truncated", ErrModelFormat, t.Spec.Name)
 		}
 		t.Vals = vals
+		for _, k := range t.Keys {
+			if k >= t.Spec.Size {
+				return nil, fmt.Errorf("%w: table %q: key %d outside its %d keys", ErrModelFormat, t.Spec.Name, k, t.Spec.Size)
+			}
+		}
+		if err := t.sortKeyed(); err != nil {
+			return nil, err
+		}
 	}
 	if hdr.Magic == modelMagicV1 {
 		return &m, nil

@@ -28,6 +28,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if w == 0 || w%2 != 0 || rt.Spec.Width != w {
 		return nil, fmt.Errorf("kge model: entities width %d, relations width %d: want equal even widths (2*dim)", w, rt.Spec.Width)
 	}
+	if err := model.FitsDense(); err != nil {
+		return nil, fmt.Errorf("kge model: %w", err)
+	}
 	if data.Len() == 0 {
 		return nil, errors.New("no records")
 	}

@@ -18,6 +18,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if !ok {
 		return nil, errors.New("kmeans model has no table \"centers\"")
 	}
+	if err := model.FitsDense(); err != nil {
+		return nil, fmt.Errorf("kmeans model: %w", err)
+	}
 	if data.Len() == 0 {
 		return nil, errors.New("no records")
 	}

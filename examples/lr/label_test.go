@@ -53,3 +53,41 @@ func TestStepRefusesNonBinaryLabels(t *testing.T) {
 		t.Fatalf("EvalModel: %v", err)
 	}
 }
+
+// A model of a keyed (sparse, hashed) table scores as the same weights in
+// a dense table: stored keys by their weight, other keys 0. Its key space
+// (2^40 here) is never made into an array (that died out of memory).
+func TestEvalModelOfAKeyedTable(t *testing.T) {
+	var r datastore.Records
+	r.Append(1, []uint64{3, 7}, []float64{1, 2})
+	r.Append(0, []uint64{5, 1 << 39}, []float64{1, 1})
+	r.Append(1, []uint64{1 << 39}, []float64{-1})
+	r.Append(0, []uint64{2, 3}, []float64{1, 1})
+	weights := map[uint64]float64{3: 0.5, 5: -2, 1 << 39: -0.7}
+	bias := tasks.ModelTable{Vals: []float64{0.1}}
+	bias.Spec.Name, bias.Spec.Size, bias.Spec.Width = BiasTable("w"), 1, 1
+
+	keyed := tasks.ModelTable{Keys: []uint64{3, 5, 1 << 39}, Vals: []float64{0.5, -2, -0.7}}
+	keyed.Spec.Name, keyed.Spec.Size, keyed.Spec.Width = "w", 1<<40, 1
+	got, err := EvalModel(&tasks.Model{Tables: []tasks.ModelTable{keyed, bias}}, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same sums by hand.
+	var want Stats
+	for i := range r.Len() {
+		label, keys, vals := r.Row(i)
+		z := 0.1
+		for j, k := range keys {
+			z += weights[k] * vals[j]
+		}
+		want.N++
+		want.LossSum += LogLoss(z, label)
+		if (z > 0) == (label == 1) {
+			want.Correct++
+		}
+	}
+	if got["accuracy"] != float64(want.Correct)/4 || got["logloss"] != want.LossSum/4 {
+		t.Fatalf("keyed model: %v, want accuracy %v logloss %v", got, float64(want.Correct)/4, want.LossSum/4)
+	}
+}

@@ -418,20 +418,32 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if !ok {
 		return nil, errors.New("lr model has no table \"w\"")
 	}
-	w := t.DenseValues()
+	if t.Spec.Width != 1 {
+		return nil, fmt.Errorf("lr model: table \"w\" has %d values per key, want 1", t.Spec.Width)
+	}
+	// A dense table is read in place; a keyed (sparse, hashed) one by
+	// lookup: its key space may be far too large for an array.
+	var w []float64
+	if t.Keys == nil {
+		w = t.Vals
+	}
+	var buf [1]float64
 	b := 0.0
-	if bt, ok := model.Table(BiasTable("w")); ok {
-		if v := bt.DenseValues(); len(v) > 0 {
-			b = v[0]
-		}
+	if bt, ok := model.Table(BiasTable("w")); ok && bt.Spec.Size > 0 {
+		b = bt.Lookup(0, buf[:])[0]
 	}
 	var st Stats
 	for i := 0; i < data.Len(); i++ {
 		label, keys, vals := data.Row(i)
 		z := b
 		for j, k := range keys {
-			if k < uint64(len(w)) {
-				z += w[k] * vals[j]
+			switch {
+			case w != nil:
+				if k < uint64(len(w)) {
+					z += w[k] * vals[j]
+				}
+			case k < t.Spec.Size:
+				z += t.Lookup(k, buf[:])[0] * vals[j]
 			}
 		}
 		y, err := binaryLabel(label)

@@ -30,6 +30,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if it.Spec.Width != rank {
 		return nil, fmt.Errorf("mf model: users width %d, items width %d: want equal ranks", rank, it.Spec.Width)
 	}
+	if err := model.FitsDense(); err != nil {
+		return nil, fmt.Errorf("mf model: %w", err)
+	}
 	if data.Len() == 0 {
 		return nil, errors.New("no records")
 	}
