@@ -56,6 +56,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "cpuprofile path checked first", args: []string{"run", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "c.prof"), "x.toml"}, exit: 1, stderr: []string{"cpu profile", "c.prof"}},
 		{name: "slave cpuprofile path checked before joining", args: []string{"slave", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "s.prof"), "--nats", "nats://127.0.0.1:1"}, exit: 1, stderr: []string{"cpu profile", "s.prof"}},
 		{name: "bad log level", args: []string{"run", "--log-level", "loud", "x.toml"}, exit: 2, stderr: []string{`log level "loud"`}},
+		{name: "negative --limit is a usage error", args: []string{"status", "--limit", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--limit must be >= 0"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -417,7 +417,7 @@ func statusCmd(g *globals) *cobra.Command {
 		Args:  args(func(n int) bool { return n <= 1 }, "at most one task id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if limit < 0 {
-				return &usageError{fmt.Sprintf("--limit must be >= 0, got %d", limit)}
+				return usageError{fmt.Sprintf("--limit must be >= 0, got %d", limit)}
 			}
 			c, err := cf.dial()
 			if err != nil {
