@@ -163,6 +163,18 @@ Exit codes: 0 ok, 1 the task or command failed, 2 usage error, 130 interrupted.`
 	root.SetContext(ctx)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: the config's, else info)")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "", "log format: auto, console, json (default: the config's, else auto)")
+	// Every command takes the global flags, so every command checks them,
+	// also those that log nothing (gen, eval, plot, status, ...): a
+	// misspelled level is a usage error, not silently ignored.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.logLevel == "" && g.logFormat == "" {
+			return nil
+		}
+		if _, err := logging.New(io.Discard, g.logLevel, g.logFormat); err != nil {
+			return usageError{err.Error()}
+		}
+		return nil
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{err.Error() + " (\"" + c.CommandPath() + " --help\" lists the flags)"}
 	})
