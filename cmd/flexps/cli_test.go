@@ -32,6 +32,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "version", args: []string{"--version"}, exit: 0, stdout: []string{"flexps version"}},
 		{name: "help CMD", args: []string{"help", "run"}, exit: 0, stdout: []string{"--metrics-out", "--log-level", "run JOB.toml"}},
 		{name: "CMD --help", args: []string{"gen", "--help"}, exit: 0, stdout: []string{"--out", "--zipf"}},
+		{name: "eval --help names every model kind", args: []string{"eval", "--help"}, exit: 0, stdout: []string{"lr, kmeans, mf, kge"}},
 		{name: "exit codes documented", args: []string{"--help"}, exit: 0, stdout: []string{"130 interrupted", "plot"}},
 		{name: "completion", args: []string{"completion", "bash"}, exit: 0, stdout: []string{"__start_flexps"}},
 		{name: "flags after the argument", args: []string{"gen", "libsvm", "--rows", "20", "--dim", "50", "--out", out}, exit: 0,
