@@ -229,6 +229,9 @@ func (c *ClusterConfig) Validate() error {
 	if r := c.Master.DefaultReplicas; r < 0 || r > kvstore.MaxReplicas {
 		return fmt.Errorf("master.default_replicas: must be in [1, %d] (0 or unset: 2), got %d", kvstore.MaxReplicas, r)
 	}
+	if c.Slave.KVWindow < 0 {
+		return fmt.Errorf("slave.kv_window: must be >= 1 (0 or unset: 64), got %d", c.Slave.KVWindow)
+	}
 	if c.Data.ReadProducers < 0 {
 		return fmt.Errorf("data.read_producers: must be >= 1 (0 or unset: 2), got %d", c.Data.ReadProducers)
 	}
@@ -358,6 +361,9 @@ func ParseSize(s string) (int64, error) {
 	var n int64
 	if _, err := fmt.Sscanf(t, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != t {
 		return 0, fmt.Errorf("bad size %q (want e.g. 8388608 or \"8MiB\")", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q is too large (at most 8 EiB)", s)
 	}
 	return n * mult, nil
 }

@@ -93,6 +93,9 @@ func TestOutOfRangeClusterNumbers(t *testing.T) {
 		{"negative default_replicas", "[master]\ndefault_replicas = -2\n", "master.default_replicas"},
 		{"too many default_replicas", "[master]\ndefault_replicas = 9\n", "master.default_replicas"},
 		{"negative read_producers", "[data]\nread_producers = -1\n", "line 2: data.read_producers"},
+		{"negative kv_window", "[slave]\nkv_window = -3\n", "slave.kv_window"},
+		{"size past int64", "[data]\ncache = \"99999999999GiB\"\n", "too large"},
+		{"largest size", "[data]\ncache = \"8589934591GiB\"\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) { loadTestCluster(t, tc.toml, tc.wantErr) })
 	}

@@ -119,6 +119,9 @@ func (s *Slave) takeView(v proto.Membership) {
 	}
 	s.fence.Store(newFenceView(v.View))
 	if !v.Has(me.number) {
+		if s.leaving.Load() {
+			return // the master took its leave
+		}
 		s.log.Error().Str("instance", me.instance).Uint64("incarnation", me.number).Uint64("epoch", v.Epoch).
 			Msg("this slave was declared dead by the master and is fenced: dropping all its tasks, shards and retained models, then rejoining as a fresh instance")
 		s.rejoin(fmt.Sprintf("slave %s was declared dead at membership epoch %d", s.cfg.ID, v.Epoch), true)
@@ -187,6 +190,7 @@ func (s *Slave) leave() {
 	if me.number == 0 {
 		return
 	}
+	s.leaving.Store(true)
 	data, err := json.Marshal(proto.Leave{ID: s.cfg.ID, Instance: me.instance})
 	if err == nil {
 		err = s.nc.Publish(s.subj.Leave(), data)

@@ -91,7 +91,10 @@ type Slave struct {
 	linger  lingerSet // running workers, and which outlive their stage
 	release releaser  // gives dropped tasks' memory back to the kernel
 	// left: the first Close told the master this slave leaves.
-	left    sync.Once
+	left sync.Once
+	// leaving: it has told the master so; a view without it is then its
+	// own leave, not a death.
+	leaving atomic.Bool
 	cfg     Config
 	nc      *nats.Conn
 	subj    bus.Subjects

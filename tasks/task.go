@@ -334,6 +334,11 @@ func (t *MultiStageTask) validate(registry bool) error {
 		if f := in.MaxBadFraction; f < 0 || f > 1 || f != f {
 			return bad("input", name, "max_bad_fraction", "input %q: max_bad_fraction must be in [0, 1], got %v", name, f)
 		}
+		if in.MaxBadFraction != 0 && in.OnError != "skip" {
+			// on_error = "fail" stops at the first malformed line, so the
+			// fraction would be silently ignored.
+			return bad("input", name, "max_bad_fraction", "input %q: max_bad_fraction applies only with on_error = \"skip\" (without it the first malformed line fails the pass)", name)
+		}
 		if in.BlockSize < 0 {
 			return bad("input", name, "block_size", "input %q: block_size must be > 0 bytes (0 or unset: the cluster's), got %d", name, in.BlockSize)
 		}

@@ -32,6 +32,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "version", args: []string{"--version"}, exit: 0, stdout: []string{"flexps version"}},
 		{name: "help CMD", args: []string{"help", "run"}, exit: 0, stdout: []string{"--metrics-out", "--log-level", "run JOB.toml"}},
 		{name: "CMD --help", args: []string{"gen", "--help"}, exit: 0, stdout: []string{"--out", "--zipf"}},
+		{name: "eval --help names every model kind", args: []string{"eval", "--help"}, exit: 0, stdout: []string{"lr, kmeans, mf, kge"}},
 		{name: "exit codes documented", args: []string{"--help"}, exit: 0, stdout: []string{"130 interrupted", "plot"}},
 		{name: "completion", args: []string{"completion", "bash"}, exit: 0, stdout: []string{"__start_flexps"}},
 		{name: "flags after the argument", args: []string{"gen", "libsvm", "--rows", "20", "--dim", "50", "--out", out}, exit: 0,
@@ -56,6 +57,14 @@ func TestCommandLine(t *testing.T) {
 		{name: "cpuprofile path checked first", args: []string{"run", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "c.prof"), "x.toml"}, exit: 1, stderr: []string{"cpu profile", "c.prof"}},
 		{name: "slave cpuprofile path checked before joining", args: []string{"slave", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "s.prof"), "--nats", "nats://127.0.0.1:1"}, exit: 1, stderr: []string{"cpu profile", "s.prof"}},
 		{name: "bad log level", args: []string{"run", "--log-level", "loud", "x.toml"}, exit: 2, stderr: []string{`log level "loud"`}},
+		// --log-level and --log-format work on every command, so every
+		// command refuses a wrong one, also those that log nothing.
+		{name: "bad log level on gen", args: []string{"gen", "libsvm", "--rows", "5", "--out", filepath.Join(dir, "l.libsvm"), "--log-level", "loud"}, exit: 2, stderr: []string{`log level "loud"`}},
+		{name: "bad log format on status", args: []string{"status", "--log-format", "xml", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{`log format "xml"`}},
+		{name: "bad log level on submit", args: []string{"--log-level", "verbose", "submit", "x.toml", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{`log level "verbose"`}},
+		{name: "bad log format on plot", args: []string{"plot", "m.jsonl", "-o", filepath.Join(dir, "p.png"), "--log-format", "yaml"}, exit: 2, stderr: []string{`log format "yaml"`}},
+		{name: "good log flags on gen", args: []string{"gen", "libsvm", "--rows", "5", "--out", filepath.Join(dir, "l.libsvm"), "--log-level", "debug", "--log-format", "json"}, exit: 0},
+		{name: "negative --limit is a usage error", args: []string{"status", "--limit", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--limit must be >= 0"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -417,7 +417,7 @@ func statusCmd(g *globals) *cobra.Command {
 		Args:  args(func(n int) bool { return n <= 1 }, "at most one task id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if limit < 0 {
-				return &usageError{fmt.Sprintf("--limit must be >= 0, got %d", limit)}
+				return usageError{fmt.Sprintf("--limit must be >= 0, got %d", limit)}
 			}
 			c, err := cf.dial()
 			if err != nil {
@@ -549,7 +549,7 @@ the flags override that.`,
 	fs.StringVar(&model, "model", "", "model file written by a task (required)")
 	fs.StringVar(&data, "data", "", "data file, directory or glob (required)")
 	fs.StringVar(&o.Format, "format", "", "data format (default: the training input's, else the model kind's)")
-	fs.StringVar(&o.Kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf)")
+	fs.StringVar(&o.Kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf, kge)")
 	fs.IntVar(&indexBase, "index-base", 0, "libsvm: feature ids start at 1 or 0 (default: the training input's)")
 	fs.IntVar(&labelColumn, "label-column", 0, "csv: label column, -1 for none (default: the training input's)")
 	fs.StringVar(&o.Delimiter, "delimiter", "", "csv: field separator (default: the training input's)")

@@ -103,3 +103,49 @@ func TestInterruptSubmitCancelsItsTasks(t *testing.T) {
 		t.Fatalf("task after the interrupted submit: %+v", rep.Tasks)
 	}
 }
+
+// A second signal ends the process even when it comes before the first
+// was handled (both queued at once): with signal.NotifyContext the second
+// was dropped while the clean stop was set up, and the process went on to
+// its next epoch end instead of exiting at once.
+func TestWatchSignals(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		signals           int
+		cancelled, exited bool
+	}{
+		{"none", 0, false, false},
+		{"one: a clean stop", 1, true, false},
+		{"two at once: exit", 2, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sigs := make(chan os.Signal, 2)
+			for range tc.signals {
+				sigs <- os.Interrupt
+			}
+			finished := make(chan struct{})
+			cancelled, exited := make(chan struct{}), make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				watchSignals(sigs, finished, func() { close(cancelled) }, func() { close(exited) })
+			}()
+			wait := func(c chan struct{}) bool {
+				select {
+				case <-c:
+					return true
+				case <-time.After(200 * time.Millisecond):
+					return false
+				}
+			}
+			if got := wait(cancelled); got != tc.cancelled {
+				t.Errorf("cancelled %v, want %v", got, tc.cancelled)
+			}
+			if got := wait(exited); got != tc.exited {
+				t.Errorf("exited %v, want %v", got, tc.exited)
+			}
+			close(finished)
+			<-done
+		})
+	}
+}

@@ -163,6 +163,18 @@ Exit codes: 0 ok, 1 the task or command failed, 2 usage error, 130 interrupted.`
 	root.SetContext(ctx)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: the config's, else info)")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "", "log format: auto, console, json (default: the config's, else auto)")
+	// Every command takes the global flags, so every command checks them,
+	// also those that log nothing (gen, eval, plot, status, ...): a
+	// misspelled level is a usage error, not silently ignored.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.logLevel == "" && g.logFormat == "" {
+			return nil
+		}
+		if _, err := logging.New(io.Discard, g.logLevel, g.logFormat); err != nil {
+			return usageError{err.Error()}
+		}
+		return nil
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{err.Error() + " (\"" + c.CommandPath() + " --help\" lists the flags)"}
 	})
@@ -188,20 +200,20 @@ func run(argv []string, stderr io.Writer) int {
 // runIO runs the command line with help, version and completion output
 // going to stdout (task tables keep going to os.Stdout).
 func runIO(argv []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first Ctrl-C (or SIGTERM) stops the task cleanly; a second one
+	// ends the process at once. Both are read from one buffered channel, so
+	// a second signal that comes before the first was handled is not lost.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	finished := make(chan struct{})
 	defer close(finished)
-	go func() {
-		// The first Ctrl-C stops the task cleanly; from then on the signals
-		// have their default effect, so a second one ends the process at once.
-		select {
-		case <-ctx.Done():
-			stop()
-			signal.Reset(os.Interrupt, syscall.SIGTERM)
-		case <-finished:
-		}
-	}()
+	go watchSignals(sigs, finished, cancel, func() {
+		fmt.Fprintln(stderr, "flexps: interrupted again: exiting at once")
+		os.Exit(exitInterrupted)
+	})
 	root := newRoot(ctx, stdout, stderr)
 	root.SetArgs(argv)
 	if len(argv) == 0 {
@@ -229,6 +241,22 @@ func runIO(argv []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	return exitFailed
+}
+
+// watchSignals cancels the command at the first signal on sigs and calls
+// exit at the second, until finished is closed.
+func watchSignals(sigs <-chan os.Signal, finished <-chan struct{}, cancel, exit func()) {
+	select {
+	case <-sigs:
+		cancel()
+	case <-finished:
+		return
+	}
+	select {
+	case <-sigs:
+		exit()
+	case <-finished:
+	}
 }
 
 // clusterFlags are --config and --nats, shared by the cluster commands.
