@@ -79,6 +79,9 @@ type scriptedSlave struct {
 	mu     sync.Mutex
 	ops    []string
 	refuse map[string]string // op -> error to answer
+	// hold: op -> a channel the answer to that op waits for (closed: it
+	// is sent); set under mu before the op arrives.
+	hold   map[string]chan struct{}
 	starts chan proto.SlaveCtl
 	sub    *nats.Subscription // its control subject: unsubscribed, it is as good as killed
 }
@@ -98,11 +101,19 @@ func (h *harness) slave(id string, slots int, refuse map[string]string) *scripte
 		if why := s.refuse[req.Op]; why != "" {
 			rep = proto.CtlReply{Error: why, Instance: "inst-" + id}
 		}
+		hold := s.hold[req.Op]
 		s.mu.Unlock()
 		if req.Op == proto.OpStartWorkers && rep.OK {
 			s.starts <- req
 		}
 		data, _ := json.Marshal(rep)
+		if hold != nil {
+			go func() {
+				<-hold
+				msg.Respond(data) // the asker may be gone
+			}()
+			return
+		}
 		if err := msg.Respond(data); err != nil {
 			h.t.Errorf("slave %s: %v", id, err)
 		}
@@ -383,6 +394,34 @@ func TestDriverCancelWhileQueuedAndRunning(t *testing.T) {
 	case req := <-s.starts:
 		t.Fatalf("the cancelled queued task started: %+v", req)
 	default:
+	}
+}
+
+// A task cancelled while the master waits for a slave's answer (here: to
+// create its tables) ends cancelled, not failed with the interrupted
+// request ("slave s1 did not answer create_tables: context canceled", as a
+// `flexps submit` interrupted early left it).
+func TestDriverCancelWhileASlaveAnswers(t *testing.T) {
+	for _, op := range []string{proto.OpCreateTables, proto.OpPrepareStage} {
+		t.Run(op, func(t *testing.T) {
+			h := newHarness(t, "sequential")
+			s := h.slave("s1", 1, nil)
+			release := make(chan struct{})
+			defer close(release)
+			s.mu.Lock()
+			s.hold = map[string]chan struct{}{op: release}
+			s.mu.Unlock()
+			id := h.submit(oneStage("a", 1, nil))
+			deadline := time.Now().Add(5 * time.Second)
+			for !slices.Contains(s.seen(), op) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			h.cancel(id)
+			st := h.wait(id, "cancelled", func(st status.Task) bool { return st.State == status.Cancelled || st.State == status.Failed })
+			if st.State != status.Cancelled || st.Reason != errCancelled.Error() {
+				t.Fatalf("cancelled during %s: state %s, reason %q", op, st.State, st.Reason)
+			}
+		})
 	}
 }
 

@@ -213,6 +213,15 @@ func (t *taskRun) run() {
 		t.m.log.Error().Err(err).Str("task", t.spec.ID).Msg("task record not written: a restarted master will not resume this task")
 	}
 	err := t.execute()
+	if err != nil && !errors.Is(err, errCancelled) && errors.Is(err, context.Canceled) {
+		// A request the task's cancel cut short ("slave s1 did not answer
+		// create_tables: context canceled"): the task ended for the
+		// cancel's cause (the user's cancel, a slave's death), not that.
+		if cause := context.Cause(t.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			t.m.log.Debug().Err(err).Str("task", t.spec.ID).Msg("interrupted by the task's stop")
+			err = cause
+		}
+	}
 	if t.m.ctx.Err() == nil {
 		t.unpersist()
 	} // else the master is going away: its successor resumes the task
