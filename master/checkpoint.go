@@ -268,8 +268,9 @@ func (t *taskRun) kvClient() (*kvstore.Client, error) {
 // holds it whole: the file is written at a consistent point (the workers
 // wait at their barrier, or have ended), so every window is read at that
 // point (also when a write is retried); a failed window read is a
-// readError. Sparse tables are gathered first. The time the dense tables'
-// reads take is added to *filling (when not nil).
+// readError. A sparse table is written keyed, also as it is read
+// (scannedTable). The time the reads during the write take is added to
+// *filling (when not nil).
 func (t *taskRun) readTables(c *kvstore.Client, filling *time.Duration) ([]tasks.ModelTable, error) {
 	if len(t.hosts) == 0 {
 		return nil, errors.New("the task's tables are not created yet")
@@ -293,6 +294,14 @@ func (t *taskRun) readTables(c *kvstore.Client, filling *time.Duration) ([]tasks
 			}})
 			continue
 		}
+		if spec := tc.Spec(); spec.Storage == kvstore.Sparse {
+			mt, err := scannedTable(tc, filling)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mt)
+			continue
+		}
 		keys, vals, err := tc.ReadAll(maxModelVals)
 		if err != nil {
 			return nil, fmt.Errorf("table %q: %w", p.Spec.Name, err)
@@ -300,6 +309,38 @@ func (t *taskRun) readTables(c *kvstore.Client, filling *time.Duration) ([]tasks
 		out = append(out, tasks.ModelTable{Spec: tc.Spec(), Keys: keys, Vals: vals})
 	}
 	return out, nil
+}
+
+// scannedTable is a sparse table, keyed, to be written as it is read: a
+// first pass counts its keys, the writer's two passes read the keys, then
+// their values, shard after shard in the same order (ScanInOrder; the
+// writer checks that they match), so the master holds a page at a time,
+// not the table. Time spent reading is added to *filling.
+func scannedTable(tc *kvstore.TableClient, filling *time.Duration) (tasks.ModelTable, error) {
+	spec := tc.Spec()
+	scan := func(fn func(keys []uint64, vals []float64) error) error {
+		if filling != nil {
+			began := time.Now()
+			defer func() { *filling += time.Since(began) }()
+		}
+		if err := tc.ScanInOrder(fn); err != nil {
+			return &readError{fmt.Errorf("table %q: %w", spec.Name, err)}
+		}
+		return nil
+	}
+	n := 0
+	w := uint64(max(spec.Width, 1))
+	err := scan(func(keys []uint64, _ []float64) error {
+		n += len(keys)
+		if uint64(n)*w > maxModelVals {
+			return fmt.Errorf("it holds more than the %d values a model holds", uint64(maxModelVals))
+		}
+		return nil
+	})
+	if err != nil {
+		return tasks.ModelTable{}, err
+	}
+	return tasks.ModelTable{Spec: spec, Count: n, Scan: scan}, nil
 }
 
 // restoreChunk is the keys one Set of a restore carries.

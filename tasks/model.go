@@ -2,7 +2,6 @@ package tasks
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -13,6 +12,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sort"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -50,6 +50,13 @@ type ModelTable struct {
 	// Width values of len(out)/Width keys from first on. The master
 	// writes its output so, reading the shards as it writes.
 	Fill func(first uint64, out []float64) error `json:"-"`
+	// Scan, when set (Keys, Vals and Fill nil, Count the keys it holds),
+	// makes WriteTo write a keyed table without holding it: it calls Scan
+	// twice, writing the keys of the first pass and the values of the
+	// second, and each pass must hand emit the same Count keys in the
+	// same order (pages of keys and their Width values each); a pass that
+	// differs fails the write. The master writes sparse tables so.
+	Scan func(emit func(keys []uint64, vals []float64) error) error `json:"-"`
 }
 
 // fillWindow is the values WriteTo asks a Fill for at a time (512 KiB).
@@ -147,27 +154,35 @@ func (t *ModelTable) Lookup(key uint64, buf []float64) []float64 {
 	return buf
 }
 
-// sortKeyed sorts a keyed table's keys, moving their rows with them, if
-// they are not sorted already (a model file's keyed tables normally are).
-// It reports a key stored twice.
+// sortKeyed sorts a keyed table's keys, moving their rows with them, in
+// place, if they are not sorted already (the master writes a sparse
+// table in its shards' order). It reports a key stored twice.
 func (t *ModelTable) sortKeyed() error {
-	if t.Keys == nil || slices.IsSorted(t.Keys) {
-		return t.dupKey()
+	if t.Keys != nil && !slices.IsSorted(t.Keys) {
+		sort.Sort(keyedRows{keys: t.Keys, vals: t.Vals, w: max(t.Spec.Width, 1)})
 	}
-	w := max(t.Spec.Width, 1)
-	idx := make([]int, len(t.Keys))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(t.Keys[a], t.Keys[b]) })
-	keys := make([]uint64, len(t.Keys))
-	vals := make([]float64, len(t.Vals))
-	for j, i := range idx {
-		keys[j] = t.Keys[i]
-		copy(vals[j*w:(j+1)*w], t.Vals[i*w:(i+1)*w])
-	}
-	t.Keys, t.Vals = keys, vals
 	return t.dupKey()
+}
+
+// keyedRows sorts keys with their rows of w values, in place.
+type keyedRows struct {
+	keys []uint64
+	vals []float64
+	w    int
+}
+
+func (r keyedRows) Len() int           { return len(r.keys) }
+func (r keyedRows) Less(i, j int) bool { return r.keys[i] < r.keys[j] }
+func (r keyedRows) Swap(i, j int) {
+	r.keys[i], r.keys[j] = r.keys[j], r.keys[i]
+	if r.w == 1 {
+		r.vals[i], r.vals[j] = r.vals[j], r.vals[i]
+		return
+	}
+	a, b := r.vals[i*r.w:(i+1)*r.w], r.vals[j*r.w:(j+1)*r.w]
+	for c := range a {
+		a[c], b[c] = b[c], a[c]
+	}
 }
 
 // dupKey reports a key a sorted keyed table holds twice.
@@ -188,10 +203,17 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	for i := range m.Tables {
 		t := &m.Tables[i]
 		if t.Fill != nil {
-			if t.Keys != nil || t.Vals != nil {
-				return 0, fmt.Errorf("model table %q: Fill with Keys or Vals", t.Spec.Name)
+			if t.Keys != nil || t.Vals != nil || t.Scan != nil {
+				return 0, fmt.Errorf("model table %q: Fill with Keys, Vals or Scan", t.Spec.Name)
 			}
 			t.Count, t.Dense = int(t.Spec.Size), true
+			continue
+		}
+		if t.Scan != nil {
+			if t.Keys != nil || t.Vals != nil {
+				return 0, fmt.Errorf("model table %q: Scan with Keys or Vals", t.Spec.Name)
+			}
+			t.Dense = false
 			continue
 		}
 		t.Count = len(t.Vals) / max(t.Spec.Width, 1)
@@ -230,6 +252,12 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 			}
 			continue
 		}
+		if t.Scan != nil {
+			if err := writeScanned(bw, t); err != nil {
+				return cw.n, err
+			}
+			continue
+		}
 		for _, k := range t.Keys {
 			binary.LittleEndian.PutUint64(buf[:], k)
 			bw.Write(buf[:])
@@ -247,6 +275,56 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	copy(tail[4:], modelTrailer)
 	_, err = cw.Write(tail[:])
 	return cw.n, err
+}
+
+// writeScanned writes a keyed table t.Scan hands out: its keys from one
+// pass, its values from a second, which must visit the same t.Count keys
+// in the same order (a running hash of the key sequence compares them).
+func writeScanned(bw *bufio.Writer, t ModelTable) error {
+	w := max(t.Spec.Width, 1)
+	var buf [8]byte
+	pass := func(keys bool) (n int, sum uint64, err error) {
+		sum = 14695981039346656037
+		err = t.Scan(func(ks []uint64, vs []float64) error {
+			if len(vs) != len(ks)*w {
+				return fmt.Errorf("a page of %d keys with %d values (width %d)", len(ks), len(vs), w)
+			}
+			if n += len(ks); n > t.Count {
+				return fmt.Errorf("more than the %d keys it held a moment before", t.Count)
+			}
+			for _, k := range ks {
+				sum = (sum ^ k) * 1099511628211
+				if keys {
+					binary.LittleEndian.PutUint64(buf[:], k)
+					bw.Write(buf[:])
+				}
+			}
+			if !keys {
+				for _, v := range vs {
+					binary.LittleEndian.PutUint64(buf[:], math.Float64bits(v))
+					bw.Write(buf[:])
+				}
+			}
+			_, err := bw.Write(nil) // the writer's first error, if any: stop reading
+			return err
+		})
+		return n, sum, err
+	}
+	n, keySum, err := pass(true)
+	if err == nil && n != t.Count {
+		err = fmt.Errorf("%d keys, %d a moment before", n, t.Count)
+	}
+	if err != nil {
+		return fmt.Errorf("model table %q: %w", t.Spec.Name, err)
+	}
+	n, valSum, err := pass(false)
+	if err == nil && (n != t.Count || valSum != keySum) {
+		err = errors.New("the keys changed between the pass that wrote them and the pass that wrote their values (a write or a failover meanwhile)")
+	}
+	if err != nil {
+		return fmt.Errorf("model table %q: %w", t.Spec.Name, err)
+	}
+	return nil
 }
 
 type countWriter struct {

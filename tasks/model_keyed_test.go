@@ -84,3 +84,58 @@ func TestKeyedModelTableRejectsBadKeys(t *testing.T) {
 		})
 	}
 }
+
+// A table handed to WriteTo by Scan is written keyed as its passes read
+// it, the same file as from Keys and Vals; passes that do not visit the
+// same keys in the same order fail the write, naming the table.
+func TestWriteScannedTable(t *testing.T) {
+	spec := kvstore.TableSpec{Name: "s", Size: 1 << 40, Width: 2, Storage: kvstore.Sparse}
+	pages := [][]uint64{{7, 1 << 39}, {3}}
+	scan := func(order func(pass int) [][]uint64) func(func([]uint64, []float64) error) error {
+		pass := 0
+		return func(emit func([]uint64, []float64) error) error {
+			for _, ks := range order(pass) {
+				vs := make([]float64, 0, 2*len(ks))
+				for _, k := range ks {
+					vs = append(vs, float64(k%1000), -float64(k%1000))
+				}
+				if err := emit(ks, vs); err != nil {
+					return err
+				}
+			}
+			pass++
+			return nil
+		}
+	}
+	same := func(int) [][]uint64 { return pages }
+	got, err := roundTrip(t, &tasks.Model{Kind: "x", Tables: []tasks.ModelTable{{Spec: spec, Count: 3, Scan: scan(same)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt, _ := got.Table("s")
+	if mt.Count != 3 || len(mt.Keys) != 3 || mt.Keys[0] != 3 || mt.Keys[2] != 1<<39 {
+		t.Fatalf("read back %+v", mt)
+	}
+	for _, k := range []uint64{3, 7, 1 << 39} {
+		if row := mt.Lookup(k, nil); row[0] != float64(k%1000) || row[1] != -float64(k%1000) {
+			t.Fatalf("key %d: %v", k, row)
+		}
+	}
+	for name, tc := range map[string]struct {
+		count int
+		order func(int) [][]uint64
+	}{
+		"reordered":   {3, func(p int) [][]uint64 { return [][]uint64{pages[p], pages[1-p]} }},
+		"a key less":  {3, func(p int) [][]uint64 { return pages[:1+p] }},
+		"a key more":  {2, same},
+		"another key": {3, func(p int) [][]uint64 { return [][]uint64{pages[0], {3 + uint64(p)}} }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := &tasks.Model{Kind: "x", Tables: []tasks.ModelTable{{Spec: spec, Count: tc.count, Scan: scan(tc.order)}}}
+			var buf bytes.Buffer
+			if _, err := m.WriteTo(&buf); err == nil || !strings.Contains(err.Error(), `model table "s"`) {
+				t.Fatalf("got %v, want the write to fail naming the table", err)
+			}
+		})
+	}
+}
