@@ -112,7 +112,7 @@ func TestDecodeRefusesInconsistentRecords(t *testing.T) {
 		{"width changed", func(c *Checkpoint) { c.Task.Tables[0].Width = 3 }},
 		{"stage out of range", func(c *Checkpoint) { c.Progress.Stage = 2 }},
 		{"negative epoch", func(c *Checkpoint) { c.Progress.Epoch = -1 }},
-		{"keys descending", func(c *Checkpoint) { c.Tables[1].Keys = []uint64{50, 3, 99} }},
+		{"key twice", func(c *Checkpoint) { c.Tables[1].Keys = []uint64{50, 3, 50} }}, // keys in any order are fine (a sparse table is written in its shards order): sorted when read
 		{"key out of range", func(c *Checkpoint) { c.Tables[1].Keys = []uint64{3, 50, 100} }},
 		{"no task name", func(c *Checkpoint) { c.Task.Name = "" }},
 		{"bad checkpoint setting", func(c *Checkpoint) { c.Task.Checkpoint.Every = "often" }},
