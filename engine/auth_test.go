@@ -146,6 +146,35 @@ func TestMasterTLS(t *testing.T) {
 	if _, err := c.Status(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
+	// Two slaves: their data plane is direct and encrypted (TLS, each
+	// one's certificate pinned through the bus), not the bus.
+	var slaves []*engine.SlaveNode
+	for _, id := range []string{"s1", "s2"} {
+		scfg := cfg
+		scfg.Slave.ID, scfg.Slave.Slots = id, 2
+		s, err := engine.StartSlave(context.Background(), scfg, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		slaves = append(slaves, s)
+	}
+	task := tasks.NewTask("kv").AddTable(kvstore.TableSpec{Name: "t", Size: 16}).
+		SetStages(tasks.Stage{Func: "test.barrier", Workers: 4, Params: tasks.Params{"rounds": 3}})
+	if st, err := c.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatalf("task over TLS: %v %+v", err, st)
+	}
+	var direct uint64
+	for _, s := range slaves {
+		st, ok := s.Slave.DataPlane()
+		if !ok || st.BusSends != 0 {
+			t.Fatalf("slave %s: direct data plane %v, %+v; want every request direct", s.Slave.ID(), ok, st)
+		}
+		direct += st.DirectSends
+	}
+	if direct == 0 {
+		t.Fatal("no request went over the direct data plane")
+	}
 	noCert := cfg
 	noCert.NATS.CertFile, noCert.NATS.KeyFile = "", ""
 	if c, err := engine.Dial(noCert); err == nil {

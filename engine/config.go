@@ -149,11 +149,9 @@ type KVSect struct {
 
 // kvTransport resolves [kv] transport for slaves in their own process
 // (local false) or sharing one (local true).
-func (k KVSect) kvTransport(local, busTLS bool) string {
+func (k KVSect) kvTransport(local bool) string {
 	if k.Transport == "" || k.Transport == "auto" {
-		// The direct data plane authenticates peers but does not encrypt:
-		// on a cluster whose bus is encrypted, auto keeps KV traffic on it.
-		if local || busTLS {
+		if local {
 			return "nats"
 		}
 		return "tcp"

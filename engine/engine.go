@@ -37,24 +37,21 @@ func (c *ClusterConfig) masterConfig(log zerolog.Logger, paths *datastore.PathPo
 }
 
 func (c *ClusterConfig) slaveConfig(log zerolog.Logger, paths *datastore.PathPolicy) slave.Config {
+	kvt, kvTLS := c.kvTransport()
 	return slave.Config{Paths: paths,
 		Cluster: c.Cluster, ID: c.Slave.ID, Host: c.Slave.Host, Slots: c.Slave.Slots, JoinTimeout: time.Duration(c.Slave.JoinTimeout),
 		KVTimeout: time.Duration(c.Slave.KVTimeout), KVWindow: c.Slave.KVWindow, ReadBuffer: int64(c.Data.ReadBuffer),
 		ReadProducers: c.Data.ReadProducers, DataCache: int64(c.Data.Cache), HDFS: c.HDFSConfig(), Log: log,
-		KVTransport: c.kvTransport(log), KVListen: c.KV.Listen, KVAdvertise: c.KV.Advertise,
+		KVTransport: kvt, KVTLS: kvTLS, KVListen: c.KV.Listen, KVAdvertise: c.KV.Advertise,
 	}
 }
 
-// kvTransport is the slave's data plane: with TLS on the bus, auto keeps
-// KV traffic on it (the direct plane is not encrypted), and an explicit
-// tcp says so once.
-func (c *ClusterConfig) kvTransport(log zerolog.Logger) string {
-	tls := c.NATS.CAFile != "" || c.NATS.ServerCertFile != ""
-	t := c.KV.kvTransport(false, tls)
-	if tls && t == "tcp" {
-		log.Warn().Msg("[kv] transport = \"tcp\": the direct data plane authenticates slaves but does not encrypt, while the bus uses TLS; set transport = \"auto\" or \"nats\" to keep KV traffic encrypted")
-	}
-	return t
+// kvTransport is the slave's data plane, and whether it encrypts: with
+// TLS on the bus, the direct data plane uses TLS too (each slave's
+// certificate pinned through the encrypted bus).
+func (c *ClusterConfig) kvTransport() (transport string, tls bool) {
+	tls = c.NATS.CAFile != "" || c.NATS.ServerCertFile != ""
+	return c.KV.kvTransport(false), tls
 }
 
 // busOptions are the connection options of a process in role: the
@@ -232,7 +229,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 		}
 		scfg := cfg.slaveConfig(o.Log, paths)
 		scfg.ID, scfg.Slots = fmt.Sprintf("slave-%d", i), o.Slots
-		scfg.KVTransport = cfg.KV.kvTransport(true, false)
+		scfg.KVTransport = cfg.KV.kvTransport(true)
 		s := slave.New(sc, scfg)
 		if err := s.Start(ctx); err != nil {
 			return nil, err

@@ -48,6 +48,7 @@ type Config struct {
 	KVTransport string
 	KVListen    string // "tcp": address to accept peers on; default 127.0.0.1:0
 	KVAdvertise string // "tcp": address peers dial; default the listener's
+	KVTLS       bool   // "tcp": encrypt the data plane (TLS, certificates pinned through the bus)
 	HDFS        hdfs.Config
 	Paths       *datastore.PathPolicy // where tasks may read (nil: anywhere)
 	Log         zerolog.Logger
@@ -195,7 +196,7 @@ func (s *Slave) Start(ctx context.Context) error {
 	case "", "nats":
 	case "tcp":
 		tcp, err := transport.NewTCP(transport.NewNATS(s.nc, s.subj.SlaveKV), transport.TCPConfig{Self: s.cfg.ID,
-			Listen: s.cfg.KVListen, Advertise: s.cfg.KVAdvertise, Hello: s.subj.SlaveDP, Log: s.log})
+			Listen: s.cfg.KVListen, Advertise: s.cfg.KVAdvertise, Hello: s.subj.SlaveDP, TLS: s.cfg.KVTLS, Log: s.log})
 		if err != nil {
 			// Name the settings: several slaves on one host each need
 			// their own port.
@@ -204,7 +205,7 @@ func (s *Slave) Start(ctx context.Context) error {
 		s.dpmu.Lock()
 		s.tr, s.tcp = tcp, tcp
 		s.dpmu.Unlock()
-		s.log.Info().Str("addr", tcp.Addr()).Msg("direct data plane listening")
+		s.log.Info().Str("addr", tcp.Addr()).Bool("tls", s.cfg.KVTLS).Msg("direct data plane listening")
 	default:
 		return fmt.Errorf("slave %s: unknown KV transport %q (want nats or tcp)", s.cfg.ID, s.cfg.KVTransport)
 	}

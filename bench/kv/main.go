@@ -68,7 +68,7 @@ func main() {
 	flag.StringVar(&chunks, "chunks", "1,8", "chunks (of 1024 keys) per GetChunk/AddChunk call")
 	flag.IntVar(&o.rounds, "rounds", 3, "each row alternates its subject and baseline this many times and keeps the best of each")
 	flag.IntVar(&o.window, "window", 64, "the KV client's Add window (acks in flight); the raw NATS Add baseline uses the same")
-	flag.StringVar(&transports, "transports", "nats,tcp", "transports of the remote rows: nats (through the bus), tcp (the direct data plane)")
+	flag.StringVar(&transports, "transports", "nats,tcp", "transports of the remote rows: nats (through the bus), tcp (the direct data plane), tls (the direct data plane with TLS)")
 	flag.BoolVar(&o.procs, "procs", false, "remote rows only, with each shard server in a process of its own (the worker's client stays here), all over loopback TCP")
 	shards := flag.Int("shards", 2, "shard servers s0, s1, ... the remote tables are spread over (the local ones live on s0)")
 	serveAs := flag.String("serve", "", "internal: run as the shard server transport:host of a -procs run")
@@ -101,8 +101,8 @@ func main() {
 	}
 	for _, t := range strings.Split(transports, ",") {
 		t = strings.TrimSpace(t)
-		if t != "nats" && t != "tcp" {
-			fatal(fmt.Errorf("-transports: %q is neither nats nor tcp", t))
+		if t != "nats" && t != "tcp" && t != "tls" {
+			fatal(fmt.Errorf("-transports: %q is not nats, tcp or tls", t))
 		}
 		o.transports = append(o.transports, t)
 	}

@@ -54,13 +54,14 @@ func helloSubject(tr string) func(string) string {
 	return func(slave string) string { return "bench." + tr + ".slave." + slave + ".dp" }
 }
 
-// endpoint is a transport tr named name on nc.
+// endpoint is a transport tr named name on nc: nats, tcp (the direct data
+// plane) or tls (the direct data plane encrypted, as next to a TLS bus).
 func endpoint(tr, name string, nc *nats.Conn) (transport.Transport, *transport.TCP, error) {
 	nt := transport.NewNATS(nc, kvSubject(tr))
 	if tr == "nats" {
 		return nt, nil, nil
 	}
-	t, err := transport.NewTCP(nt, transport.TCPConfig{Self: name, Hello: helloSubject(tr)})
+	t, err := transport.NewTCP(nt, transport.TCPConfig{Self: name, Hello: helloSubject(tr), TLS: tr == "tls"})
 	return t, t, err
 }
 

@@ -66,8 +66,8 @@ func spawnShards(tr, url string, o options) (stop func(), err error) {
 // shards over transport tr until its stdin closes.
 func serveShard(what, url string, widths []int) error {
 	tr, host, ok := strings.Cut(what, ":")
-	if !ok || (tr != "nats" && tr != "tcp") {
-		return fmt.Errorf("-serve %q: want nats:HOST or tcp:HOST", what)
+	if !ok || (tr != "nats" && tr != "tcp" && tr != "tls") {
+		return fmt.Errorf("-serve %q: want nats:HOST, tcp:HOST or tls:HOST", what)
 	}
 	nc, err := bus.Connect(bus.Options{URL: url, Name: "shard-" + what})
 	if err != nil {

@@ -1,6 +1,10 @@
 package transport
 
-import "io"
+import (
+	"context"
+	"io"
+	"net"
+)
 
 // DropConns breaks every connection of t, as a network failure would.
 func DropConns(t *TCP) {
@@ -40,3 +44,9 @@ func AcceptHandshake(rw io.ReadWriter, key []byte) (node, dialer string, err err
 
 // MaxHandshakes is how many handshakes a listener runs at once.
 const MaxHandshakes = maxHandshakes
+
+// TLSDial runs the dialer's TLS handshake over nc, accepting only the
+// certificate whose SHA-256 is pin.
+func TLSDial(nc net.Conn, pin []byte) (net.Conn, error) {
+	return tlsDial(context.Background(), nc, pin)
+}

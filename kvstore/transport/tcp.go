@@ -60,6 +60,7 @@ type TCP struct {
 	nc   *nats.Conn
 	log  zerolog.Logger
 	key  []byte
+	tls  *tlsIdentity // nil: connections in the clear
 	ln   net.Listener
 	addr string // what hello answers: where peers dial
 
@@ -129,7 +130,12 @@ type TCPConfig struct {
 	// not be dialed is sent to over NATS before a dial is tried again, in
 	// the background; default 30s.
 	BusRetry time.Duration
-	Log      zerolog.Logger
+	// TLS encrypts the endpoint's connections (see tcp_tls.go): it
+	// listens for TLS only, and dials only peers that encrypt too (the
+	// others are reached over the bus). Connections to a peer that
+	// encrypts are encrypted whatever this is.
+	TLS bool
+	Log zerolog.Logger
 }
 
 // DefaultTCPListen is where an endpoint listens unless told otherwise.
@@ -271,6 +277,13 @@ func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
 		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}}
 	if _, err := rand.Read(t.key); err != nil {
 		return nil, fmt.Errorf("transport: data-plane key: %w", err)
+	}
+	if cfg.TLS {
+		id, err := newTLSIdentity(cfg.Self)
+		if err != nil {
+			return nil, err
+		}
+		t.tls = id
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,13 +21,20 @@ import (
 type helloReply struct {
 	Addr string `json:"addr"`
 	Key  []byte `json:"key"`
+	// Cert is the SHA-256 of the endpoint's TLS certificate when it
+	// encrypts (TCPConfig.TLS); empty: it takes connections in the clear.
+	Cert []byte `json:"cert,omitempty"`
 }
 
 // answerHello answers discovery for name on the bus.
 func (t *TCP) answerHello(name string) error {
 	subj := t.cfg.Hello(name)
 	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
-		data, err := json.Marshal(helloReply{Addr: t.addr, Key: t.key})
+		hr := helloReply{Addr: t.addr, Key: t.key}
+		if t.tls != nil {
+			hr.Cert = t.tls.pin
+		}
+		data, err := json.Marshal(hr)
 		if err == nil {
 			err = m.Respond(data)
 		}
@@ -205,11 +213,25 @@ func (t *TCP) warnOnce(node, addr string, err error) {
 }
 
 func (t *TCP) dial(node string, hr helloReply) (*tcpConn, error) {
+	if t.tls != nil && len(hr.Cert) == 0 {
+		// Never in the clear from an endpoint that encrypts.
+		return nil, errors.New("its data plane does not encrypt, and this one does (TLS on the bus)")
+	}
 	nc, err := net.DialTimeout("tcp", hr.Addr, t.cfg.DialTimeout)
 	if err != nil {
 		return nil, err
 	}
 	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	if len(hr.Cert) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
+		tc, err := tlsDial(ctx, nc, hr.Cert)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
 	if err := dialHandshake(nc, hr.Key, node, t.cfg.Self); err != nil {
 		nc.Close()
 		return nil, err
@@ -283,10 +305,14 @@ func (t *TCP) admitted(nc net.Conn) bool {
 	return false
 }
 
-func (t *TCP) accept(nc net.Conn) {
-	nc.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+func (t *TCP) accept(raw net.Conn) {
+	raw.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	nc := raw
+	if t.tls != nil {
+		nc = t.tls.server(raw) // its handshake runs on the first read
+	}
 	node, dialer, err := acceptHandshake(nc, t.key)
-	if !t.admitted(nc) {
+	if !t.admitted(raw) {
 		// Closed by admit: its handshake failed on the closed socket, or
 		// succeeded too late to be used.
 		err = fmt.Errorf("%w: handshake not done when %d newer ones were under way; closed to make room", ErrAuth, maxHandshakes)
