@@ -910,39 +910,7 @@ func TestTCPBackToTheDataPlaneWhenThePeerIsReachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var cmu sync.Mutex
-	var conns []net.Conn
-	defer func() {
-		fwd.Close()
-		cmu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		cmu.Unlock()
-		wg.Wait()
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			a, err := fwd.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", listen)
-			if err != nil {
-				a.Close()
-				return
-			}
-			cmu.Lock()
-			conns = append(conns, a, b)
-			cmu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(b, a); b.Close() }()
-			go func() { defer wg.Done(); io.Copy(a, b); a.Close() }()
-		}
-	}()
+	relayOn(t, fwd, listen)
 	// Requests in a stream, without waiting for answers, until some
 	// went over the connection.
 	n := 1

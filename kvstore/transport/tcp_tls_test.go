@@ -17,9 +17,10 @@ import (
 
 // tap is a TCP relay to target that keeps every byte it carried.
 type tap struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	got bytes.Buffer
+	ln    net.Listener
+	mu    sync.Mutex
+	got   bytes.Buffer
+	conns []net.Conn
 }
 
 func newTap(t *testing.T, target string) *tap {
@@ -28,9 +29,43 @@ func newTap(t *testing.T, target string) *tap {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return relayOn(t, ln, target)
+}
+
+// relayOn relays every connection ln accepts to target until the test
+// ends (a port forward), keeping what it carried.
+func relayOn(t *testing.T, ln net.Listener, target string) *tap {
 	tp := &tap{ln: ln}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		tp.mu.Lock()
+		for _, c := range tp.conns {
+			c.Close()
+		}
+		tp.mu.Unlock()
+		wg.Wait()
+	})
+	copyOne := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				tp.mu.Lock()
+				tp.got.Write(buf[:n])
+				tp.mu.Unlock()
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				dst.Close()
+				src.Close()
+				return
+			}
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -44,26 +79,9 @@ func newTap(t *testing.T, target string) *tap {
 				c.Close()
 				continue
 			}
-			copyOne := func(dst, src net.Conn) {
-				defer wg.Done()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := src.Read(buf)
-					if n > 0 {
-						tp.mu.Lock()
-						tp.got.Write(buf[:n])
-						tp.mu.Unlock()
-						if _, werr := dst.Write(buf[:n]); werr != nil {
-							err = werr
-						}
-					}
-					if err != nil {
-						dst.Close()
-						src.Close()
-						return
-					}
-				}
-			}
+			tp.mu.Lock()
+			tp.conns = append(tp.conns, c, d)
+			tp.mu.Unlock()
 			wg.Add(2)
 			go copyOne(d, c)
 			go copyOne(c, d)
