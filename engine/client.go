@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flexps/flexps/internal/bus"
@@ -234,6 +235,53 @@ func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn 
 		return status.Task{}, err
 	}
 	return c.wait(ctx, id, f, fn, false)
+}
+
+// SubmitAllAndWait submits ts in order, each once the master has accepted
+// the one before, so a master whose policy follows submission order
+// (sequential, and prioritized among equal priorities) runs them in the
+// order given; then it follows them all to their ends at once. Results and
+// errors are per task, as SubmitAndWait returns them; a task the master
+// refused does not stop the later ones. A task not yet sent when ctx ends
+// is not sent (its error is ctx's and its ID is left as it was).
+func (c *Client) SubmitAllAndWait(ctx context.Context, ts []*tasks.MultiStageTask, fn func(status.Event)) ([]status.Task, []error) {
+	results := make([]status.Task, len(ts))
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		t.Normalize()
+		if err := t.Validate(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if t.ID == "" {
+			t.ID = NewTaskID()
+		}
+		// Subscribe before submitting so no event is missed.
+		f, err := c.follow(t.ID)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		id, err := c.Submit(ctx, t)
+		if err != nil {
+			f.Unsubscribe()
+			errs[i] = err
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer f.Unsubscribe()
+			results[i], errs[i] = c.wait(ctx, id, f, fn, false)
+		}()
+	}
+	wg.Wait()
+	return results, errs
 }
 
 // Follow follows a submitted task to its end; a task that ended already

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/flexps/flexps/datastore/synth"
@@ -355,17 +354,9 @@ func submitCmd(g *globals) *cobra.Command {
 			p.ShareTerminal = logging.IsTerminal(os.Stdout)
 			p.Logs = &g.logs
 			p.Metrics = mw
-			var wg sync.WaitGroup
-			errs := make([]error, len(jobs))
-			results := make([]status.Task, len(jobs))
-			for i, t := range jobs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					results[i], errs[i] = c.SubmitAndWait(ctx, t, p.Event)
-				}()
-			}
-			wg.Wait()
+			// In order: the master's policy sees the tasks in the
+			// order of the command line (sequential runs them so).
+			results, errs := c.SubmitAllAndWait(ctx, jobs, p.Event)
 			if ctx.Err() != nil {
 				var ids []string
 				for i, t := range jobs {

@@ -35,8 +35,11 @@ type Options struct {
 	Slots   int // per slave, default 2
 	// Extra cluster TOML appended to the generated config.
 	ExtraConfig string
-	DeadAfter   string // default "2s"
-	Heartbeat   string // default "200ms"
+	// Policy is the master's [master] policy (default: the master's own,
+	// sequential).
+	Policy    string
+	DeadAfter string // default "2s"
+	Heartbeat string // default "200ms"
 	// SlaveHosts, optional, gives slave i the locality host name
 	// SlaveHosts[i] (flexps slave --host), e.g. a MiniHDFS datanode's
 	// hostname so blocks on that datanode count as local to it.
@@ -101,13 +104,17 @@ func Start(t testing.TB, opt Options) *Cluster {
 	c.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	cluster := fmt.Sprintf("it%d", port)
 	c.Config = filepath.Join(c.Dir, "cluster.toml")
+	policy := ""
+	if opt.Policy != "" {
+		policy = fmt.Sprintf("policy = %q\n", opt.Policy)
+	}
 	// The cluster's generated credentials stay in the test's directory.
 	cfg := fmt.Sprintf(`cluster = %q
 [nats]
 listen = "127.0.0.1:%d"
 state_dir = %q
 [master]
-heartbeat = %q
+%sheartbeat = %q
 dead_after = %q
 request_timeout = "10s"
 [slave]
@@ -118,7 +125,7 @@ kv_timeout = "20s"
 level = "info"
 format = "json"
 %s
-`, cluster, port, filepath.Join(c.Dir, "state"), opt.Heartbeat, opt.DeadAfter, opt.Slots, opt.ExtraConfig)
+`, cluster, port, filepath.Join(c.Dir, "state"), policy, opt.Heartbeat, opt.DeadAfter, opt.Slots, opt.ExtraConfig)
 	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
