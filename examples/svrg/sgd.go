@@ -143,6 +143,26 @@ func SGD(info *tasks.Info) error {
 	}
 	in := &stream{in: train}
 	defer in.close()
+	lockstep := info.WorkerKind == tasks.KindPS && info.Workers > 1
+	if lockstep {
+		// Lockstep: the lazy updates take a worker's s-th step as step
+		// s W + rank of the stage, which holds while every worker's clock
+		// counts its steps. A pass that starts again may be starved at
+		// its epoch's end (in a stage that survives deaths, the master
+		// holds the next pass until every block of this one is
+		// confirmed), and a starved worker ticks its clock without a
+		// step: the workers' steps drift apart by as many, and a capped
+		// key's lazy factor amplifies the gap (a^-drift: models with
+		// accuracy 0.48 on 2 workers with replicas = 2). So the share is
+		// read once, into memory, the clocks are lined up by a Barrier,
+		// and the steps cycle over the share without another pass.
+		if err := in.load(info.Ctx); err != nil {
+			return fmt.Errorf("svrg.sgd: stage %q: %w", info.StageName, err)
+		}
+		if err := info.Barrier(); err != nil {
+			return err
+		}
+	}
 	if cfg.LR == 0 {
 		var sample datastore.Records
 		if err := in.next(info.Ctx, &sample, max(cfg.Batch, curvatureRows)); err != nil {
@@ -150,6 +170,14 @@ func SGD(info *tasks.Info) error {
 		}
 		if s.lr, err = autoLR(info, s, &sample, inv); err != nil {
 			return err
+		}
+		if lockstep {
+			// W ps workers under BSP take their steps of a clock from the
+			// same weights: together one step of W times the size, which
+			// 1/L each takes past the stable range from 4 workers on
+			// (accuracy 0.68-0.75 where one worker reaches 0.83). 1/(W L)
+			// keeps a clock's steps together at 1/L.
+			s.lr /= float64(info.Workers)
 		}
 	}
 	var batch datastore.Records
@@ -189,14 +217,14 @@ func SGD(info *tasks.Info) error {
 		}
 		info.ReportEpoch(epoch, map[string]float64{tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
 	}
-	// Barrier: at clock steps this Get waits until every worker has
-	// finished its steps (all at the same clock), so every step's Add is
-	// applied and nobody steps again; rank 0 then turns the table's
-	// representation back into w at time total.
-	if err := w.Get(keys[:1], one); err != nil {
+	// Every step's Add applied and nobody steps again: the first live
+	// worker turns the table's representation back into w at time total.
+	// (A Get at the last clock was the barrier here, which a clock that
+	// counts more than the steps lets through early.)
+	if err := info.Barrier(); err != nil {
 		return err
 	}
-	if info.Rank != 0 {
+	if i, _ := info.Share(); i != 0 {
 		return nil
 	}
 	return s.finish(keys, float64(total))
@@ -210,6 +238,9 @@ type stream struct {
 	cur   *datastore.Records
 	i     int
 	empty int // passes in a row that yielded nothing
+	// all, when set, is the worker's whole share (load): next cycles
+	// over it.
+	all *datastore.Records
 }
 
 func (s *stream) close() {
@@ -219,9 +250,43 @@ func (s *stream) close() {
 	}
 }
 
+// load reads the worker's share of the input, one pass, into memory:
+// next cycles over it from then on, without another pass. A worker whose
+// pass held no record (more workers than blocks, or the others took them
+// all) reads the next pass, which it has to itself while the others wait
+// for it at the Barrier after load: it takes the whole input.
+func (s *stream) load(ctx context.Context) error {
+	all := &datastore.Records{}
+	for all.Len() == 0 {
+		for {
+			if err := s.advance(ctx); err != nil {
+				return err
+			}
+			if s.cur == nil { // the pass ended
+				break
+			}
+			for i := range s.cur.Len() {
+				all.Append(s.cur.Row(i))
+			}
+		}
+	}
+	s.all, s.i = all, 0
+	return nil
+}
+
 // next fills b with the next n records.
 func (s *stream) next(ctx context.Context, b *datastore.Records, n int) error {
 	b.Reset()
+	if s.all != nil {
+		for b.Len() < n {
+			if s.i >= s.all.Len() {
+				s.i = 0
+			}
+			b.Append(s.all.Row(s.i))
+			s.i++
+		}
+		return nil
+	}
 	for b.Len() < n {
 		if s.cur == nil || s.i >= s.cur.Len() {
 			if err := s.advance(ctx); err != nil {
@@ -428,7 +493,11 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 	}
 	dim := uint64(len(s.stamp))
 	s.keys = s.keys[:0]
-	for _, k := range r.Keys[r.Offsets[lo]:r.Offsets[hi]] {
+	var batchKeys []uint64
+	if hi > lo {
+		batchKeys = r.Keys[r.Offsets[lo]:r.Offsets[hi]]
+	}
+	for _, k := range batchKeys {
 		if k >= dim {
 			return lr.Stats{}, lr.KeyOutside(r, lo, hi, kvstore.TableSpec{Name: TableW, Size: dim})
 		}
@@ -491,16 +560,22 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 			s.delta[s.pos[k]] += g * vs[j]
 		}
 	}
-	// The data part of the step, in v's units at step t+1.
-	scale := -s.lr / float64(hi-lo)
+	// The data part of the step, in v's units at step t+1. A step without
+	// records (a worker whose share is empty, see SGD) has none: it moves
+	// by the full gradient's part only.
+	mean := 0.0 // 1/(records in the step)
+	if hi > lo {
+		mean = 1 / float64(hi-lo)
+	}
+	scale := -s.lr * mean
 	db := scale * gb
 	if s.cent != nil {
 		// Centered keys: the whole variance-reduced gradient, explicitly.
-		gB := gb/float64(hi-lo) + s.muB
+		gB := gb*mean + s.muB
 		db *= 1 + s.cent.NormC
 		for j, k := range s.cent.Keys {
 			p := s.pos[k]
-			g := s.delta[p]/float64(hi-lo) + s.l2*(s.wv[p]-s.snap[k]) + s.mu[k]
+			g := s.delta[p]*mean + s.l2*(s.wv[p]-s.snap[k]) + s.mu[k]
 			db += s.lr * s.e[j] * g
 			s.delta[p] = -s.lr * (s.d[k]*g - s.e[j]*gB)
 		}

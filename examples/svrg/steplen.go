@@ -173,18 +173,24 @@ func autoLR(info *tasks.Info, s *step, b *datastore.Records, inv []float64) (flo
 		return 0, err
 	}
 	if v[1] == 0 {
-		l := curvature(s, b, inv, s.b != nil)
-		if !(l > 0) || math.IsInf(l, 0) {
-			return 0, fmt.Errorf("svrg.sgd: stage %q: cannot estimate the step size from the data (curvature %v): set lr", info.StageName, l)
-		}
-		if err := t.Add(keys, []float64{l, 1}); err != nil {
-			return 0, err
+		// A worker without records (an empty share) measures nothing.
+		if b.Len() > 0 {
+			l := curvature(s, b, inv, s.b != nil)
+			if !(l > 0) || math.IsInf(l, 0) {
+				return 0, fmt.Errorf("svrg.sgd: stage %q: cannot estimate the step size from the data (curvature %v): set lr", info.StageName, l)
+			}
+			if err := t.Add(keys, []float64{l, 1}); err != nil {
+				return 0, err
+			}
 		}
 		if err := info.Barrier(); err != nil {
 			return 0, err
 		}
 		if err := t.Get(keys, v); err != nil {
 			return 0, err
+		}
+		if v[1] == 0 {
+			return 0, fmt.Errorf("svrg.sgd: stage %q: no worker read a record to estimate the step size from: set lr", info.StageName)
 		}
 	}
 	lr := 1 / (v[0] / v[1])
