@@ -83,10 +83,13 @@ func (s *Slave) joinRequest() proto.JoinRequest {
 // that arrived while the slave waited for it (the master broadcasts the
 // view of the admission before its answer arrives).
 func (s *Slave) admitted(rep proto.JoinReply) {
+	// Under imu with takeView's test for a join in progress, so that a
+	// view heard meanwhile is either pending here or taken by takeView.
 	s.imu.Lock()
 	s.inc.number, s.inc.admitted = rep.Incarnation, rep.Epoch
+	v := s.pendingView.Swap(nil)
 	s.imu.Unlock()
-	if v := s.pendingView.Swap(nil); v != nil {
+	if v != nil {
 		s.takeView(*v)
 	}
 }
@@ -105,11 +108,14 @@ func (s *Slave) takeView(v proto.Membership) {
 	s.amu.Lock()
 	master := s.masterInstance
 	s.amu.Unlock()
-	me := s.self()
+	s.imu.Lock()
+	me := s.inc
 	if me.number == 0 {
 		s.pendingView.Store(&v) // joining: admitted takes it
+		s.imu.Unlock()
 		return
 	}
+	s.imu.Unlock()
 	if v.Master != master || v.Epoch < me.admitted {
 		return // another master's, or older than our admission
 	}
@@ -157,15 +163,22 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 	// Not on the bus's callback goroutine: the join waits for an answer.
 	// A view that arrives while the slave shuts down starts no rejoin.
 	started := s.background(func() {
-		defer s.rejoining.Store(false)
 		for s.ctx.Err() == nil {
 			rep, err := s.join()
 			if err == nil {
-				s.admitted(rep)
 				s.log.Info().Str("instance", s.self().instance).Uint64("incarnation", rep.Incarnation).Uint64("epoch", rep.Epoch).Msg("slave rejoined the cluster as a fresh instance")
+				// Done before the new incarnation is taken: a view that
+				// fences it too (declared dead again while it joined;
+				// admitted may hold that view, or the subscription may
+				// bring it at once) must start the next rejoin, not find
+				// this one still running and be dropped (the slave then
+				// kept a retired incarnation, a member of no view).
+				s.rejoining.Store(false)
+				s.admitted(rep)
 				return
 			}
 			if errors.Is(err, s.ctx.Err()) {
+				s.rejoining.Store(false)
 				return
 			}
 			s.log.Error().Err(err).Msg("rejoin failed; trying again")
@@ -174,6 +187,7 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 			case <-s.ctx.Done():
 			}
 		}
+		s.rejoining.Store(false)
 	})
 	if !started {
 		s.rejoining.Store(false)
