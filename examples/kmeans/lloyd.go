@@ -88,13 +88,19 @@ func Lloyd(info *tasks.Info) error {
 		farKeys[i] = uint64(i*info.Workers + info.Rank)
 	}
 	farVals := make([]float64, r*(dims+1))
+	// The update after each pass's Barrier is the first live worker's
+	// (Share index 0): worker 0 while it lives; when its slave dies in a
+	// stage that survives it, the next survivor takes over with a fresh
+	// updater (its state is rebuilt from the tables, but for the previous
+	// objectives: the convergence test waits one more iteration). Before,
+	// only rank 0 updated: after its death the survivors went on with the
+	// centers as they were, and the stage "succeeded" without writing the
+	// model's centers (the output held kmeans.init's seeds).
 	var u *updater
-	if info.Rank == 0 {
-		u = newUpdater(cfg, dims, info.Workers)
-	}
 	for it := info.StartEpoch + 1; it <= cfg.Iterations; it++ {
 		// A BSP read one clock past the last Barrier waits for worker
-		// 0's clock after its update of the last iteration, so it sees it.
+		// 0's clock (the first live worker's) after its update of the last
+		// iteration, so it sees it.
 		if err := runs.Get(keys, cs.C); err != nil {
 			return err
 		}
@@ -153,7 +159,10 @@ func Lloyd(info *tasks.Info) error {
 			return err
 		}
 		metrics := map[string]float64{tasks.MetricSamples: float64(n)}
-		if u != nil {
+		if idx, _ := info.Share(); idx == 0 && u == nil {
+			u = newUpdater(cfg, dims, info.Workers)
+		}
+		if idx, _ := info.Share(); idx == 0 {
 			obj, err := u.update(runs, acc, far, keys, cs, it == cfg.Iterations)
 			if err != nil {
 				return fmt.Errorf("kmeans.lloyd: stage %q iteration %d: %w", info.StageName, it, err)
@@ -172,7 +181,8 @@ func Lloyd(info *tasks.Info) error {
 	return set(ct, keys[:k], u.next[u.best*k*dims:(u.best+1)*k*dims])
 }
 
-// updater is worker 0's half-iteration after the iteration's Barrier.
+// updater is the first live worker's half-iteration after the iteration's
+// Barrier.
 type updater struct {
 	cfg        Config
 	dims       int

@@ -202,7 +202,11 @@ func Full(info *tasks.Info) error {
 		return fmt.Errorf("svrg.full: stage %q: mean training loss %.3g at the current model: training diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum/float64(st.N))
 	}
 	obj := st.LossSum / n
-	if info.Rank == 0 {
+	// The first live worker as of the Barrier: rank 0 while it lives. When
+	// its slave died in the pass, a survivor makes mu the mean gradient;
+	// before, nobody did, and the next svrg.sgd stage stepped along the
+	// gradient sum (n times too long) with no l2 term.
+	if idx, _ := info.Share(); idx == 0 {
 		sq := 0.0
 		for _, v := range wv {
 			sq += v * v
