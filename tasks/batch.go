@@ -14,11 +14,41 @@ import (
 // or its slices after it returns: the pass may decode later records into
 // them (datastore.Releaser).
 func EachRecords(ctx context.Context, in Input, fn func(r *datastore.Records) error) error {
+	return EachRecordsCommit(ctx, in, fn, nil)
+}
+
+// BlockCommitter is implemented by a pass whose worker confirms to the
+// master each block the stage function finished (a ps worker of a stage
+// that survives a slave's death): a confirmed block is not run again if
+// the worker's slave dies, so what the function summed from it must reach
+// the tables. OnConfirm sets f, called right after each confirmation on
+// the function's goroutine (inside Next); an error fails the pass. A
+// worker that dies between the confirmation and f's Adds loses that one
+// block's sums (never counts a block twice).
+type BlockCommitter interface {
+	OnConfirm(f func() error)
+}
+
+// EachRecordsCommit is EachRecords for a function that sums over the pass
+// in its own memory and adds the sums to tables after it (k-means'
+// accumulators, a full gradient, rating counts): commit, when not nil, is
+// called after each block the worker finished is confirmed (see
+// BlockCommitter), and must add what was summed since its last call,
+// clear it, and Flush. Where blocks are not confirmed it is never called,
+// and the function adds after the pass what it summed, as it would
+// anyway (after commits, what is left). Before, a worker that died
+// mid-pass took the sums of the blocks it had confirmed with it: the
+// pass's totals missed them (a k-means objective 21% low, an SVRG full
+// gradient short of some records); now at most one block per dead worker.
+func EachRecordsCommit(ctx context.Context, in Input, fn func(r *datastore.Records) error, commit func() error) error {
 	pass, err := in.Pass(ctx)
 	if err != nil {
 		return err
 	}
 	defer pass.Close()
+	if bc, ok := pass.(BlockCommitter); ok && commit != nil {
+		bc.OnConfirm(commit)
+	}
 	rel, _ := pass.(datastore.Releaser)
 	for {
 		r, err := pass.Next(ctx)

@@ -111,7 +111,18 @@ func Lloyd(info *tasks.Info) error {
 		clear(sums)
 		clear(farVals)
 		n := int64(0)
-		err := tasks.EachRecords(info.Ctx, train, func(rec *datastore.Records) error {
+		// In a stage that survives a slave's death the sums of each block
+		// reach acc once the block is confirmed (else a worker that
+		// died took them with it, and the survivors did not re-run the
+		// block: the iteration's centers and objective missed its points).
+		commit := func() error {
+			if err := acc.Add(keys[:kr], sums); err != nil {
+				return err
+			}
+			clear(sums)
+			return acc.Flush()
+		}
+		err := tasks.EachRecordsCommit(info.Ctx, train, func(rec *datastore.Records) error {
 			for i := 0; i < rec.Len(); i++ {
 				_, fk, fv := rec.Row(i)
 				x2, err := cs.Norm2(fk, fv, true)
@@ -138,7 +149,7 @@ func Lloyd(info *tasks.Info) error {
 			n += int64(rec.Len())
 			info.Report(int64(rec.Len()), 0)
 			return nil
-		})
+		}, commit)
 		if err != nil {
 			if errors.Is(err, ErrDims) {
 				return fmt.Errorf("kmeans.lloyd: input %q: %w (table %q)", cfg.Train, err, cfg.Centers)
