@@ -213,6 +213,14 @@ func (t *taskRun) run() {
 		t.m.log.Error().Err(err).Str("task", t.spec.ID).Msg("task record not written: a restarted master will not resume this task")
 	}
 	err := t.execute()
+	if cause := context.Cause(t.ctx); err != nil && cause != nil && !errors.Is(err, cause) && errors.Is(err, context.Canceled) {
+		// A step that failed only because the task was cancelled (a
+		// slave's death, a cancel) reports why: the cause, then what it
+		// interrupted. Before, a resume placed on a slave that died before
+		// the master declared it failed with "loading checkpoint ...:
+		// table "users": context canceled", naming no slave.
+		err = fmt.Errorf("%w (it interrupted: %v)", cause, err)
+	}
 	if t.m.ctx.Err() == nil {
 		t.unpersist()
 	} // else the master is going away: its successor resumes the task
