@@ -70,14 +70,19 @@ func EachRecordsCommit(ctx context.Context, in Input, fn func(r *datastore.Recor
 // EachBatch runs fn over one pass of in, batch records at a time: fn gets
 // the records r and the half-open range [lo, hi) of the mini-batch.
 func EachBatch(ctx context.Context, in Input, batch int, fn func(r *datastore.Records, lo, hi int) error) error {
-	return EachRecords(ctx, in, func(r *datastore.Records) error {
+	return EachBatchCommit(ctx, in, batch, fn, nil)
+}
+
+// EachBatchCommit is EachBatch with EachRecordsCommit's commit.
+func EachBatchCommit(ctx context.Context, in Input, batch int, fn func(r *datastore.Records, lo, hi int) error, commit func() error) error {
+	return EachRecordsCommit(ctx, in, func(r *datastore.Records) error {
 		for lo := 0; lo < r.Len(); lo += batch {
 			if err := fn(r, lo, min(lo+batch, r.Len())); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}, commit)
 }
 
 // Batch is a mini-batch: records [Lo, Hi) of R. The zero Batch is none.
