@@ -124,6 +124,12 @@ func (s *Slave) takeView(v proto.Membership) {
 		return // already known (views are sent again every second)
 	}
 	s.fence.Store(newFenceView(v.View))
+	if !v.Has(me.number) && s.leaving.Load() {
+		// The view of this slave's own clean leave: nothing to drop or
+		// rejoin (before, every clean shutdown logged, at error level,
+		// that the master had declared it dead and that it would rejoin).
+		return
+	}
 	if !v.Has(me.number) {
 		s.log.Error().Str("instance", me.instance).Uint64("incarnation", me.number).Uint64("epoch", v.Epoch).
 			Msg("this slave was declared dead by the master and is fenced: dropping all its tasks, shards and retained models, then rejoining as a fresh instance")
@@ -197,6 +203,7 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 // leave tells the master this slave shuts down cleanly, so it is not
 // reported dead after the failure timeout.
 func (s *Slave) leave() {
+	s.leaving.Store(true)
 	me := s.self()
 	if me.number == 0 {
 		return

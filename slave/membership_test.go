@@ -241,3 +241,86 @@ func TestFencedAgainWhileRejoiningRejoinsAgain(t *testing.T) {
 		})
 	}
 }
+
+// syncBuffer is a log sink safe for the slave's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// The view that follows a slave's clean leave no longer lists it; the
+// slave must take it for what it is. Before, every clean shutdown logged,
+// at error level, "this slave was declared dead by the master and is
+// fenced ... rejoining as a fresh instance" and started a rejoin.
+func TestLeaveViewIsNotAFence(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	mnc, err := srv.Connect(bus.Options{Name: "fake-master"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mnc.Close()
+	subj := bus.For("default")
+	var mu sync.Mutex
+	joins := 0
+	view := func(epoch uint64, members ...membership.Member) {
+		data, _ := json.Marshal(proto.Membership{Master: "m1", View: membership.View{Epoch: epoch, Members: members}})
+		if err := mnc.Publish(subj.Membership(), data); err != nil {
+			t.Error(err)
+		}
+	}
+	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
+		mu.Lock()
+		joins++
+		mu.Unlock()
+		data, _ := json.Marshal(proto.JoinReply{OK: true, Heartbeat: time.Hour, Instance: "m1", DeadAfter: time.Hour, Epoch: 1, Incarnation: 1})
+		msg.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer js.Unsubscribe()
+	ls, err := mnc.Subscribe(subj.Leave(), func(*nats.Msg) { view(2) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Unsubscribe()
+	nc, err := srv.Connect(bus.Options{Name: "slave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var logs syncBuffer
+	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(&logs)})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	view(1, membership.Member{ID: "s1", Instance: s.self().instance, Incarnation: 1})
+	eventually(t, "the slave takes the view of its admission", func() bool { return s.Epoch() == 1 })
+	s.leave()
+	eventually(t, "the slave takes the view of its leave", func() bool { return s.Epoch() == 2 || strings.Contains(logs.String(), "declared dead") })
+	if strings.Contains(logs.String(), "declared dead") {
+		t.Fatalf("a clean leave logged as a death:\n%s", logs.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if joins != 1 {
+		t.Fatalf("%d joins: the slave rejoined after leaving", joins)
+	}
+}

@@ -129,6 +129,7 @@ type Slave struct {
 	fence       atomic.Pointer[fenceView]
 	pendingView atomic.Pointer[proto.Membership] // the latest view heard while joining
 	rejoining   atomic.Bool
+	leaving     atomic.Bool // set by leave: a view without this slave is its own leave
 
 	metrics *metrics
 
