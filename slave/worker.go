@@ -433,7 +433,14 @@ type input struct {
 }
 
 // Pass implements tasks.Input.
-func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
+func (in *input) Pass(ctx context.Context) (datastore.Pass, error) { return in.pass(ctx, false) }
+
+// OrderedPass implements tasks.OrderedInput: one producer, so each block's
+// batches come whole, before the next block's; when a block is confirmed
+// the function has seen no record of a later one.
+func (in *input) OrderedPass(ctx context.Context) (datastore.Pass, error) { return in.pass(ctx, true) }
+
+func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error) {
 	w := in.w
 	epoch := in.epoch
 	in.epoch++
@@ -475,7 +482,7 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	}
 	host := w.s.cfg.Host
 	producers := w.s.cfg.ReadProducers
-	if w.stage.WorkerKind == tasks.KindSingle {
+	if w.stage.WorkerKind == tasks.KindSingle || ordered && in.confirms() {
 		// One producer hands the batches over in the assigner's block
 		// order, so a single worker is reproducible run to run.
 		producers = 1

@@ -29,6 +29,17 @@ type BlockCommitter interface {
 	OnConfirm(f func() error)
 }
 
+// OrderedInput is an Input that can hand a pass's blocks whole, one after
+// the other (a pass reads blocks with several parsers, whose batches
+// interleave otherwise). EachRecordsCommit reads so: when a block is
+// confirmed, what the function summed is that block and the ones before,
+// no part of the next one (which, if the worker died before finishing it,
+// the survivors would run again: counted twice, a drill's k-means
+// failover iteration 1.5-2% high).
+type OrderedInput interface {
+	OrderedPass(ctx context.Context) (datastore.Pass, error)
+}
+
 // EachRecordsCommit is EachRecords for a function that sums over the pass
 // in its own memory and adds the sums to tables after it (k-means'
 // accumulators, a full gradient, rating counts): commit, when not nil, is
@@ -41,7 +52,11 @@ type BlockCommitter interface {
 // pass's totals missed them (a k-means objective 21% low, an SVRG full
 // gradient short of some records); now at most one block per dead worker.
 func EachRecordsCommit(ctx context.Context, in Input, fn func(r *datastore.Records) error, commit func() error) error {
-	pass, err := in.Pass(ctx)
+	open := in.Pass
+	if oi, ok := in.(OrderedInput); ok && commit != nil {
+		open = oi.OrderedPass
+	}
+	pass, err := open(ctx)
 	if err != nil {
 		return err
 	}

@@ -120,18 +120,25 @@ tol = 0
 			}
 			// Exact but for the failover iteration, where each dead worker
 			// may lose the sums of the one block it confirmed as it died
-			// (a 16 KiB block is 0.16% of the points); before, it lost
-			// every block of the pass it had finished.
+			// (a 16 KiB block is 0.16% of the points: the objective a little
+			// low, never high), and the next, whose centers moved by those
+			// points (a hair high). Before, a dead worker lost every block
+			// of the pass it had finished; and, its parsers' batches
+			// interleaving, a worker could add part of a block it had not
+			// finished, which the survivors then ran again (high).
 			off := 0
 			for i := range calmIt {
-				d := math.Abs(killedIt[i] - calmIt[i])
-				if d > 1e-6*calmIt[i] && d <= 0.005*calmIt[i] && off == 0 {
-					off++
+				d := killedIt[i] - calmIt[i]
+				switch {
+				case math.Abs(d) <= 1e-6*calmIt[i]:
+					continue
+				case off == 0 && d < 0 && -d <= 0.005*calmIt[i]:
+					off = i + 1
+					continue
+				case off == i && d > 0 && d <= 1e-5*calmIt[i]:
 					continue
 				}
-				if d > 1e-6*calmIt[i] {
-					t.Fatalf("iteration %d: objective %.6f with a kill, %.6f undisturbed (every iteration: %v)", i+1, killedIt[i], calmIt[i], killedIt)
-				}
+				t.Fatalf("iteration %d: objective %.6f with a kill, %.6f undisturbed (every iteration: %v)", i+1, killedIt[i], calmIt[i], killedIt)
 			}
 		})
 	}

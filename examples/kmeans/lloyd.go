@@ -179,6 +179,16 @@ func Lloyd(info *tasks.Info) error {
 				return fmt.Errorf("kmeans.lloyd: stage %q iteration %d: %w", info.StageName, it, err)
 			}
 			metrics[tasks.MetricObjective] = obj
+			// The update acknowledged by every replica before the Clock
+			// lets the others read: the Adds of a worker that dies with
+			// them unacknowledged may be on one copy and not the next, and
+			// no one sends them again. A drill killed the updater's slave
+			// right after an update, and the backup that took over acc
+			// lacked its reset: the next iteration summed onto the last
+			// one's sums (objective 2% high).
+			if err := acc.Flush(); err != nil {
+				return err
+			}
 		}
 		if err := info.Clock(); err != nil {
 			return err

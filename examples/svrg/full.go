@@ -108,6 +108,12 @@ func Full(info *tasks.Info) error {
 				return err
 			}
 		}
+		// On every replica before the Clock lets the others read: the
+		// unacknowledged Adds of a worker that dies are sent again by no
+		// one (a backup taking over could miss the reset).
+		if err := snap.Flush(); err != nil {
+			return err
+		}
 	}
 	if err := info.Clock(); err != nil {
 		return err
@@ -250,6 +256,11 @@ func Full(info *tasks.Info) error {
 			if err := bstate.Add(k, one); err != nil {
 				return err
 			}
+		}
+		// mu is final on every replica before this worker's stage ends
+		// (see the reset's Flush above).
+		if err := mu.Flush(); err != nil {
+			return err
 		}
 	}
 	info.ReportEpoch(1, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
