@@ -213,13 +213,18 @@ func (t *taskRun) run() {
 		t.m.log.Error().Err(err).Str("task", t.spec.ID).Msg("task record not written: a restarted master will not resume this task")
 	}
 	err := t.execute()
-	if err != nil && !errors.Is(err, errCancelled) && errors.Is(err, context.Canceled) {
-		// A request the task's cancel cut short ("slave s1 did not answer
-		// create_tables: context canceled"): the task ended for the
-		// cancel's cause (the user's cancel, a slave's death), not that.
-		if cause := context.Cause(t.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			t.m.log.Debug().Err(err).Str("task", t.spec.ID).Msg("interrupted by the task's stop")
+	if cause := context.Cause(t.ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(err, cause) && errors.Is(err, context.Canceled) {
+		// A step that failed only because the task was stopped ("slave s1
+		// did not answer create_tables: context canceled") reports why:
+		// the cause (a slave's death, then what it interrupted; the
+		// user's cancel alone). Before, a resume placed on a slave that
+		// died before the master declared it failed with "loading
+		// checkpoint ...: table "users": context canceled", naming no
+		// slave, and a task cancelled early ended "failed".
+		if errors.Is(cause, errCancelled) {
 			err = cause
+		} else {
+			err = fmt.Errorf("%w (it interrupted: %v)", cause, err)
 		}
 	}
 	if t.m.ctx.Err() == nil {

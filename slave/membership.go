@@ -83,10 +83,13 @@ func (s *Slave) joinRequest() proto.JoinRequest {
 // that arrived while the slave waited for it (the master broadcasts the
 // view of the admission before its answer arrives).
 func (s *Slave) admitted(rep proto.JoinReply) {
+	// Under imu with takeView's test for a join in progress, so that a
+	// view heard meanwhile is either pending here or taken by takeView.
 	s.imu.Lock()
 	s.inc.number, s.inc.admitted = rep.Incarnation, rep.Epoch
+	v := s.pendingView.Swap(nil)
 	s.imu.Unlock()
-	if v := s.pendingView.Swap(nil); v != nil {
+	if v != nil {
 		s.takeView(*v)
 	}
 }
@@ -105,11 +108,14 @@ func (s *Slave) takeView(v proto.Membership) {
 	s.amu.Lock()
 	master := s.masterInstance
 	s.amu.Unlock()
-	me := s.self()
+	s.imu.Lock()
+	me := s.inc
 	if me.number == 0 {
 		s.pendingView.Store(&v) // joining: admitted takes it
+		s.imu.Unlock()
 		return
 	}
+	s.imu.Unlock()
 	if v.Master != master || v.Epoch < me.admitted {
 		return // another master's, or older than our admission
 	}
@@ -118,10 +124,13 @@ func (s *Slave) takeView(v proto.Membership) {
 		return // already known (views are sent again every second)
 	}
 	s.fence.Store(newFenceView(v.View))
+	if !v.Has(me.number) && s.leaving.Load() {
+		// The view of this slave's own clean leave: nothing to drop or
+		// rejoin (before, every clean shutdown logged, at error level,
+		// that the master had declared it dead and that it would rejoin).
+		return
+	}
 	if !v.Has(me.number) {
-		if s.leaving.Load() {
-			return // the master took its leave
-		}
 		s.log.Error().Str("instance", me.instance).Uint64("incarnation", me.number).Uint64("epoch", v.Epoch).
 			Msg("this slave was declared dead by the master and is fenced: dropping all its tasks, shards and retained models, then rejoining as a fresh instance")
 		s.rejoin(fmt.Sprintf("slave %s was declared dead at membership epoch %d", s.cfg.ID, v.Epoch), true)
@@ -160,15 +169,22 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 	// Not on the bus's callback goroutine: the join waits for an answer.
 	// A view that arrives while the slave shuts down starts no rejoin.
 	started := s.background(func() {
-		defer s.rejoining.Store(false)
 		for s.ctx.Err() == nil {
 			rep, err := s.join()
 			if err == nil {
-				s.admitted(rep)
 				s.log.Info().Str("instance", s.self().instance).Uint64("incarnation", rep.Incarnation).Uint64("epoch", rep.Epoch).Msg("slave rejoined the cluster as a fresh instance")
+				// Done before the new incarnation is taken: a view that
+				// fences it too (declared dead again while it joined;
+				// admitted may hold that view, or the subscription may
+				// bring it at once) must start the next rejoin, not find
+				// this one still running and be dropped (the slave then
+				// kept a retired incarnation, a member of no view).
+				s.rejoining.Store(false)
+				s.admitted(rep)
 				return
 			}
 			if errors.Is(err, s.ctx.Err()) {
+				s.rejoining.Store(false)
 				return
 			}
 			s.log.Error().Err(err).Msg("rejoin failed; trying again")
@@ -177,6 +193,7 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 			case <-s.ctx.Done():
 			}
 		}
+		s.rejoining.Store(false)
 	})
 	if !started {
 		s.rejoining.Store(false)
@@ -186,11 +203,11 @@ func (s *Slave) rejoin(reason string, fresh bool) {
 // leave tells the master this slave shuts down cleanly, so it is not
 // reported dead after the failure timeout.
 func (s *Slave) leave() {
+	s.leaving.Store(true)
 	me := s.self()
 	if me.number == 0 {
 		return
 	}
-	s.leaving.Store(true)
 	data, err := json.Marshal(proto.Leave{ID: s.cfg.ID, Instance: me.instance})
 	if err == nil {
 		err = s.nc.Publish(s.subj.Leave(), data)

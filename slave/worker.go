@@ -433,7 +433,14 @@ type input struct {
 }
 
 // Pass implements tasks.Input.
-func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
+func (in *input) Pass(ctx context.Context) (datastore.Pass, error) { return in.pass(ctx, false) }
+
+// OrderedPass implements tasks.OrderedInput: one producer, so each block's
+// batches come whole, before the next block's; when a block is confirmed
+// the function has seen no record of a later one.
+func (in *input) OrderedPass(ctx context.Context) (datastore.Pass, error) { return in.pass(ctx, true) }
+
+func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error) {
 	w := in.w
 	epoch := in.epoch
 	in.epoch++
@@ -454,16 +461,28 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 	}
 	// In a stage that survives a slave's death, each block the function
 	// finished is confirmed, so it is not re-run if this worker dies.
+	// Then the function's commit (tasks.BlockCommitter), if it set one,
+	// adds what it summed from the block in its own memory. In this order
+	// a worker that dies between the two loses at most that block's sums
+	// (the window of one Add); the other order would count the block twice
+	// (its sums applied, the survivors running it again), which a drill
+	// hit in most kills: the window was a Flush plus the confirmation.
 	var done func(datastore.Block) error
+	commit := new(func() error)
 	if in.confirms() {
 		done = func(b datastore.Block) error {
-			_, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch, Confirm: &b}, "confirming block "+b.String())
-			return err
+			if _, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch, Confirm: &b}, "confirming block "+b.String()); err != nil {
+				return err
+			}
+			if c := *commit; c != nil {
+				return c()
+			}
+			return nil
 		}
 	}
 	host := w.s.cfg.Host
 	producers := w.s.cfg.ReadProducers
-	if w.stage.WorkerKind == tasks.KindSingle {
+	if w.stage.WorkerKind == tasks.KindSingle || ordered && in.confirms() {
 		// One producer hands the batches over in the assigner's block
 		// order, so a single worker is reproducible run to run.
 		producers = 1
@@ -481,7 +500,7 @@ func (in *input) Pass(ctx context.Context) (datastore.Pass, error) {
 			return false
 		},
 	})
-	return &trackedPass{AsyncReader: r, w: w, in: in, epoch: epoch, ctx: ctx}, nil
+	return &trackedPass{AsyncReader: r, w: w, in: in, epoch: epoch, ctx: ctx, commit: commit}, nil
 }
 
 // confirms reports whether the worker confirms the blocks it finished:
@@ -527,7 +546,14 @@ type trackedPass struct {
 	ctx   context.Context
 	eof   bool
 	done  bool
+	// commit is the function's tasks.BlockCommitter hook (nil: none).
+	commit *func() error
 }
+
+// OnConfirm implements tasks.BlockCommitter: in a stage whose workers
+// confirm their blocks, f runs after each confirmation, on the function's
+// goroutine (inside Next).
+func (p *trackedPass) OnConfirm(f func() error) { *p.commit = f }
 
 // idleEvery is how often a worker starved at its epoch's end checks
 // whether others wait for its clock.

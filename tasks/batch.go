@@ -14,11 +14,56 @@ import (
 // or its slices after it returns: the pass may decode later records into
 // them (datastore.Releaser).
 func EachRecords(ctx context.Context, in Input, fn func(r *datastore.Records) error) error {
-	pass, err := in.Pass(ctx)
+	return EachRecordsCommit(ctx, in, fn, nil)
+}
+
+// BlockCommitter is implemented by a pass whose worker confirms to the
+// master each block the stage function finished (a ps worker of a stage
+// that survives a slave's death): a confirmed block is not run again if
+// the worker's slave dies, so what the function summed from it must reach
+// the tables. OnConfirm sets f, called right after each confirmation on
+// the function's goroutine (inside Next); an error fails the pass. A
+// worker that dies between the confirmation and f's Adds loses that one
+// block's sums (never counts a block twice).
+type BlockCommitter interface {
+	OnConfirm(f func() error)
+}
+
+// OrderedInput is an Input that can hand a pass's blocks whole, one after
+// the other (a pass reads blocks with several parsers, whose batches
+// interleave otherwise). EachRecordsCommit reads so: when a block is
+// confirmed, what the function summed is that block and the ones before,
+// no part of the next one (which, if the worker died before finishing it,
+// the survivors would run again: counted twice, a drill's k-means
+// failover iteration 1.5-2% high).
+type OrderedInput interface {
+	OrderedPass(ctx context.Context) (datastore.Pass, error)
+}
+
+// EachRecordsCommit is EachRecords for a function that sums over the pass
+// in its own memory and adds the sums to tables after it (k-means'
+// accumulators, a full gradient, rating counts): commit, when not nil, is
+// called after each block the worker finished is confirmed (see
+// BlockCommitter), and must add what was summed since its last call,
+// clear it, and Flush. Where blocks are not confirmed it is never called,
+// and the function adds after the pass what it summed, as it would
+// anyway (after commits, what is left). Before, a worker that died
+// mid-pass took the sums of the blocks it had confirmed with it: the
+// pass's totals missed them (a k-means objective 21% low, an SVRG full
+// gradient short of some records); now at most one block per dead worker.
+func EachRecordsCommit(ctx context.Context, in Input, fn func(r *datastore.Records) error, commit func() error) error {
+	open := in.Pass
+	if oi, ok := in.(OrderedInput); ok && commit != nil {
+		open = oi.OrderedPass
+	}
+	pass, err := open(ctx)
 	if err != nil {
 		return err
 	}
 	defer pass.Close()
+	if bc, ok := pass.(BlockCommitter); ok && commit != nil {
+		bc.OnConfirm(commit)
+	}
 	rel, _ := pass.(datastore.Releaser)
 	for {
 		r, err := pass.Next(ctx)
@@ -40,14 +85,19 @@ func EachRecords(ctx context.Context, in Input, fn func(r *datastore.Records) er
 // EachBatch runs fn over one pass of in, batch records at a time: fn gets
 // the records r and the half-open range [lo, hi) of the mini-batch.
 func EachBatch(ctx context.Context, in Input, batch int, fn func(r *datastore.Records, lo, hi int) error) error {
-	return EachRecords(ctx, in, func(r *datastore.Records) error {
+	return EachBatchCommit(ctx, in, batch, fn, nil)
+}
+
+// EachBatchCommit is EachBatch with EachRecordsCommit's commit.
+func EachBatchCommit(ctx context.Context, in Input, batch int, fn func(r *datastore.Records, lo, hi int) error, commit func() error) error {
+	return EachRecordsCommit(ctx, in, func(r *datastore.Records) error {
 		for lo := 0; lo < r.Len(); lo += batch {
 			if err := fn(r, lo, min(lo+batch, r.Len())); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}, commit)
 }
 
 // Batch is a mini-batch: records [Lo, Hi) of R. The zero Batch is none.

@@ -482,3 +482,34 @@ func waitDeclaredDead(t *testing.T, cl *engine.Client, id string, deadline time.
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A resume submitted right after a slave was killed, before the master
+// declared it dead, is placed on it too; the task then fails by that
+// death. The error must say so: before, it was "loading checkpoint ...:
+// table "w": context canceled", naming no slave (a drill's immediate
+// resume after a replicas = 1 task failed).
+func TestResumeOntoAnUndeclaredDeadSlaveNamesIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 3000, 500)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "4s"})
+	ckdir, output := filepath.Join(dir, "ck"), filepath.Join(dir, "m.model")
+	job := unreplicated(t, ckJob(t, dir, "finished", train, test, output, 2, "1 epoch", ckdir))
+	if r := c.Run(2*time.Minute, "submit", job); r.Exit != 0 {
+		t.Fatalf("the task failed (%d):\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
+	}
+	// The checkpoint of the finished task: a resume loads its tables on
+	// both slaves and writes the output again.
+	c.Slaves[1].Kill()
+	r := c.Run(2*time.Minute, "submit", "--resume", ckdir)
+	if r.Exit == 0 {
+		t.Fatalf("the resume succeeded: it was placed after the master declared slave-1 dead (4s after the kill)?\n%s", r.Stdout)
+	}
+	out := r.Stdout + r.Stderr
+	if !strings.Contains(out, "slave-1") || !strings.Contains(out, "died") {
+		t.Fatalf("the failure does not say that slave-1 died:\n%s", out)
+	}
+}

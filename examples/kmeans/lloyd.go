@@ -88,13 +88,19 @@ func Lloyd(info *tasks.Info) error {
 		farKeys[i] = uint64(i*info.Workers + info.Rank)
 	}
 	farVals := make([]float64, r*(dims+1))
+	// The update after each pass's Barrier is the first live worker's
+	// (Share index 0): worker 0 while it lives; when its slave dies in a
+	// stage that survives it, the next survivor takes over with a fresh
+	// updater (its state is rebuilt from the tables, but for the previous
+	// objectives: the convergence test waits one more iteration). Before,
+	// only rank 0 updated: after its death the survivors went on with the
+	// centers as they were, and the stage "succeeded" without writing the
+	// model's centers (the output held kmeans.init's seeds).
 	var u *updater
-	if info.Rank == 0 {
-		u = newUpdater(cfg, dims, info.Workers)
-	}
 	for it := info.StartEpoch + 1; it <= cfg.Iterations; it++ {
 		// A BSP read one clock past the last Barrier waits for worker
-		// 0's clock after its update of the last iteration, so it sees it.
+		// 0's clock (the first live worker's) after its update of the last
+		// iteration, so it sees it.
 		if err := runs.Get(keys, cs.C); err != nil {
 			return err
 		}
@@ -105,7 +111,18 @@ func Lloyd(info *tasks.Info) error {
 		clear(sums)
 		clear(farVals)
 		n := int64(0)
-		err := tasks.EachRecords(info.Ctx, train, func(rec *datastore.Records) error {
+		// In a stage that survives a slave's death the sums of each block
+		// reach acc once the block is confirmed (else a worker that
+		// died took them with it, and the survivors did not re-run the
+		// block: the iteration's centers and objective missed its points).
+		commit := func() error {
+			if err := acc.Add(keys[:kr], sums); err != nil {
+				return err
+			}
+			clear(sums)
+			return acc.Flush()
+		}
+		err := tasks.EachRecordsCommit(info.Ctx, train, func(rec *datastore.Records) error {
 			for i := 0; i < rec.Len(); i++ {
 				_, fk, fv := rec.Row(i)
 				x2, err := cs.Norm2(fk, fv, true)
@@ -132,7 +149,7 @@ func Lloyd(info *tasks.Info) error {
 			n += int64(rec.Len())
 			info.Report(int64(rec.Len()), 0)
 			return nil
-		})
+		}, commit)
 		if err != nil {
 			if errors.Is(err, ErrDims) {
 				return fmt.Errorf("kmeans.lloyd: input %q: %w (table %q)", cfg.Train, err, cfg.Centers)
@@ -153,12 +170,25 @@ func Lloyd(info *tasks.Info) error {
 			return err
 		}
 		metrics := map[string]float64{tasks.MetricSamples: float64(n)}
-		if u != nil {
+		if idx, _ := info.Share(); idx == 0 && u == nil {
+			u = newUpdater(cfg, dims, info.Workers)
+		}
+		if idx, _ := info.Share(); idx == 0 {
 			obj, err := u.update(runs, acc, far, keys, cs, it == cfg.Iterations)
 			if err != nil {
 				return fmt.Errorf("kmeans.lloyd: stage %q iteration %d: %w", info.StageName, it, err)
 			}
 			metrics[tasks.MetricObjective] = obj
+			// The update acknowledged by every replica before the Clock
+			// lets the others read: the Adds of a worker that dies with
+			// them unacknowledged may be on one copy and not the next, and
+			// no one sends them again. A drill killed the updater's slave
+			// right after an update, and the backup that took over acc
+			// lacked its reset: the next iteration summed onto the last
+			// one's sums (objective 2% high).
+			if err := acc.Flush(); err != nil {
+				return err
+			}
 		}
 		if err := info.Clock(); err != nil {
 			return err
@@ -172,7 +202,8 @@ func Lloyd(info *tasks.Info) error {
 	return set(ct, keys[:k], u.next[u.best*k*dims:(u.best+1)*k*dims])
 }
 
-// updater is worker 0's half-iteration after the iteration's Barrier.
+// updater is the first live worker's half-iteration after the iteration's
+// Barrier.
 type updater struct {
 	cfg        Config
 	dims       int

@@ -47,7 +47,35 @@ func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) (f
 		a[0]++
 		a[1] += r
 	}
-	err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
+	// What each confirmed block counted reaches the tables at once (in a
+	// stage that survives a slave's death; tasks.EachRecordsCommit).
+	addCounts := func() error {
+		if err := writeCounts(t.UserCount, users); err != nil {
+			return err
+		}
+		if err := writeCounts(t.ItemCount, items); err != nil {
+			return err
+		}
+		for _, x := range []struct {
+			tab  tasks.Table
+			size uint64
+		}{{t.UserCount, usize}, {t.ItemCount, isize}} {
+			if err := x.tab.Add([]uint64{x.size}, []float64{n, sum, sum2}); err != nil {
+				return err
+			}
+		}
+		clear(users)
+		clear(items)
+		n, sum, sum2 = 0, 0, 0
+		return nil
+	}
+	commit := func() error {
+		if err := addCounts(); err != nil {
+			return fmt.Errorf("mf: counts: %w", err)
+		}
+		return t.UserCount.Flush()
+	}
+	err := tasks.EachRecordsCommit(info.Ctx, train, func(r *datastore.Records) error {
 		for i := 0; i < r.Len(); i++ {
 			u, it, err := ratingIDs(r, i, t)
 			if err != nil {
@@ -61,23 +89,12 @@ func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) (f
 			sum2 += y * y
 		}
 		return nil
-	})
+	}, commit)
 	if err != nil {
 		return 0, fmt.Errorf("mf: stage %q: input %q: %w", info.StageName, cfg.Train, err)
 	}
-	if err := writeCounts(t.UserCount, users); err != nil {
+	if err := addCounts(); err != nil {
 		return 0, fmt.Errorf("mf: counts: %w", err)
-	}
-	if err := writeCounts(t.ItemCount, items); err != nil {
-		return 0, fmt.Errorf("mf: counts: %w", err)
-	}
-	for _, x := range []struct {
-		tab  tasks.Table
-		size uint64
-	}{{t.UserCount, usize}, {t.ItemCount, isize}} {
-		if err := x.tab.Add([]uint64{x.size}, []float64{n, sum, sum2}); err != nil {
-			return 0, fmt.Errorf("mf: counts: %w", err)
-		}
 	}
 	if err := info.Barrier(); err != nil {
 		return 0, fmt.Errorf("mf: counts: %w", err)
@@ -172,7 +189,8 @@ func initBiases(info *tasks.Info, t Tables, cfg Config) error {
 		return fmt.Errorf("input %q holds no ratings", cfg.Train)
 	}
 	mu := tot[1] / tot[0]
-	if info.Rank == 0 {
+	idx, live := info.Share() // the live workers as of the last Barrier
+	if idx == 0 {
 		cur := make([]float64, 1)
 		if err := t.Bias.Get([]uint64{0}, cur); err != nil {
 			return fmt.Errorf("global bias: %w", err)
@@ -181,13 +199,13 @@ func initBiases(info *tasks.Info, t Tables, cfg Config) error {
 			return fmt.Errorf("global bias: %w", err)
 		}
 	}
-	n := uint64(max(info.Workers, 1))
+	n := uint64(max(live, 1))
 	for _, x := range []struct{ bias, count tasks.Table }{{t.UserBias, t.UserCount}, {t.ItemBias, t.ItemCount}} {
 		size := x.bias.Spec().Size
 		if cs := x.count.Spec().Size - 1; cs < size {
 			size = cs
 		}
-		lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
+		lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
 		keys := make([]uint64, 0, chunkKeys)
 		cnt := make([]float64, countWidth*chunkKeys)
 		cur := make([]float64, chunkKeys)

@@ -83,7 +83,18 @@ func (im *implicit) diff() error {
 func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, lr, l2 float64) error {
 	// y_j += 1/n_j sum over ratings (u, j) of |N(u)|^-1/2 G_u.
 	acc := map[uint64][]float64{}
-	err := tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
+	// Each confirmed block's sums reach the table at once (in a stage that
+	// survives a slave's death; tasks.EachRecordsCommit).
+	commitTo := func(tab tasks.Table, width int) func() error {
+		return func() error {
+			if err := addRows(tab, acc, width, 0, im.rank); err != nil {
+				return err
+			}
+			clear(acc)
+			return tab.Flush()
+		}
+	}
+	err := tasks.EachBatchCommit(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
 		if err := m.gatherIDs(r, lo, hi); err != nil {
 			return err
 		}
@@ -95,7 +106,7 @@ func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, 
 			spread(acc, m.items.keys[v], im.g(u), math.Sqrt(m.users.inv[u])*m.items.inv[v], im.rank)
 		}
 		return nil
-	})
+	}, commitTo(im.items, im.rank))
 	if err != nil {
 		return fmt.Errorf("input %q: %w", m.trainName, err)
 	}
@@ -118,7 +129,7 @@ func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, 
 	// z_u = |N(u)|^-1/2 sum over j in N(u) of y_j.
 	clear(acc)
 	y := make([]float64, 0, im.rank*4096)
-	err = tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
+	err = tasks.EachBatchCommit(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
 		if err := m.gatherIDs(r, lo, hi); err != nil {
 			return err
 		}
@@ -131,7 +142,7 @@ func (im *implicit) endEpoch(info *tasks.Info, m *MiniBatch, train tasks.Input, 
 			spread(acc, m.users.keys[u], y[v*im.rank:(v+1)*im.rank], math.Sqrt(m.users.inv[u]), im.rank)
 		}
 		return nil
-	})
+	}, commitTo(im.users, 2*im.rank))
 	if err != nil {
 		return fmt.Errorf("input %q: %w", m.trainName, err)
 	}
@@ -196,8 +207,13 @@ func addRows(tab tasks.Table, acc map[uint64][]float64, width, from, rank int) e
 // counts (0 with counts nil); factor -1 clears them.
 func scaleShare(info *tasks.Info, tab tasks.Table, width int, counts tasks.Table, factor func(n float64) float64) error {
 	size := tab.Spec().Size
-	n := uint64(max(info.Workers, 1))
-	lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
+	// Split by Share, not Rank: after a slave's death the survivors'
+	// shares still cover every key (before, the dead workers' keys were
+	// skipped: their biases not refit, their y_j not shrunk, their z not
+	// recomputed).
+	idx, live := info.Share()
+	n := uint64(max(live, 1))
+	lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
 	keys := make([]uint64, 0, chunkKeys)
 	buf := make([]float64, width*chunkKeys)
 	cnt := make([]float64, countWidth*chunkKeys)

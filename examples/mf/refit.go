@@ -23,7 +23,14 @@ import (
 func refitBiases(info *tasks.Info, m *MiniBatch, train tasks.Input, cfg Config, l2 float64) error {
 	for _, s := range []*side{m.items, m.users} {
 		acc := map[uint64]float64{}
-		err := tasks.EachBatch(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
+		commit := func() error { // tasks.EachRecordsCommit
+			if err := addScratch(s.count, acc); err != nil {
+				return err
+			}
+			clear(acc)
+			return s.count.Flush()
+		}
+		err := tasks.EachBatchCommit(info.Ctx, train, 4096, func(r *datastore.Records, lo, hi int) error {
 			if err := m.gather(r, lo, hi, false); err != nil {
 				return err
 			}
@@ -36,7 +43,7 @@ func refitBiases(info *tasks.Info, m *MiniBatch, train tasks.Input, cfg Config, 
 				acc[s.keys[pos]] += r.Labels[i] - p + s.b[pos]
 			}
 			return nil
-		})
+		}, commit)
 		if err != nil {
 			return fmt.Errorf("input %q: %w", cfg.Train, err)
 		}
@@ -77,8 +84,13 @@ func setShare(info *tasks.Info, s *side, l2 float64) error {
 	if cs := s.count.Spec().Size - 1; cs < size {
 		size = cs
 	}
-	n := uint64(max(info.Workers, 1))
-	lo, hi := size*uint64(info.Rank)/n, size*uint64(info.Rank+1)/n
+	// Split by Share, not Rank: after a slave's death the survivors'
+	// shares still cover every key (before, the dead workers' keys were
+	// skipped: their biases not refit, their y_j not shrunk, their z not
+	// recomputed).
+	idx, live := info.Share()
+	n := uint64(max(live, 1))
+	lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
 	keys := make([]uint64, 0, chunkKeys)
 	cnt := make([]float64, countWidth*chunkKeys)
 	cur := make([]float64, chunkKeys)

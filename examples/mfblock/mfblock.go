@@ -208,6 +208,16 @@ func Blocked(info *tasks.Info) error {
 				return err
 			}
 			barSecs += time.Since(bstart).Seconds()
+			// Each worker read its share of the ratings once, at the start:
+			// a worker whose slave died took its share with it, and the
+			// survivors would train on without those ratings (their users'
+			// factors frozen while the items move on: test RMSE 0.48 against
+			// 0.41 undisturbed in a drill, the task "done"). Fail instead,
+			// naming the loss; a checkpoint resumes the stage.
+			if _, live := info.Share(); live < info.Workers {
+				return fmt.Errorf("%s: stage %q epoch %d: %d of its %d workers died with their slave; each worker reads its share of the ratings once, at the stage's start, so theirs are lost and the stage cannot go on without them (resume from a checkpoint)",
+					Func, info.StageName, epoch, info.Workers-live, info.Workers)
+			}
 		}
 		if math.IsNaN(sq) || math.IsInf(sq, 0) {
 			return fmt.Errorf("%s: stage %q epoch %d: the training error is not finite (lr %v too large?)", Func, info.StageName, epoch, h.lr)

@@ -108,6 +108,12 @@ func Full(info *tasks.Info) error {
 				return err
 			}
 		}
+		// On every replica before the Clock lets the others read: the
+		// unacknowledged Adds of a worker that dies are sent again by no
+		// one (a backup taking over could miss the reset).
+		if err := snap.Flush(); err != nil {
+			return err
+		}
 	}
 	if err := info.Clock(); err != nil {
 		return err
@@ -128,7 +134,41 @@ func Full(info *tasks.Info) error {
 	clear(grad)
 	gradB := 0.0
 	var st lr.Stats
-	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
+	// In a stage that survives a slave's death, the sums of each block
+	// reach the tables once the block is confirmed (else a worker that
+	// died took them with it, and the survivors did not re-run the block:
+	// mu and n missed its records).
+	var pending float64 // records summed since the last add
+	addSums := func() error {
+		check := gradB
+		for _, g := range grad {
+			check += g
+		}
+		if !finite(st.LossSum) || !finite(check) {
+			return fmt.Errorf("svrg.full: stage %q: the training loss or its gradient at the current model is not finite (loss sum %v): the model diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum)
+		}
+		if err := mu.Add(keys, grad); err != nil {
+			return err
+		}
+		if err := nt.Add(key0, []float64{pending}); err != nil {
+			return err
+		}
+		if bt != nil {
+			if err := bstate.Add(bkeys[keyMuBias:keyMuBias+1], []float64{gradB}); err != nil {
+				return err
+			}
+		}
+		clear(grad)
+		gradB, pending = 0, 0
+		return nil
+	}
+	commit := func() error {
+		if err := addSums(); err != nil {
+			return err
+		}
+		return mu.Flush()
+	}
+	err = tasks.EachRecordsCommit(info.Ctx, train, func(r *datastore.Records) error {
 		var rs lr.Stats
 		for i := 0; i < r.Len(); i++ {
 			a, e := r.Offsets[i], r.Offsets[i+1]
@@ -156,30 +196,15 @@ func Full(info *tasks.Info) error {
 			}
 		}
 		st.Add(rs)
+		pending += float64(rs.N)
 		info.Report(rs.N, rs.LossSum)
 		return nil
-	})
+	}, commit)
 	if err != nil {
 		return err
 	}
-	check := gradB
-	for _, g := range grad {
-		check += g
-	}
-	if !finite(st.LossSum) || !finite(check) {
-		return fmt.Errorf("svrg.full: stage %q: the training loss or its gradient at the current model is not finite (loss sum %v): the model diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum)
-	}
-	if err := mu.Add(keys, grad); err != nil {
+	if err := addSums(); err != nil {
 		return err
-	}
-	one[0] = float64(st.N)
-	if err := nt.Add(key0, one); err != nil {
-		return err
-	}
-	if bt != nil {
-		if err := bstate.Add(bkeys[keyMuBias:keyMuBias+1], []float64{gradB}); err != nil {
-			return err
-		}
 	}
 	// A Barrier, not a Clock: in a stage that survives a slave's death a
 	// worker starved at the pass's end ticks idle clocks (so that workers
@@ -202,7 +227,11 @@ func Full(info *tasks.Info) error {
 		return fmt.Errorf("svrg.full: stage %q: mean training loss %.3g at the current model: training diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum/float64(st.N))
 	}
 	obj := st.LossSum / n
-	if info.Rank == 0 {
+	// The first live worker as of the Barrier: rank 0 while it lives. When
+	// its slave died in the pass, a survivor makes mu the mean gradient;
+	// before, nobody did, and the next svrg.sgd stage stepped along the
+	// gradient sum (n times too long) with no l2 term.
+	if idx, _ := info.Share(); idx == 0 {
 		sq := 0.0
 		for _, v := range wv {
 			sq += v * v
@@ -227,6 +256,11 @@ func Full(info *tasks.Info) error {
 			if err := bstate.Add(k, one); err != nil {
 				return err
 			}
+		}
+		// mu is final on every replica before this worker's stage ends
+		// (see the reset's Flush above).
+		if err := mu.Flush(); err != nil {
+			return err
 		}
 	}
 	info.ReportEpoch(1, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})

@@ -23,8 +23,9 @@
 // pass's end in a stage that survives a slave's death ticks idle clocks,
 // so clock counts do not line up after a pass): every worker's Adds are
 // applied, so every worker reads the true n and reports its partial objective
-// lossSum/n (rank 0 adds l2/2 ||w||^2): the master sums the workers'
-// metrics, so "objective" sums to F(w~). Rank 0 also reads all of mu (the
+// lossSum/n (the first live worker, rank 0 while it lives, adds l2/2
+// ||w||^2): the master sums the workers' metrics, so "objective" sums to
+// F(w~). That worker also reads all of mu (the
 // gradient sum) and adds sum*(1/n - 1) + l2 w~, so mu ends as the full
 // gradient. n is recounted every round (the pass reads every record
 // anyway), which keeps each round self-contained. All of this needs BSP
