@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,7 +59,7 @@ func (t *TCP) start(nc net.Conn, remote, node string, inbound bool) (*tcpConn, b
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		nc.Close()
+		closeNow(nc)
 		return nil, false
 	}
 	t.conns[c] = struct{}{}
@@ -274,6 +275,17 @@ func (c *tcpConn) readLoop() {
 	}
 }
 
+// closeNow closes nc at once: a TLS connection's socket without the
+// close_notify alert, whose write may wait 5 s for a peer that does not
+// read (stopped, or gone).
+func closeNow(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		tc.NetConn().Close()
+		return
+	}
+	nc.Close()
+}
+
 // fail breaks the connection once: its socket closes, the endpoint
 // forgets it (the next request dials again), and every request it carried
 // that is still unanswered gets an answer with the error.
@@ -289,7 +301,7 @@ func (c *tcpConn) fail(cause error) {
 		c.mu.Unlock()
 		release(unsent) // lent tails go back; nothing is queued any more (err)
 		close(c.done)
-		c.nc.Close()
+		closeNow(c.nc)
 		t.mu.Lock()
 		delete(t.conns, c)
 		if p := t.peers[c.node]; p != nil {
