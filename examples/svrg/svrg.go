@@ -37,9 +37,11 @@
 // steps w -= lr (grad_B(w) - grad_B(w~) + mu), one Get and one Add of the
 // batch's keys per step and a Clock after each. Every worker takes the
 // same number of steps, ceil(n / (workers * batch)) per inner epoch, from
-// its share of the input (starting another pass when its share runs out,
-// stopping mid-pass when its quota is reached), so W workers stay in BSP
-// lockstep and the stage trains on epochs_inner x n samples; with uneven
+// its share of the input (one worker streams it, starting another pass
+// when it runs out; several ps workers read their shares once into memory
+// and cycle over them, since a pass started again may tick a starved
+// worker's clock without a step), so W workers stay in BSP lockstep and
+// the stage trains on epochs_inner x n samples; with uneven
 // shares a record may be seen twice or not at all in an inner epoch, as
 // in SVRG's sampling. The mu and l2 terms touch every coordinate at
 // every step; rather than a dense Add per step, each key follows that
@@ -83,7 +85,9 @@
 // Step size and inner length: without an lr param svrg.sgd chooses lr =
 // 1/L, L the largest curvature of the preconditioned loss on the
 // workers' first 2048 records (power iteration; see autoLR, table
-// "w.svrg.step"), measured once per task; a given lr is used as is. The
+// "w.svrg.step"), measured once per task, divided by W on W > 1 ps workers
+// (their steps of a clock start from the same weights); a given lr is
+// used as is. The
 // inner stage takes epochs_inner passes and at least min_steps (1000)
 // steps: on small data a pass is a handful of steps.
 //
