@@ -79,7 +79,7 @@ consistency = "bsp"
 [stage.params]
 k = 5
 restarts = 3
-iterations = 40
+iterations = 20
 tol = 0
 `, name, out, data)
 				if err := os.WriteFile(job, []byte(spec), 0o644); err != nil {
@@ -90,9 +90,9 @@ tol = 0
 				metrics := filepath.Join(dir, name+".jsonl")
 				go func() { done <- c.Run(3*time.Minute, "submit", "--metrics-out", metrics, job) }()
 				if kill {
-					waitUntil(t, "lloyd past its tenth iteration", time.Minute, func() bool {
+					waitUntil(t, "lloyd past its sixth iteration", time.Minute, func() bool {
 						rep, err := cl.Status(context.Background(), "")
-						return err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Stage == 1 && rep.Tasks[0].Progress.Epoch >= 10
+						return err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Stage == 1 && rep.Tasks[0].Progress.Epoch >= 6
 					})
 					c.Slaves[tc.victim].Kill()
 				}

@@ -24,7 +24,7 @@ func TestMFResumeKeepsTheRegularization(t *testing.T) {
 	}
 	dir := t.TempDir()
 	trainPath, testPath := filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
-	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: 600, Items: 300, Rank: 3, Rows: 60000, Noise: 0.3, Seed: 5,
+	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: 600, Items: 300, Rank: 3, Rows: 30000, Noise: 0.3, Seed: 5,
 		TestPath: testPath, TestRows: 2000}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ workers = 1
 consistency = "bsp"
 [stage.params]
 rank = 3
-epochs = 12
+epochs = 7
 `, out, trainPath, testPath, ckdir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
