@@ -127,31 +127,13 @@ func DecodeStrict(path string, data []byte, v any) error {
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 // keyLine finds the line of an undecoded key: the first assignment of its
-// last component after the header of its parent table, or the header
+// last component under the header of its parent table, or the header
 // itself for an unknown table.
 func keyLine(data []byte, k toml.Key) int {
-	last := regexp.QuoteMeta(k[len(k)-1])
-	assign := regexp.MustCompile(`^\s*"?` + last + `"?\s*=`)
-	header := regexp.MustCompile(`^\s*\[\[?\s*` + regexp.QuoteMeta(strings.Join(k, ".")) + `\s*\]\]?`)
-	parent := ""
-	if len(k) > 1 {
-		parent = strings.Join(k[:len(k)-1], ".")
-	}
-	parentHeader := regexp.MustCompile(`^\s*\[\[?\s*` + regexp.QuoteMeta(parent) + `\s*\]\]?`)
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	line, inParent := 0, parent == ""
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if header.MatchString(text) {
-			return line
-		}
-		if strings.HasPrefix(strings.TrimSpace(text), "[") {
-			inParent = parent != "" && parentHeader.MatchString(text)
-			continue
-		}
-		if inParent && assign.MatchString(text) {
-			return line
+	whole, parent, last := strings.Join(k, "."), strings.Join(k[:len(k)-1], "."), k[len(k)-1]
+	for _, l := range tomlSections(data) {
+		if (l.key == "" && l.path == whole) || (l.key == last && l.path == parent) {
+			return l.line
 		}
 	}
 	return 0
@@ -244,9 +226,11 @@ type tomlSection struct {
 	sub   string
 }
 
-// tomlLine is a header (key "") or a key's assignment on line.
+// tomlLine is a header (key "") or a key's assignment on line; path is
+// the dotted name of the header it is under ("" before the first).
 type tomlLine struct {
 	tomlSection
+	path string
 	key  string
 	line int
 }
@@ -261,7 +245,7 @@ var (
 // point at a setting in a file that decoded already.
 func tomlSections(data []byte) []tomlLine {
 	var out []tomlLine
-	cur := tomlSection{index: -1}
+	cur, path := tomlSection{index: -1}, ""
 	count := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
@@ -272,6 +256,7 @@ func tomlSections(data []byte) []tomlLine {
 			for i, p := range parts {
 				parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
 			}
+			path = strings.Join(parts, ".")
 			switch {
 			case m[1] == "[[" && len(parts) == 1:
 				cur = tomlSection{kind: parts[0], index: count[parts[0]]}
@@ -284,11 +269,11 @@ func tomlSections(data []byte) []tomlLine {
 			default:
 				cur = tomlSection{kind: strings.Join(parts, "."), index: -1}
 			}
-			out = append(out, tomlLine{tomlSection: cur, line: line})
+			out = append(out, tomlLine{tomlSection: cur, path: path, line: line})
 			continue
 		}
 		if m := tomlAssign.FindStringSubmatch(text); m != nil {
-			out = append(out, tomlLine{tomlSection: cur, key: strings.Trim(m[1], `"'`), line: line})
+			out = append(out, tomlLine{tomlSection: cur, path: path, key: strings.Trim(m[1], `"'`), line: line})
 		}
 	}
 	return out
