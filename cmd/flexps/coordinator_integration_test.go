@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/internal/clustertest"
-	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -90,10 +89,7 @@ tol = 0
 				metrics := filepath.Join(dir, name+".jsonl")
 				go func() { done <- c.Run(3*time.Minute, "submit", "--metrics-out", metrics, job) }()
 				if kill {
-					waitUntil(t, "lloyd past its sixth iteration", time.Minute, func() bool {
-						rep, err := cl.Status(context.Background(), "")
-						return err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Stage == 1 && rep.Tasks[0].Progress.Epoch >= 6
-					})
+					waitUntil(t, "lloyd past its sixth iteration", time.Minute, runningAt(cl, 1, 6))
 					c.Slaves[tc.victim].Kill()
 				}
 				r := <-done
@@ -145,32 +141,44 @@ tol = 0
 }
 
 // iterationObjectives reads the objective of every epoch of stage 1 from
-// a --metrics-out file (NaN where an epoch reported none).
+// a --metrics-out file, in order (NaN where an epoch reported none).
 func iterationObjectives(t *testing.T, path string) []float64 {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []float64
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var e struct {
-			Type   string             `json:"type"`
-			Stage  int                `json:"stage"`
-			Epoch  int                `json:"epoch"`
-			Values map[string]float64 `json:"values"`
-		}
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if e.Type != "epoch" || e.Stage != 1 {
-			continue
-		}
+	for _, e := range metricsEpochs(t, path, 1) {
 		v, ok := e.Values[tasks.MetricObjective]
 		if !ok {
 			v = math.NaN()
 		}
 		out = append(out, v)
+	}
+	return out
+}
+
+// epochRow is an epoch line of a --metrics-out file.
+type epochRow struct {
+	Type   string             `json:"type"`
+	Stage  int                `json:"stage"`
+	Epoch  int                `json:"epoch"`
+	Values map[string]float64 `json:"values"`
+}
+
+// metricsEpochs reads the epoch lines of stage from a --metrics-out file.
+func metricsEpochs(t *testing.T, path string, stage int) []epochRow {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []epochRow
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e epochRow
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if e.Type == "epoch" && e.Stage == stage {
+			out = append(out, e)
+		}
 	}
 	return out
 }

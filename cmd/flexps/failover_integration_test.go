@@ -130,10 +130,7 @@ log_dir = %q
 			done := make(chan clustertest.Result, 1)
 			go func() { done <- c.Run(3*time.Minute, "submit", job) }()
 			if kill {
-				waitUntil(t, "LR in its second epoch", time.Minute, func() bool {
-					rep, err := cl.Status(context.Background(), "")
-					return err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Progress.Epoch >= 1
-				})
+				waitUntil(t, "LR in its second epoch", time.Minute, runningAt(cl, -1, 1))
 				c.Slaves[2].Kill()
 			}
 			r := <-done

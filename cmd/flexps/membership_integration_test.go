@@ -81,6 +81,19 @@ func slaveStatus(t *testing.T, cl *engine.Client, id string) (status.Slave, uint
 	return status.Slave{}, 0
 }
 
+// runningAt reports whether the cluster's one task is running stage
+// (any stage when stage < 0) with at least epochs epochs done.
+func runningAt(cl *engine.Client, stage, epochs int) func() bool {
+	return func() bool {
+		rep, err := cl.Status(context.Background(), "")
+		if err != nil || len(rep.Tasks) != 1 {
+			return false
+		}
+		tk := rep.Tasks[0]
+		return tk.State == status.Running && (stage < 0 || tk.Stage == stage) && tk.Progress.Epoch >= epochs
+	}
+}
+
 func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

@@ -14,7 +14,6 @@ import (
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/examples/mf"
 	"github.com/flexps/flexps/internal/clustertest"
-	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -78,10 +77,7 @@ epochs = 8
 	cl := c.Client()
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(3*time.Minute, "submit", job) }()
-	waitUntil(t, "mf in its third epoch", time.Minute, func() bool {
-		rep, err := cl.Status(context.Background(), "")
-		return err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Progress.Epoch >= 2
-	})
+	waitUntil(t, "mf in its third epoch", time.Minute, runningAt(cl, -1, 2))
 	c.Slaves[2].Kill()
 	r := <-done
 	if r.Exit != 0 {
@@ -187,10 +183,7 @@ localize = false
 	cl := c.Client()
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(3*time.Minute, "submit", job) }()
-	waitUntil(t, "mf.blocked in its third epoch", time.Minute, func() bool {
-		rep, err := cl.Status(context.Background(), "")
-		return err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].State == status.Running && rep.Tasks[0].Progress.Epoch >= 2
-	})
+	waitUntil(t, "mf.blocked in its third epoch", time.Minute, runningAt(cl, -1, 2))
 	c.Slaves[2].Kill()
 	r := <-done
 	if r.Exit == 0 {

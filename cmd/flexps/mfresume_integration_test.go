@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/flexps/flexps/checkpoint"
@@ -91,20 +89,8 @@ epochs = 7
 	resumed := rmse()
 	// The epoch after the resume, in both runs.
 	epoch6 := func(name string) float64 {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			var e struct {
-				Type   string             `json:"type"`
-				Epoch  int                `json:"epoch"`
-				Values map[string]float64 `json:"values"`
-			}
-			if err := json.Unmarshal([]byte(line), &e); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if e.Type == "epoch" && e.Epoch == 6 {
+		for _, e := range metricsEpochs(t, filepath.Join(dir, name), 0) {
+			if e.Epoch == 6 {
 				return e.Values["test_rmse"]
 			}
 		}
