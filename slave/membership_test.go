@@ -148,16 +148,7 @@ func TestFencedAgainWhileRejoiningRejoinsAgain(t *testing.T) {
 		{"view after the answer", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown()
-			mnc, err := srv.Connect(bus.Options{Name: "fake-master"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer mnc.Close()
+			srv, mnc, view := fakeMaster(t)
 			subj := bus.For("default")
 			var (
 				s     *Slave
@@ -165,16 +156,6 @@ func TestFencedAgainWhileRejoiningRejoinsAgain(t *testing.T) {
 				mu    sync.Mutex
 				joins []string // instances, in order
 			)
-			view := func(epoch uint64, members ...membership.Member) {
-				data, err := json.Marshal(proto.Membership{Master: "m1", View: membership.View{Epoch: epoch, Members: members}})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := mnc.Publish(subj.Membership(), data); err != nil {
-					t.Error(err)
-				}
-			}
 			sub, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
 				var req proto.JoinRequest
 				if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -242,22 +223,32 @@ func TestFencedAgainWhileRejoiningRejoinsAgain(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the slave's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+// fakeMaster starts a bus and a connection on it playing the master:
+// view publishes master "m1"'s membership view.
+func fakeMaster(t *testing.T) (srv *bus.Embedded, mnc *nats.Conn, view func(epoch uint64, members ...membership.Member)) {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	mnc, err = srv.Connect(bus.Options{Name: "fake-master"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mnc.Close)
+	subj := bus.For("default")
+	view = func(epoch uint64, members ...membership.Member) {
+		data, err := json.Marshal(proto.Membership{Master: "m1", View: membership.View{Epoch: epoch, Members: members}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := mnc.Publish(subj.Membership(), data); err != nil {
+			t.Error(err)
+		}
+	}
+	return srv, mnc, view
 }
 
 // The view that follows a slave's clean leave no longer lists it; the
@@ -265,25 +256,10 @@ func (b *syncBuffer) String() string {
 // at error level, "this slave was declared dead by the master and is
 // fenced ... rejoining as a fresh instance" and started a rejoin.
 func TestLeaveViewIsNotAFence(t *testing.T) {
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	mnc, err := srv.Connect(bus.Options{Name: "fake-master"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mnc.Close()
+	srv, mnc, view := fakeMaster(t)
 	subj := bus.For("default")
 	var mu sync.Mutex
 	joins := 0
-	view := func(epoch uint64, members ...membership.Member) {
-		data, _ := json.Marshal(proto.Membership{Master: "m1", View: membership.View{Epoch: epoch, Members: members}})
-		if err := mnc.Publish(subj.Membership(), data); err != nil {
-			t.Error(err)
-		}
-	}
 	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
 		mu.Lock()
 		joins++
@@ -305,7 +281,7 @@ func TestLeaveViewIsNotAFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	var logs syncBuffer
+	var logs syncBuf
 	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(&logs)})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
