@@ -27,6 +27,19 @@ func lrData(t *testing.T, dir string, rows, dim int) (train, test string) {
 	return train, test
 }
 
+// ratingsData writes a generated train/test pair of rank-3 ratings by 600
+// users of 300 items (2,000 test ratings).
+func ratingsData(t *testing.T, dir string, rows int) (train, test string) {
+	t.Helper()
+	train, test = filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
+	err := synth.Generate(train, synth.Spec{Kind: "ratings", Users: 600, Items: 300, Rank: 3, Rows: rows, Noise: 0.3, Seed: 5,
+		TestPath: test, TestRows: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return train, test
+}
+
 func lrJob(t *testing.T, dir, name, train, test, output string, dim, workers, epochs int, consistency string) string {
 	t.Helper()
 	job := fmt.Sprintf(`name = %q

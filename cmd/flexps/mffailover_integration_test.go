@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
-	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/examples/mf"
 	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/tasks"
@@ -29,12 +28,8 @@ func TestMFImplicitSumsSurviveAKill(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := t.TempDir()
-	trainPath, testPath := filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
+	trainPath, testPath := ratingsData(t, dir, 60000)
 	const users, items, rank = 600, 300, 3
-	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: users, Items: items, Rank: rank, Rows: 60000, Noise: 0.3, Seed: 5,
-		TestPath: testPath, TestRows: 2000}); err != nil {
-		t.Fatal(err)
-	}
 	command, env := cli()
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 3, Slots: 2, Heartbeat: "100ms", DeadAfter: "600ms"})
 	out := filepath.Join(dir, "mf.model")
@@ -142,10 +137,7 @@ func TestMFBlockedKillFailsNamingTheLostRatings(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := t.TempDir()
-	trainPath := filepath.Join(dir, "train.tsv")
-	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: 600, Items: 300, Rank: 3, Rows: 60000, Noise: 0.3, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
+	trainPath, _ := ratingsData(t, dir, 60000)
 	command, env := cli()
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 3, Slots: 2, Heartbeat: "100ms", DeadAfter: "600ms"})
 	job := filepath.Join(dir, "mfb.toml")

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/flexps/flexps/checkpoint"
-	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -21,11 +20,7 @@ func TestMFResumeKeepsTheRegularization(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := t.TempDir()
-	trainPath, testPath := filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
-	if err := synth.Generate(trainPath, synth.Spec{Kind: "ratings", Users: 600, Items: 300, Rank: 3, Rows: 30000, Noise: 0.3, Seed: 5,
-		TestPath: testPath, TestRows: 2000}); err != nil {
-		t.Fatal(err)
-	}
+	trainPath, testPath := ratingsData(t, dir, 30000)
 	ckdir, out := filepath.Join(dir, "ck"), filepath.Join(dir, "mf.model")
 	job := filepath.Join(dir, "mf.toml")
 	if err := os.WriteFile(job, []byte(fmt.Sprintf(`name = "mf"
