@@ -65,17 +65,24 @@ func splitmix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// InitRow sets row (Width values) to the values key starts with before
-// any write, as a shard stores them (a float32 table's rounded to
-// float32): what a sparse table reads for a key it never stored. An
-// invalid Init gives zeros (Validate refuses it).
-func (s TableSpec) InitRow(key uint64, row []float64) {
+// InitRows returns what sets row (Width values) to the values key starts
+// with before any write, as a shard stores them (a float32 table's
+// rounded to float32): what a sparse table reads for a key it never
+// stored. Init is parsed once, here; an invalid one gives zeros
+// (Validate refuses it).
+func (s TableSpec) InitRows() func(key uint64, row []float64) {
 	in, _ := parseInit(s.Init)
-	for c := range row {
-		v := in.Value(key, c)
-		if s.DType == Float32 {
-			v = float64(float32(v))
+	if in.IsZero() {
+		return func(_ uint64, row []float64) { clear(row) }
+	}
+	f32 := s.DType == Float32
+	return func(key uint64, row []float64) {
+		for c := range row {
+			v := in.Value(key, c)
+			if f32 {
+				v = float64(float32(v))
+			}
+			row[c] = v
 		}
-		row[c] = v
 	}
 }

@@ -57,6 +57,8 @@ type ModelTable struct {
 	// same order (pages of keys and their Width values each); a pass that
 	// differs fails the write. The master writes sparse tables so.
 	Scan func(emit func(keys []uint64, vals []float64) error) error `json:"-"`
+
+	initRow func(key uint64, row []float64) // Lookup's init values, made on first use
 }
 
 // fillWindow is the values WriteTo asks a Fill for at a time (512 KiB).
@@ -95,10 +97,10 @@ func (t *ModelTable) DenseValues() []float64 {
 	}
 	w := t.Spec.Width
 	out := make([]float64, int(t.Spec.Size)*w)
-	in := t.Spec.WithDefaults()
-	if in.Init != "zero" {
+	if in := t.Spec.WithDefaults(); in.Init != "zero" {
+		initRow := in.InitRows()
 		for k := range t.Spec.Size {
-			in.InitRow(k, out[int(k)*w:int(k+1)*w])
+			initRow(k, out[int(k)*w:int(k+1)*w])
 		}
 	}
 	for i, k := range t.Keys {
@@ -139,7 +141,8 @@ func (m *Model) FitsDense() error {
 // a keyed table (Keys set) does not hold, its init values in buf (which needs
 // Width values of room). A key outside the table reads as its init
 // values too (zeros for the default init). Keyed tables are looked up
-// by binary search: their keys are sorted (LoadModel sorts them).
+// by binary search: their keys are sorted (LoadModel sorts them). Not
+// safe for concurrent first use (it keeps the parsed init).
 func (t *ModelTable) Lookup(key uint64, buf []float64) []float64 {
 	w := max(t.Spec.Width, 1)
 	if t.Keys == nil {
@@ -150,7 +153,10 @@ func (t *ModelTable) Lookup(key uint64, buf []float64) []float64 {
 		return t.Vals[i*w : (i+1)*w]
 	}
 	buf = buf[:w]
-	t.Spec.WithDefaults().InitRow(key, buf)
+	if t.initRow == nil {
+		t.initRow = t.Spec.InitRows() // parsed once, not per key
+	}
+	t.initRow(key, buf)
 	return buf
 }
 

@@ -49,7 +49,7 @@ func TestKeyedModelTableLookup(t *testing.T) {
 				}
 			}
 			init := make([]float64, 2)
-			tc.spec.WithDefaults().InitRow(7, init)
+			tc.spec.WithDefaults().InitRows()(7, init)
 			if row := mt.Lookup(7, buf); row[0] != init[0] || row[1] != init[1] {
 				t.Fatalf("key 7 (not stored): %v, want its init %v", row, init)
 			}
