@@ -237,6 +237,42 @@ func TestLaterStagesShrinkAfterADeath(t *testing.T) {
 	}
 }
 
+// A slave that leaves while it is asked to prepare the stage (its answer
+// comes from an incarnation no longer a member, and is refused): the
+// stage goes on without it, as it would had it left a moment later,
+// instead of the task failing with the refused answer.
+func TestLeaveWhilePreparingGoesOnWithoutIt(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 2, nil)
+	s2 := h.slave("s2", 2, nil)
+	release := make(chan struct{})
+	s2.mu.Lock()
+	s2.hold = map[string]chan struct{}{proto.OpPrepareStage: release}
+	s2.mu.Unlock()
+	id := h.submit(tasks.NewTask("leave").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
+	h.eventually("s2 asked to prepare", func() bool { return slices.Contains(s2.seen(), proto.OpPrepareStage) })
+	data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
+	if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("s2 counted out", func() bool { return !h.m.isAlive("s2") })
+	close(release)
+	st1 := h.started(s1)
+	if len(st1.Ranks) != 2 {
+		t.Fatalf("s1 started ranks %v, want its 2", st1.Ranks)
+	}
+	for _, r := range st1.Ranks {
+		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+	}
+	st := h.wait(id, "ended", func(st status.Task) bool { return st.Ended() })
+	if st.State != status.Done {
+		t.Fatalf("task %s: %s", st.State, st.Reason)
+	}
+	if f := st.Results[0].Failovers; len(f) != 1 || f[0].Slave != "s2" {
+		t.Fatalf("failovers %+v, want s2's", f)
+	}
+}
+
 // A slave killed a moment before its stage starts (nothing answers its
 // control subject; the failure detector has not declared it dead yet):
 // the start waits for the detector's verdict, and the stage goes on

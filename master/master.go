@@ -556,16 +556,25 @@ func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) erro
 	return nil
 }
 
-// ctlOrDead is ctl for the requests that set up a stage (prepare_stage,
-// start_workers): a slave that nothing answers for (killed a moment ago,
-// not yet declared dead) gets the failure detector's verdict first. If it
-// is declared dead within two failure timeouts the request is skipped
-// (nil): its death reaches the task through the membership, which says
-// whether the task survives it and, if not, why. Otherwise the error
-// stands.
+// ctlOrDead is ctl for the requests that set up a stage (create_tables,
+// prepare_stage, start_workers): a slave that is no longer a member when
+// its request fails (it died or left while it was asked: its answer is
+// fenced) is skipped (nil), and one that nothing answers for (killed a
+// moment ago, not yet declared dead) gets the failure detector's verdict
+// first; if it is declared dead within two failure timeouts the request
+// is skipped too. A skipped slave's death reaches the task through the
+// membership, which says whether the task survives it and, if not, why.
+// Otherwise the error stands.
 func (m *Master) ctlOrDead(ctx context.Context, slave string, req proto.SlaveCtl) error {
 	err := m.ctl(ctx, slave, req)
-	if err == nil || !errors.Is(err, nats.ErrNoResponders) {
+	if err == nil {
+		return nil
+	}
+	if !m.isAlive(slave) && ctx.Err() == nil {
+		m.log.Warn().Err(err).Str("slave", slave).Str("task", req.Task).Str("op", req.Op).Msg("slave gone while it was asked; its death decides")
+		return nil
+	}
+	if !errors.Is(err, nats.ErrNoResponders) {
 		return err
 	}
 	deadline := time.Now().Add(2*m.cfg.DeadAfter + m.cfg.Heartbeat)
