@@ -42,7 +42,9 @@ func TestGateWaitContextCancelled(t *testing.T) {
 	g.Advance(1, 1)
 	_, waits, blocked := g.Stats(0)
 	equal(t, int64(1), waits)
-	check(t, blocked >= 5*time.Millisecond, "blocked %v", blocked) // parked a little after the context started
+	// Parked some time after the context started (how long depends on
+	// the scheduler: a loaded machine may park it late).
+	check(t, blocked > 0, "blocked time of the cancelled read counted, got %v", blocked)
 }
 
 func TestGateDefer(t *testing.T) {

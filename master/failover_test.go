@@ -237,20 +237,27 @@ func TestLaterStagesShrinkAfterADeath(t *testing.T) {
 	}
 }
 
-// A slave that leaves while it is asked to prepare the stage (its answer
-// comes from an incarnation no longer a member, and is refused): the
-// stage goes on without it, as it would had it left a moment later,
-// instead of the task failing with the refused answer.
+// A slave that leaves while it is asked to create the task's tables or
+// prepare the stage (its answer comes from an incarnation no longer a
+// member, and is refused): the stage goes on without it, as it would had
+// it left a moment later, instead of the task failing with the refused
+// answer.
 func TestLeaveWhilePreparingGoesOnWithoutIt(t *testing.T) {
+	for _, op := range []string{proto.OpCreateTables, proto.OpPrepareStage} {
+		t.Run(op, func(t *testing.T) { leaveWhileAsked(t, op) })
+	}
+}
+
+func leaveWhileAsked(t *testing.T, op string) {
 	h := newHarness(t, "sequential")
 	s1 := h.slave("s1", 2, nil)
 	s2 := h.slave("s2", 2, nil)
 	release := make(chan struct{})
 	s2.mu.Lock()
-	s2.hold = map[string]chan struct{}{proto.OpPrepareStage: release}
+	s2.hold = map[string]chan struct{}{op: release}
 	s2.mu.Unlock()
 	id := h.submit(tasks.NewTask("leave").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
-	h.eventually("s2 asked to prepare", func() bool { return slices.Contains(s2.seen(), proto.OpPrepareStage) })
+	h.eventually("s2 asked to "+op, func() bool { return slices.Contains(s2.seen(), op) })
 	data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
 	if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
 		t.Fatal(err)

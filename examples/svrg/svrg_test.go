@@ -216,9 +216,11 @@ func fullGradientSame(t *testing.T, replicas, slaves int) {
 			idle++
 		}
 	}
-	// With larger blocks (replicated) a worker may find none left.
-	if idle > 0 && (replicas == 1 || idle > 2) {
-		t.Errorf("%d full4 workers read no block: the test does not exercise the sum over workers", idle)
+	// The sum over workers is exercised as long as two of them read
+	// blocks (a worker that starts late on a loaded machine may find
+	// none left, more likely with the larger replicated blocks).
+	if busy := len(st.Results[2].WorkerStats) - idle; busy < 2 {
+		t.Errorf("%d full4 workers read blocks: the test does not exercise the sum over workers", busy)
 	}
 	m := readModel(t, out)
 	mu4, mu1 := values(t, m, "mu_b"), values(t, m, "mu")
