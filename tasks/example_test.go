@@ -20,5 +20,5 @@ func ExampleMultiStageTask_Validate() {
 		)
 	t.Normalize()
 	fmt.Println(t.Validate())
-	// Output: invalid task: task "train": stage 1 (train): func: no stage function registered as "no.such.function" (registered: t.moves, t.noop)
+	// Output: invalid task: task "train": stage 1 (train): func: no stage function registered as "no.such.function" (registered: t.bsp, t.moves, t.noop)
 }

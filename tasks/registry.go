@@ -75,6 +75,18 @@ func RegisterParams(name string, fn ParamsFunc) { paramHooks.set(name, fn) }
 
 func lookupParams(name string) (ParamsFunc, bool) { return paramHooks.get(name) }
 
+var bspHooks hooks[bool]
+
+// RegisterNeedsBSP makes Validate refuse a stage of function name that
+// can run more than one worker (workers > 1 or "auto") under another
+// consistency model than BSP: the function relies on BSP reads between
+// its workers (Info.RequireBSP says so again when the workers start, for
+// a task that skipped validation). Refused at submission, such a stage
+// cannot fail after the stages before it ran.
+func RegisterNeedsBSP(name string) { bspHooks.set(name, true) }
+
+func needsBSP(name string) bool { need, _ := bspHooks.get(name); return need }
+
 // hooks are per-function hooks registered by stage function name (the
 // last registration of a name wins).
 type hooks[F any] struct {

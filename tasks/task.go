@@ -435,6 +435,13 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	if c.Speculation > 0 && c.Kind != kvstore.SparseSSP {
 		return keyErrf("speculation", "only valid with consistency = \"sparse_ssp\", got %q", c.Kind)
 	}
+	if c.Kind != kvstore.BSP && (s.Workers > 1 || s.Auto) && needsBSP(s.Func) {
+		workers := fmt.Sprintf("its %d workers", s.Workers)
+		if s.Auto {
+			workers = "the workers auto parallelism may choose"
+		}
+		return keyErrf("consistency", "%s relies on BSP barriers between %s; set consistency = \"bsp\" (got %q)", s.Func, workers, c.Kind)
+	}
 	switch s.WorkerKind {
 	case KindPS, KindLocal, KindHogwild:
 	case KindSingle:

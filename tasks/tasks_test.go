@@ -19,6 +19,8 @@ import (
 func init() {
 	tasks.Register("t.noop", func(*tasks.Info) error { return nil })
 	tasks.Register("t.moves", func(*tasks.Info) error { return nil })
+	tasks.Register("t.bsp", func(*tasks.Info) error { return nil })
+	tasks.RegisterNeedsBSP("t.bsp")
 	tasks.RegisterRelocates("t.moves", func(s tasks.Stage) []string {
 		if s.Params.Bool("localize", true) {
 			return []string{s.Params.String("table", "w")}
@@ -101,6 +103,11 @@ func TestParseJobValidation(t *testing.T) {
 		{"cache on local", "worker_kind = \"local\"\ncache = \"lru\"\ncache_size = 5\n", "ps workers", 12},
 		{"cache with sparse ssp", "consistency = \"sparse_ssp\"\nstaleness = 1\ncache = \"lfu\"\ncache_size = 5\n", "sparse_ssp controller", 13},
 		{"bad worker kind", "worker_kind = \"gpu\"\n", "worker_kind", 11},
+		{"bsp function under asp", "!" + strings.Replace(base, "t.noop", "t.bsp", 1), `t.bsp relies on BSP barriers between its 2 workers; set consistency = "bsp" (got "asp")`, 7},
+		{"bsp function under ssp", "!" + strings.Replace(base, "t.noop", "t.bsp", 1) + "consistency = \"ssp\"\n", `(got "ssp")`, 11},
+		{"bsp function auto", "!" + strings.Replace(strings.Replace(base, "t.noop", "t.bsp", 1), "workers = 2", `workers = "auto"`, 1), "the workers auto parallelism may choose", 7},
+		{"bsp function, one worker", "!" + strings.Replace(strings.Replace(base, "t.noop", "t.bsp", 1), "workers = 2", "workers = 1", 1), "", 0},
+		{"bsp function under bsp", "!" + strings.Replace(base, "t.noop", "t.bsp", 1) + "consistency = \"bsp\"\n", "", 0},
 		{"unknown input", "inputs = [\"nope\"]\n", `no input named "nope"`, 11},
 		{"priority range", "!" + "priority = 101\n" + base, "priority", 1},
 		{"bad transfer", "!" + "model_transfer = \"fax\"\n" + base, "model_transfer", 1},

@@ -73,6 +73,7 @@ import (
 func init() {
 	tasks.Register("kmeans.init", Init)
 	tasks.Register("kmeans.lloyd", Lloyd)
+	tasks.RegisterNeedsBSP("kmeans.lloyd")
 	for _, fn := range []string{"kmeans.init", "kmeans.lloyd"} {
 		tasks.RegisterParams(fn, func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 	}

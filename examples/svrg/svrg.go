@@ -120,6 +120,8 @@ import (
 func init() {
 	tasks.Register("svrg.full", Full)
 	tasks.Register("svrg.sgd", SGD)
+	tasks.RegisterNeedsBSP("svrg.full")
+	tasks.RegisterNeedsBSP("svrg.sgd")
 	tasks.RegisterTables("svrg.full", StageTables)
 	tasks.RegisterTables("svrg.sgd", StageTables)
 	tasks.RegisterParams("svrg.sgd", func(p tasks.Params) error { _, err := SGDConfigFrom(p); return err })
