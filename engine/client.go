@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexps/flexps/internal/bus"
@@ -38,6 +39,11 @@ type Client struct {
 	// master is gone (default 10s; a master restarted within it is
 	// followed on).
 	BusLost time.Duration
+	// ExternalBusLost is BusLost for a master on an external NATS server
+	// (its status answer says so), which it and its tasks outlive
+	// (default 5m).
+	ExternalBusLost time.Duration
+	external        atomic.Bool // the last status answer named an external bus
 }
 
 // url names the bus for messages, also while disconnected.
@@ -56,7 +62,7 @@ func (c *Client) url() string {
 
 // NewClient talks to the master of cluster over nc.
 func NewClient(nc *nats.Conn, cluster string) *Client {
-	return &Client{nc: nc, subj: bus.For(cluster), cluster: cluster, Timeout: 30 * time.Second, BusLost: 10 * time.Second}
+	return &Client{nc: nc, subj: bus.For(cluster), cluster: cluster, Timeout: 30 * time.Second, BusLost: 10 * time.Second, ExternalBusLost: 5 * time.Minute}
 }
 
 // Close closes the connection if the client opened it.
@@ -106,6 +112,7 @@ func (c *Client) Submit(ctx context.Context, t *tasks.MultiStageTask) (string, e
 	if err := c.request(ctx, c.subj.Submit(), proto.SubmitRequest{Task: *t}, &rep); err != nil {
 		return "", err
 	}
+	c.external.Store(rep.ExternalBus)
 	if rep.Error != "" {
 		return "", errors.New(rep.Error)
 	}
@@ -141,6 +148,7 @@ func (c *Client) Resume(ctx context.Context, dir, id string, warn func(string)) 
 	if err := c.request(ctx, c.subj.Submit(), proto.SubmitRequest{Task: tasks.MultiStageTask{ID: id}, Resume: dir}, &rep); err != nil {
 		return "", err
 	}
+	c.external.Store(rep.ExternalBus)
 	if warn != nil {
 		for _, w := range rep.Warnings {
 			warn(w)
@@ -175,6 +183,7 @@ func (c *Client) Status(ctx context.Context, id string) (status.Cluster, error) 
 	if err := c.request(ctx, c.subj.Status(), proto.StatusRequest{ID: id}, &rep); err != nil {
 		return rep.Cluster, err
 	}
+	c.external.Store(rep.Cluster.ExternalBus)
 	if rep.Error != "" {
 		return rep.Cluster, errors.New(rep.Error)
 	}
@@ -190,6 +199,7 @@ func (c *Client) StatusPage(ctx context.Context, limit int, before string) (stat
 	if err := c.request(ctx, c.subj.Status(), proto.StatusRequest{Limit: limit, Before: before}, &rep); err != nil {
 		return rep.Cluster, err
 	}
+	c.external.Store(rep.Cluster.ExternalBus)
 	if rep.Error != "" {
 		return rep.Cluster, errors.New(rep.Error)
 	}
@@ -321,7 +331,13 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 			if down.IsZero() {
 				down = time.Now()
 			}
-			if time.Since(down) >= c.BusLost {
+			if c.external.Load() {
+				if time.Since(down) >= c.ExternalBusLost {
+					return status.Task{}, fmt.Errorf("following task %s: %w: the external NATS server of cluster %q at %s has been unreachable for %v; "+
+						"the master and its slaves wait for it, and the task goes on when it is back (flexps status %s)",
+						id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)
+				}
+			} else if time.Since(down) >= c.BusLost {
 				return status.Task{}, fmt.Errorf("following task %s: %w: the bus of cluster %q at %s has been unreachable for %v; "+
 					"a master that embeds it died with it, and the task with the master (a task with a [checkpoint] dir is resumed under its id by a master restarted on the same state_dir: flexps status %s)",
 					id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)

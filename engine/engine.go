@@ -341,6 +341,7 @@ func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*M
 		} else {
 			log.Warn().Err(derr).Msg("no state directory: a restarted master will not resume running tasks")
 		}
+		mc.ExternalBus = n.Server == nil
 		n.Master, err = master.New(nc, mc)
 	}
 	if err == nil {

@@ -29,13 +29,71 @@ type assignment struct {
 	a          *assign.Assigner
 	survivable bool
 	held       []heldBlock
+	// asked is each rank's recent numbered requests for a block (Seq) and
+	// their answers (nil: held), so a request asked again gets the same
+	// answer.
+	asked map[int]map[int64]*proto.BlockReply
 }
+
+// askedWindow is how many of a rank's latest numbered requests are
+// remembered (a rank's producers have a few in flight at once).
+const askedWindow = 64
 
 type heldBlock struct {
 	msg   *nats.Msg
 	rank  int
 	epoch int
+	seq   int64
 	since time.Time
+}
+
+// repeat answers a request asked again (same rank and Seq): with the
+// answer it got, or, while it is held, by holding the new asker in its
+// place. False if the request is not a repeat.
+func (as *assignment) repeat(msg *nats.Msg, rank int, seq int64) (blockAnswer, bool, bool) {
+	if seq <= 0 {
+		return blockAnswer{}, false, false
+	}
+	rep, ok := as.asked[rank][seq]
+	if !ok {
+		return blockAnswer{}, false, false
+	}
+	if rep != nil {
+		return blockAnswer{msg, *rep}, true, true
+	}
+	for i := range as.held {
+		if as.held[i].rank == rank && as.held[i].seq == seq {
+			as.held[i].msg = msg
+		}
+	}
+	return blockAnswer{}, false, true
+}
+
+// record remembers the answer (nil: held) to rank's numbered request seq.
+func (as *assignment) record(rank int, seq int64, rep *proto.BlockReply) {
+	if seq <= 0 {
+		return
+	}
+	if as.asked == nil {
+		as.asked = map[int]map[int64]*proto.BlockReply{}
+	}
+	m := as.asked[rank]
+	if m == nil {
+		m = map[int64]*proto.BlockReply{}
+		as.asked[rank] = m
+	}
+	m[seq] = rep
+	for s := range m {
+		if s <= seq-askedWindow {
+			delete(m, s)
+		}
+	}
+}
+
+// reply answers held request h with rep, remembering the answer.
+func (as *assignment) reply(h heldBlock, rep proto.BlockReply) blockAnswer {
+	as.record(h.rank, h.seq, &rep)
+	return blockAnswer{h.msg, rep}
 }
 
 type blockAnswer struct {
@@ -83,10 +141,18 @@ func (m *Master) onBlock(msg *nats.Msg) {
 		}
 		out = append(out, blockAnswer{msg, proto.BlockReply{}})
 	default:
+		if a, answered, ok := as.repeat(msg, req.Rank, req.Seq); ok {
+			if answered {
+				out = append(out, a)
+			}
+			break
+		}
 		if rep, ok := as.next(req.Rank, req.Epoch); ok {
+			as.record(req.Rank, req.Seq, &rep)
 			out = append(out, blockAnswer{msg, rep})
 		} else {
-			as.held = append(as.held, heldBlock{msg: msg, rank: req.Rank, epoch: req.Epoch, since: m.cfg.Now()})
+			as.record(req.Rank, req.Seq, nil)
+			as.held = append(as.held, heldBlock{msg: msg, rank: req.Rank, epoch: req.Epoch, seq: req.Seq, since: m.cfg.Now()})
 		}
 	}
 	m.mu.Unlock()
@@ -112,7 +178,7 @@ func (as *assignment) serveHeld() []blockAnswer {
 	kept := as.held[:0]
 	for _, h := range as.held {
 		if rep, ok := as.next(h.rank, h.epoch); ok {
-			out = append(out, blockAnswer{h.msg, rep})
+			out = append(out, as.reply(h, rep))
 			continue
 		}
 		kept = append(kept, h)
@@ -128,7 +194,7 @@ func (as *assignment) expire(cutoff time.Time) []blockAnswer {
 	kept := as.held[:0]
 	for _, h := range as.held {
 		if h.since.Before(cutoff) {
-			out = append(out, blockAnswer{h.msg, proto.BlockReply{Retry: true}})
+			out = append(out, as.reply(h, proto.BlockReply{Retry: true}))
 			continue
 		}
 		kept = append(kept, h)
@@ -180,7 +246,7 @@ func (m *Master) removeRanks(inputs []assignKey, ranks []int) int {
 		kept := as.held[:0]
 		for _, h := range as.held {
 			if slices.Contains(ranks, h.rank) {
-				out = append(out, blockAnswer{h.msg, proto.BlockReply{Error: fmt.Sprintf("worker %d is counted out of the stage: its slave was declared dead", h.rank)}})
+				out = append(out, as.reply(h, proto.BlockReply{Error: fmt.Sprintf("worker %d is counted out of the stage: its slave was declared dead", h.rank)}))
 				continue
 			}
 			kept = append(kept, h)

@@ -49,7 +49,13 @@ type Config struct {
 	// loses nothing). flexps run's in-process cluster uses 1: its slaves
 	// share one process, so a replica would protect nothing.
 	DefaultReplicas int
-	Log             zerolog.Logger
+	// ExternalBus: the bus is an external NATS server the master does not
+	// own. Told to clients in the status answer: when such a bus is
+	// lost, the master and its tasks wait for it, so a follower waits
+	// longer before it gives up (with an embedded bus a lost bus is a
+	// dead master).
+	ExternalBus bool
+	Log         zerolog.Logger
 	Now             func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 

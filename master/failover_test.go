@@ -87,6 +87,53 @@ func (h *harness) eventually(what string, cond func() bool) {
 	}
 }
 
+// A numbered block request asked again (its answer lost on the bus, or
+// its asker reconnected while it waited) gets the answer the first got,
+// not another block; a repeat of a held request takes its place.
+func TestBlockRequestAskedAgainGetsTheSameAnswer(t *testing.T) {
+	h := newHarness(t, "sequential")
+	h.slave("s1", 2, nil)
+	s2 := h.slave("s2", 2, nil)
+	path := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(path, []byte(strings.Repeat("0123456789\n", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	task := tasks.NewTask("repeat").SetInput("train", tasks.InputSpec{Path: path, Format: "text", BlockSize: 110}).
+		SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4, MaxSlaves: 2})
+	id := h.submit(task)
+	h.started(s2)
+	ask := func(seq int64) <-chan proto.BlockReply {
+		return h.blockAsk(proto.BlockRequest{Task: id, Stage: 0, Input: "train", Rank: 2, Epoch: 0, Slave: "s2", Instance: "inst-s2", Seq: seq})
+	}
+	first := h.reply(ask(1), "request 1")
+	again := h.reply(ask(1), "request 1 asked again")
+	second := h.reply(ask(2), "request 2")
+	if first.Error != "" || first.Done || !reflect.DeepEqual(again, first) {
+		t.Fatalf("request 1: %+v, asked again: %+v", first, again)
+	}
+	if second.Error != "" || second.Done || second.Block.String() == first.Block.String() {
+		t.Fatalf("request 2 got %+v after %+v: want the other block", second, first)
+	}
+	// Both blocks are out, unconfirmed: request 3 is held, and so is its
+	// repeat, in its place; the repeat gets the answer.
+	lost := ask(3)
+	h.eventually("request 3 held", func() bool { return h.held(id) == 1 })
+	repeat := ask(3)
+	time.Sleep(50 * time.Millisecond)
+	if n := h.held(id); n != 1 {
+		t.Fatalf("%d requests held after the repeat, want 1", n)
+	}
+	h.clk.Advance(2 * blockHold)
+	if rep := h.reply(repeat, "request 3 asked again"); !rep.Retry {
+		t.Fatalf("held request 3: %+v, want retry", rep)
+	}
+	select {
+	case rep := <-lost:
+		t.Fatalf("the replaced asker was answered too: %+v", rep)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
 func TestDriverSurvivesASlavesDeath(t *testing.T) {
 	h := newHarness(t, "sequential")
 	s1 := h.slave("s1", 2, nil)

@@ -36,6 +36,7 @@ type Master struct {
 
 	mu        sync.Mutex
 	mem       *membership.Machine
+	deaf      bool      // cut off from the bus (tick): the detector hears nobody
 	viewSent  time.Time // when the membership view was last published
 	slaves    map[string]*slaveInfo
 	tasks     map[string]*taskRun
@@ -229,7 +230,7 @@ func (m *Master) onSubmit(msg *nats.Msg) {
 				m.reply(msg, proto.SubmitReply{Error: err.Error(), Warnings: warnings})
 				return
 			}
-			m.reply(msg, proto.SubmitReply{ID: id, Warnings: warnings})
+			m.reply(msg, proto.SubmitReply{ID: id, Warnings: warnings, ExternalBus: m.cfg.ExternalBus})
 			return
 		}
 		id, err := m.Submit(m.ctx, &req.Task)
@@ -237,7 +238,7 @@ func (m *Master) onSubmit(msg *nats.Msg) {
 			m.reply(msg, proto.SubmitReply{Error: err.Error()})
 			return
 		}
-		m.reply(msg, proto.SubmitReply{ID: id})
+		m.reply(msg, proto.SubmitReply{ID: id, ExternalBus: m.cfg.ExternalBus})
 	}()
 }
 
@@ -443,7 +444,7 @@ func (m *Master) Status(id string) (status.Cluster, error) {
 			runs = append(runs, m.tasks[tid])
 		}
 	}
-	out := status.Cluster{Slaves: m.slavesLocked(), Policy: m.policy.Name(), Epoch: m.mem.Epoch()}
+	out := status.Cluster{Slaves: m.slavesLocked(), Policy: m.policy.Name(), Epoch: m.mem.Epoch(), ExternalBus: m.cfg.ExternalBus}
 	m.mu.Unlock()
 	for _, tr := range runs {
 		out.Tasks = append(out.Tasks, tr.snapshot())
@@ -472,13 +473,18 @@ func (m *Master) onCancel(msg *nats.Msg) {
 	m.reply(msg, proto.CtlReply{OK: true})
 }
 
+// onEvent takes a worker's event. Slaves ask for an acknowledgement of
+// the events that end something (a worker's end, a lost shard) and send
+// them again until they get it: a repeat is ignored by the stage.
 func (m *Master) onEvent(msg *nats.Msg) {
 	var ev proto.WorkerEvent
 	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		m.reply(msg, proto.CtlReply{Error: "malformed worker event"})
 		return
 	}
-	if m.fenced(ev.Slave, ev.Instance) != nil {
-		return // logged once by fenced
+	if err := m.fenced(ev.Slave, ev.Instance); err != nil {
+		m.reply(msg, proto.CtlReply{Error: err.Error()}) // logged once by fenced
+		return
 	}
 	m.mu.Lock()
 	tr := m.tasks[ev.Task]
@@ -486,6 +492,7 @@ func (m *Master) onEvent(msg *nats.Msg) {
 	if tr != nil {
 		tr.event(ev)
 	}
+	m.reply(msg, proto.CtlReply{OK: true})
 }
 
 func (m *Master) onBarrier(msg *nats.Msg) {

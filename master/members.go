@@ -114,6 +114,23 @@ func (m *Master) onLeave(msg *nats.Msg) {
 // outside the lock (their goroutines take it).
 func (m *Master) tick(now time.Time) {
 	m.mu.Lock()
+	// Cut off from the bus the master hears no heartbeat: the silence is
+	// its own, not the slaves'. Once it hears again every slave gets a
+	// full timeout to beat (a slave dead meanwhile is declared then).
+	if !m.nc.IsConnected() {
+		if !m.deaf {
+			m.deaf = true
+			m.mem.Deaf()
+			m.log.Warn().Msg("the master lost the bus: no slave is declared dead while it hears nobody")
+		}
+		m.mu.Unlock()
+		return
+	}
+	if m.deaf {
+		m.deaf = false
+		m.mem.Hearing(now)
+		m.log.Info().Dur("timeout", m.mem.Timeout()).Msg("the master hears the bus again: every slave has a full failure timeout to beat")
+	}
 	acts := m.mem.Tick(now)
 	fails := m.applyLocked(acts, proto.JoinRequest{})
 	if len(acts) == 0 && now.Sub(m.viewSent) >= viewEvery {

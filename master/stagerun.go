@@ -205,7 +205,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 			}
 			t.publishMsg(a.Kind, a.Epoch, a.Message)
 		case lifecycle.ReleaseBarrier:
-			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" {
+			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" && !a.Repeat {
 				st := &t.spec.Stages[e.stage]
 				t.m.wg.Add(1)
 				go func() {

@@ -124,6 +124,9 @@ type Slave struct {
 	masterDeadAfter time.Duration
 	lastAlive       atomic.Int64 // unix nanoseconds; 0 before the first
 	masterGone      atomic.Bool
+	busDown         bool // checkMaster saw the slave cut off from the bus (its goroutine only)
+	rcmu            sync.Mutex
+	rc              chan struct{} // closed at the next reconnection to the bus (reconnectCh)
 
 	// Membership (membership.go): this slave's incarnation, the latest
 	// view of the master it serves (what the KV server fences against),
@@ -191,6 +194,20 @@ func (s *Slave) ID() string { return s.cfg.ID }
 // JoinTimeout for one to answer) and starts beating.
 func (s *Slave) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	// Requests to the master in flight when the bus drops are asked
+	// again once it is back (askMaster).
+	prev := s.nc.Opts.ReconnectedCB
+	s.nc.SetReconnectHandler(func(nc *nats.Conn) {
+		if prev != nil {
+			prev(nc)
+		}
+		s.rcmu.Lock()
+		if s.rc != nil {
+			close(s.rc)
+			s.rc = nil
+		}
+		s.rcmu.Unlock()
+	})
 	s.tr = transport.NewNATS(s.nc, s.subj.SlaveKV)
 	switch s.cfg.KVTransport {
 	case "", "nats":
@@ -510,6 +527,23 @@ func (s *Slave) background(f func()) bool {
 // than its dead_after: no one will collect their results, and their
 // shards would otherwise stay in memory for good.
 func (s *Slave) checkMaster(now time.Time) {
+	// Cut off from the bus the slave hears nobody: the master's silence
+	// is the slave's own. Once it hears again the master gets a full
+	// dead_after to speak (it may reconnect a moment after the slave).
+	if !s.nc.IsConnected() {
+		if !s.busDown {
+			s.busDown = true
+			s.log.Warn().Msg("this slave lost the bus: its tasks wait for it (no master is declared gone while it hears nobody)")
+		}
+		return
+	}
+	if s.busDown {
+		s.busDown = false
+		if s.lastAlive.Load() != 0 {
+			s.lastAlive.Store(now.UnixNano())
+		}
+		s.log.Info().Msg("this slave hears the bus again")
+	}
 	last := s.lastAlive.Load()
 	s.amu.Lock()
 	deadAfter := s.masterDeadAfter
@@ -634,6 +668,13 @@ func (s *Slave) publish(ev proto.WorkerEvent) {
 		if data, err = json.Marshal(ev); err != nil {
 			return // unreachable: the error event holds only strings and ints
 		}
+	}
+	if terminal(ev.Kind) {
+		// Acknowledged by the master: not lost in a bus outage.
+		if !s.background(func() { s.deliver(ev, data) }) {
+			s.log.Warn().Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("worker event not sent: the slave is shutting down")
+		}
+		return
 	}
 	if err := s.nc.Publish(s.subj.Event(), data); err != nil {
 		s.log.Error().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("cannot send the worker event to the master")

@@ -260,7 +260,7 @@ func (w *worker) barrier(epoch int) error {
 	if err != nil {
 		return err
 	}
-	msg, err := w.s.nc.RequestWithContext(w.ctx, w.s.subj.Barrier(), req)
+	msg, err := w.s.askMaster(w.ctx, w.s.subj.Barrier(), req, 0) // as long as the slowest worker takes
 	if err != nil {
 		if cause := context.Cause(w.ctx); cause != nil {
 			return fmt.Errorf("barrier %d: %w", w.barriers, cause)
@@ -430,6 +430,8 @@ type input struct {
 	epoch  int
 	// asking counts the block requests in flight (idle ticks, below).
 	asking atomic.Int32
+	// seq numbers the requests for a block (proto.BlockRequest.Seq).
+	seq atomic.Int64
 }
 
 // Pass implements tasks.Input.
@@ -447,7 +449,7 @@ func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error)
 	next := func(ctx context.Context) (datastore.Block, bool, error) {
 		for {
 			in.asking.Add(1)
-			rep, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch}, "asking the master for a block")
+			rep, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch, Seq: in.seq.Add(1)}, "asking the master for a block")
 			in.asking.Add(-1)
 			if err != nil {
 				return datastore.Block{}, false, err
@@ -519,9 +521,7 @@ func (in *input) ask(ctx context.Context, req proto.BlockRequest, what string) (
 	if err != nil {
 		return proto.BlockReply{}, fmt.Errorf("input %q: encoding the block request: %w", in.name, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, w.s.cfg.KVTimeout)
-	defer cancel()
-	msg, err := w.s.nc.RequestWithContext(rctx, w.s.subj.Block(), data)
+	msg, err := w.s.askMaster(ctx, w.s.subj.Block(), data, w.s.cfg.KVTimeout)
 	if err != nil {
 		return proto.BlockReply{}, fmt.Errorf("input %q: %s: %w", in.name, what, err)
 	}

@@ -204,6 +204,9 @@ type Cluster struct {
 	// Epoch is the membership epoch: it grows at every join, death and
 	// leave of a slave.
 	Epoch uint64 `json:"epoch"`
+	// ExternalBus: the master uses an external NATS server, which it and
+	// its tasks outlive (they wait for it when it is lost).
+	ExternalBus bool `json:"external_bus,omitempty"`
 	// Omitted counts the oldest tasks left out of an answer too large
 	// for one bus message; each is still answered when asked by id.
 	Omitted int `json:"omitted,omitempty"`

@@ -14,6 +14,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(clustertest.ReexecEnv) == "1" {
 		os.Exit(run(os.Args[1:], os.Stderr))
 	}
+	if addr := os.Getenv(clustertest.NATSEnv); addr != "" {
+		os.Exit(clustertest.ServeNATS(addr))
+	}
 	goleak.VerifyTestMain(m,
 		// The progress bar library and the signal handler keep these.
 		goleak.IgnoreTopFunction("os/signal.signal_recv"),

@@ -48,6 +48,9 @@ type Options struct {
 	// Dir/<name> (master, slave-0, ...), as on separate machines: a
 	// relative path in a job resolves in each process's own directory.
 	WorkDirs bool
+	// NATSURL is an external NATS server every process uses ([nats] url;
+	// see StartNATS); empty: the master embeds one.
+	NATSURL string
 }
 
 // Cluster is a running multi-process cluster.
@@ -103,6 +106,10 @@ func Start(t testing.TB, opt Options) *Cluster {
 	port := FreePort(t)
 	c.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	cluster := fmt.Sprintf("it%d", port)
+	bus := fmt.Sprintf("listen = \"127.0.0.1:%d\"", port)
+	if opt.NATSURL != "" {
+		c.URL, bus = opt.NATSURL, fmt.Sprintf("url = %q", opt.NATSURL)
+	}
 	c.Config = filepath.Join(c.Dir, "cluster.toml")
 	policy := ""
 	if opt.Policy != "" {
@@ -111,7 +118,7 @@ func Start(t testing.TB, opt Options) *Cluster {
 	// The cluster's generated credentials stay in the test's directory.
 	cfg := fmt.Sprintf(`cluster = %q
 [nats]
-listen = "127.0.0.1:%d"
+%s
 state_dir = %q
 [master]
 %sheartbeat = %q
@@ -125,7 +132,7 @@ kv_timeout = "20s"
 level = "info"
 format = "json"
 %s
-`, cluster, port, filepath.Join(c.Dir, "state"), policy, opt.Heartbeat, opt.DeadAfter, opt.Slots, opt.ExtraConfig)
+`, cluster, bus, filepath.Join(c.Dir, "state"), policy, opt.Heartbeat, opt.DeadAfter, opt.Slots, opt.ExtraConfig)
 	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -144,26 +151,38 @@ format = "json"
 
 func (c *Cluster) spawn(name string, args ...string) *Proc {
 	c.t.Helper()
-	logPath := filepath.Join(c.Dir, name+".log")
+	wd := ""
+	if c.opt.WorkDirs {
+		wd = c.WorkDir(name)
+	}
+	return spawn(c.t, c.Dir, wd, c.opt.Command, c.opt.Env, name, args...)
+}
+
+// spawn starts command with args as a process named name, in its own
+// process group and working directory wd ("": this one), its combined
+// output in dir/<name>.log.
+func spawn(t testing.TB, dir, wd string, command, env []string, name string, args ...string) *Proc {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	argv := append(append([]string(nil), c.opt.Command[1:]...), args...)
-	cmd := exec.Command(c.opt.Command[0], argv...)
-	cmd.Env = append(os.Environ(), c.opt.Env...)
-	if c.opt.WorkDirs {
-		cmd.Dir = c.WorkDir(name)
+	argv := append(append([]string(nil), command[1:]...), args...)
+	cmd := exec.Command(command[0], argv...)
+	cmd.Env = append(os.Environ(), env...)
+	if wd != "" {
+		cmd.Dir = wd
 		if err := os.MkdirAll(cmd.Dir, 0o755); err != nil {
 			f.Close()
-			c.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		c.t.Fatalf("start %s: %v", name, err)
+		t.Fatalf("start %s: %v", name, err)
 	}
 	p := &Proc{Name: name, Cmd: cmd, Log: logPath, done: make(chan struct{})}
 	go func() {

@@ -90,6 +90,9 @@ type SubmitReply struct {
 	// Warnings are what a resume skipped (newer checkpoints that were
 	// torn or corrupt), each naming its file.
 	Warnings []string `json:"warnings,omitempty"`
+	// ExternalBus: the master uses an external NATS server (see
+	// status.Cluster.ExternalBus).
+	ExternalBus bool `json:"external_bus,omitempty"`
 }
 
 // StatusRequest asks for one task ("" for all).
@@ -182,6 +185,10 @@ type BlockRequest struct {
 	Instance string           `json:"instance,omitempty"`
 	Confirm  *datastore.Block `json:"confirm,omitempty"`
 	Abandon  bool             `json:"abandon,omitempty"`
+	// Seq numbers a rank's requests for a block (1, 2, ...; 0: not
+	// numbered): a request asked again with the same Seq (its answer was
+	// lost in a bus outage) gets the same answer, not a second block.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // BlockReply carries the next block, or Done. Retry says the epoch has no

@@ -163,6 +163,10 @@ type ReleaseBarrier struct {
 	Waiters []any
 	Err     string
 	Live    []int
+	// Repeat: the one waiter asked again for a barrier released already
+	// (its answer was lost on the bus); it is answered, and nothing that
+	// the barrier's release did (an epoch's end) is done again.
+	Repeat bool
 }
 
 // ReleaseBlocks asks the driver to put the input blocks handed to Ranks

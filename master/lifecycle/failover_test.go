@@ -162,6 +162,11 @@ func TestWorkerSlaveDeathCountsItsRanksOut(t *testing.T) {
 	if got := s.Step(BarrierArrived{Stage: 1, Rank: 0, Seq: 2, Waiter: "w0@2"}); !reflect.DeepEqual(got, []Action{ReleaseBarrier{Waiters: []any{"w0@2", "w1@2"}, Live: []int{0, 1}}}) {
 		t.Fatalf("barrier 2: %#v", got)
 	}
+	// A worker that asks again for a barrier released already (its
+	// answer lost on the bus) is answered at once, alone, as a repeat.
+	if got := s.Step(BarrierArrived{Stage: 1, Rank: 1, Seq: 1, Waiter: "w1 again"}); !reflect.DeepEqual(got, []Action{ReleaseBarrier{Waiters: []any{"w1 again"}, Live: []int{0, 1}, Repeat: true}}) {
+		t.Fatalf("barrier 1 asked again: %#v", got)
+	}
 	if got := s.Step(BlocksReleased{Slave: "s2", Blocks: 3}); len(got) != 1 ||
 		got[0].(Publish).Message != "stage 1 (train): slave s2 died; its worker's 3 unfinished blocks go to the 2 survivors" {
 		t.Fatalf("blocks released: %#v", got)

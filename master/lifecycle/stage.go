@@ -93,6 +93,7 @@ type Stage struct {
 	lastNow     time.Time // latest time an event carried
 	progress    status.Progress
 	barriers    map[int]map[int]any // seq -> rank -> waiter
+	released    map[int]bool        // the barriers released (by seq)
 	epochRanks  map[int]map[int]bool
 	// Deaths survived (failover.go): the dead slaves and their ranks,
 	// and how many workers are left.
@@ -109,7 +110,7 @@ func New(cfg Config) *Stage {
 		cfg.ProgressEvery = DefaultProgressEvery
 	}
 	s := &Stage{cfg: cfg, ranks: map[string][]int{}, acks: map[string]bool{}, epochs: map[int]*status.Epoch{},
-		barriers: map[int]map[int]any{}, progress: status.Progress{Epochs: cfg.Epochs}, out: map[int]bool{},
+		barriers: map[int]map[int]any{}, released: map[int]bool{}, progress: status.Progress{Epochs: cfg.Epochs}, out: map[int]bool{},
 		epochRanks: map[int]map[int]bool{}, dead: map[string]bool{}, deadRank: map[int]bool{}, live: cfg.Workers}
 	rank := 0
 	for _, a := range cfg.Placement {
@@ -361,7 +362,9 @@ func (s *Stage) fraction() float64 {
 }
 
 func (s *Stage) workerDone(ev WorkerDone) []Action {
-	if !s.accepts(ev.Stage, ev.Rank) {
+	// A repeat (a slave sends a worker's end until the master
+	// acknowledges it) is counted once.
+	if !s.accepts(ev.Stage, ev.Rank) || s.out[ev.Rank] {
 		return nil
 	}
 	if k, v, bad := badMetric(ev.Metrics); bad {
@@ -388,7 +391,7 @@ func (s *Stage) workerDone(ev WorkerDone) []Action {
 }
 
 func (s *Stage) workerFailed(ev WorkerFailed) []Action {
-	if !s.accepts(ev.Stage, ev.Rank) {
+	if !s.accepts(ev.Stage, ev.Rank) || s.out[ev.Rank] {
 		return nil
 	}
 	if s.stopped {
@@ -421,6 +424,9 @@ func (s *Stage) barrier(ev BarrierArrived) []Action {
 	if s.deadRank[ev.Rank] {
 		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.deadErr(ev.Rank)}}
 	}
+	if s.released[ev.Seq] {
+		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Live: s.liveRanks(), Repeat: true}}
+	}
 	var out []Action
 	b := s.barriers[ev.Seq]
 	if b == nil {
@@ -444,6 +450,7 @@ func (s *Stage) releaseBarrier(seq int) []Action {
 		return nil
 	}
 	delete(s.barriers, seq)
+	s.released[seq] = true
 	ranks := slices.Sorted(maps.Keys(b))
 	w := make([]any, 0, len(ranks))
 	for _, r := range ranks {

@@ -241,6 +241,14 @@ func TestResultFolding(t *testing.T) {
 	s.Step(WorkerEpoch{Stage: 1, Rank: 0, Slave: "s1", Epoch: 2, Metrics: map[string]float64{"loss": 7}})
 	s.Step(WorkerDone{Stage: 1, Rank: 2, Slave: "s2", Seconds: 2, BadLines: []string{"x"}, Metrics: map[string]float64{"read_bytes": 5}})
 	s.Step(WorkerDone{Stage: 1, Rank: 0, Slave: "s1", Seconds: 3, Metrics: map[string]float64{"read_bytes": 7, "read_blocks": 2}})
+	// Repeats (a slave sends a worker's end until it is acknowledged)
+	// count once, and an error after a worker's end changes nothing.
+	if acts := s.Step(WorkerDone{Stage: 1, Rank: 2, Slave: "s2", Seconds: 2, BadLines: []string{"x"}, Metrics: map[string]float64{"read_bytes": 5}}); acts != nil {
+		t.Fatalf("a repeated done: %#v", acts)
+	}
+	if acts := s.Step(WorkerFailed{Stage: 1, Rank: 0, Slave: "s1", Err: "late"}); acts != nil {
+		t.Fatalf("an error after the worker's done: %#v", acts)
+	}
 	f := finished(t, s.Step(WorkerDone{Stage: 1, Rank: 1, Slave: "s1", Seconds: 1, Now: at(4 * time.Second)}))
 	r := f.Result
 	if f.Err != nil || f.Stopped {

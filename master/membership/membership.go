@@ -122,6 +122,7 @@ type Machine struct {
 	live    map[string]*member       // by slave id
 	retired map[incarnation]*retired // dead or left incarnations
 	known   map[string]bool          // ids that ever had an incarnation
+	deaf    bool                     // the detector's own link is down (Deaf)
 }
 
 type member struct {
@@ -224,8 +225,11 @@ func (m *Machine) Leave(slave, instance string) []Action {
 }
 
 // Tick declares dead every member silent for longer than the timeout at
-// now, in id order, each death its own epoch.
+// now, in id order, each death its own epoch; nobody while Deaf.
 func (m *Machine) Tick(now time.Time) []Action {
+	if m.deaf {
+		return nil
+	}
 	var out []Action
 	for _, id := range slices.Sorted(maps.Keys(m.live)) {
 		cur := m.live[id]
@@ -239,6 +243,27 @@ func (m *Machine) Tick(now time.Time) []Action {
 		out = append(out, Action{Kind: DeclareDead, Slave: id, Instance: cur.instance, Epoch: m.epoch, Incarnation: cur.inc, Silent: silent})
 	}
 	return out
+}
+
+// Deaf tells the Machine that the detector itself can hear nobody (the
+// master lost its connection to the bus): until Hearing, Tick declares no
+// member dead, since their silence says nothing about them.
+func (m *Machine) Deaf() { m.deaf = true }
+
+// Hearing tells the Machine that the detector's link is back at now: every
+// live member counts as heard from at now, so each gets a full timeout to
+// beat again (it may reconnect a moment after the master) before its
+// silence counts. A no-op unless Deaf was called.
+func (m *Machine) Hearing(now time.Time) {
+	if !m.deaf {
+		return
+	}
+	m.deaf = false
+	for _, cur := range m.live {
+		if now.After(cur.last) {
+			cur.last = now
+		}
+	}
 }
 
 func (m *Machine) refuseRetired(instance string, r *retired) Action {

@@ -13,6 +13,7 @@ import (
 // instances were ever retired, and the epoch.
 type model struct {
 	epoch   uint64
+	deaf    bool
 	live    map[string]modelMember
 	retired map[[2]string]bool
 }
@@ -30,7 +31,8 @@ type modelMember struct {
 //     nothing else changes it (so epochs strictly increase);
 //   - a retired (dead or left) instance is never admitted again;
 //   - a live member heard from within the timeout is never declared dead,
-//     and one silent for longer is, at the first tick;
+//     and one silent for longer is, at the first tick while the detector
+//     hears (not Deaf); after Hearing every member's silence counts anew;
 //   - the view lists exactly the model's live members, and fences exactly
 //     the incarnations that are no longer live.
 func TestMachineMatchesModel(t *testing.T) {
@@ -55,7 +57,7 @@ func TestMachineMatchesModel(t *testing.T) {
 			now = now.Add(time.Duration(rapid.IntRange(0, 400).Draw(t, "advance")) * time.Millisecond)
 			id := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "id")
 			var acts []Action
-			op := rapid.IntRange(0, 5).Draw(t, "op")
+			op := rapid.IntRange(0, 6).Draw(t, "op")
 			switch op {
 			case 0, 1: // join (or a heartbeat of an unknown id)
 				inst := pick()
@@ -118,12 +120,28 @@ func TestMachineMatchesModel(t *testing.T) {
 				} else {
 					want(t, i, acts, Refuse)
 				}
+			case 6: // the detector's link goes down, or comes back
+				if rapid.Bool().Draw(t, "deaf") {
+					m.Deaf()
+					md.deaf = true
+				} else {
+					m.Hearing(now)
+					if md.deaf {
+						for mid, cur := range md.live {
+							if now.After(cur.last) {
+								cur.last = now
+								md.live[mid] = cur
+							}
+						}
+					}
+					md.deaf = false
+				}
 			case 5: // tick
 				acts = m.Tick(now)
 				var kinds []ActionKind
 				for _, mid := range []string{"a", "b", "c"} {
 					cur, ok := md.live[mid]
-					if !ok || now.Sub(cur.last) <= timeout {
+					if !ok || md.deaf || now.Sub(cur.last) <= timeout {
 						continue
 					}
 					kinds = append(kinds, DeclareDead)
