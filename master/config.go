@@ -56,7 +56,7 @@ type Config struct {
 	// dead master).
 	ExternalBus bool
 	Log         zerolog.Logger
-	Now             func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
+	Now         func() time.Time // injected clock: failure detector, scheduler, task and stage timestamps; default time.Now
 }
 
 func (c *Config) defaults() error {
