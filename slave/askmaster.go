@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 )
 
 // The bus can lose the master for a moment: an external NATS server that
@@ -83,42 +85,112 @@ func (s *Slave) askOnce(ctx context.Context, subject string, data []byte, timeou
 	return msg, err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errReconnected), err
 }
 
-// eventAckTimeout is how long a terminal worker event waits for the
-// master's acknowledgement before it is sent again.
+// eventAckTimeout is how long a worker event waits for the master's
+// acknowledgement before it is sent again.
 const eventAckTimeout = 5 * time.Second
 
-// terminal reports whether a worker event ends something the master waits
-// for (a worker's end, a lost shard): such an event lost on the bus would
-// stall its stage for good, so it is delivered until acknowledged.
-func terminal(kind string) bool {
-	return kind == proto.WorkerDone || kind == proto.WorkerError || kind == proto.ShardLost
+// acknowledged reports whether a worker event goes through the outbox: the
+// events the master counts on (an epoch's report, a worker's end, a lost
+// shard), which a bus outage must not lose (a lost end would stall its
+// stage for good). Progress reports are published and may be lost.
+func acknowledged(kind string) bool {
+	return kind == proto.WorkerEpoch || kind == proto.WorkerDone || kind == proto.WorkerError || kind == proto.ShardLost
 }
 
-// deliver sends a terminal worker event until the master acknowledges it
-// (a repeat of one that arrived is ignored there), the master is declared
-// gone, or the slave shuts down. Another error (the master refused the
-// sender) is logged.
-func (s *Slave) deliver(ev proto.WorkerEvent, data []byte) {
-	pause := askFirstPause
-	// The first try outlives the slave's context: an event of a slave
-	// that shuts down (its workers stopped) still reaches the master.
-	ctx := context.WithoutCancel(s.ctx)
+// outbox sends the acknowledged worker events one at a time, in the order
+// they were queued (a worker's last epoch before its end), each until the
+// master acknowledges it (a repeat is ignored there).
+type outbox struct {
+	mu   sync.Mutex
+	q    []queuedEvent
+	wake chan struct{}
+}
+
+type queuedEvent struct {
+	ev   proto.WorkerEvent
+	data []byte
+}
+
+func (o *outbox) push(ev proto.WorkerEvent, data []byte) {
+	o.mu.Lock()
+	o.q = append(o.q, queuedEvent{ev, data})
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *outbox) front() (queuedEvent, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.q) == 0 {
+		return queuedEvent{}, false
+	}
+	return o.q[0], true
+}
+
+func (o *outbox) pop() {
+	o.mu.Lock()
+	o.q[0] = queuedEvent{}
+	o.q = o.q[1:]
+	o.mu.Unlock()
+}
+
+// sendOutbox is the outbox's goroutine. Once the slave shuts down, what is
+// still queued gets one try each (the workers' ends of a slave that stops).
+func (s *Slave) sendOutbox() {
+	defer s.wg.Done()
 	for {
-		msg, err := s.askMaster(ctx, s.subj.Event(), data, eventAckTimeout)
-		ctx = s.ctx
+		e, ok := s.outbox.front()
+		if !ok {
+			select {
+			case <-s.outbox.wake:
+				continue
+			case <-s.ctx.Done():
+			}
+			if _, ok := s.outbox.front(); !ok {
+				return
+			}
+			continue
+		}
+		s.deliver(e.ev, e.data)
+		s.outbox.pop()
+	}
+}
+
+// deliver sends a worker event until the master acknowledges it, the
+// master is declared gone, or the slave shuts down. An event of a slave
+// that shuts down (its workers stopped) gets one try, as a plain publish
+// would. Another error (the master refused the sender) is logged.
+func (s *Slave) deliver(ev proto.WorkerEvent, data []byte) {
+	log := func(l *zerolog.Event) *zerolog.Event {
+		return l.Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind)
+	}
+	if s.ctx.Err() != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, _, err := s.askOnce(ctx, s.subj.Event(), data, 0); err != nil {
+			log(s.log.Debug()).Err(err).Msg("worker event of a slave shutting down not delivered")
+		}
+		return
+	}
+	pause := askFirstPause
+	for {
+		msg, err := s.askMaster(s.ctx, s.subj.Event(), data, eventAckTimeout)
 		if err == nil {
 			var rep proto.CtlReply
 			if jerr := json.Unmarshal(msg.Data, &rep); jerr == nil && !rep.OK && rep.Error != "" {
-				s.log.Warn().Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Str("error", rep.Error).Msg("the master refused the worker event")
+				log(s.log.Warn()).Str("error", rep.Error).Msg("the master refused the worker event")
 			}
 			return
 		}
 		if s.ctx.Err() != nil || s.masterGone.Load() {
-			s.log.Warn().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("worker event not delivered: the master is gone or this slave is shutting down")
+			log(s.log.Warn()).Err(err).Msg("worker event not delivered: the master is gone or this slave is shutting down")
 			return
 		}
 		if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			s.log.Error().Err(err).Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("cannot send the worker event to the master")
+			log(s.log.Error()).Err(err).Msg("cannot send the worker event to the master")
 			return
 		}
 		select {

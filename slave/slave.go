@@ -127,6 +127,7 @@ type Slave struct {
 	busDown         bool // checkMaster saw the slave cut off from the bus (its goroutine only)
 	rcmu            sync.Mutex
 	rc              chan struct{} // closed at the next reconnection to the bus (reconnectCh)
+	outbox          outbox        // acknowledged worker events, in order (sendOutbox)
 
 	// Membership (membership.go): this slave's incarnation, the latest
 	// view of the master it serves (what the KV server fences against),
@@ -194,6 +195,9 @@ func (s *Slave) ID() string { return s.cfg.ID }
 // JoinTimeout for one to answer) and starts beating.
 func (s *Slave) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.outbox.wake = make(chan struct{}, 1)
+	s.wg.Add(1)
+	go s.sendOutbox()
 	// Requests to the master in flight when the bus drops are asked
 	// again once it is back (askMaster).
 	prev := s.nc.Opts.ReconnectedCB
@@ -669,11 +673,8 @@ func (s *Slave) publish(ev proto.WorkerEvent) {
 			return // unreachable: the error event holds only strings and ints
 		}
 	}
-	if terminal(ev.Kind) {
-		// Acknowledged by the master: not lost in a bus outage.
-		if !s.background(func() { s.deliver(ev, data) }) {
-			s.log.Warn().Str("task", ev.Task).Int("stage", ev.Stage).Int("worker", ev.Rank).Str("kind", ev.Kind).Msg("worker event not sent: the slave is shutting down")
-		}
+	if acknowledged(ev.Kind) && s.ctx != nil {
+		s.outbox.push(ev, data) // not lost in a bus outage
 		return
 	}
 	if err := s.nc.Publish(s.subj.Event(), data); err != nil {

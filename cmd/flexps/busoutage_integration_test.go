@@ -14,8 +14,8 @@ import (
 // and restarted on the same port after several failure timeouts. Nobody
 // died: the master must not declare its slaves dead for a silence that was
 // its own, the slaves must not give up on the master, the worker events
-// and block requests sent around the outage must reach the master, and
-// flexps submit follows the task through it. Before: both slaves were
+// reports and block requests sent around the outage must reach the master
+// (each counted once), and flexps submit follows the task through it. Before: both slaves were
 // declared dead within a failure timeout and the task failed naming them.
 func TestDrillExternalNATSRestartMidTask(t *testing.T) {
 	if testing.Short() {
@@ -62,6 +62,10 @@ func TestDrillExternalNATSRestartMidTask(t *testing.T) {
 	tk := rep.Tasks[0]
 	if tk.State != status.Done || tk.Progress.Epoch != epochs || len(tk.Results[0].Failovers) != 0 {
 		t.Fatalf("task after the outage: %s at epoch %d, failovers %+v", tk.State, tk.Progress.Epoch, tk.Results[0].Failovers)
+	}
+	// Every epoch's report reached the master, once per worker.
+	if got := tk.Results[0].Epochs; len(got) != epochs || got[len(got)-1].Workers != 4 {
+		t.Fatalf("%d epochs reported (want %d): %+v", len(got), epochs, got)
 	}
 	if rep.Epoch != 2 {
 		t.Fatalf("membership epoch %d after the outage, want 2 (two joins, no death)", rep.Epoch)

@@ -94,6 +94,7 @@ type Stage struct {
 	progress    status.Progress
 	barriers    map[int]map[int]any // seq -> rank -> waiter
 	released    map[int]bool        // the barriers released (by seq)
+	published   map[int]bool        // the epochs every live worker reported
 	epochRanks  map[int]map[int]bool
 	// Deaths survived (failover.go): the dead slaves and their ranks,
 	// and how many workers are left.
@@ -110,7 +111,7 @@ func New(cfg Config) *Stage {
 		cfg.ProgressEvery = DefaultProgressEvery
 	}
 	s := &Stage{cfg: cfg, ranks: map[string][]int{}, acks: map[string]bool{}, epochs: map[int]*status.Epoch{},
-		barriers: map[int]map[int]any{}, released: map[int]bool{}, progress: status.Progress{Epochs: cfg.Epochs}, out: map[int]bool{},
+		barriers: map[int]map[int]any{}, released: map[int]bool{}, published: map[int]bool{}, progress: status.Progress{Epochs: cfg.Epochs}, out: map[int]bool{},
 		epochRanks: map[int]map[int]bool{}, dead: map[string]bool{}, deadRank: map[int]bool{}, live: cfg.Workers}
 	rank := 0
 	for _, a := range cfg.Placement {
@@ -300,7 +301,9 @@ func (s *Stage) workerProgress(ev WorkerProgress) []Action {
 }
 
 func (s *Stage) workerEpoch(ev WorkerEpoch) []Action {
-	if !s.accepts(ev.Stage, ev.Rank) {
+	// A repeat (a slave sends a report until the master acknowledges it)
+	// is counted once.
+	if !s.accepts(ev.Stage, ev.Rank) || s.epochRanks[ev.Epoch][ev.Rank] || s.published[ev.Epoch] {
 		return nil
 	}
 	if k, v, bad := badMetric(ev.Metrics); bad {
@@ -337,6 +340,7 @@ func (s *Stage) epochDone(epoch int) []Action {
 	s.res.Epochs = append(s.res.Epochs, *e)
 	delete(s.epochs, epoch)
 	delete(s.epochRanks, epoch)
+	s.published[epoch] = true
 	s.progress.Epoch = max(s.progress.Epoch, epoch)
 	s.progress.Fraction = max(s.progress.Fraction, s.fraction())
 	ep := *e

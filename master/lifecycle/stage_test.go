@@ -234,6 +234,12 @@ func TestResultFolding(t *testing.T) {
 	}
 	for r, sl := range []string{"s1", "s1", "s2"} {
 		s.Step(WorkerEpoch{Stage: 1, Rank: r, Slave: sl, Epoch: 1, Seconds: float64(r + 1), Metrics: map[string]float64{"loss": 1}})
+		if r == 0 { // a repeat before and after the epoch is complete counts once
+			s.Step(WorkerEpoch{Stage: 1, Rank: r, Slave: sl, Epoch: 1, Seconds: 9, Metrics: map[string]float64{"loss": 1}})
+		}
+	}
+	if acts := s.Step(WorkerEpoch{Stage: 1, Rank: 2, Slave: "s2", Epoch: 1, Seconds: 9, Metrics: map[string]float64{"loss": 1}}); acts != nil {
+		t.Fatalf("a repeated report of a published epoch: %#v", acts)
 	}
 	if got := s.Progress(); got.Epoch != 1 || got.Fraction != 0.25 {
 		t.Fatalf("after epoch 1 of 4: %+v, want epoch 1, fraction 0.25", got)
