@@ -336,8 +336,8 @@ func (t *taskRun) execute() error {
 			}
 			workers, note = best, why
 		}
-		if w, dead := t.shrink(k, st, workers); w < workers {
-			msg := fmt.Sprintf("stage %d (%s): runs %d of its %d workers: slave %s died and the cluster has slots for %d", k, st.Name, w, workers, strings.Join(dead, ", slave "), w)
+		if w, why := t.shrink(k, st, workers); w < workers {
+			msg := fmt.Sprintf("stage %d (%s): runs %d of its %d workers: %s", k, st.Name, w, workers, why)
 			t.m.log.Warn().Str("task", t.spec.ID).Msg(msg)
 			t.publishMsg(status.EventFailover, nil, msg)
 			workers, note = w, msg
@@ -366,13 +366,16 @@ func (t *taskRun) execute() error {
 }
 
 // shrink is how many workers stage k may run with: workers, or fewer
-// when a slave the task used died and the live slaves no longer have the
-// slots (a task that survived a death goes on with the survivors, as
-// the stage it died in did; stage functions take any worker count). dead
-// names the dead slaves.
-func (t *taskRun) shrink(k int, st *tasks.Stage, workers int) (int, []string) {
+// when the live slaves do not have the slots and either a slave the task
+// used died (a task that survived a death goes on with the survivors, as
+// the stage it died in did) or the task was resumed from a checkpoint (on
+// what is left of the cluster after a failure: the checkpoint fixes the
+// task, so its user cannot lower workers). Stage functions take any worker
+// count. why says which, for the stage's note.
+func (t *taskRun) shrink(k int, st *tasks.Stage, workers int) (int, string) {
 	t.mu.Lock()
 	used := slices.Collect(maps.Keys(t.used))
+	resumed := t.status.Resumed
 	t.mu.Unlock()
 	var dead []string
 	for _, s := range used {
@@ -380,8 +383,8 @@ func (t *taskRun) shrink(k int, st *tasks.Stage, workers int) (int, []string) {
 			dead = append(dead, s)
 		}
 	}
-	if len(dead) == 0 || st.Auto {
-		return workers, nil
+	if len(dead) == 0 && resumed == "" || st.Auto {
+		return workers, ""
 	}
 	slices.Sort(dead)
 	r := t.slotRequest(k, st, workers, st.Slaves)
@@ -390,7 +393,13 @@ func (t *taskRun) shrink(k int, st *tasks.Stage, workers int) (int, []string) {
 	cluster := t.m.schedSlavesLocked()
 	for ; r.Workers > 1 && !scheduler.Fits(r, cluster); r.Workers-- {
 	}
-	return r.Workers, dead
+	if !scheduler.Fits(r, cluster) {
+		return workers, "" // no count fits (its pinned slaves are gone): the request says why
+	}
+	if len(dead) > 0 {
+		return r.Workers, fmt.Sprintf("slave %s died and the cluster has slots for %d", strings.Join(dead, ", slave "), r.Workers)
+	}
+	return r.Workers, fmt.Sprintf("resumed from %s on a cluster with slots for %d", resumed, r.Workers)
 }
 
 func (t *taskRun) record(res status.StageResult) {

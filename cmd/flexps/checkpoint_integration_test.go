@@ -233,6 +233,11 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	ckdir, output := filepath.Join(dir, "ck"), filepath.Join(dir, "m.model")
 	const epochs = 80
 	job := unreplicated(t, ckJob(t, dir, "killed", train, test, output, epochs, "1 epoch", ckdir))
+	// Every slot of the cluster: the survivor has half of them, and the
+	// resumed task runs on what it has (the checkpoint fixes the task,
+	// so its user cannot lower workers; before, the resume failed with
+	// "asks for 4 workers but the cluster has 2 worker slots").
+	setWorkers(t, job, 4)
 
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(2*time.Minute, "submit", job) }()
@@ -281,6 +286,27 @@ func TestSlaveDeathThenSubmitResume(t *testing.T) {
 	}
 	if a := accuracy(t, output, test); a < 0.75 {
 		t.Fatalf("resumed model's accuracy %.3f", a)
+	}
+	rep, err := c.Client().Status(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rep.Tasks[len(rep.Tasks)-1].Results
+	if res := last[len(last)-1]; res.Workers != 2 || !strings.Contains(res.Note, "runs 2 of its 4 workers: resumed from") {
+		t.Fatalf("resumed stage: %d workers, note %q", res.Workers, res.Note)
+	}
+}
+
+// setWorkers sets every stage's workers in job.
+func setWorkers(t *testing.T, job string, n int) {
+	t.Helper()
+	data, err := os.ReadFile(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := regexp.MustCompile(`(?m)^workers = \d+$`).ReplaceAllString(string(data), fmt.Sprintf("workers = %d", n))
+	if err := os.WriteFile(job, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
