@@ -311,19 +311,27 @@ func leaveWhileAsked(t *testing.T, op string) {
 	}
 	h.eventually("s2 counted out", func() bool { return !h.m.isAlive("s2") })
 	close(release)
+	h.doneWithoutS2(id, s1)
+}
+
+// doneWithoutS2 finishes task id's one stage on s1's workers (its 2
+// slots) and checks that the task is done with s2's death as its one
+// failover.
+func (h *harness) doneWithoutS2(id string, s1 *scriptedSlave) {
+	h.t.Helper()
 	st1 := h.started(s1)
 	if len(st1.Ranks) != 2 {
-		t.Fatalf("s1 started ranks %v, want its 2", st1.Ranks)
+		h.t.Fatalf("s1 started ranks %v, want its 2", st1.Ranks)
 	}
 	for _, r := range st1.Ranks {
 		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
 	}
 	st := h.wait(id, "ended", func(st status.Task) bool { return st.Ended() })
 	if st.State != status.Done {
-		t.Fatalf("task %s: %s", st.State, st.Reason)
+		h.t.Fatalf("task %s: %s", st.State, st.Reason)
 	}
 	if f := st.Results[0].Failovers; len(f) != 1 || f[0].Slave != "s2" {
-		t.Fatalf("failovers %+v, want s2's", f)
+		h.t.Fatalf("failovers %+v, want s2's", f)
 	}
 }
 
@@ -357,15 +365,5 @@ func TestStartToAJustKilledSlaveAwaitsItsDeath(t *testing.T) {
 	}
 	beat()
 	h.eventually("s2 declared dead", func() bool { return !h.m.isAlive("s2") })
-	st1 := h.started(s1)
-	for _, r := range st1.Ranks {
-		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
-	}
-	st := h.wait(id, "done", func(st status.Task) bool { return st.Ended() })
-	if st.State != status.Done {
-		t.Fatalf("task %s: %s", st.State, st.Reason)
-	}
-	if f := st.Results[0].Failovers; len(f) != 1 || f[0].Slave != "s2" {
-		t.Fatalf("failovers %+v, want s2's", f)
-	}
+	h.doneWithoutS2(id, s1)
 }
