@@ -34,16 +34,18 @@ type Master struct {
 	policy   scheduler.Policy
 	sources  *datastore.Sources
 
-	mu        sync.Mutex
-	mem       *membership.Machine
-	deaf      bool      // cut off from the bus (tick): the detector hears nobody
-	viewSent  time.Time // when the membership view was last published
-	slaves    map[string]*slaveInfo
-	tasks     map[string]*taskRun
-	order     []string // task ids in submission order
-	queue     []waiting
-	assigners map[assignKey]*assignment
-	seq       int
+	mu   sync.Mutex
+	mem  *membership.Machine
+	deaf bool // cut off from the bus (tick): the detector hears nobody
+	// reconnects: control requests across a reconnection are sent again (ctl).
+	reconnects *bus.Reconnects
+	viewSent   time.Time // when the membership view was last published
+	slaves     map[string]*slaveInfo
+	tasks      map[string]*taskRun
+	order      []string // task ids in submission order
+	queue      []waiting
+	assigners  map[assignKey]*assignment
+	seq        int
 
 	subs   []*nats.Subscription
 	ctx    context.Context
@@ -97,6 +99,7 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 // detector. The master stops when ctx ends or Close is called.
 func (m *Master) Start(ctx context.Context) error {
 	m.ctx, m.cancel = context.WithCancel(ctx)
+	m.reconnects = bus.WatchReconnects(m.nc)
 	handlers := map[string]nats.MsgHandler{
 		m.subj.Join():      m.onJoin,
 		m.subj.Heartbeat(): m.onHeartbeat,
@@ -535,15 +538,32 @@ func (m *Master) slaveHost(id string) string {
 }
 
 // ctl sends a control request to a slave and waits for its answer.
+//
+// A request in flight when the master reconnects to the bus (the request
+// or its answer may be lost) is sent again with the same ReqID, which the
+// slave answers as the first without doing it twice; so is one nobody
+// answered just after a reconnection (the slave not subscribed again
+// yet), until the slave is declared dead or a failure timeout passed.
 func (m *Master) ctl(ctx context.Context, slave string, req proto.SlaveCtl) error {
 	req.Instance = m.liveInstance(slave)
+	req.ReqID = nuid.Next()
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
-	defer cancel()
-	msg, err := m.nc.RequestWithContext(ctx, m.subj.SlaveCtl(slave), data)
+	var msg *nats.Msg
+	for {
+		var resend bool
+		msg, resend, err = m.reconnects.Request(ctx, m.subj.SlaveCtl(slave), data, m.cfg.RequestTimeout)
+		if resend {
+			continue
+		}
+		if err != nil && errors.Is(err, nats.ErrNoResponders) && m.reconnects.Within(m.cfg.DeadAfter+m.cfg.Heartbeat) && m.isAlive(slave) && ctx.Err() == nil {
+			time.Sleep(m.cfg.Heartbeat / 4)
+			continue
+		}
+		break
+	}
 	if err != nil {
 		return fmt.Errorf("slave %s did not answer %s: %w", slave, req.Op, err)
 	}

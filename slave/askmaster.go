@@ -24,20 +24,6 @@ const (
 	askMaxPause   = 500 * time.Millisecond
 )
 
-// reconnectCh is closed when the slave next reconnects to the bus.
-func (s *Slave) reconnectCh() <-chan struct{} {
-	s.rcmu.Lock()
-	defer s.rcmu.Unlock()
-	if s.rc == nil {
-		s.rc = make(chan struct{})
-	}
-	return s.rc
-}
-
-// errReconnected ends a request whose asker reconnected to the bus while
-// it waited: the request or its answer may be lost.
-var errReconnected = errors.New("reconnected to the bus while waiting for the answer")
-
 // askMaster sends a request to a master subject, waiting up to timeout for
 // each answer (0: until ctx ends). It asks again while no one answers on
 // that subject, and when the slave reconnects to the bus while it waits
@@ -47,7 +33,7 @@ var errReconnected = errors.New("reconnected to the bus while waiting for the an
 func (s *Slave) askMaster(ctx context.Context, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
 	pause := askFirstPause
 	for {
-		msg, resend, err := s.askOnce(ctx, subject, data, timeout)
+		msg, resend, err := s.reconnects.Request(ctx, subject, data, timeout)
 		if resend {
 			continue
 		}
@@ -61,28 +47,6 @@ func (s *Slave) askMaster(ctx context.Context, subject string, data []byte, time
 		}
 		pause = min(2*pause, askMaxPause)
 	}
-}
-
-// askOnce is one try of askMaster; resend says the slave reconnected to
-// the bus while it waited.
-func (s *Slave) askOnce(ctx context.Context, subject string, data []byte, timeout time.Duration) (msg *nats.Msg, resend bool, err error) {
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if timeout > 0 {
-		var stop context.CancelFunc
-		rctx, stop = context.WithTimeout(rctx, timeout)
-		defer stop()
-	}
-	rc := s.reconnectCh()
-	go func() {
-		select {
-		case <-rc:
-			cancel(errReconnected)
-		case <-rctx.Done():
-		}
-	}()
-	msg, err = s.nc.RequestWithContext(rctx, subject, data)
-	return msg, err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errReconnected), err
 }
 
 // eventAckTimeout is how long a worker event waits for the master's
@@ -170,7 +134,7 @@ func (s *Slave) deliver(ev proto.WorkerEvent, data []byte) {
 	if s.ctx.Err() != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, _, err := s.askOnce(ctx, s.subj.Event(), data, 0); err != nil {
+		if _, _, err := s.reconnects.Request(ctx, s.subj.Event(), data, 0); err != nil {
 			log(s.log.Debug()).Err(err).Msg("worker event of a slave shutting down not delivered")
 		}
 		return

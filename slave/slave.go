@@ -124,10 +124,10 @@ type Slave struct {
 	masterDeadAfter time.Duration
 	lastAlive       atomic.Int64 // unix nanoseconds; 0 before the first
 	masterGone      atomic.Bool
-	busDown         bool // checkMaster saw the slave cut off from the bus (its goroutine only)
-	rcmu            sync.Mutex
-	rc              chan struct{} // closed at the next reconnection to the bus (reconnectCh)
-	outbox          outbox        // acknowledged worker events, in order (sendOutbox)
+	busDown         bool            // checkMaster saw the slave cut off from the bus (its goroutine only)
+	reconnects      *bus.Reconnects // requests to the master across a reconnection are asked again (askMaster)
+	ctlDone         answered        // the latest control requests' outcomes, by ReqID (onCtl)
+	outbox          outbox          // acknowledged worker events, in order (sendOutbox)
 
 	// Membership (membership.go): this slave's incarnation, the latest
 	// view of the master it serves (what the KV server fences against),
@@ -200,18 +200,7 @@ func (s *Slave) Start(ctx context.Context) error {
 	go s.sendOutbox()
 	// Requests to the master in flight when the bus drops are asked
 	// again once it is back (askMaster).
-	prev := s.nc.Opts.ReconnectedCB
-	s.nc.SetReconnectHandler(func(nc *nats.Conn) {
-		if prev != nil {
-			prev(nc)
-		}
-		s.rcmu.Lock()
-		if s.rc != nil {
-			close(s.rc)
-			s.rc = nil
-		}
-		s.rcmu.Unlock()
-	})
+	s.reconnects = bus.WatchReconnects(s.nc)
 	s.tr = transport.NewNATS(s.nc, s.subj.SlaveKV)
 	switch s.cfg.KVTransport {
 	case "", "nats":
@@ -382,13 +371,60 @@ func (s *Slave) Close() {
 	s.sources.Close()
 }
 
+// onCtl runs a control request. Requests arrive one at a time (one
+// subscription), so a repeat (the same ReqID) comes after the first was
+// answered: it gets the same answer and is not done again.
 func (s *Slave) onCtl(msg *nats.Msg) {
 	var req proto.SlaveCtl
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		s.respond(msg, fmt.Errorf("malformed control request: %w", err))
 		return
 	}
-	s.respond(msg, s.control(req))
+	if ok, err := s.ctlDone.answer(req.ReqID); ok {
+		s.log.Info().Str("op", req.Op).Str("task", req.Task).Msg("a control request asked again (the master's answer was lost on the bus): answered as before")
+		s.respond(msg, err)
+		return
+	}
+	err := s.control(req)
+	s.ctlDone.add(req.ReqID, err)
+	s.respond(msg, err)
+}
+
+// answered remembers the outcome of the latest control requests by ReqID.
+type answered struct {
+	mu    sync.Mutex
+	errs  map[string]error
+	order []string
+}
+
+// answeredKept is how many control requests a slave remembers.
+const answeredKept = 256
+
+func (a *answered) answer(id string) (ok bool, err error) {
+	if id == "" {
+		return false, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	err, ok = a.errs[id]
+	return ok, err
+}
+
+func (a *answered) add(id string, err error) {
+	if id == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.errs == nil {
+		a.errs = map[string]error{}
+	}
+	a.errs[id] = err
+	a.order = append(a.order, id)
+	if len(a.order) > answeredKept {
+		delete(a.errs, a.order[0])
+		a.order = a.order[1:]
+	}
 }
 
 // respond answers a control request; an answer that cannot be sent is

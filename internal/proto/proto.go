@@ -219,7 +219,12 @@ const (
 
 // SlaveCtl is a control request from the master to a slave.
 type SlaveCtl struct {
-	Op          string                `json:"op"`
+	Op string `json:"op"`
+	// ReqID names the request: one sent again (the master reconnected to
+	// the bus while it waited, so the request or its answer may be lost)
+	// carries the same ReqID, and the slave answers it as it answered the
+	// first without doing it twice.
+	ReqID       string                `json:"req_id,omitempty"`
 	Task        string                `json:"task"`
 	Stage       int                   `json:"stage"`
 	Tables      []kvstore.Placement   `json:"tables,omitempty"`
