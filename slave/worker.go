@@ -81,6 +81,11 @@ func (w *worker) run() {
 			// The task was stopped from outside; say why, not "context canceled".
 			err = fmt.Errorf("%w (task stopped: %v)", err, cause)
 		}
+		if errors.Is(err, kvstore.ErrTimeout) && w.s.reconnects != nil && (!w.s.nc.IsConnected() || w.s.reconnects.Within(2*w.s.cfg.KVTimeout)) {
+			// The shards answer once the workers they wait for move on,
+			// and those may have been waiting for the bus.
+			err = fmt.Errorf("%w (this slave lost the bus to NATS meanwhile: the workers this read waited for may have been waiting for it; an outage longer than [slave] kv_timeout fails such reads)", err)
+		}
 		if cause != nil && errors.Is(err, context.Canceled) {
 			// Stopped from outside (an auto trial's end, a cancel, a
 			// Ctrl-C, another worker's failure): not an error of this
