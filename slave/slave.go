@@ -196,8 +196,6 @@ func (s *Slave) ID() string { return s.cfg.ID }
 func (s *Slave) Start(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.outbox.wake = make(chan struct{}, 1)
-	s.wg.Add(1)
-	go s.sendOutbox()
 	// Requests to the master in flight when the bus drops are asked
 	// again once it is back (askMaster).
 	s.reconnects = bus.WatchReconnects(s.nc)
@@ -257,9 +255,10 @@ func (s *Slave) Start(ctx context.Context) error {
 	}
 	s.amu.Unlock()
 	s.admitted(rep)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.heartbeat(rep.Heartbeat)
 	go s.releaseLoop()
+	go s.sendOutbox() // started last: a Start that fails leaves no goroutine behind
 	s.log.Info().Int("slots", s.cfg.Slots).Str("instance", s.self().instance).Uint64("incarnation", rep.Incarnation).Uint64("epoch", rep.Epoch).Msg("slave joined the cluster")
 	return nil
 }
