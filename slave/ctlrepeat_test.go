@@ -1,7 +1,6 @@
 package slave
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,8 +8,6 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 )
 
 // A control request the master sends again with the same ReqID (it
@@ -19,25 +16,7 @@ import (
 func TestControlRequestAskedAgainIsAnsweredAsTheFirst(t *testing.T) {
 	srv, mnc, _ := fakeMaster(t)
 	subj := bus.For("default")
-	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
-		data, _ := json.Marshal(proto.JoinReply{OK: true, Heartbeat: time.Hour, Instance: "m1", DeadAfter: time.Hour, Epoch: 1, Incarnation: 1})
-		msg.Respond(data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer js.Unsubscribe()
-	nc, err := srv.Connect(bus.Options{Name: "slave"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	var logs syncBuf
-	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(&logs)})
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, logs := admittedSlave(t, srv, mnc, nil)
 	ask := func(req proto.SlaveCtl) proto.CtlReply {
 		t.Helper()
 		data, _ := json.Marshal(req)

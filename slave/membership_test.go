@@ -260,33 +260,16 @@ func TestLeaveViewIsNotAFence(t *testing.T) {
 	subj := bus.For("default")
 	var mu sync.Mutex
 	joins := 0
-	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
-		mu.Lock()
-		joins++
-		mu.Unlock()
-		data, _ := json.Marshal(proto.JoinReply{OK: true, Heartbeat: time.Hour, Instance: "m1", DeadAfter: time.Hour, Epoch: 1, Incarnation: 1})
-		msg.Respond(data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer js.Unsubscribe()
 	ls, err := mnc.Subscribe(subj.Leave(), func(*nats.Msg) { view(2) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ls.Unsubscribe()
-	nc, err := srv.Connect(bus.Options{Name: "slave"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	var logs syncBuf
-	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(&logs)})
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, logs := admittedSlave(t, srv, mnc, func() {
+		mu.Lock()
+		joins++
+		mu.Unlock()
+	})
 	view(1, membership.Member{ID: "s1", Instance: s.self().instance, Incarnation: 1})
 	eventually(t, "the slave takes the view of its admission", func() bool { return s.Epoch() == 1 })
 	s.leave()
@@ -299,4 +282,34 @@ func TestLeaveViewIsNotAFence(t *testing.T) {
 	if joins != 1 {
 		t.Fatalf("%d joins: the slave rejoined after leaving", joins)
 	}
+}
+
+// admittedSlave starts slave s1 on srv, admitted by the fake master's
+// connection mnc (each join answered OK; onJoin, if set, runs first), and
+// returns it with its log; both are closed at the test's end.
+func admittedSlave(t *testing.T, srv *bus.Embedded, mnc *nats.Conn, onJoin func()) (*Slave, *syncBuf) {
+	t.Helper()
+	js, err := mnc.Subscribe(bus.For("default").Join(), func(msg *nats.Msg) {
+		if onJoin != nil {
+			onJoin()
+		}
+		data, _ := json.Marshal(proto.JoinReply{OK: true, Heartbeat: time.Hour, Instance: "m1", DeadAfter: time.Hour, Epoch: 1, Incarnation: 1})
+		msg.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.Unsubscribe() })
+	nc, err := srv.Connect(bus.Options{Name: "slave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	logs := &syncBuf{}
+	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(logs)})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, logs
 }
