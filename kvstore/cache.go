@@ -124,6 +124,8 @@ type CachedTable struct {
 	// per key; a slot is trusted only while it still holds its key.
 	lastKeys []uint64
 	lastSlot []int32
+
+	freeNext *cachedNext // a finished GetNext through the cache, for reuse
 }
 
 // NewCachedTable wraps t with a cache of kind holding at most capacity
@@ -771,6 +773,72 @@ func (ct *CachedTable) GetAsync(keys []uint64, out []float64) (Pending, error) {
 
 type asyncGetter interface {
 	GetAsync(keys []uint64, out []float64) (Pending, error)
+}
+
+// GetNext starts the read of the worker's next iteration (see
+// TableClient.GetNext: Wait after the Clock that ends this one). The
+// governor chooses as it does for Get: past the cache the read ahead is
+// the table's own (it travels while the worker computes, which is what
+// pays when reads wait on round trips); through the cache the read is a
+// Get made at Wait, after that Clock, so hits and stamps are judged at
+// the iteration that uses the values, as without a read ahead. Either
+// way the values may miss none of the worker's own Adds made before
+// GetNext; past the cache they may miss those made after it (as the
+// table's GetNext may).
+func (ct *CachedTable) GetNext(keys []uint64, out []float64) (Pending, error) {
+	past := !ct.through(keys)
+	if n, ok := ct.t.(nextGetter); ok && past {
+		return n.GetNext(keys, out)
+	}
+	if err := ct.t.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(ct.spec, keys, out, "get"); err != nil {
+		return nil, err
+	}
+	r := ct.freeNext
+	if r == nil {
+		r = &cachedNext{ct: ct}
+	}
+	ct.freeNext = nil
+	r.keys, r.out, r.clock, r.past, r.done, r.err = append(r.keys[:0], keys...), out, ct.t.WorkerClock()+1, past, false, nil
+	return r, nil
+}
+
+type nextGetter interface {
+	GetNext(keys []uint64, out []float64) (Pending, error)
+}
+
+// cachedNext is a GetNext through the cache: the read is made at Wait.
+type cachedNext struct {
+	ct    *CachedTable
+	keys  []uint64
+	out   []float64
+	clock int64 // the worker clock Wait must see
+	past  bool  // the governor sent it past the cache
+	done  bool
+	err   error
+}
+
+func (r *cachedNext) Wait() error {
+	if r.done {
+		return r.err
+	}
+	ct := r.ct
+	if c := ct.t.WorkerClock(); c < r.clock {
+		return fmt.Errorf("%w (table %q, worker clock %d)", errWaitBeforeClock, ct.spec.Name, c)
+	}
+	r.done = true
+	if r.past {
+		r.err = ct.t.Get(r.keys, r.out)
+	} else {
+		r.err = ct.get(r.keys, r.out)
+	}
+	r.out = nil
+	if ct.freeNext == nil {
+		ct.freeNext = r // reused by the next GetNext, as the table's own are
+	}
+	return r.err
 }
 
 // Flush waits for the worker's Adds (see TableClient.Flush).

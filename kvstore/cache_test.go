@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -355,6 +356,16 @@ func TestCacheStalenessProperty(t *testing.T) {
 			worker int
 			clock  int64
 			bit    uint
+			seq    int // order among all Adds
+		}
+		// A worker's GetNext not yet waited for: the read of its next
+		// iteration, made at clock; seq is the Adds made before it.
+		type next struct {
+			p     Pending
+			keys  []uint64
+			out   []float64
+			clock int64
+			seq   int
 		}
 		var (
 			cls    = make([]*Client, n)
@@ -365,7 +376,68 @@ func TestCacheStalenessProperty(t *testing.T) {
 			// distinct: an Add of exactly those keys (a training step)
 			// takes CachedTable's path that reuses the read's slots.
 			lastGet = make([][]uint64, n)
+			nexts   = make([]*next, n)
+			seq     = 0
 		)
+		// check verifies a read of worker w for the iteration at clock c:
+		// it holds every Add of another worker's clock <= c-s-1, every
+		// Add of w's own made before the read (own before seq), and no
+		// Add never made.
+		check := func(what string, w int, c int64, own int, keys []uint64, out []float64) {
+			for i, k := range keys {
+				v := out[i]
+				if v < 0 || v >= 1<<52 || v != math.Trunc(v) {
+					rt.Fatalf("%s: worker %d key %d: value %v is no sum of adds", what, w, k, v)
+				}
+				got := uint64(v)
+				var issued uint64
+				for _, a := range adds[k] {
+					issued |= 1 << a.bit
+					need := (a.worker == w && a.seq < own) || (a.worker != w && a.clock <= c-int64(s)-1)
+					if need && got&(1<<a.bit) == 0 {
+						rt.Fatalf("%s: worker %d at clock %d (s=%d) read key %d = %b without the add of worker %d at clock %d (bit %d)",
+							what, w, c, s, k, got, a.worker, a.clock, a.bit)
+					}
+				}
+				if got&^issued != 0 {
+					rt.Fatalf("%s: worker %d key %d = %b holds adds never made (%b)", what, w, k, got, issued)
+				}
+			}
+		}
+		// waitNexts waits for every GetNext whose worker clocked since
+		// and whose read the gate lets through (all: moving the slowest
+		// workers on until it does).
+		waitNexts := func(all bool) {
+			for w, nx := range nexts {
+				for nx != nil {
+					slowest := slices.Min(clocks)
+					if clocks[w] > nx.clock && clocks[w]-int64(s) <= slowest {
+						if err := nx.p.Wait(); err != nil {
+							rt.Fatal(err)
+						}
+						check("GetNext", w, nx.clock+1, nx.seq, nx.keys, nx.out)
+						nexts[w] = nil
+						break
+					}
+					if !all {
+						break
+					}
+					v := w
+					if clocks[w] <= nx.clock {
+						// Wait before the Clock is refused.
+						if err := nx.p.Wait(); err == nil {
+							rt.Fatal("Wait on a GetNext before the Clock succeeded")
+						}
+					} else {
+						v = slices.Index(clocks, slowest)
+					}
+					if err := cls[v].Clock(); err != nil {
+						rt.Fatal(err)
+					}
+					clocks[v]++
+				}
+			}
+		}
 		for w := range n {
 			self := rapid.IntRange(-1, 1).Draw(rt, "self")
 			cls[w] = r.client(conns[w], task, self, int32(w), cons)
@@ -385,7 +457,7 @@ func TestCacheStalenessProperty(t *testing.T) {
 		steps := rapid.IntRange(1, 50).Draw(rt, "steps")
 		for range steps {
 			w := rapid.IntRange(0, n-1).Draw(rt, "worker")
-			op := rapid.SampledFrom([]string{"get", "get", "add", "clock"}).Draw(rt, "op")
+			op := rapid.SampledFrom([]string{"get", "get", "add", "clock", "next"}).Draw(rt, "op")
 			slowest := slices.Min(clocks)
 			if op == "get" && clocks[w]-int64(s) > slowest {
 				// The gate would hold this read: move the slowest on instead.
@@ -402,26 +474,18 @@ func TestCacheStalenessProperty(t *testing.T) {
 				if err := tbls[w].Get(keys, out); err != nil {
 					rt.Fatal(err)
 				}
-				c := clocks[w]
-				for i, k := range keys {
-					v := out[i]
-					if v < 0 || v >= 1<<52 || v != math.Trunc(v) {
-						rt.Fatalf("worker %d key %d: value %v is no sum of adds", w, k, v)
-					}
-					got := uint64(v)
-					var issued uint64
-					for _, a := range adds[k] {
-						issued |= 1 << a.bit
-						need := a.worker == w || a.clock <= c-int64(s)-1
-						if need && got&(1<<a.bit) == 0 {
-							rt.Fatalf("worker %d at clock %d (s=%d) read key %d = %b without the add of worker %d at clock %d (bit %d)",
-								w, c, s, k, got, a.worker, a.clock, a.bit)
-						}
-					}
-					if got&^issued != 0 {
-						rt.Fatalf("worker %d key %d = %b holds adds never made (%b)", w, k, got, issued)
-					}
+				check("Get", w, clocks[w], seq, keys, out)
+			case "next":
+				if nexts[w] != nil {
+					break
 				}
+				keys := rapid.SliceOfN(rapid.Uint64Range(0, size-1), 1, 6).Draw(rt, "keys")
+				out := make([]float64, len(keys))
+				p, err := tbls[w].GetNext(keys, out)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				nexts[w] = &next{p: p, keys: keys, out: out, clock: clocks[w], seq: seq}
 			case "add":
 				keys := rapid.SliceOfNDistinct(rapid.Uint64Range(0, size-1), 1, 4, rapid.ID).Draw(rt, "keys")
 				if lastGet[w] != nil && rapid.Bool().Draw(rt, "step") {
@@ -431,8 +495,9 @@ func TestCacheStalenessProperty(t *testing.T) {
 				deltas := make([]float64, len(keys))
 				for i, k := range keys {
 					b := uint(len(adds[k]))
-					adds[k] = append(adds[k], add{worker: w, clock: clocks[w], bit: b})
+					adds[k] = append(adds[k], add{worker: w, clock: clocks[w], bit: b, seq: seq})
 					deltas[i] = float64(uint64(1) << b)
+					seq++
 				}
 				if err := tbls[w].Add(keys, deltas); err != nil {
 					rt.Fatal(err)
@@ -443,7 +508,9 @@ func TestCacheStalenessProperty(t *testing.T) {
 				}
 				clocks[w]++
 			}
+			waitNexts(false)
 		}
+		waitNexts(true)
 		for w := range n {
 			if err := cls[w].Finish(); err != nil {
 				rt.Fatal(err)
@@ -594,9 +661,54 @@ func TestCacheReadsPastTheCache(t *testing.T) {
 	}
 	noErr(t, p.Wait())
 	equal(t, []float64{11, 22}, out)
+	// A read ahead past the cache is the table's own: it travels while
+	// the worker computes, and is waited for after the Clock.
+	p, err = tc.GetNext(keys, out)
+	noErr(t, err)
+	if _, own := p.(*aheadRead); !own {
+		t.Fatalf("a read ahead past the cache is a %T, not the table's own", p)
+	}
+	if err := p.Wait(); !errors.Is(err, errWaitBeforeClock) {
+		t.Fatalf("Wait before the Clock: %v", err)
+	}
+	noErr(t, cl.Clock())
+	noErr(t, p.Wait())
+	equal(t, []float64{11, 22}, out)
 	st := tc.Stats()
-	equal(t, CacheStats{Misses: 2, Bypassed: 2}, st)
+	equal(t, CacheStats{Misses: 2, Bypassed: 3}, st)
 	equal(t, 1.0, tc.core.row(int(tc.core.lookup(1)))[0], "an Add past the cache leaves its copy alone")
+	noErr(t, cl.Finish())
+}
+
+// A read ahead through the cache is a cached Get made at Wait, after the
+// Clock: hits and stamps are judged at the iteration that uses them, and
+// the worker's Adds made in between are in the values.
+func TestCacheGetNextThroughTheCache(t *testing.T) {
+	r := newRig(t, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 1}
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
+	ps := r.task("next", ssp, 1, spec)
+	cl := r.client(r.conn(), "next", -1, 0, ssp)
+	defer cl.Close()
+	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	tc.gov = newCacheGovernor(0, 0) // always through the cache
+	keys := []uint64{2, 8}
+	out := make([]float64, 2)
+	noErr(t, tc.Get(keys, out)) // cached at clock 0, stamp 0: fresh through clock 1
+	for clock := range 3 {
+		p, err := tc.GetNext(keys, out)
+		noErr(t, err)
+		if err := p.Wait(); !errors.Is(err, errWaitBeforeClock) {
+			t.Fatalf("clock %d: Wait before the Clock: %v", clock, err)
+		}
+		noErr(t, tc.Add(keys, []float64{1, 10}))
+		noErr(t, cl.Clock())
+		noErr(t, p.Wait())
+		equal(t, []float64{float64(clock + 1), float64(10 * (clock + 1))}, out, "clock %d: the read ahead holds the Add made after GetNext", clock)
+		noErr(t, p.Wait()) // again: the same answer
+	}
+	// Clock 1 hit, clock 2 stale (refetched at 2 with stamp 2), clock 3 hit.
+	equal(t, CacheStats{Hits: 4, Misses: 4, Stale: 2}, tc.Stats())
 	noErr(t, cl.Finish())
 }
 

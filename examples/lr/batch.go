@@ -281,7 +281,7 @@ func (m *MiniBatch) finish(cur float64) error {
 // computes its own: the read is gated at the worker's next clock
 // (kvstore.TableClient.GetNext), so it stays within the staleness bound,
 // and it may miss this Step's own update. A table without GetNext (the
-// local kinds', the process cache) reads at the next Step as usual. r
+// local kinds') reads at the next Step as usual. r
 // must stay valid until that Step returns.
 func (m *MiniBatch) SetNext(r *datastore.Records, lo, hi int) {
 	m.next = span{r, lo, hi}

@@ -33,6 +33,13 @@ func runToFile(t *testing.T, train string, kind string, workers int) []byte {
 // parameters.
 func runBlocksToFile(t *testing.T, train string, kind string, workers int, blockSize int64, chunk int, extra tasks.Params) []byte {
 	t.Helper()
+	return runStageToFile(t, train, blockSize, tasks.Stage{WorkerKind: kind, Workers: workers, ChunkSize: chunk, Params: extra})
+}
+
+// runStageToFile is runBlocksToFile of stage st: its kind, workers, chunk
+// size, cache and extra params (the rest as runBlocksToFile sets them).
+func runStageToFile(t *testing.T, train string, blockSize int64, st tasks.Stage) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
@@ -42,12 +49,12 @@ func runBlocksToFile(t *testing.T, train string, kind string, workers int, block
 	defer local.Close()
 	out := filepath.Join(t.TempDir(), "lr.model")
 	params := tasks.Params{"epochs": 3, "batch": 50, "lr": 1.0, "l2": 1e-4, "decay": 0.5}
-	maps.Copy(params, extra)
+	maps.Copy(params, st.Params)
+	st.Name, st.Func, st.Consistency, st.Params = "sgd", "lr.sgd", kvstore.Consistency{Kind: kvstore.BSP}, params
 	task := tasks.NewTask("repro").
 		AddTable(kvstore.TableSpec{Name: "w", Size: 2000}).
 		SetInput("train", tasks.InputSpec{Path: train, BlockSize: blockSize}).
-		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
-			Params: params, ChunkSize: chunk})
+		SetStages(st)
 	task.Kind, task.Output = "lr", out
 	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
 		t.Fatal(err)
@@ -208,6 +215,12 @@ func TestReadAheadUnderBSPMatchesSingle(t *testing.T) {
 	for _, ahead := range []bool{false, true} {
 		if err := sameModel(single, runBlocksToFile(t, train, tasks.KindPS, 1, 64<<20, 0, tasks.Params{"read_ahead": ahead})); err != nil {
 			t.Errorf("ps, read_ahead = %v, vs single: %v", ahead, err)
+		}
+		// Through a process cache too, whichever way its governor sends
+		// each read ahead (the table's own, or a cached Get at Wait).
+		st := tasks.Stage{WorkerKind: tasks.KindPS, Workers: 1, Cache: "lru", CacheSize: 512, Params: tasks.Params{"read_ahead": ahead}}
+		if err := sameModel(single, runStageToFile(t, train, 64<<20, st)); err != nil {
+			t.Errorf("ps with an lru cache, read_ahead = %v, vs single: %v", ahead, err)
 		}
 	}
 }
