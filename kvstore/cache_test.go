@@ -471,10 +471,20 @@ func TestCacheStalenessProperty(t *testing.T) {
 					lastGet[w] = keys
 				}
 				out := make([]float64, len(keys))
-				if err := tbls[w].Get(keys, out); err != nil {
+				what := "Get"
+				if rapid.Bool().Draw(rt, "async") {
+					what = "GetAsync"
+					p, err := tbls[w].GetAsync(keys, out)
+					if err == nil {
+						err = p.Wait()
+					}
+					if err != nil {
+						rt.Fatal(err)
+					}
+				} else if err := tbls[w].Get(keys, out); err != nil {
 					rt.Fatal(err)
 				}
-				check("Get", w, clocks[w], seq, keys, out)
+				check(what, w, clocks[w], seq, keys, out)
 			case "next":
 				if nexts[w] != nil {
 					break
@@ -709,6 +719,39 @@ func TestCacheGetNextThroughTheCache(t *testing.T) {
 	}
 	// Clock 1 hit, clock 2 stale (refetched at 2 with stamp 2), clock 3 hit.
 	equal(t, CacheStats{Hits: 4, Misses: 4, Stale: 2}, tc.Stats())
+	noErr(t, cl.Finish())
+}
+
+// GetAsync through the cache returns at once with a read that travels
+// unless every key is cached fresh; its values do not fill the cache.
+func TestCacheGetAsyncThroughTheCache(t *testing.T) {
+	r := newRig(t, 2)
+	ssp := Consistency{Kind: SSP, Staleness: 1}
+	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
+	ps := r.task("async", ssp, 1, spec)
+	cl := r.client(r.conn(), "async", -1, 0, ssp)
+	defer cl.Close()
+	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	tc.gov = newCacheGovernor(0, 0) // always through the cache
+	noErr(t, tc.Add([]uint64{3, 6}, []float64{1, 2}))
+	out := make([]float64, 2)
+	p, err := tc.GetAsync([]uint64{3, 6}, out)
+	noErr(t, err)
+	if _, done := p.(Done); done {
+		t.Fatal("a read with misses was done before GetAsync returned")
+	}
+	noErr(t, p.Wait())
+	equal(t, []float64{1, 2}, out)
+	equal(t, 0, tc.Len(), "a read that travelled filled the cache")
+	noErr(t, tc.Get([]uint64{3}, out[:1])) // caches key 3
+	noErr(t, tc.Add([]uint64{3}, []float64{10}))
+	p, err = tc.GetAsync([]uint64{3}, out[:1])
+	noErr(t, err)
+	if _, done := p.(Done); !done {
+		t.Fatalf("a read of fresh cached keys travelled (%T)", p)
+	}
+	equal(t, 11.0, out[0], "the hit holds the worker's own Add")
+	equal(t, CacheStats{Hits: 1, Misses: 1, Bypassed: 1}, tc.Stats())
 	noErr(t, cl.Finish())
 }
 

@@ -7,16 +7,21 @@
 # intercept, no scaling, replicas = 1) and the shipped defaults. Jobs
 # interleave within a round; prints samples/s of epochs 2+, the per-round
 # ratios with/without, their medians, and the last cached job's cache line.
+# Odd rounds run each job before its cached twin, even rounds after it
+# (a cluster's later jobs are not slower, but no order is favoured).
+# READ_AHEAD=1 trains all four with read_ahead = true (through the cache,
+# the governor picks the table's own read ahead or cached reads).
 #
-#   bash bench/lr/cache_ab.sh [rounds]
+#   [READ_AHEAD=1] bash bench/lr/cache_ab.sh [rounds]
 set -euo pipefail
 R=${1:-3}; SIZE=${SIZE:-4096}
 cd "$(dirname "$0")/../.."
 . bench/lrjob.sh
 lr_prepare
 cache="cache = \"lru\"\ncache_size = $SIZE\n"
-lr_job same ps 5 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
-lr_job defaults ps 5
+ra=""; [ -n "${READ_AHEAD:-}" ] && ra='read_ahead = true\n'
+lr_job same ps 5 'replicas = 1\n' "intercept = false\nstandardize = false\n$ra"
+lr_job defaults ps 5 '' "$ra"
 for j in same defaults; do
   # The stage's own keys go before its params table.
   sed "s/^\[stage.params\]/$cache[stage.params]/; s/$j.model/${j}_lru.model/; s/^name = \"$j\"/name = \"${j}_lru\"/" "$W/$j.toml" > "$W/${j}_lru.toml"
@@ -27,7 +32,9 @@ rows=()
 for r in $(seq "$R"); do
   lr_cluster_start
   declare -A got
-  for j in same same_lru defaults defaults_lru; do
+  order="same same_lru defaults defaults_lru"
+  [ $((r % 2)) = 0 ] && order="same_lru same defaults_lru defaults"
+  for j in $order; do
     got[$j]=$(lr_submit $j)
     [ $j = defaults_lru ] && line=$(grep -o "process cache:.*" "$W/submit.log" || true)
   done
