@@ -45,8 +45,8 @@ type Table interface {
 	// batch's parameters while computing this one). The read is gated at
 	// the worker's clock when issued, except for keys in the worker's
 	// memory that the consistency model holds back then: those are read
-	// at Wait, gated at the clock then. Reads the process cache serves
-	// are done at once.
+	// at Wait, gated at the clock then. A read the process cache serves
+	// whole (every remote key fresh in it) is done at once.
 	GetAsync(keys []uint64, out []float64) (kvstore.Pending, error)
 }
 
