@@ -156,7 +156,7 @@ func Init(info *tasks.Info) error {
 }
 
 // set makes t[keys] hold vals (tables only add: add the difference).
-func set(t tasks.Table, keys []uint64, vals []float64) error {
+func set(t getAdder, keys []uint64, vals []float64) error {
 	old := make([]float64, len(vals))
 	if err := t.Get(keys, old); err != nil {
 		return err

@@ -22,12 +22,17 @@
 //	            before it passes the Barrier: acc holds exactly this iteration's sums),
 //	            moves the centers to the means, moves a center that got no
 //	            point to the farthest point of its restart not yet used
-//	            (as scikit-learn does), resets acc and far by adding their
-//	            negation, and sets the control key once every restart's
-//	            objective improved by less than tol (relative); the others
-//	            only clock. The next iteration's read, one clock past the
-//	            Barrier, waits for worker 0's clock, so it sees the new centers and the
-//	            stop signal, and nobody adds to acc before it was reset.
+//	            (as scikit-learn does), clears the other half of acc and far
+//	            (each holds two iterations' sums, by parity: the next
+//	            iteration's half) by adding their negation, sets the control
+//	            key once every restart's objective improved by less than tol
+//	            (relative), and marks the iteration done in "<centers>.ctl"
+//	            last; the others only clock. The next iteration's read, one
+//	            clock past the Barrier, waits for worker 0's clock, so it sees
+//	            the new centers and the stop signal, and nobody adds to acc
+//	            before it was cleared. Worker 0 is the first live worker; if
+//	            the mark is missing at that read, its slave died during the
+//	            update, and the first survivor does it again from the same sums.
 //
 // After the last iteration worker 0 copies the restart with the lowest
 // objective into "centers", the model. Each iteration reports the best
@@ -90,6 +95,7 @@ func init() {
 func RunsTable(c string) string  { return c + ".runs" }
 func AccTable(c string) string   { return c + ".acc" }
 func FarTable(c string) string   { return c + ".far" }
+func CtlTable(c string) string   { return c + ".ctl" }
 func ScaleTable(c string) string { return c + ".scale" }
 
 // maxAutoWorkers sizes the far table of a stage whose worker count the
@@ -122,8 +128,11 @@ func helperTables(st tasks.Stage, declared []kvstore.TableSpec, lloyd bool) []kv
 			if workers == 0 {
 				workers = maxAutoWorkers
 			}
-			out = append(out, kvstore.TableSpec{Name: cfg.Acc, Size: r * k, Width: c.Width + 2, Replicas: c.Replicas},
-				kvstore.TableSpec{Name: FarTable(c.Name), Size: r * workers, Width: c.Width + 1, Replicas: c.Replicas})
+			// acc and far hold two iterations' sums (by parity), so
+			// that an update whose worker died can be done again.
+			out = append(out, kvstore.TableSpec{Name: cfg.Acc, Size: 2 * r * k, Width: c.Width + 2, Replicas: c.Replicas},
+				kvstore.TableSpec{Name: FarTable(c.Name), Size: 2 * r * workers, Width: c.Width + 1, Replicas: c.Replicas},
+				kvstore.TableSpec{Name: CtlTable(c.Name), Size: ctlKeys, Width: 1, DType: kvstore.Float64, Replicas: c.Replicas})
 		}
 		return out
 	}
@@ -293,8 +302,8 @@ func checkDims(t tasks.Table, name string, k, width int) error {
 	if spec.Width != width {
 		return fmt.Errorf("kmeans: table %q has width %d, want %d (the centers' width + 2: sums, the count, the squared distances; leave it undeclared and the task adds it)", name, spec.Width, width)
 	}
-	if spec.Size < uint64(k) {
-		return fmt.Errorf("kmeans: table %q has size %d, want >= %d (k x restarts)", name, spec.Size, k)
+	if spec.Size < uint64(2*k) {
+		return fmt.Errorf("kmeans: table %q has size %d, want >= %d (2 x k x restarts: two iterations' sums)", name, spec.Size, 2*k)
 	}
 	if spec.DType == kvstore.Float32 {
 		return fmt.Errorf("kmeans: table %q is float32; sums of many points need dtype = \"float64\"", name)

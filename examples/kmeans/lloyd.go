@@ -52,10 +52,18 @@ func Lloyd(info *tasks.Info) error {
 	if err := checkDims(acc, cfg.Acc, kr, w); err != nil {
 		return err
 	}
-	if far.Spec().Size < uint64(r*info.Workers) || far.Spec().Width != dims+1 {
-		return fmt.Errorf("kmeans: table %q is %d x %d, want at least %d x %d (restarts x workers)",
-			FarTable(cfg.Centers), far.Spec().Size, far.Spec().Width, r*info.Workers, dims+1)
+	if far.Spec().Size < uint64(2*r*info.Workers) || far.Spec().Width != dims+1 {
+		return fmt.Errorf("kmeans: table %q is %d x %d, want at least %d x %d (2 x restarts x workers)",
+			FarTable(cfg.Centers), far.Spec().Size, far.Spec().Width, 2*r*info.Workers, dims+1)
 	}
+	ctl, err := open(CtlTable(cfg.Centers))
+	if err != nil {
+		return err
+	}
+	if ctl.Spec().Size < ctlKeys || ctl.Spec().Width != 1 {
+		return fmt.Errorf("kmeans: table %q is %d x %d, want at least %d x 1", CtlTable(cfg.Centers), ctl.Spec().Size, ctl.Spec().Width, ctlKeys)
+	}
+	tb := tables{runs: runs, acc: acc, far: far, ctl: ctl}
 	train, err := info.Input(cfg.Train)
 	if err != nil {
 		return fmt.Errorf("kmeans: %w", err)
@@ -82,12 +90,24 @@ func Lloyd(info *tasks.Info) error {
 	cs.Wt = wt
 	keys := seqKeys(kr + 1)
 	sums := make([]float64, kr*w)
-	// This worker's farthest point per restart: distance, then the point.
-	farKeys := make([]uint64, r)
-	for i := range farKeys {
-		farKeys[i] = uint64(i*info.Workers + info.Rank)
+	// Iteration it sums into the half it%2 of acc and far (accKeys,
+	// farKeys): the update of it reads that half and clears the other
+	// for the next iteration, so the sums it read stay until the update
+	// after it, and a survivor can do it again.
+	var accKeys, farKeys [2][]uint64
+	for p := range 2 {
+		accKeys[p] = make([]uint64, kr)
+		for j := range kr {
+			accKeys[p][j] = uint64(p*kr + j)
+		}
+		// This worker's farthest point per restart: distance, then the point.
+		farKeys[p] = make([]uint64, r)
+		for i := range r {
+			farKeys[p][i] = uint64(p*r*info.Workers + i*info.Workers + info.Rank)
+		}
 	}
 	farVals := make([]float64, r*(dims+1))
+	ctlv := make([]float64, ctlKeys)
 	// The update after each pass's Barrier is the first live worker's
 	// (Share index 0): worker 0 while it lives; when its slave dies in a
 	// stage that survives it, the next survivor takes over with a fresh
@@ -96,17 +116,49 @@ func Lloyd(info *tasks.Info) error {
 	// only rank 0 updated: after its death the survivors went on with the
 	// centers as they were, and the stage "succeeded" without writing the
 	// model's centers (the output held kmeans.init's seeds).
+	//
+	// The update marks itself done in ctl last, once its other writes are
+	// on every replica. A survivor that finds the last iteration's update
+	// unmarked knows that its worker died during it (the dead worker's
+	// writes are settled by then: the read waited for the failover), and
+	// the survivors do it again before they go on: the first live one
+	// updates from the same sums (its writes set values, so what the dead
+	// one wrote of them does not count twice), the others wait for its
+	// Clock. Before, the survivors went on from a half-done update: acc
+	// not cleared (the next iteration summed onto the last one's), or
+	// centers half moved.
 	var u *updater
-	for it := info.StartEpoch + 1; it <= cfg.Iterations; it++ {
+	for it := info.StartEpoch + 1; ; it++ {
 		// A BSP read one clock past the last Barrier waits for worker
 		// 0's clock (the first live worker's) after its update of the last
 		// iteration, so it sees it.
 		if err := runs.Get(keys, cs.C); err != nil {
 			return err
 		}
-		if cs.C[kr*dims] != 0 { // worker 0 saw every restart converge
+		if err := ctl.Get(ctlAll, ctlv); err != nil {
+			return err
+		}
+		if prev := it - 1; prev > info.StartEpoch && int(ctlv[ctlDone]) < prev {
+			info.Log.Warn().Int("iteration", prev).Msg("k-means: the centers' update of this iteration did not finish (its worker's slave died): the first survivor does it again")
+			if err := info.Barrier(); err != nil {
+				return err
+			}
+			if idx, _ := info.Share(); idx == 0 {
+				u = newUpdater(cfg, dims, info.Workers)
+				if _, err := u.update(tb, prev, keys, cs, prev == cfg.Iterations); err != nil {
+					return fmt.Errorf("kmeans.lloyd: stage %q iteration %d: %w", info.StageName, prev, err)
+				}
+			}
+			if err := info.Clock(); err != nil {
+				return err
+			}
+			it-- // read again, past that Clock
+			continue
+		}
+		if it > cfg.Iterations || cs.C[kr*dims] != 0 { // done, or worker 0 saw every restart converge
 			break
 		}
+		acck, fark := accKeys[it%2], farKeys[it%2]
 		cs.Update()
 		clear(sums)
 		clear(farVals)
@@ -116,7 +168,7 @@ func Lloyd(info *tasks.Info) error {
 		// died took them with it, and the survivors did not re-run the
 		// block: the iteration's centers and objective missed its points).
 		commit := func() error {
-			if err := acc.Add(keys[:kr], sums); err != nil {
+			if err := acc.Add(acck, sums); err != nil {
 				return err
 			}
 			clear(sums)
@@ -156,10 +208,10 @@ func Lloyd(info *tasks.Info) error {
 			}
 			return fmt.Errorf("kmeans.lloyd: input %q: %w", cfg.Train, err)
 		}
-		if err := acc.Add(keys[:kr], sums); err != nil {
+		if err := acc.Add(acck, sums); err != nil {
 			return err
 		}
-		if err := far.Add(farKeys, farVals); err != nil {
+		if err := far.Add(fark, farVals); err != nil {
 			return err
 		}
 		// A Barrier, not a Clock: in a stage that survives a slave's
@@ -174,32 +226,79 @@ func Lloyd(info *tasks.Info) error {
 			u = newUpdater(cfg, dims, info.Workers)
 		}
 		if idx, _ := info.Share(); idx == 0 {
-			obj, err := u.update(runs, acc, far, keys, cs, it == cfg.Iterations)
+			obj, err := u.update(tb, it, keys, cs, it == cfg.Iterations)
 			if err != nil {
 				return fmt.Errorf("kmeans.lloyd: stage %q iteration %d: %w", info.StageName, it, err)
 			}
 			metrics[tasks.MetricObjective] = obj
-			// The update acknowledged by every replica before the Clock
-			// lets the others read: the Adds of a worker that dies with
-			// them unacknowledged may be on one copy and not the next, and
-			// no one sends them again. A drill killed the updater's slave
-			// right after an update, and the backup that took over acc
-			// lacked its reset: the next iteration summed onto the last
-			// one's sums (objective 2% high).
-			if err := acc.Flush(); err != nil {
-				return err
-			}
 		}
 		if err := info.Clock(); err != nil {
 			return err
 		}
 		info.ReportEpoch(it, metrics)
 	}
-	if u == nil {
-		return nil
+	if u != nil {
+		info.Log.Info().Int("restart", u.best).Float64("objective", u.prev[u.best]).Msg("k-means: best restart")
 	}
-	info.Log.Info().Int("restart", u.best).Float64("objective", u.prev[u.best]).Msg("k-means: best restart")
-	return set(ct, keys[:k], u.next[u.best*k*dims:(u.best+1)*k*dims])
+	// The model: the best restart's centers, written by the first live
+	// worker and marked in ctl; if its slave dies meanwhile, the next one
+	// writes them (from the tables: every update is complete by now).
+	// Before, only the last updater wrote them, and a death at that point
+	// left kmeans.init's seeds as the model of a task reported done.
+	for {
+		if idx, _ := info.Share(); idx == 0 && ctlv[ctlModel] == 0 {
+			best := int(ctlv[ctlBest])
+			if best < 0 || best >= r {
+				return fmt.Errorf("kmeans.lloyd: stage %q: table %q names restart %d of %d", info.StageName, CtlTable(cfg.Centers), best, r)
+			}
+			if err := set(ct, keys[:k], cs.C[best*k*dims:(best+1)*k*dims]); err != nil {
+				return err
+			}
+			if err := ct.Flush(); err != nil {
+				return err
+			}
+			if err := set(ctl, ctlAll[ctlModel:ctlModel+1], []float64{1}); err != nil {
+				return err
+			}
+			if err := ctl.Flush(); err != nil {
+				return err
+			}
+		}
+		if err := info.Barrier(); err != nil {
+			return err
+		}
+		if err := ctl.Get(ctlAll, ctlv); err != nil {
+			return err
+		}
+		if ctlv[ctlModel] != 0 {
+			return nil
+		}
+		info.Log.Warn().Msg("k-means: the worker writing the model died: the first survivor writes it")
+	}
+}
+
+// The keys of the ctl table.
+const (
+	ctlDone  = iota // the last iteration whose update is complete
+	ctlBest         // the best restart as of that update
+	ctlModel        // 1 once the model's centers are written
+	ctlKeys
+)
+
+var ctlAll = seqKeys(ctlKeys)
+
+// getAdder is the part of a table the updates use.
+type getAdder interface {
+	Get([]uint64, []float64) error
+	Add([]uint64, []float64) error
+}
+
+// tables are the tables an update reads and writes.
+type tables struct {
+	runs, acc, far, ctl interface {
+		getAdder
+		Flush() error
+	}
 }
 
 // updater is the first live worker's half-iteration after the iteration's
@@ -212,35 +311,44 @@ type updater struct {
 	next       []float64 // the centers after the update
 	prev, objs []float64 // per restart: the previous and this iteration's objective
 	best       int       // the restart with the lowest objective so far
-	farKeys    []uint64
+	accKeys    []uint64  // the half of acc an update reads or clears
+	farKeys    []uint64  // the half of far
 }
 
 func newUpdater(cfg Config, dims, workers int) *updater {
 	kr := cfg.K * cfg.Restarts
 	return &updater{cfg: cfg, dims: dims, read: make([]float64, kr*(dims+2)), far: make([]float64, cfg.Restarts*workers*(dims+1)),
 		delta: make([]float64, (kr+1)*dims), next: make([]float64, kr*dims), objs: make([]float64, cfg.Restarts),
-		farKeys: seqKeys(cfg.Restarts * workers)}
+		accKeys: make([]uint64, kr), farKeys: make([]uint64, cfg.Restarts*workers)}
 }
 
-// update reads the summed partials, moves each center to its points'
-// mean (a center without points to its restart's farthest unused point,
-// or nowhere if none is left), resets acc and far to zero by adding their
-// negation (x + -x is exactly 0 in floating point), signals the workers
-// to stop once every restart converged, and returns the best restart's
-// objective.
-func (u *updater) update(runs, acc, far interface {
-	Get([]uint64, []float64) error
-	Add([]uint64, []float64) error
-}, keys []uint64, cs *Centers, last bool) (float64, error) {
+// update is the update of iteration it: it reads the summed partials
+// (the half it%2 of acc and far), moves each center to its points' mean
+// (a center without points to its restart's farthest unused point, or
+// nowhere if none is left), clears the other half of acc and far for the
+// next iteration (adding its negation: x + -x is exactly 0 in floating
+// point), signals the workers to stop once every restart converged, marks
+// the iteration done in ctl once all that is on every replica, and
+// returns the best restart's objective. Every write sets a value from
+// what the tables hold, so an update done again after its first worker
+// died half-way ends where the whole first one would have.
+func (u *updater) update(tb tables, it int, keys []uint64, cs *Centers, last bool) (float64, error) {
 	k, r, dims, w := u.cfg.K, u.cfg.Restarts, u.dims, u.dims+2
 	kr := k * r
-	if err := acc.Get(keys[:kr], u.read); err != nil {
-		return 0, err
-	}
-	if err := far.Get(u.farKeys, u.far); err != nil {
-		return 0, err
-	}
 	workers := len(u.farKeys) / r
+	half := func(keys []uint64, p, n int) []uint64 {
+		for j := range keys {
+			keys[j] = uint64(p*n + j)
+		}
+		return keys
+	}
+	accKeys, farKeys := half(u.accKeys, it%2, kr), half(u.farKeys, it%2, r*workers)
+	if err := tb.acc.Get(accKeys, u.read); err != nil {
+		return 0, err
+	}
+	if err := tb.far.Get(farKeys, u.far); err != nil {
+		return 0, err
+	}
 	clear(u.delta)
 	for run := range r {
 		// Candidates for empty clusters: the workers' farthest points,
@@ -301,20 +409,55 @@ func (u *updater) update(runs, acc, far interface {
 		u.prev = make([]float64, r)
 	}
 	copy(u.prev, u.objs)
+	stop := 0.0
 	if converged {
-		u.delta[kr*dims] = 1
+		stop = 1
 	}
-	if err := runs.Add(keys, u.delta); err != nil {
+	u.delta[kr*dims] = stop - cs.C[kr*dims] // as read: an update done again finds it set
+	if err := tb.runs.Add(keys, u.delta); err != nil {
 		return 0, err
 	}
-	for i := range u.read {
-		u.read[i] = -u.read[i]
-	}
-	if err := acc.Add(keys[:kr], u.read); err != nil {
+	// The next iteration's half, holding the sums of the one before
+	// (read by its update already).
+	accKeys, farKeys = half(accKeys, (it+1)%2, kr), half(farKeys, (it+1)%2, r*workers)
+	if err := negate(tb.acc, accKeys, u.read); err != nil {
 		return 0, err
 	}
-	for i := range u.far {
-		u.far[i] = -u.far[i]
+	if err := negate(tb.far, farKeys, u.far); err != nil {
+		return 0, err
 	}
-	return u.objs[u.best], far.Add(u.farKeys, u.far)
+	// Everything above on every replica before the mark: the Adds of a
+	// worker that dies with them unacknowledged may be on one copy and
+	// not the next, and no one sends them again (a drill killed the
+	// updater's slave right after an update, and the backup that took
+	// over acc lacked its reset: the next iteration summed onto the last
+	// one's sums, objective 2% high). And the mark on every replica before
+	// the Clock lets the others read.
+	if err := tb.runs.Flush(); err != nil {
+		return 0, err
+	}
+	// The best restart (and the model not written: a task's next round
+	// of the stage writes it again), then the mark alone: the ctl keys
+	// may live on different slaves, so one Add of all could land half.
+	if err := set(tb.ctl, ctlAll[ctlBest:ctlModel+1], []float64{float64(u.best), 0}); err != nil {
+		return 0, err
+	}
+	if err := tb.ctl.Flush(); err != nil {
+		return 0, err
+	}
+	if err := set(tb.ctl, ctlAll[ctlDone:ctlDone+1], []float64{float64(it)}); err != nil {
+		return 0, err
+	}
+	return u.objs[u.best], tb.ctl.Flush()
+}
+
+// negate adds the negation of t's values of keys to t (buf: their room).
+func negate(t getAdder, keys []uint64, buf []float64) error {
+	if err := t.Get(keys, buf); err != nil {
+		return err
+	}
+	for i := range buf {
+		buf[i] = -buf[i]
+	}
+	return t.Add(keys, buf)
 }
