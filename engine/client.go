@@ -35,9 +35,9 @@ type Client struct {
 	// submission lists the task's inputs, which may take a while on HDFS).
 	Timeout time.Duration
 	// BusLost is how long a follower waits for a bus it lost (the master
-	// embeds it: killed, it takes the bus along) before it says the
-	// master is gone (default 10s; a master restarted within it is
-	// followed on).
+	// embeds it: killed, it takes the bus along), or for a master to
+	// answer on a bus that is up, before it says the master is gone
+	// (default 10s; a master restarted within it is followed on).
 	BusLost time.Duration
 	// ExternalBusLost is BusLost for a master on an external NATS server
 	// (its status answer says so), which it and its tasks outlive
@@ -323,7 +323,8 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 	if pollFirst {
 		lastPoll = time.Time{}
 	}
-	var down time.Time // since when the bus is unreachable
+	var down time.Time   // since when the bus is unreachable
+	var silent time.Time // since when no master answers on a bus that is up
 	for {
 		if !c.nc.IsConnected() && !c.nc.IsClosed() {
 			// A status request would only wait out Timeout in the
@@ -348,7 +349,16 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 				lastPoll = time.Now()
 				rep, err := c.Status(ctx, id)
 				if err != nil && errors.Is(err, ErrNoMaster) {
-					return status.Task{}, fmt.Errorf("following task %s: %w", id, err)
+					// A master restarting (its subscriptions not yet
+					// made) is given BusLost, on any bus.
+					if silent.IsZero() {
+						silent = time.Now()
+					}
+					if time.Since(silent) >= c.BusLost {
+						return status.Task{}, fmt.Errorf("following task %s: %w (for %v)", id, err, time.Since(silent).Round(time.Second))
+					}
+				} else {
+					silent = time.Time{}
 				}
 				if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
 					if fn != nil {

@@ -72,3 +72,62 @@ func TestFollowerSaysWhenTheBusDied(t *testing.T) {
 		t.Fatalf("the follower took %v to give up, with BusLost = 1s", d)
 	}
 }
+
+// A follower that finds no master on a bus that is up (a master
+// restarting: its subscriptions not yet made) asks again for BusLost
+// before it gives up; a master back within it is followed to the end.
+// Before, the first status poll without an answer ended the follow.
+func TestFollowerWaitsOutAMasterWithoutAnswer(t *testing.T) {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	for _, tc := range []struct {
+		name    string
+		back    time.Duration // when the master answers; 0: never
+		wantErr bool
+	}{
+		{"back within BusLost", 3 * time.Second, false},
+		{"never back", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, err := bus.Connect(bus.Options{URL: srv.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			c := engine.NewClient(nc, "c")
+			c.BusLost = 5 * time.Second
+			if tc.back > 0 {
+				time.AfterFunc(tc.back, func() {
+					master, err := srv.Connect(bus.Options{})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					t.Cleanup(master.Close)
+					master.Subscribe(bus.For("c").Status(), func(m *nats.Msg) {
+						data, _ := json.Marshal(proto.StatusReply{Cluster: status.Cluster{Tasks: []status.Task{{ID: "t1", State: status.Done}}}})
+						m.Respond(data)
+					})
+				})
+			}
+			start := time.Now()
+			task, err := c.Follow(context.Background(), "t1", nil)
+			took := time.Since(start)
+			if tc.wantErr {
+				if !errors.Is(err, engine.ErrNoMaster) || !strings.Contains(err.Error(), "following task t1") {
+					t.Fatalf("error %v, want ErrNoMaster naming the task", err)
+				}
+				if took < c.BusLost {
+					t.Fatalf("gave up after %v, before BusLost (%v)", took, c.BusLost)
+				}
+				return
+			}
+			if err != nil || task.State != status.Done {
+				t.Fatalf("followed to %+v, %v; want the task done", task, err)
+			}
+		})
+	}
+}
