@@ -123,6 +123,18 @@ func (r *rig) cached(cl *Client, p Placement, kind CacheKind, capacity int) *Cac
 	return ct
 }
 
+// oneCachedWorker starts a rig of two slaves and the only worker of a
+// task under cons, off both slaves, with an 8-key LRU cache on its
+// table "w" (10 keys; keys 0..4 on one slave, 5..9 on the other). The
+// caller closes the client (Finish).
+func oneCachedWorker(t *testing.T, task string, cons Consistency) (*Client, *CachedTable) {
+	r := newRig(t, 2)
+	ps := r.task(task, cons, 1, TableSpec{Name: "w", Size: 10}.WithDefaults())
+	cl := r.client(r.conn(), task, -1, 0, cons)
+	t.Cleanup(cl.Close)
+	return cl, r.cached(cl, ps[0], CacheLRU, 8)
+}
+
 func TestNewCachedTableRejects(t *testing.T) {
 	r := newRig(t, 2)
 	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
@@ -582,13 +594,7 @@ func TestCacheBSPNeverAcrossClock(t *testing.T) {
 }
 
 func TestCacheSSPServesWithinBound(t *testing.T) {
-	r := newRig(t, 2)
-	ssp := Consistency{Kind: SSP, Staleness: 2}
-	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
-	ps := r.task("ssp", ssp, 1, spec)
-	cl := r.client(r.conn(), "ssp", -1, 0, ssp)
-	defer cl.Close()
-	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	cl, tc := oneCachedWorker(t, "ssp", Consistency{Kind: SSP, Staleness: 2})
 	keys := []uint64{1, 8}
 	out := make([]float64, 2)
 	// Fetched at clock 0 with stamp 0: good through clock 2, stale at 3.
@@ -646,13 +652,7 @@ func TestCacheASPAndReadYourWrites(t *testing.T) {
 // the table as they would without a cache (GetAsync returns while the
 // read travels), Adds leave the cache alone, and the reads are counted.
 func TestCacheReadsPastTheCache(t *testing.T) {
-	r := newRig(t, 2)
-	ssp := Consistency{Kind: SSP, Staleness: 1}
-	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
-	ps := r.task("past", ssp, 1, spec)
-	cl := r.client(r.conn(), "past", -1, 0, ssp)
-	defer cl.Close()
-	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	cl, tc := oneCachedWorker(t, "past", Consistency{Kind: SSP, Staleness: 1})
 	keys := []uint64{1, 7}
 	noErr(t, tc.Add(keys, []float64{1, 2}))
 	out := make([]float64, 2)
@@ -694,13 +694,7 @@ func TestCacheReadsPastTheCache(t *testing.T) {
 // Clock: hits and stamps are judged at the iteration that uses them, and
 // the worker's Adds made in between are in the values.
 func TestCacheGetNextThroughTheCache(t *testing.T) {
-	r := newRig(t, 2)
-	ssp := Consistency{Kind: SSP, Staleness: 1}
-	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
-	ps := r.task("next", ssp, 1, spec)
-	cl := r.client(r.conn(), "next", -1, 0, ssp)
-	defer cl.Close()
-	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	cl, tc := oneCachedWorker(t, "next", Consistency{Kind: SSP, Staleness: 1})
 	tc.gov = newCacheGovernor(0, 0) // always through the cache
 	keys := []uint64{2, 8}
 	out := make([]float64, 2)
@@ -725,13 +719,7 @@ func TestCacheGetNextThroughTheCache(t *testing.T) {
 // GetAsync through the cache returns at once with a read that travels
 // unless every key is cached fresh; its values do not fill the cache.
 func TestCacheGetAsyncThroughTheCache(t *testing.T) {
-	r := newRig(t, 2)
-	ssp := Consistency{Kind: SSP, Staleness: 1}
-	spec := TableSpec{Name: "w", Size: 10}.WithDefaults()
-	ps := r.task("async", ssp, 1, spec)
-	cl := r.client(r.conn(), "async", -1, 0, ssp)
-	defer cl.Close()
-	tc := r.cached(cl, ps[0], CacheLRU, 8)
+	cl, tc := oneCachedWorker(t, "async", Consistency{Kind: SSP, Staleness: 1})
 	tc.gov = newCacheGovernor(0, 0) // always through the cache
 	noErr(t, tc.Add([]uint64{3, 6}, []float64{1, 2}))
 	out := make([]float64, 2)
