@@ -73,53 +73,40 @@ func Full(info *tasks.Info) error {
 	bkeys := allKeys(biasStateSize)
 	bs := make([]float64, biasStateSize)
 
-	// Clock 0: rank 0 resets snap := w, mu := 0, n := 0 (and the
-	// intercept's b~ := b, mu_b := 0, marker := 1).
-	if info.Rank == 0 {
-		if err := w.Get(keys, wv); err != nil {
-			return err
-		}
-		if err := snap.Get(keys, buf); err != nil {
-			return err
-		}
-		for i := range buf {
-			buf[i] = wv[i] - buf[i]
-		}
-		if err := snap.Add(keys, buf); err != nil {
-			return err
-		}
-		if err := negate(mu, keys, buf); err != nil {
-			return err
-		}
-		if err := negate(nt, key0, one); err != nil {
-			return err
-		}
-		if bt != nil {
-			if err := bt.Get(key0, one); err != nil {
-				return err
-			}
-			if err := bstate.Get(bkeys, bs); err != nil {
-				return err
-			}
-			bs[keySnapBias] = one[0] - bs[keySnapBias]
-			bs[keyMuBias] = -bs[keyMuBias]
-			bs[keyMarker] = 1 - bs[keyMarker]
-			if err := bstate.Add(bkeys, bs); err != nil {
-				return err
-			}
-		}
-		// On every replica before the Clock lets the others read: the
-		// unacknowledged Adds of a worker that dies are sent again by no
-		// one (a backup taking over could miss the reset).
-		if err := snap.Flush(); err != nil {
-			return err
-		}
+	sum, ctl, err := fullTables(info, dim)
+	if err != nil {
+		return err
+	}
+	// The stage's two steps that one worker does for all (the reset
+	// before the pass, the mean after it) run once per stage: the first
+	// live worker does each and marks it done in ctl once its writes are
+	// on every replica; if its slave dies before the mark, the next one
+	// does it again (every write sets a value from what the tables hold,
+	// so what the dead one wrote does not count twice). Before, rank 0
+	// and then the first live worker did them unmarked: a death half-way
+	// left mu half reset or half made the mean, and the next svrg.sgd
+	// stepped along it. The marks count the stage's runs: every worker
+	// reads them before the Barrier after which the first one writes.
+	ctlv := make([]float64, ctlSize)
+	if err := ctl.Get(allKeys(ctlSize), ctlv); err != nil {
+		return err
+	}
+	run := ctlv[keyResets] + 1
+	if err := info.Barrier(); err != nil {
+		return err
+	}
+	fs := &fullState{w: w, snap: snap, sum: sum, mu: mu, n: nt, keys: keys, wv: wv, buf: buf, one: one, bs: bs}
+	if bt != nil {
+		fs.b, fs.bstate = bt, bstate
+	}
+	if err := once(info, ctl, ctlv, keyResets, run, fs.reset); err != nil {
+		return err
 	}
 	if err := info.Clock(); err != nil {
 		return err
 	}
 
-	// Clock 1: this Get is the barrier after rank 0's reads.
+	// Clock 1: the reset is done (once waited for its mark).
 	if err := w.Get(keys, wv); err != nil {
 		return err
 	}
@@ -147,14 +134,14 @@ func Full(info *tasks.Info) error {
 		if !finite(st.LossSum) || !finite(check) {
 			return fmt.Errorf("svrg.full: stage %q: the training loss or its gradient at the current model is not finite (loss sum %v): the model diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum)
 		}
-		if err := mu.Add(keys, grad); err != nil {
+		if err := sum.Add(keys, grad); err != nil {
 			return err
 		}
 		if err := nt.Add(key0, []float64{pending}); err != nil {
 			return err
 		}
 		if bt != nil {
-			if err := bstate.Add(bkeys[keyMuBias:keyMuBias+1], []float64{gradB}); err != nil {
+			if err := bstate.Add(bkeys[keySumBias:keySumBias+1], []float64{gradB}); err != nil {
 				return err
 			}
 		}
@@ -166,7 +153,7 @@ func Full(info *tasks.Info) error {
 		if err := addSums(); err != nil {
 			return err
 		}
-		return mu.Flush()
+		return sum.Flush()
 	}
 	err = tasks.EachRecordsCommit(info.Ctx, train, func(r *datastore.Records) error {
 		var rs lr.Stats
@@ -227,48 +214,154 @@ func Full(info *tasks.Info) error {
 		return fmt.Errorf("svrg.full: stage %q: mean training loss %.3g at the current model: training diverged; the svrg.sgd learning rate (lr) is likely too large", info.StageName, st.LossSum/float64(st.N))
 	}
 	obj := st.LossSum / n
-	// The first live worker as of the Barrier: rank 0 while it lives. When
-	// its slave died in the pass, a survivor makes mu the mean gradient;
-	// before, nobody did, and the next svrg.sgd stage stepped along the
-	// gradient sum (n times too long) with no l2 term.
 	if idx, _ := info.Share(); idx == 0 {
 		sq := 0.0
 		for _, v := range wv {
 			sq += v * v
 		}
 		obj += l2 / 2 * sq
-		// mu holds the gradient sum: make it the mean plus l2 w~.
-		if err := mu.Get(keys, buf); err != nil {
-			return err
-		}
-		for i := range buf {
-			buf[i] = buf[i]*(1/n-1) + l2*wv[i]
-		}
-		if err := mu.Add(keys, buf); err != nil {
-			return err
-		}
-		if bt != nil { // the intercept is not regularized
-			k := bkeys[keyMuBias : keyMuBias+1]
-			if err := bstate.Get(k, one); err != nil {
-				return err
-			}
-			one[0] *= 1/n - 1
-			if err := bstate.Add(k, one); err != nil {
-				return err
-			}
-		}
-		// mu is final on every replica before this worker's stage ends
-		// (see the reset's Flush above).
-		if err := mu.Flush(); err != nil {
-			return err
-		}
+	}
+	if err := once(info, ctl, ctlv, keyMeans, run, func() error { return fs.mean(n, l2) }); err != nil {
+		return err
 	}
 	info.ReportEpoch(1, map[string]float64{tasks.MetricObjective: obj, tasks.MetricSamples: float64(st.N), tasks.MetricLossSum: st.LossSum, tasks.MetricCorrect: float64(st.Correct)})
 	return nil
 }
 
+// fullState is what svrg.full's two one-worker steps read and write.
+// Each write adds the difference between the value it sets and the value
+// it read (or clears first), so a step done again after a death half-way
+// ends as one whole.
+type fullState struct {
+	w, snap, sum, mu, n getAdder
+	b, bstate           getAdder // nil without an intercept
+	keys                []uint64 // 0..dim-1
+	wv, buf             []float64
+	one, bs             []float64
+}
+
+type getAdder interface {
+	Get([]uint64, []float64) error
+	Add([]uint64, []float64) error
+}
+
+// reset sets snap := w, sum := 0, n := 0 (and the intercept's b~ := b,
+// its sum := 0, marker := 1), reading w into wv.
+func (f *fullState) reset() error {
+	keys, key0, wv, buf := f.keys, f.keys[:1], f.wv, f.buf
+	if err := f.w.Get(keys, wv); err != nil {
+		return err
+	}
+	if err := f.snap.Get(keys, buf); err != nil {
+		return err
+	}
+	for i := range buf {
+		buf[i] = wv[i] - buf[i]
+	}
+	if err := f.snap.Add(keys, buf); err != nil {
+		return err
+	}
+	if err := negate(f.sum, keys, buf); err != nil {
+		return err
+	}
+	if err := negate(f.n, key0, f.one); err != nil {
+		return err
+	}
+	if f.b == nil {
+		return nil
+	}
+	if err := f.b.Get(key0, f.one); err != nil {
+		return err
+	}
+	bkeys, bs := allKeys(biasStateSize), f.bs
+	if err := f.bstate.Get(bkeys, bs); err != nil {
+		return err
+	}
+	bs[keySnapBias] = f.one[0] - bs[keySnapBias]
+	bs[keySumBias] = -bs[keySumBias]
+	bs[keyMarker] = 1 - bs[keyMarker]
+	bs[keyMuBias] = 0
+	return f.bstate.Add(bkeys, bs)
+}
+
+// mean sets mu := sum/n + l2 w~ (wv: w~) and the intercept's mu_b :=
+// sum_b/n (it is not regularized). Each is cleared first (x + -x is
+// exactly 0), so mu ends the same whatever it held.
+func (f *fullState) mean(n, l2 float64) error {
+	keys, buf := f.keys, f.buf
+	if err := negate(f.mu, keys, buf); err != nil {
+		return err
+	}
+	if err := f.sum.Get(keys, buf); err != nil {
+		return err
+	}
+	for i := range buf {
+		buf[i] = buf[i]/n + l2*f.wv[i]
+	}
+	if err := f.mu.Add(keys, buf); err != nil {
+		return err
+	}
+	if f.b == nil {
+		return nil
+	}
+	k := allKeys(biasStateSize)[keyMuBias : keyMuBias+1]
+	if err := negate(f.bstate, k, f.one); err != nil {
+		return err
+	}
+	if err := f.bstate.Get(allKeys(biasStateSize), f.bs); err != nil {
+		return err
+	}
+	return f.bstate.Add(k, []float64{f.bs[keySumBias] / n})
+}
+
+// once runs do on the first live worker until key of ctl (ctlv: its
+// values as last read) holds want: do, its writes on every replica, then
+// the mark; a Barrier, after which every worker reads the marks. A first
+// live worker that died before its mark leaves the next one to run do
+// again, which must therefore set values from what the tables hold.
+func once(info *tasks.Info, ctl tasks.Table, ctlv []float64, key int, want float64, do func() error) error {
+	for ctlv[key] != want {
+		if idx, _ := info.Share(); idx == 0 {
+			if err := do(); err != nil {
+				return err
+			}
+			if err := ctl.Flush(); err != nil { // every table's Adds
+				return err
+			}
+			if err := ctl.Add(allKeys(ctlSize)[key:key+1], []float64{want - ctlv[key]}); err != nil {
+				return err
+			}
+			if err := ctl.Flush(); err != nil {
+				return err
+			}
+		}
+		if err := info.Barrier(); err != nil {
+			return err
+		}
+		if err := ctl.Get(allKeys(ctlSize), ctlv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fullTables opens svrg.full's own tables: the gradient sum and the marks.
+func fullTables(info *tasks.Info, dim uint64) (sum, ctl tasks.Table, err error) {
+	if sum, err = info.Table(TableSum); err != nil {
+		return nil, nil, fmt.Errorf("svrg: %w (the task adds it when svrg.full is registered)", err)
+	}
+	if ctl, err = info.Table(TableCtl); err != nil {
+		return nil, nil, fmt.Errorf("svrg: %w (the task adds it when svrg.full is registered)", err)
+	}
+	if sum.Spec().Size < dim || sum.Spec().Width != 1 || ctl.Spec().Size < ctlSize || ctl.Spec().Width != 1 {
+		return nil, nil, fmt.Errorf("svrg: tables %q (%d x %d) and %q (%d x %d) want %d x 1 and %d x 1",
+			TableSum, sum.Spec().Size, sum.Spec().Width, TableCtl, ctl.Spec().Size, ctl.Spec().Width, dim, ctlSize)
+	}
+	return sum, ctl, nil
+}
+
 // negate adds -t[keys] to t, using buf (len(keys)) as scratch.
-func negate(t tasks.Table, keys []uint64, buf []float64) error {
+func negate(t getAdder, keys []uint64, buf []float64) error {
 	if err := t.Get(keys, buf); err != nil {
 		return err
 	}

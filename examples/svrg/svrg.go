@@ -8,29 +8,29 @@
 // "mu" the full gradient at w~ (mu = (1/n) sum_i grad loss_i(w~) + l2 w~)
 // and "n" (size >= 1) the number of training samples.
 //
-// svrg.full (ps, BSP, any number of workers) runs three iterations. Clock
-// 0: rank 0 alone reads all of snap, mu and n and adds (w - snap), -mu and
-// -n, so the three hold w, 0 and 0 once those Adds land; no other worker
-// touches a table at clock 0. Clock 1: every worker first reads all of w
-// (the snapshot: nobody writes w in this stage). Under BSP that Get waits
-// until every worker has finished clock 0, so it is a barrier: rank 0's
-// reads happened before it clocked, hence before any worker sends its
-// gradient. Adds commute, so it does not matter when rank 0's negations
-// are applied, only that the values they cancel were read before anything
-// new was added. Each worker then streams its share of the data, sums the
-// loss gradient locally (one dense array) and adds that sum to mu and its
-// record count to n. Then a Barrier (not a Clock: a worker starved at the
-// pass's end in a stage that survives a slave's death ticks idle clocks,
-// so clock counts do not line up after a pass): every worker's Adds are
-// applied, so every worker reads the true n and reports its partial objective
-// lossSum/n (the first live worker, rank 0 while it lives, adds l2/2
-// ||w||^2): the master sums the workers' metrics, so "objective" sums to
-// F(w~). That worker also reads all of mu (the
-// gradient sum) and adds sum*(1/n - 1) + l2 w~, so mu ends as the full
-// gradient. n is recounted every round (the pass reads every record
-// anyway), which keeps each round self-contained. All of this needs BSP
-// (the stage function cannot check it: Info does not carry the stage's
-// consistency): under SSP or ASP those Gets are no barriers.
+// svrg.full (ps, BSP, any number of workers): every worker reads the
+// marks of "w.svrg.ctl" (how many runs of the stage reset and made the
+// mean), then a Barrier; the first live worker resets: snap := w, the
+// gradient sum "w.svrg.sum" := 0, n := 0 (each write adds the difference
+// to the value it read), and marks the reset done once those writes are
+// on every replica; a Barrier, after which every worker reads the mark,
+// and if the resetting worker's slave died before it, the next first
+// live worker resets again (the writes set values, so a half reset
+// done again ends as one whole). A Clock; then every worker reads all of
+// w (the snapshot: nobody writes w in this stage), streams its share of
+// the data, sums the loss gradient locally (one dense array) and adds
+// that sum to "w.svrg.sum" and its record count to n. Then a Barrier (not
+// a Clock: a worker starved at the pass's end in a stage that survives a
+// slave's death ticks idle clocks, so clock counts do not line up after a
+// pass): every worker's Adds are applied, so every worker reads the true
+// n and reports its partial objective lossSum/n (the first live worker
+// adds l2/2 ||w||^2): the master sums the workers' metrics, so
+// "objective" sums to F(w~). The first live worker then makes mu the
+// full gradient, mu := sum/n + l2 w~ (cleared first, so it ends the same
+// whatever it held), marked and done again as the reset is. n is
+// recounted every round (the pass reads every record anyway), which
+// keeps each round self-contained. All of this needs BSP (svrg.full is
+// refused at submission under another model with more than one worker).
 //
 // svrg.sgd (local or single, few workers; any kind works) reads snap, mu
 // and n once (they do not change during the stage) and runs mini-batch
@@ -91,7 +91,8 @@
 // inner stage takes epochs_inner passes and at least min_steps (1000)
 // steps: on small data a pass is a handful of steps.
 //
-// Both tables are added to the task automatically (tasks.RegisterTables).
+// Both tables are added to the task automatically (tasks.RegisterTables),
+// as are svrg.full's "w.svrg.sum" and "w.svrg.ctl" (see Full).
 // A non-finite or exploding objective, gradient or step stops the stage
 // with an error naming the stage and the likely cause (svrg.sgd's lr), so
 // no broken model is written.
@@ -135,9 +136,14 @@ const (
 	TableMu   = "mu"
 	TableN    = "n"
 	// TableBiasState holds the intercept's snapshot (key 0), its
-	// full-gradient part (key 1) and a marker that svrg.full ran with an
-	// intercept (key 2).
+	// full-gradient part (key 1), a marker that svrg.full ran with an
+	// intercept (key 2) and the sum of its gradient over the pass (key 3).
 	TableBiasState = "w.bias.svrg"
+	// TableSum holds the sum of svrg.full's gradients over the pass, of
+	// which it makes mu the mean; TableCtl counts the stage's resets and
+	// means done (see Full).
+	TableSum = "w.svrg.sum"
+	TableCtl = "w.svrg.ctl"
 )
 
 // Keys of TableBiasState.
@@ -145,7 +151,15 @@ const (
 	keySnapBias = iota
 	keyMuBias
 	keyMarker
+	keySumBias
 	biasStateSize
+)
+
+// Keys of TableCtl.
+const (
+	keyResets = iota // svrg.full runs whose reset is complete
+	keyMeans         // svrg.full runs whose mean is complete
+	ctlSize
 )
 
 // StageTables is the stages' tasks.TablesFunc: the intercept and scale tables
@@ -159,6 +173,10 @@ func StageTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSp
 		out := lr.AuxTables(w, intercept, st.Params.Bool("standardize", lr.StandardizeDefault(w)))
 		if intercept {
 			out = append(out, kvstore.TableSpec{Name: TableBiasState, Size: biasStateSize, Replicas: w.Replicas})
+		}
+		if st.Func == "svrg.full" {
+			out = append(out, kvstore.TableSpec{Name: TableSum, Size: w.Size, Replicas: w.Replicas},
+				kvstore.TableSpec{Name: TableCtl, Size: ctlSize, Replicas: w.Replicas})
 		}
 		if st.Func == "svrg.sgd" {
 			if _, ok := st.Params["lr"]; !ok {
