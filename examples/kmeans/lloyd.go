@@ -138,7 +138,9 @@ func Lloyd(info *tasks.Info) error {
 		if err := ctl.Get(ctlAll, ctlv); err != nil {
 			return err
 		}
-		if prev := it - 1; prev > info.StartEpoch && int(ctlv[ctlDone]) < prev {
+		// (!=, not <: an earlier run of the stage in the task, a repeat,
+		// left its own last iteration there.)
+		if prev := it - 1; prev > info.StartEpoch && int(ctlv[ctlDone]) != prev {
 			info.Log.Warn().Int("iteration", prev).Msg("k-means: the centers' update of this iteration did not finish (its worker's slave died): the first survivor does it again")
 			if err := info.Barrier(); err != nil {
 				return err
