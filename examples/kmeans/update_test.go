@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/flexps/flexps/internal/testkit"
 )
 
 // memTable is a dense in-memory table: Get copies, Add adds.
@@ -102,38 +104,11 @@ func TestUpdateClearsTheNextHalf(t *testing.T) {
 	}
 }
 
-// dyingTable applies Adds until its slave "dies": the Add during which
-// the shared budget of keys runs out applies the keys it has room for
-// (a message that got through, one that did not) and fails, as does
-// every later call.
-type dyingTable struct {
-	*memTable
-	left *int // keys every dyingTable of the update may still apply
-}
-
-var errDied = errors.New("slave died")
-
-func (d dyingTable) Get(keys []uint64, out []float64) error {
-	if *d.left < 0 {
-		return errDied
-	}
-	return d.memTable.Get(keys, out)
-}
-
-func (d dyingTable) Add(keys []uint64, v []float64) error {
-	if *d.left < 0 {
-		return errDied
-	}
-	n := min(len(keys), *d.left)
-	*d.left -= len(keys)
-	if err := d.memTable.Add(keys[:n], v[:n*d.width]); err != nil {
-		return err
-	}
-	if n < len(keys) {
-		*d.left = -1
-		return errDied
-	}
-	return nil
+// dying is an update's tables ms on a slave that dies after *left keys
+// added.
+func dying(ms []*memTable, left *int) tables {
+	d := func(m *memTable) testkit.Dying { return testkit.Dying{T: m, Width: m.width, Left: left} }
+	return tables{runs: d(ms[0]), acc: d(ms[1]), far: d(ms[2]), ctl: d(ms[3])}
 }
 
 // TestUpdateDoneAgainEndsAsOne: an update whose worker dies after any
@@ -173,7 +148,7 @@ func TestUpdateDoneAgainEndsAsOne(t *testing.T) {
 	{
 		left := 1 << 30
 		tb, ms := start()
-		dt := tables{runs: dyingTable{ms[0], &left}, acc: dyingTable{ms[1], &left}, far: dyingTable{ms[2], &left}, ctl: dyingTable{ms[3], &left}}
+		dt := dying(ms, &left)
 		cs := NewCenters(cfg.K*cfg.Restarts+1, dims, append([]float64(nil), ms[0].v...))
 		if _, err := newUpdater(cfg, dims, workers).update(dt, it, seqKeys(7), cs, false); err != nil {
 			t.Fatal(err)
@@ -184,9 +159,9 @@ func TestUpdateDoneAgainEndsAsOne(t *testing.T) {
 	for died := 0; died < total; died++ {
 		left := died
 		tb, ms := start()
-		dt := tables{runs: dyingTable{ms[0], &left}, acc: dyingTable{ms[1], &left}, far: dyingTable{ms[2], &left}, ctl: dyingTable{ms[3], &left}}
+		dt := dying(ms, &left)
 		cs := NewCenters(cfg.K*cfg.Restarts+1, dims, append([]float64(nil), ms[0].v...))
-		if _, err := newUpdater(cfg, dims, workers).update(dt, it, seqKeys(7), cs, false); !errors.Is(err, errDied) {
+		if _, err := newUpdater(cfg, dims, workers).update(dt, it, seqKeys(7), cs, false); !errors.Is(err, testkit.ErrDied) {
 			t.Fatalf("died after %d of %d keys: %v", died, total, err)
 		}
 		if int(ms[3].v[ctlDone]) == it {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/flexps/flexps/internal/testkit"
 )
 
 // memTable is a width-1 table in memory.
@@ -19,37 +21,6 @@ func (m memTable) Get(keys []uint64, out []float64) error {
 func (m memTable) Add(keys []uint64, d []float64) error {
 	for i, k := range keys {
 		m[k] += d[i]
-	}
-	return nil
-}
-
-// dyingTable applies Adds until its slave "dies": the Add during which
-// the shared budget of keys runs out applies the keys it has room for
-// and fails, as does every later call.
-type dyingTable struct {
-	memTable
-	left *int
-}
-
-var errDied = errors.New("slave died")
-
-func (d dyingTable) Get(keys []uint64, out []float64) error {
-	if *d.left < 0 {
-		return errDied
-	}
-	return d.memTable.Get(keys, out)
-}
-
-func (d dyingTable) Add(keys []uint64, v []float64) error {
-	if *d.left < 0 {
-		return errDied
-	}
-	n := min(len(keys), *d.left)
-	*d.left -= len(keys)
-	d.memTable.Add(keys[:n], v[:n])
-	if n < len(keys) {
-		*d.left = -1
-		return errDied
 	}
 	return nil
 }
@@ -101,14 +72,14 @@ func TestOneWorkerStepsDoneAgainEndAsOne(t *testing.T) {
 				got := start()
 				var dying []getAdder
 				for _, m := range got {
-					dying = append(dying, dyingTable{m, &left})
+					dying = append(dying, testkit.Dying{T: m, Width: 1, Left: &left})
 				}
 				err := step.do(state(dying))
 				if err == nil {
 					total = died
 					break
 				}
-				if !errors.Is(err, errDied) {
+				if !errors.Is(err, testkit.ErrDied) {
 					t.Fatal(err)
 				}
 				var again []getAdder
