@@ -95,10 +95,7 @@ func Full(info *tasks.Info) error {
 	if err := info.Barrier(); err != nil {
 		return err
 	}
-	fs := &fullState{w: w, snap: snap, sum: sum, mu: mu, n: nt, keys: keys, wv: wv, buf: buf, one: one, bs: bs}
-	if bt != nil {
-		fs.b, fs.bstate = bt, bstate
-	}
+	fs := &fullState{w: w, snap: snap, sum: sum, mu: mu, n: nt, b: bt, bstate: bstate, keys: keys, wv: wv, buf: buf, one: one, bs: bs}
 	if err := once(info, ctl, ctlv, keyResets, run, fs.reset); err != nil {
 		return err
 	}

@@ -89,29 +89,48 @@ func TestSubjects(t *testing.T) {
 
 // A process logs at once when it loses the bus, and when it is back.
 func TestConnectionLossIsLogged(t *testing.T) {
-	listen := fmt.Sprintf("127.0.0.1:%d", closedPort(t))
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
+	b := startRestartable(t, "slave-x")
+	b.srv.Shutdown()
+	waitFor(t, &b.log, "connection to NATS lost")
+	b.start()
+	waitFor(t, &b.log, "reconnected to NATS")
+	if !strings.Contains(b.log.String(), "slave-x") {
+		t.Errorf("the log does not name the connection: %s", b.log.String())
+	}
+}
+
+// restartable is an embedded server on a fixed loopback port, which a
+// test may shut down and start again there, and a connection to it
+// named name that logs into log.
+type restartable struct {
+	t      *testing.T
+	listen string
+	srv    *bus.Embedded
+	nc     *nats.Conn
+	log    syncBuffer
+}
+
+func startRestartable(t *testing.T, name string) *restartable {
+	b := &restartable{t: t, listen: fmt.Sprintf("127.0.0.1:%d", closedPort(t))}
+	b.start()
+	log := zerolog.New(&b.log)
+	nc, err := bus.Connect(bus.Options{URL: b.srv.URL(), Name: name, Log: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf syncBuffer
-	log := zerolog.New(&buf)
-	nc, err := bus.Connect(bus.Options{URL: srv.URL(), Name: "slave-x", Log: &log})
+	t.Cleanup(nc.Close)
+	b.nc = nc
+	return b
+}
+
+// start starts the server (again) on the same port.
+func (b *restartable) start() {
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: b.listen})
 	if err != nil {
-		t.Fatal(err)
+		b.t.Fatal(err)
 	}
-	defer nc.Close()
-	srv.Shutdown()
-	waitFor(t, &buf, "connection to NATS lost")
-	srv, err = bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	waitFor(t, &buf, "reconnected to NATS")
-	if !strings.Contains(buf.String(), "slave-x") {
-		t.Errorf("the log does not name the connection: %s", buf.String())
-	}
+	b.t.Cleanup(srv.Shutdown)
+	b.srv = srv
 }
 
 type syncBuffer struct {

@@ -2,7 +2,6 @@ package bus_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 )
 
 // A request waiting when its connection loses the server (which the
@@ -20,19 +18,9 @@ import (
 // Within says how recent the reconnection is; asked again, the request is
 // answered.
 func TestRequestAcrossAReconnectionSaysResend(t *testing.T) {
-	listen := fmt.Sprintf("127.0.0.1:%d", closedPort(t))
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf syncBuffer
-	log := zerolog.New(&buf)
-	nc, err := bus.Connect(bus.Options{URL: srv.URL(), Name: "asker", Log: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	other, err := bus.Connect(bus.Options{URL: srv.URL(), Name: "answerer"})
+	b := startRestartable(t, "asker")
+	nc := b.nc
+	other, err := bus.Connect(bus.Options{URL: b.srv.URL(), Name: "answerer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +52,8 @@ func TestRequestAcrossAReconnectionSaysResend(t *testing.T) {
 		done <- result{resend, err}
 	}()
 	time.Sleep(100 * time.Millisecond) // the request reached the answerer, who drops it
-	srv.Shutdown()
-	srv, err = bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	b.srv.Shutdown()
+	b.start()
 	select {
 	case res := <-done:
 		if !res.resend || res.err == nil {
@@ -81,7 +65,7 @@ func TestRequestAcrossAReconnectionSaysResend(t *testing.T) {
 	if !r.Within(time.Minute) {
 		t.Fatal("Within after a reconnection")
 	}
-	waitFor(t, &buf, "reconnected to NATS")
+	waitFor(t, &b.log, "reconnected to NATS")
 	// Asked again once both sides are back, the request is answered.
 	answer.Store(true)
 	deadline := time.Now().Add(30 * time.Second)
