@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/tableops"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -143,28 +144,16 @@ func Init(info *tasks.Info) error {
 			best, bestPot = r, pot
 		}
 	}
-	if err := set(runs, seqKeys(cfg.Restarts*cfg.K+1), all); err != nil {
+	if err := tableops.Set(runs, seqKeys(cfg.Restarts*cfg.K+1), all); err != nil {
 		return err
 	}
-	if err := set(centers, seqKeys(cfg.K), all[best*cfg.K*dims:(best+1)*cfg.K*dims]); err != nil {
+	if err := tableops.Set(centers, seqKeys(cfg.K), all[best*cfg.K*dims:(best+1)*cfg.K*dims]); err != nil {
 		return err
 	}
 	info.Log.Info().Int64("rows", n).Int("sample", len(pts)).Int("k", cfg.K).Int("restarts", cfg.Restarts).
 		Float64("sample_objective", bestPot).Msg("kmeans++ seeded")
 	info.ReportEpoch(1, map[string]float64{tasks.MetricSamples: float64(n), tasks.MetricObjective: bestPot})
 	return nil
-}
-
-// set makes t[keys] hold vals (tables only add: add the difference).
-func set(t getAdder, keys []uint64, vals []float64) error {
-	old := make([]float64, len(vals))
-	if err := t.Get(keys, old); err != nil {
-		return err
-	}
-	for i := range old {
-		old[i] = vals[i] - old[i]
-	}
-	return t.Add(keys, old)
 }
 
 // writeScale stores each feature's weight 1/variance (1 for a constant
@@ -184,7 +173,7 @@ func writeScale(info *tasks.Info, cfg Config, sum, sumSq []float64, n float64) (
 			wt[f] = 1 / v
 		}
 	}
-	return wt, set(st, seqKeys(len(wt)), wt)
+	return wt, tableops.Set(st, seqKeys(len(wt)), wt)
 }
 
 // SeedPlusPlus picks k centers from pts by greedy k-means++ (Arthur and

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/tableops"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -253,13 +254,13 @@ func Lloyd(info *tasks.Info) error {
 			if best < 0 || best >= r {
 				return fmt.Errorf("kmeans.lloyd: stage %q: table %q names restart %d of %d", info.StageName, CtlTable(cfg.Centers), best, r)
 			}
-			if err := set(ct, keys[:k], cs.C[best*k*dims:(best+1)*k*dims]); err != nil {
+			if err := tableops.Set(ct, keys[:k], cs.C[best*k*dims:(best+1)*k*dims]); err != nil {
 				return err
 			}
 			if err := ct.Flush(); err != nil {
 				return err
 			}
-			if err := set(ctl, ctlAll[ctlModel:ctlModel+1], []float64{1}); err != nil {
+			if err := tableops.Set(ctl, ctlAll[ctlModel:ctlModel+1], []float64{1}); err != nil {
 				return err
 			}
 			if err := ctl.Flush(); err != nil {
@@ -290,10 +291,7 @@ const (
 var ctlAll = seqKeys(ctlKeys)
 
 // getAdder is the part of a table the updates use.
-type getAdder interface {
-	Get([]uint64, []float64) error
-	Add([]uint64, []float64) error
-}
+type getAdder = tableops.GetAdder
 
 // tables are the tables an update reads and writes.
 type tables struct {
@@ -422,10 +420,10 @@ func (u *updater) update(tb tables, it int, keys []uint64, cs *Centers, last boo
 	// The next iteration's half, holding the sums of the one before
 	// (read by its update already).
 	accKeys, farKeys = half(accKeys, (it+1)%2, kr), half(farKeys, (it+1)%2, r*workers)
-	if err := negate(tb.acc, accKeys, u.read); err != nil {
+	if err := tableops.Negate(tb.acc, accKeys, u.read); err != nil {
 		return 0, err
 	}
-	if err := negate(tb.far, farKeys, u.far); err != nil {
+	if err := tableops.Negate(tb.far, farKeys, u.far); err != nil {
 		return 0, err
 	}
 	// Everything above on every replica before the mark: the Adds of a
@@ -441,25 +439,14 @@ func (u *updater) update(tb tables, it int, keys []uint64, cs *Centers, last boo
 	// The best restart (and the model not written: a task's next round
 	// of the stage writes it again), then the mark alone: the ctl keys
 	// may live on different slaves, so one Add of all could land half.
-	if err := set(tb.ctl, ctlAll[ctlBest:ctlModel+1], []float64{float64(u.best), 0}); err != nil {
+	if err := tableops.Set(tb.ctl, ctlAll[ctlBest:ctlModel+1], []float64{float64(u.best), 0}); err != nil {
 		return 0, err
 	}
 	if err := tb.ctl.Flush(); err != nil {
 		return 0, err
 	}
-	if err := set(tb.ctl, ctlAll[ctlDone:ctlDone+1], []float64{float64(it)}); err != nil {
+	if err := tableops.Set(tb.ctl, ctlAll[ctlDone:ctlDone+1], []float64{float64(it)}); err != nil {
 		return 0, err
 	}
 	return u.objs[u.best], tb.ctl.Flush()
-}
-
-// negate adds the negation of t's values of keys to t (buf: their room).
-func negate(t getAdder, keys []uint64, buf []float64) error {
-	if err := t.Get(keys, buf); err != nil {
-		return err
-	}
-	for i := range buf {
-		buf[i] = -buf[i]
-	}
-	return t.Add(keys, buf)
 }

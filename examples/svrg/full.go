@@ -5,6 +5,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/examples/lr"
+	"github.com/flexps/flexps/internal/tableops"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
@@ -237,10 +238,8 @@ type fullState struct {
 	one, bs             []float64
 }
 
-type getAdder interface {
-	Get([]uint64, []float64) error
-	Add([]uint64, []float64) error
-}
+// getAdder is the part of a table fullState uses.
+type getAdder = tableops.GetAdder
 
 // reset sets snap := w, sum := 0, n := 0 (and the intercept's b~ := b,
 // its sum := 0, marker := 1), reading w into wv.
@@ -258,10 +257,10 @@ func (f *fullState) reset() error {
 	if err := f.snap.Add(keys, buf); err != nil {
 		return err
 	}
-	if err := negate(f.sum, keys, buf); err != nil {
+	if err := tableops.Negate(f.sum, keys, buf); err != nil {
 		return err
 	}
-	if err := negate(f.n, key0, f.one); err != nil {
+	if err := tableops.Negate(f.n, key0, f.one); err != nil {
 		return err
 	}
 	if f.b == nil {
@@ -286,7 +285,7 @@ func (f *fullState) reset() error {
 // exactly 0), so mu ends the same whatever it held.
 func (f *fullState) mean(n, l2 float64) error {
 	keys, buf := f.keys, f.buf
-	if err := negate(f.mu, keys, buf); err != nil {
+	if err := tableops.Negate(f.mu, keys, buf); err != nil {
 		return err
 	}
 	if err := f.sum.Get(keys, buf); err != nil {
@@ -302,7 +301,7 @@ func (f *fullState) mean(n, l2 float64) error {
 		return nil
 	}
 	k := allKeys(biasStateSize)[keyMuBias : keyMuBias+1]
-	if err := negate(f.bstate, k, f.one); err != nil {
+	if err := tableops.Negate(f.bstate, k, f.one); err != nil {
 		return err
 	}
 	if err := f.bstate.Get(allKeys(biasStateSize), f.bs); err != nil {
@@ -355,15 +354,4 @@ func fullTables(info *tasks.Info, dim uint64) (sum, ctl tasks.Table, err error) 
 			TableSum, sum.Spec().Size, sum.Spec().Width, TableCtl, ctl.Spec().Size, ctl.Spec().Width, dim, ctlSize)
 	}
 	return sum, ctl, nil
-}
-
-// negate adds -t[keys] to t, using buf (len(keys)) as scratch.
-func negate(t getAdder, keys []uint64, buf []float64) error {
-	if err := t.Get(keys, buf); err != nil {
-		return err
-	}
-	for i := range buf {
-		buf[i] = -buf[i]
-	}
-	return t.Add(keys, buf)
 }
