@@ -493,17 +493,22 @@ func (d *decoder) fail(format string, a ...any) {
 	}
 }
 
+// badVarint fails the decoding of what, whose varint read returned n <= 0.
+func (d *decoder) badVarint(n int, what string) {
+	if n == 0 {
+		d.fail("truncated %s", what)
+	} else {
+		d.fail("%s overflows 64 bits", what)
+	}
+}
+
 func (d *decoder) uvarint(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b[d.i:])
 	if n <= 0 {
-		if n == 0 {
-			d.fail("truncated %s", what)
-		} else {
-			d.fail("%s overflows 64 bits", what)
-		}
+		d.badVarint(n, what)
 		return 0
 	}
 	d.i += n
@@ -526,11 +531,7 @@ func (d *decoder) keys(keys []uint64) {
 			v, n := binary.Uvarint(b[min(i, len(b)):])
 			if n <= 0 {
 				d.i = i
-				if n == 0 {
-					d.fail("truncated key")
-				} else {
-					d.fail("key overflows 64 bits")
-				}
+				d.badVarint(n, "key")
 				return
 			}
 			z, i = v, i+n
@@ -556,11 +557,7 @@ func (d *decoder) varint(what string) int64 {
 	}
 	v, n := binary.Varint(d.b[d.i:])
 	if n <= 0 {
-		if n == 0 {
-			d.fail("truncated %s", what)
-		} else {
-			d.fail("%s overflows 64 bits", what)
-		}
+		d.badVarint(n, what)
 		return 0
 	}
 	d.i += n
