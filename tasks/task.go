@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
 )
 
@@ -344,6 +345,26 @@ func (t *MultiStageTask) validate(registry bool) error {
 		}
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
 			return bad("input", name, "index_base", "input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
+		}
+		if len(in.Delimiter) > 1 {
+			// FormatOptions keeps one byte: "tab" would split on 't'.
+			return bad("input", name, "delimiter", "input %q: delimiter must be one character, got %q (a tab is \"\\t\")", name, in.Delimiter)
+		}
+		if in.Format == "csv" {
+			// The checks the workers' parser makes when it starts, made
+			// here so that they name the line.
+			opt := datastore.DefaultFormatOptions()
+			if in.Delimiter != "" {
+				opt.Delimiter = in.Delimiter[0]
+			}
+			if _, err := datastore.NewFormat("csv", opt); err != nil {
+				return bad("input", name, "delimiter", "input %q: %v", name, err)
+			}
+			opt = datastore.DefaultFormatOptions()
+			opt.LabelColumn = in.Label
+			if _, err := datastore.NewFormat("csv", opt); err != nil {
+				return bad("input", name, "label_column", "input %q: %v", name, err)
+			}
 		}
 	}
 	for i, s := range t.Stages {

@@ -528,6 +528,10 @@ the flags override that.`,
 			if fs.Changed("header") {
 				o.Header = &header
 			}
+			if fs.Changed("delimiter") && len(o.Delimiter) != 1 {
+				// The reader keeps one byte: "tab" would split on 't'.
+				return usageError{fmt.Sprintf("--delimiter %q: want one character (a tab: --delimiter $'\\t')", o.Delimiter)}
+			}
 			res, err := tasks.EvaluateWith(cmd.Context(), model, data, o)
 			if err != nil {
 				return err
