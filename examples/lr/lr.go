@@ -210,6 +210,11 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
+	if wd := w.Spec().Width; wd != 1 {
+		// A weight per feature: with more values per key every read
+		// failed deep in the store ("17 values for 17 keys of width 2").
+		return fmt.Errorf("lr: table %q: width must be 1 (one weight per feature), got %d", cfg.Table, wd)
+	}
 	cfg.Standardize = info.Params.Bool("standardize", w.Spec().Storage == kvstore.Dense)
 	if cfg.Standardize && w.Spec().Storage != kvstore.Dense {
 		return fmt.Errorf("lr: standardize needs a dense table; table %q is %s (set standardize = false)", cfg.Table, w.Spec().Storage)
