@@ -125,6 +125,22 @@ func (i *Info) Table(name string) (Table, error) { return i.Runtime.Table(name) 
 // Input returns the named input's share for this worker.
 func (i *Info) Input(name string) (Input, error) { return i.Runtime.Input(name) }
 
+// OptionalInput returns input name, chosen by the stage param named param
+// (or the param's default), for a role the stage can do without, such as
+// a test set: nil when the param is not set and the stage cannot read
+// input name. A param that is set must name an input the stage reads: a
+// misspelt test = "vaild" is an error, not a silently skipped evaluation.
+func (i *Info) OptionalInput(param, name string) (Input, error) {
+	in, err := i.Input(name)
+	if err != nil {
+		if _, set := i.Params[param]; set {
+			return nil, fmt.Errorf("param %s = %q: %w", param, name, err)
+		}
+		return nil, nil
+	}
+	return in, nil
+}
+
 // Clock ends the worker's current iteration: consistency models count
 // iterations by it.
 func (i *Info) Clock() error { return i.Runtime.Clock() }

@@ -188,7 +188,10 @@ func ComplEx(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("kge: %w", err)
 	}
-	test, _ := info.Input(cfg.Test) // optional
+	test, err := info.OptionalInput("test", cfg.Test)
+	if err != nil {
+		return fmt.Errorf("kge: %w", err)
+	}
 	var known Known
 	if test != nil {
 		known = Known{}

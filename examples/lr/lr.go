@@ -223,7 +223,10 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
-	test, _ := info.Input(cfg.Test) // optional
+	test, err := info.OptionalInput("test", cfg.Test)
+	if err != nil {
+		return fmt.Errorf("lr: %w", err)
+	}
 	m := NewMiniBatch(w)
 	m.Occurrences = info.WorkerKind == tasks.KindLocal || info.WorkerKind == tasks.KindSingle
 	m.Merge = info.WorkerKind == tasks.KindHogwild

@@ -280,7 +280,10 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("mf: %w", err)
 	}
-	test, _ := info.Input(cfg.Test) // optional
+	test, err := info.OptionalInput("test", cfg.Test)
+	if err != nil {
+		return fmt.Errorf("mf: %w", err)
+	}
 	variance, err := prepareCounts(info, tabs, train, cfg)
 	if err != nil {
 		return err

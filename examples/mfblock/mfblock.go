@@ -132,7 +132,10 @@ func Blocked(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", Func, err)
 	}
-	test, _ := info.Input(cfg.test) // optional
+	test, err := info.OptionalInput("test", cfg.test)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Func, err)
+	}
 	data, err := readAll(info, in, users.Spec().Size, items.Spec().Size, cfg.train)
 	if err != nil {
 		return err

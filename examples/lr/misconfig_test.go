@@ -1,0 +1,122 @@
+package lr_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/kvstore"
+	"github.com/flexps/flexps/tasks"
+	"github.com/rs/zerolog"
+)
+
+// misconfigRig is a one-slave cluster and a small 1-based LIBSVM file of
+// two features, for tasks that set lr.sgd up wrong.
+func misconfigRig(t *testing.T) (context.Context, *engine.Local, string) {
+	t.Helper()
+	var b strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&b, "%d 1:%d 2:1\n", i%2, i%5)
+	}
+	path := filepath.Join(t.TempDir(), "train.libsvm")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	return ctx, local, path
+}
+
+// lr.sgd keeps one weight per feature. A table declared with a larger
+// width failed the task on its first read, deep in the store ("kvstore:
+// get on "w": 17 values for 17 keys of width 2"), naming neither the
+// setting nor the stage's need; now the stage says so before it reads.
+func TestSGDRefusesATableWiderThanOne(t *testing.T) {
+	ctx, local, path := misconfigRig(t)
+	for _, tc := range []struct {
+		width  int
+		params tasks.Params
+		want   string // "" : trains
+	}{
+		{1, nil, ""},
+		{2, nil, `table "w": width must be 1 (one weight per feature), got 2`},
+		{3, tasks.Params{"standardize": false, "intercept": false}, `table "w": width must be 1 (one weight per feature), got 3`},
+	} {
+		t.Run(fmt.Sprintf("width %d", tc.width), func(t *testing.T) {
+			params := tasks.Params{"epochs": 1, "batch": 10}
+			for k, v := range tc.params {
+				params[k] = v
+			}
+			task := tasks.NewTask("width").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 3, Width: tc.width}).
+				SetInput("train", tasks.InputSpec{Path: path}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: params})
+			_, err := local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The test input is optional, but a test param that names an input the
+// stage cannot read is a mistake: test = "vaild" trained without a single
+// test figure and reported success, as if no test set had been asked for.
+func TestSGDRefusesATestParamNamingNoInput(t *testing.T) {
+	ctx, local, path := misconfigRig(t)
+	for _, tc := range []struct {
+		name     string
+		param    any      // the test param; nil: not set
+		inputs   []string // the stage's inputs; nil: all
+		declared bool     // the task declares an input "test"
+		want     string   // "" : trains; "test": trains and reports test figures
+	}{
+		{"no test param, no test input", nil, nil, false, ""},
+		{"no test param, a test input", nil, nil, true, "test"},
+		{"no test param, the stage reads only train", nil, []string{"train"}, true, ""},
+		{"test param names the test input", "test", nil, true, "test"},
+		{"test param names no input", "vaild", nil, true, `lr: param test = "vaild": task misconfig declares no input "vaild"`},
+		{"test param names an input the stage does not read", "test", []string{"train"}, true, `lr: param test = "test": stage sgd does not read input "test"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			params := tasks.Params{"epochs": 1, "batch": 10}
+			if tc.param != nil {
+				params["test"] = tc.param
+			}
+			task := tasks.NewTask("misconfig").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 3}).
+				SetInput("train", tasks.InputSpec{Path: path}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Inputs: tc.inputs, Params: params})
+			if tc.declared {
+				task.SetInput("test", tasks.InputSpec{Path: path})
+			}
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case (tc.want == "" || tc.want == "test") && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && tc.want != "test" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			case err != nil:
+				return
+			}
+			eps := st.Results[0].Epochs
+			tested := eps[len(eps)-1].Metrics[tasks.MetricTestSamples] > 0
+			if tested != (tc.want == "test") {
+				t.Fatalf("test samples %v, want test figures: %v", eps[len(eps)-1].Metrics[tasks.MetricTestSamples], tc.want == "test")
+			}
+		})
+	}
+}
