@@ -56,6 +56,10 @@ func Generate(path string, gs Spec) error {
 			return fmt.Errorf("gen %s: writes local files only: generate it locally, then copy it there", p)
 		}
 	}
+	if len(files) == 2 && samePath(files[0], files[1]) {
+		// The held-out rows would be renamed over the training rows.
+		return fmt.Errorf("gen %s: the held-out file %s is the training file: give it another name", path, gs.TestPath)
+	}
 	var outs []*os.File
 	cleanup := func() {
 		for _, f := range outs {
@@ -118,6 +122,20 @@ func Generate(path string, gs Spec) error {
 		}
 	}
 	return nil
+}
+
+// samePath reports whether local paths a and b name one file: the same
+// path however spelled, or, when both exist, the same file under two
+// names (a link).
+func samePath(a, b string) bool {
+	aa, errA := filepath.Abs(a)
+	ab, errB := filepath.Abs(b)
+	if errA == nil && errB == nil && aa == ab {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // lineSplitter sends the first `left` lines to first, the rest to second.

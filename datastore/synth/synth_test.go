@@ -255,3 +255,54 @@ func TestGenerateRefusesURLs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A held-out file that is the training file (--test-out equal to --out,
+// or test_path = path) was written second and renamed over the training
+// rows: "wrote a", and a held the test rows alone. Now refused, whatever
+// the spelling of the path, and the existing file is left as it was.
+func TestGenerateRefusesATestFileThatIsTheTrainingFile(t *testing.T) {
+	tmp := t.TempDir()
+	t.Chdir(tmp)
+	old := []byte("1 1:1\n")
+	if err := os.WriteFile("old.libsvm", old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link("old.libsvm", "link.libsvm"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, test string
+		refused          bool
+	}{
+		{"same name", "a.libsvm", "a.libsvm", true},
+		{"same file spelled two ways", "a.libsvm", "./sub/../a.libsvm", true},
+		{"absolute and relative", filepath.Join(tmp, "a.libsvm"), "a.libsvm", true},
+		{"file URL of the training file", "a.libsvm", "file://" + filepath.Join(tmp, "a.libsvm"), true},
+		{"an existing file and its hard link", "old.libsvm", "link.libsvm", true},
+		{"two files", "b.libsvm", "b.test.libsvm", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Generate(tc.path, Spec{Rows: 10, Dim: 5, NNZ: 2, TestPath: tc.test, TestRows: 3})
+			if !tc.refused {
+				if err != nil {
+					t.Fatal(err)
+				}
+				for p, want := range map[string]int{tc.path: 10, tc.test: 3} {
+					if b, err := os.ReadFile(p); err != nil || bytes.Count(b, []byte("\n")) != want {
+						t.Fatalf("%s: %d lines (err %v), want %d", p, bytes.Count(b, []byte("\n")), err, want)
+					}
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "is the training file") {
+				t.Fatalf("got %v, want the held-out file refused", err)
+			}
+			if b, err := os.ReadFile("old.libsvm"); err != nil || !bytes.Equal(b, old) {
+				t.Fatalf("old.libsvm now %q (err %v)", b, err)
+			}
+			if _, err := os.Stat("a.libsvm"); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a.libsvm written: %v", err)
+			}
+		})
+	}
+}
