@@ -41,10 +41,13 @@ func WriteLIBSVM(w io.Writer, cfg LIBSVMConfig) (weights []float64, err error) {
 	if cfg.Rows < 0 || cfg.Dim <= 0 || cfg.NNZ <= 0 || cfg.NNZ > cfg.Dim {
 		return nil, fmt.Errorf("synth: libsvm rows %d dim %d nnz %d: want rows >= 0 and 0 < nnz <= dim", cfg.Rows, cfg.Dim, cfg.NNZ)
 	}
-	if cfg.Zipf != 0 && cfg.Zipf <= 1 {
-		return nil, fmt.Errorf("synth: zipf %v: want s > 1, or 0 for uniform ids", cfg.Zipf)
+	// Written as what is wanted, so NaN is refused too: a NaN exponent
+	// drew uniform ids, an infinite one never returned from rand.Zipf,
+	// a NaN noise flipped no label.
+	if !(cfg.Zipf == 0 || cfg.Zipf > 1 && !math.IsInf(cfg.Zipf, 1)) {
+		return nil, fmt.Errorf("synth: zipf %v: want a finite s > 1, or 0 for uniform ids", cfg.Zipf)
 	}
-	if cfg.Noise < 0 || cfg.Noise > 1 {
+	if !(cfg.Noise >= 0 && cfg.Noise <= 1) {
 		return nil, fmt.Errorf("synth: noise %v: want a probability", cfg.Noise)
 	}
 	base := uint64(1)
@@ -203,6 +206,10 @@ type RatingsConfig struct {
 func WriteRatings(w io.Writer, cfg RatingsConfig) error {
 	if cfg.Users <= 0 || cfg.Items <= 0 || cfg.Rank <= 0 || cfg.Ratings < 0 {
 		return fmt.Errorf("synth: ratings users %d items %d rank %d ratings %d: want positive sizes", cfg.Users, cfg.Items, cfg.Rank, cfg.Ratings)
+	}
+	if !(cfg.Noise >= 0) || math.IsInf(cfg.Noise, 1) {
+		// NaN wrote NaN ratings, which no reader takes.
+		return fmt.Errorf("synth: ratings noise %v: want a finite standard deviation >= 0", cfg.Noise)
 	}
 	if cfg.Min == 0 && cfg.Max == 0 {
 		cfg.Min, cfg.Max = 1, 5

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -302,6 +303,53 @@ func TestGenerateRefusesATestFileThatIsTheTrainingFile(t *testing.T) {
 			}
 			if _, err := os.Stat("a.libsvm"); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("a.libsvm written: %v", err)
+			}
+		})
+	}
+}
+
+// Parameters no generator can honour are refused, NaN and infinities
+// included: comparisons with NaN are false, so "zipf <= 1" let a NaN
+// exponent through (uniform ids, silently), an infinite one made
+// rand.Zipf loop for ever (flexps gen --zipf inf never returned), a NaN
+// label noise flipped nothing, and a NaN rating noise wrote "NaN" ratings
+// that no reader takes.
+func TestGeneratorsRefuseParametersOutOfRange(t *testing.T) {
+	lib := LIBSVMConfig{Rows: 5, Dim: 50, NNZ: 3, Seed: 1}
+	rat := RatingsConfig{Users: 4, Items: 4, Rank: 2, Ratings: 5, Seed: 1}
+	for _, tc := range []struct {
+		name string
+		gen  func() error
+		want string // "" : accepted
+	}{
+		{"zipf 0 (uniform)", func() error { c := lib; c.Zipf = 0; _, err := WriteLIBSVM(io.Discard, c); return err }, ""},
+		{"zipf 1.1", func() error { c := lib; c.Zipf = 1.1; _, err := WriteLIBSVM(io.Discard, c); return err }, ""},
+		{"zipf 1e300", func() error { c := lib; c.Zipf = 1e300; _, err := WriteLIBSVM(io.Discard, c); return err }, ""},
+		{"zipf 1", func() error { c := lib; c.Zipf = 1; _, err := WriteLIBSVM(io.Discard, c); return err }, "zipf 1:"},
+		{"zipf NaN", func() error { c := lib; c.Zipf = math.NaN(); _, err := WriteLIBSVM(io.Discard, c); return err }, "zipf NaN"},
+		{"zipf +Inf", func() error { c := lib; c.Zipf = math.Inf(1); _, err := WriteLIBSVM(io.Discard, c); return err }, "zipf +Inf"},
+		{"label noise 1", func() error { c := lib; c.Noise = 1; _, err := WriteLIBSVM(io.Discard, c); return err }, ""},
+		{"label noise NaN", func() error { c := lib; c.Noise = math.NaN(); _, err := WriteLIBSVM(io.Discard, c); return err }, "noise NaN"},
+		{"label noise 1.5", func() error { c := lib; c.Noise = 1.5; _, err := WriteLIBSVM(io.Discard, c); return err }, "noise 1.5"},
+		{"rating noise 0.5", func() error { c := rat; c.Noise = 0.5; return WriteRatings(io.Discard, c) }, ""},
+		{"rating noise NaN", func() error { c := rat; c.Noise = math.NaN(); return WriteRatings(io.Discard, c) }, "noise NaN"},
+		{"rating noise +Inf", func() error { c := rat; c.Noise = math.Inf(1); return WriteRatings(io.Discard, c) }, "noise +Inf"},
+		{"rating noise -1", func() error { c := rat; c.Noise = -1; return WriteRatings(io.Discard, c) }, "noise -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { done <- tc.gen() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the generator did not return in 10s")
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
