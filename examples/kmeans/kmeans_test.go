@@ -268,3 +268,74 @@ func TestBadPointNamesFileAndLine(t *testing.T) {
 		t.Fatalf("error %v, want it to name bad.libsvm line 3 and the feature", err)
 	}
 }
+
+// A task that runs kmeans.lloyd again (repeat, k-means restarted from the
+// same seeds) must see in each round the objectives of the first: every
+// round starts from empty sums. Before, a round whose predecessor ended on
+// an odd iteration summed its first iteration onto that last iteration's
+// sums, left in acc and far (objective 7189.77 = 4213.03 + 2976.74 on
+// configs/kmeans.toml with repeat = 2).
+func TestRepeatedLloydStartsFromEmptySums(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs in-process clusters")
+	}
+	data := filepath.Join("testdata", "blobs.libsvm")
+	for _, tc := range []struct {
+		name       string
+		workers    int
+		iterations int
+		tol        float64
+	}{
+		{"odd last iteration, 1 worker", 1, 3, 0},
+		{"odd last iteration, 2 workers", 2, 3, 0},
+		{"even last iteration", 2, 4, 0},
+		{"converged", 2, 100, 1e-6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			bsp := kvstore.Consistency{Kind: kvstore.BSP}
+			params := tasks.Params{"k": configBlobs.K, "iterations": tc.iterations, "tol": tc.tol, "restarts": 3}
+			const rounds = 3
+			task := tasks.NewTask("kmeans-repeat").
+				AddTable(kvstore.TableSpec{Name: "centers", Size: uint64(configBlobs.K), Width: configBlobs.Dims}).
+				SetInput("train", tasks.InputSpec{Path: data, BlockSize: 16 << 10}).
+				SetStages(
+					tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
+					tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: tc.workers, Consistency: bsp, Params: params}).
+				RepeatStages(rounds)
+			var mu sync.Mutex
+			objectives := make([][]float64, rounds) // per round, per iteration
+			if _, err := local.SubmitAndWait(ctx, task, func(ev status.Event) {
+				if ev.Kind != "epoch" || ev.Epoch == nil || ev.Epoch.Stage%2 != 1 {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				round, e := ev.Epoch.Stage/2, ev.Epoch.Epoch
+				for len(objectives[round]) < e {
+					objectives[round] = append(objectives[round], math.NaN())
+				}
+				objectives[round][e-1] = ev.Epoch.Metrics["objective"]
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for round := 1; round < rounds; round++ {
+				if len(objectives[round]) != len(objectives[0]) {
+					t.Fatalf("round %d ran %d iterations, round 0 %d: objectives %.10g, round 0 %.10g",
+						round, len(objectives[round]), len(objectives[0]), objectives[round], objectives[0])
+				}
+				for i, a := range objectives[0] {
+					if c := objectives[round][i]; !(math.Abs(a-c) <= 1e-9*math.Abs(a)) {
+						t.Errorf("round %d iteration %d: objective %.10g, round 0 %.10g", round, i+1, c, a)
+					}
+				}
+			}
+		})
+	}
+}

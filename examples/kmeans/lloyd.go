@@ -260,6 +260,24 @@ func Lloyd(info *tasks.Info) error {
 			if err := ct.Flush(); err != nil {
 				return err
 			}
+			// Both halves of acc and far empty, for a later run of the
+			// stage in the task (a repeat): its first iteration sums
+			// into the half 1, where the last update left its own sums
+			// when its iteration was odd. Before, that run's first
+			// centers and objective counted them too. (A negation
+			// again, after a death, adds 0.)
+			if err := tableops.Negate(acc, seqKeys(2*kr), make([]float64, 2*kr*w)); err != nil {
+				return err
+			}
+			if err := tableops.Negate(far, seqKeys(2*r*info.Workers), make([]float64, 2*r*info.Workers*(dims+1))); err != nil {
+				return err
+			}
+			if err := acc.Flush(); err != nil {
+				return err
+			}
+			if err := far.Flush(); err != nil {
+				return err
+			}
 			if err := tableops.Set(ctl, ctlAll[ctlModel:ctlModel+1], []float64{1}); err != nil {
 				return err
 			}
