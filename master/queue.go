@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/flexps/flexps/scheduler"
@@ -44,6 +45,22 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 			largest = max(largest, s.Total)
 		}
 	}
+	// Enough slots, but not on max_slaves slaves: say so (before, the
+	// message below counted every slot of the cluster and asked for more
+	// slaves, which could not help).
+	if r.MaxSlaves > 0 && !r.OneSlave {
+		var totals []int
+		for _, s := range cluster {
+			if s.Alive && (len(r.Pinned) == 0 || slices.Contains(r.Pinned, s.ID)) {
+				totals = append(totals, s.Total)
+			}
+		}
+		slices.SortFunc(totals, func(a, b int) int { return b - a })
+		if all := sumInts(totals); all >= r.Workers && len(totals) > r.MaxSlaves {
+			return fmt.Errorf("stage %d asks for %d workers on at most %d slaves (max_slaves) but the %d largest of its live slaves have %d worker slots: lower workers or raise max_slaves",
+				r.Stage, r.Workers, r.MaxSlaves, r.MaxSlaves, sumInts(totals[:r.MaxSlaves]))
+		}
+	}
 	if len(r.Pinned) > 0 {
 		var missing, dead []string
 		pinned := 0
@@ -70,6 +87,14 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 		return fmt.Errorf("stage %d asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Stage, r.Workers, largest)
 	}
 	return fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves: lower workers or start more slaves", r.Stage, r.Workers, total, live)
+}
+
+func sumInts(v []int) int {
+	n := 0
+	for _, x := range v {
+		n += x
+	}
+	return n
 }
 
 func slaveIDs(cluster []scheduler.Slave) []string {
