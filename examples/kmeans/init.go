@@ -118,6 +118,9 @@ func Init(info *tasks.Info) error {
 		return fmt.Errorf("kmeans.init: input %q: %w", cfg.Train, err)
 	}
 	if len(h) < cfg.K {
+		if n > int64(len(h)) {
+			return fmt.Errorf("kmeans.init: sample = %d rows, fewer than k = %d (input %q has %d rows): raise sample", cfg.Sample, cfg.K, cfg.Train, n)
+		}
 		return fmt.Errorf("kmeans.init: input %q has %d rows, fewer than k = %d", cfg.Train, len(h), cfg.K)
 	}
 	var wt []float64

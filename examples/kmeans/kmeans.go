@@ -173,6 +173,7 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		Restarts: p.Int("restarts", 10), Tol: p.Float("tol", 1e-6), Standardize: p.Bool("standardize", false),
 		Centers: p.String("centers", "centers"), Train: p.String("train", "train")}
 	c.Acc = p.String("acc", AccTable(c.Centers))
+	_, hasSample := p["sample"]
 	switch {
 	case c.K < 0:
 		return c, fmt.Errorf("kmeans: k must be >= 1, got %d", c.K)
@@ -180,6 +181,8 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		return c, fmt.Errorf("kmeans: iterations must be >= 1, got %d", c.Iterations)
 	case c.Sample < 1:
 		return c, fmt.Errorf("kmeans: sample must be >= 1, got %d", c.Sample)
+	case hasSample && c.K > 0 && c.Sample < c.K:
+		return c, fmt.Errorf("kmeans: sample must be >= k (k-means++ seeds the k centers from the sample), got sample = %d, k = %d", c.Sample, c.K)
 	case c.Restarts < 1 || c.Restarts > 1000:
 		return c, fmt.Errorf("kmeans: restarts must be in [1, 1000], got %d", c.Restarts)
 	case !(c.Tol >= 0):

@@ -339,3 +339,48 @@ func TestRepeatedLloydStartsFromEmptySums(t *testing.T) {
 		})
 	}
 }
+
+// A sample smaller than k is refused at submission when both are given,
+// and named when k comes from the table; too few rows in the input are
+// named as such. Before, the first two failed at run time saying the input
+// had "3 rows, fewer than k = 5" (the sample's size, not the input's).
+func TestTooFewSeedingRowsNamesTheCause(t *testing.T) {
+	rows := filepath.Join(t.TempDir(), "rows.libsvm")
+	if err := os.WriteFile(rows, []byte("0 1:1\n0 1:2\n0 2:1\n0 2:5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		size   uint64 // the centers table's
+		params tasks.Params
+		wants  []string
+	}{
+		{"sample below k", 3, tasks.Params{"k": 3, "sample": 2, "restarts": 1},
+			[]string{"stage 0 (init)", "sample must be >= k", "sample = 2, k = 3"}},
+		{"sample below k from the table", 3, tasks.Params{"sample": 2, "restarts": 1},
+			[]string{"sample = 2 rows, fewer than k = 3", "has 4 rows", "raise sample"}},
+		{"input below k", 5, tasks.Params{"k": 5, "restarts": 1},
+			[]string{"has 4 rows, fewer than k = 5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			bsp := kvstore.Consistency{Kind: kvstore.BSP}
+			task := tasks.NewTask("kmeans-few").
+				AddTable(kvstore.TableSpec{Name: "centers", Size: tc.size, Width: 2}).
+				SetInput("train", tasks.InputSpec{Path: rows}).
+				SetStages(tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: tc.params})
+			_, err = local.SubmitAndWait(ctx, task, nil)
+			for _, w := range tc.wants {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("error %v, want it to say %q", err, w)
+				}
+			}
+		})
+	}
+}
