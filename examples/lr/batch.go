@@ -29,9 +29,12 @@ type Table interface {
 // their weights and gradients, and a key -> position index (a hash table
 // sized to the batch, see batchIndex).
 type MiniBatch struct {
-	t     Table
-	bias  Table   // intercept (one key), nil without
-	scale *Scaler // feature scales, nil when training on raw values
+	t    Table
+	bias Table // intercept (one key), nil without
+	// FixedBias is the intercept of a stage that fits none (bias nil):
+	// one an earlier stage fitted, kept as it is, or 0.
+	FixedBias float64
+	scale     *Scaler // feature scales, nil when training on raw values
 	// cent are the centered features (nil: none), added to every
 	// training batch.
 	cent *Centered
@@ -259,7 +262,7 @@ func (m *MiniBatch) finish(cur float64) error {
 			return err
 		}
 	}
-	m.b = 0
+	m.b = m.FixedBias
 	if m.br != nil {
 		err := m.br.Wait()
 		m.br = nil

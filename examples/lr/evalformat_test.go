@@ -3,6 +3,7 @@ package lr_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -143,6 +144,78 @@ func TestTestFeaturesBeyondTheTableWeighZero(t *testing.T) {
 			}
 			if got := ev.Metrics["accuracy"]; got != printed || printed < 0.9 || last[tasks.MetricTestSamples] != 200 {
 				t.Errorf("test accuracy: last epoch %.4f of %v records, flexps eval %.4f; want equal and >= 0.9 on 200", printed, last[tasks.MetricTestSamples], got)
+			}
+		})
+	}
+}
+
+// A stage with intercept = false after one that fitted an intercept keeps
+// that intercept (it stays in the model written): its last test figures
+// are what flexps eval reports. Before, it trained and measured as if the
+// intercept were 0 while the model file held the first stage's, and eval
+// disagreed with the figures printed (logloss 0.4429 against 0.4372).
+func TestStageWithoutInterceptKeepsAnEarlierOne(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var train, test strings.Builder
+	for i := range 800 {
+		x1, x2 := rng.Float64(), rng.Float64()
+		y := 0
+		if x1+x2 > 1.4 { // an offset only an intercept fits
+			y = 1
+		}
+		b := &train
+		if i >= 600 {
+			b = &test
+		}
+		fmt.Fprintf(b, "%d 1:%.6f 2:%.6f\n", y, x1, x2)
+	}
+	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	for p, body := range map[string]string{trainPath: train.String(), testPath: test.String()} {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindSingle} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 2, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			workers := 2
+			if kind == tasks.KindSingle {
+				workers = 1
+			}
+			bsp := kvstore.Consistency{Kind: kvstore.BSP}
+			out := filepath.Join(dir, kind+".model")
+			task := tasks.NewTask("intercept-then-none").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 2}).
+				SetInput("train", tasks.InputSpec{Path: trainPath}).SetInput("test", tasks.InputSpec{Path: testPath}).
+				SetStages(
+					tasks.Stage{Name: "with", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: bsp,
+						Params: tasks.Params{"epochs": 10, "batch": 20, "lr": 1.0}},
+					tasks.Stage{Name: "without", Func: "lr.sgd", Workers: workers, WorkerKind: kind, Consistency: bsp,
+						Params: tasks.Params{"epochs": 2, "batch": 20, "lr": 1.0, "intercept": false}})
+			task.Kind, task.Output = "lr", out
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := st.Results[1].Epochs
+			last := eps[len(eps)-1].Metrics
+			printed := last[tasks.MetricTestLossSum] / last[tasks.MetricTestSamples]
+			ev, err := tasks.Evaluate(ctx, out, testPath, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ev.Metrics["logloss"]; math.Abs(got-printed) > 1e-9*printed {
+				t.Errorf("test logloss: last epoch %.6f, flexps eval %.6f; want equal", printed, got)
+			}
+			if printed > 0.45 {
+				t.Errorf("test logloss %.4f after the stage without an intercept, want < 0.45 (the first stage's intercept kept)", printed)
 			}
 		})
 	}

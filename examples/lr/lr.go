@@ -234,6 +234,16 @@ func SGD(info *tasks.Info) error {
 		if m.bias, err = info.Table(BiasTable(cfg.Table)); err != nil {
 			return fmt.Errorf("lr: intercept: %w (the task adds it when lr.sgd is registered; or set intercept = false)", err)
 		}
+	} else if bt, err := info.Table(BiasTable(cfg.Table)); err == nil {
+		// Another stage of the task fits an intercept: this one keeps
+		// it as it is, since it stays in the model written (and flexps
+		// eval scores with it). Before, this stage trained and measured
+		// its test figures as if it were 0.
+		var b [1]float64
+		if err := bt.Get(biasKey, b[:]); err != nil {
+			return fmt.Errorf("lr: intercept: %w", err)
+		}
+		m.FixedBias = b[0]
 	}
 	if cfg.Standardize {
 		st, err := info.Table(ScaleTable(cfg.Table))
