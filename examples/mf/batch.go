@@ -31,6 +31,8 @@ type side struct {
 	counts  []float64 // every key's rating count, when loaded (loadCounts)
 	deltas  []float64
 	bdeltas []float64
+	// fixedBias: the biases are read, not trained (Tables.FixedBiases).
+	fixedBias bool
 }
 
 func newSide(col int, t, bias, count tasks.Table, rank int) *side {
@@ -102,6 +104,9 @@ func (s *side) diff() error {
 	if s.deltas, err = finiteDiff(s.deltas, s.f, s.f0, s.t); err != nil {
 		return err
 	}
+	if s.bias == nil || s.fixedBias {
+		return nil
+	}
 	s.bdeltas, err = finiteDiff(s.bdeltas, s.b, s.b0, s.bias)
 	return err
 }
@@ -124,7 +129,7 @@ func (s *side) push() error {
 	if err := s.t.Add(s.keys, s.deltas); err != nil {
 		return err
 	}
-	if s.bias == nil {
+	if s.bias == nil || s.fixedBias {
 		return nil
 	}
 	return s.bias.Add(s.keys, s.bdeltas)
@@ -172,14 +177,19 @@ type MiniBatch struct {
 	biasKey   [1]uint64
 	biasVal   [1]float64
 	BiasShare float64 // fraction of the global bias change this worker adds (1/workers)
-	imp       *implicit
-	trainName string // the training input's name, for errors
+	// fixedBias, fixedImp: the biases, the implicit feedback z_u are read
+	// and predicted with, not trained (Tables.FixedBiases, FixedImplicit).
+	fixedBias, fixedImp bool
+	imp                 *implicit
+	trainName           string // the training input's name, for errors
 }
 
 // NewMiniBatch prepares buffers for the tables.
 func NewMiniBatch(t Tables, rank int) *MiniBatch {
 	m := &MiniBatch{rank: rank, tabs: t, users: newSide(0, t.Users, t.UserBias, t.UserCount, rank),
-		items: newSide(1, t.Items, t.ItemBias, t.ItemCount, rank), bias: t.Bias, BiasShare: 1}
+		items: newSide(1, t.Items, t.ItemBias, t.ItemCount, rank), bias: t.Bias, BiasShare: 1,
+		fixedBias: t.FixedBiases, fixedImp: t.FixedImplicit}
+	m.users.fixedBias, m.items.fixedBias = t.FixedBiases, t.FixedBiases
 	if t.UserImplicit != nil {
 		m.imp = &implicit{rank: rank, users: t.UserImplicit, items: t.ItemImplicit}
 	}
@@ -275,7 +285,8 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 	}
 	m.users.snapshot()
 	m.items.snapshot()
-	if m.imp != nil {
+	train := m.imp != nil && !m.fixedImp // z_u and its step move
+	if train {
 		m.imp.snapshot()
 	}
 	m.mu0 = m.mu
@@ -295,17 +306,29 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 		st.SqErr += e * e
 		st.AbsErr += math.Abs(e)
 		su, si := m.users.inv[u], m.items.inv[v]
-		if m.bias != nil {
-			m.mu += lrMu * e
-		}
-		if m.users.bias != nil {
-			m.users.b[u] += lr * (e - h.L2Bias*su*m.users.b[u])
-		}
-		if m.items.bias != nil {
-			m.items.b[v] += lr * (e - h.L2Bias*si*m.items.b[v])
+		if !m.fixedBias {
+			if m.bias != nil {
+				m.mu += lrMu * e
+			}
+			if m.users.bias != nil {
+				m.users.b[u] += lr * (e - h.L2Bias*su*m.users.b[u])
+			}
+			if m.items.bias != nil {
+				m.items.b[v] += lr * (e - h.L2Bias*si*m.items.b[v])
+			}
 		}
 		lu, li := h.L2*su, h.L2*si
 		fu, fv := m.users.f[u*m.rank:(u+1)*m.rank], m.items.f[v*m.rank:(v+1)*m.rank]
+		if m.imp != nil && m.fixedImp {
+			// The item's gradient sees the user's whole row p_u + z_u.
+			z := m.imp.z(u)
+			for k := range fu {
+				x, y := fu[k], fv[k]
+				fu[k] += lr * (e*y - lu*x)
+				fv[k] += lr * (e*(x+z[k]) - li*y)
+			}
+			continue
+		}
 		if m.imp != nil {
 			// The item's gradient sees the user's whole row p_u + z_u; z_u
 			// moves as SGD on the y_j of N(u) would move it, and G_u keeps
@@ -328,7 +351,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 		}
 	}
 	m.biasVal[0] = (m.mu - m.mu0) * m.BiasShare
-	if m.bias != nil && (math.IsNaN(m.biasVal[0]) || math.IsInf(m.biasVal[0], 0)) {
+	if m.bias != nil && !m.fixedBias && (math.IsNaN(m.biasVal[0]) || math.IsInf(m.biasVal[0], 0)) {
 		return st, fmt.Errorf("%w: non-finite update of table %q", ErrDiverged, m.bias.Spec().Name)
 	}
 	for _, s := range []*side{m.users, m.items} {
@@ -336,7 +359,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 			return st, err
 		}
 	}
-	if m.imp != nil {
+	if train {
 		if err := m.imp.diff(); err != nil {
 			return st, err
 		}
@@ -346,12 +369,12 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, h Hyper) (Stats, erro
 			return st, err
 		}
 	}
-	if m.imp != nil {
+	if train {
 		if err := m.imp.users.Add(m.users.keys, m.imp.deltas); err != nil {
 			return st, err
 		}
 	}
-	if m.bias != nil {
+	if m.bias != nil && !m.fixedBias {
 		if err := m.bias.Add(m.biasKey[:], m.biasVal[:]); err != nil {
 			return st, err
 		}

@@ -99,7 +99,7 @@ func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) (f
 	if err := info.Barrier(); err != nil {
 		return 0, fmt.Errorf("mf: counts: %w", err)
 	}
-	if t.Bias != nil {
+	if t.Bias != nil && !t.FixedBiases {
 		if err := initBiases(info, t, cfg); err != nil {
 			return 0, fmt.Errorf("mf: stage %q: %w", info.StageName, err)
 		}
