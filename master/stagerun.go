@@ -263,7 +263,10 @@ func (t *taskRun) finishRanks(a lifecycle.FinishRanks) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := t.m.ctl(t.ctx, s, proto.SlaveCtl{Op: proto.OpFinishRanks, Task: t.spec.ID, Stage: a.Stage, Ranks: a.Ranks})
+				// ctlOrDead: a survivor killed too, not yet declared dead,
+				// has its own death decide (a stage whose tables keep a
+				// copy survives two deaths in a row).
+				err := t.m.ctlOrDead(t.ctx, s, proto.SlaveCtl{Op: proto.OpFinishRanks, Task: t.spec.ID, Stage: a.Stage, Ranks: a.Ranks})
 				if err == nil || t.ctx.Err() != nil || !t.m.isAlive(s) {
 					return
 				}
