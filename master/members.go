@@ -56,7 +56,7 @@ func (m *Master) onJoin(msg *nats.Msg) {
 	m.mu.Unlock()
 	a := acts[0]
 	if a.Kind != membership.Admit {
-		m.reply(msg, proto.JoinReply{Error: a.Reason})
+		m.reply(msg, proto.JoinReply{Error: a.Reason, InUse: a.InUse, Heartbeat: m.cfg.Heartbeat, DeadAfter: m.cfg.DeadAfter})
 		return
 	}
 	m.reply(msg, proto.JoinReply{OK: true, Heartbeat: m.cfg.Heartbeat, Instance: m.instance, DeadAfter: m.cfg.DeadAfter,

@@ -269,6 +269,7 @@ func (s *Slave) join() (proto.JoinReply, error) {
 		return proto.JoinReply{}, fmt.Errorf("slave %s: encoding the join request: %w", s.cfg.ID, err)
 	}
 	deadline := time.Now().Add(s.cfg.JoinTimeout)
+	var inUseUntil time.Time // while a live instance holds the id
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
 		msg, err := s.nc.RequestWithContext(ctx, s.subj.Join(), req)
@@ -278,10 +279,37 @@ func (s *Slave) join() (proto.JoinReply, error) {
 			if err := json.Unmarshal(msg.Data, &rep); err != nil {
 				return proto.JoinReply{}, fmt.Errorf("slave %s: malformed join reply", s.cfg.ID)
 			}
-			if !rep.OK {
-				return proto.JoinReply{}, fmt.Errorf("slave %s: the master refused to let it join: %s", s.cfg.ID, rep.Error)
+			if rep.OK {
+				return rep, nil
 			}
-			return rep, nil
+			refused := fmt.Errorf("slave %s: the master refused to let it join: %s", s.cfg.ID, rep.Error)
+			// The id is held by a live instance: this slave's own earlier
+			// process (killed, restarted at once by hand or by a
+			// supervisor) until the master declares it dead, or another
+			// process started with the same id, which stays live. Ask
+			// again until the old one would have been declared dead
+			// (two failure timeouts, within join_timeout), then give up.
+			if !rep.InUse || rep.DeadAfter <= 0 {
+				return proto.JoinReply{}, refused
+			}
+			now := time.Now()
+			if inUseUntil.IsZero() {
+				inUseUntil = now.Add(2*rep.DeadAfter + rep.Heartbeat)
+				if inUseUntil.After(deadline) {
+					inUseUntil = deadline
+				}
+				s.log.Warn().Str("reason", rep.Error).Dur("wait", inUseUntil.Sub(now).Round(time.Millisecond)).
+					Msg("the id is held by a live instance (a restart before the old process was declared dead, or another process with this id); asking again until the master would have declared it dead")
+			}
+			if now.After(inUseUntil) {
+				return proto.JoinReply{}, refused
+			}
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-s.ctx.Done():
+				return proto.JoinReply{}, s.ctx.Err()
+			}
+			continue
 		}
 		if s.ctx.Err() != nil {
 			return proto.JoinReply{}, s.ctx.Err()

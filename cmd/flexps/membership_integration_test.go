@@ -247,3 +247,37 @@ func TestDetectionLatency(t *testing.T) {
 	t.Logf("detection latency over %d kills (heartbeat 300ms, failure_timeout 900ms): p50 %v p99 %v min %v max %v",
 		n, pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), lat[0].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 }
+
+// TestSlaveRestartedUnderItsIdRejoins: a slave killed (kill -9) and
+// started again at once under the same id, as a supervisor does, joins
+// once the master has declared the old process dead; before, the master
+// refused the join ("id in use by live instance") and the new process
+// exited at once. A second process started with the id of a live slave
+// is still refused, within a few failure timeouts (not join_timeout).
+func TestSlaveRestartedUnderItsIdRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 1, DeadAfter: "1s"})
+	cl := c.Client()
+	old, _ := slaveStatus(t, cl, "slave-1")
+	c.Slaves[1].Kill()
+	p := c.AddSlave("slave-1", 1)
+	waitUntil(t, "the restarted slave-1 admitted", 20*time.Second, func() bool {
+		if p.Exited() {
+			t.Fatalf("the restarted slave-1 exited:\n%s", p.Output())
+		}
+		s, _ := slaveStatus(t, cl, "slave-1")
+		return s.Alive && s.PID == p.Cmd.Process.Pid && s.Instance != old.Instance
+	})
+
+	dup := c.AddSlave("slave-0", 1)
+	waitUntil(t, "the duplicate slave-0 refused", 20*time.Second, dup.Exited)
+	if out := dup.Output(); !strings.Contains(out, "id in use by live instance") {
+		t.Errorf("the duplicate slave-0 did not say why it exited:\n%s", out)
+	}
+	if s, _ := slaveStatus(t, cl, "slave-0"); !s.Alive || s.PID != c.Slaves[0].Cmd.Process.Pid {
+		t.Errorf("slave-0 after a duplicate was refused: %+v (want the first process, alive)", s)
+	}
+}

@@ -210,10 +210,22 @@ func (c *Cluster) WorkDir(name string) string {
 }
 
 // AddSlave starts one more slave process with the given id (also its
-// log's name) and waits until the master counts alive slaves.
+// log's name; id-2, id-3, ... when a process with that id ran before)
+// and waits until the master counts alive slaves.
 func (c *Cluster) AddSlave(id string, alive int) *Proc {
 	c.t.Helper()
-	p := c.spawn(id, "slave", "--config", c.Config, "--nats", c.URL, "--id", id)
+	name := id
+	for n := 2; ; n++ {
+		if _, err := os.Stat(filepath.Join(c.Dir, name+".log")); err != nil {
+			break
+		}
+		name = fmt.Sprintf("%s-%d", id, n)
+	}
+	wd := ""
+	if c.opt.WorkDirs {
+		wd = c.WorkDir(id)
+	}
+	p := spawn(c.t, c.Dir, wd, c.opt.Command, c.opt.Env, name, "slave", "--config", c.Config, "--nats", c.URL, "--id", id)
 	c.Slaves = append(c.Slaves, p)
 	c.WaitSlaves(alive, 30*time.Second)
 	return p

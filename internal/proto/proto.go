@@ -37,6 +37,11 @@ type JoinReply struct {
 	// number it gave this slave (carried in its KV requests for fencing).
 	Epoch       uint64 `json:"epoch,omitempty"`
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// InUse (a refusal): a live instance holds the slave's id. DeadAfter
+	// then says how long that instance may stay silent before it is
+	// declared dead and the id is free: a slave restarted before its
+	// old process was declared dead asks again until then.
+	InUse bool `json:"in_use,omitempty"`
 }
 
 // Membership is the master's broadcast of the live slaves (subject

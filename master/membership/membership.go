@@ -81,6 +81,11 @@ type Action struct {
 	// First (Refuse): the first refusal of this incarnation; the master
 	// logs that one and stays quiet about the rest.
 	First bool
+	// InUse (Refuse): another live instance holds the id. A slave
+	// restarted before its old process was declared dead waits for that
+	// verdict instead of giving up; a live duplicate is still refused
+	// once the timeout has passed.
+	InUse bool
 }
 
 // Member is a live incarnation.
@@ -129,6 +134,9 @@ type member struct {
 	instance string
 	inc      uint64
 	last     time.Time
+	// refused is the last other instance refused the id (its first
+	// refusal is logged, not each repeat while it waits).
+	refused string
 }
 
 // incarnation is a slave id and one instance of it.
@@ -172,7 +180,9 @@ func (m *Machine) Join(slave, instance string, now time.Time) []Action {
 			}
 			return []Action{{Kind: Admit, Slave: slave, Instance: instance, Epoch: m.epoch, Incarnation: cur.inc}}
 		}
-		return []Action{{Kind: Refuse, Slave: slave, Instance: instance, Epoch: m.epoch, First: true,
+		first := cur.refused != instance
+		cur.refused = instance
+		return []Action{{Kind: Refuse, Slave: slave, Instance: instance, Epoch: m.epoch, First: first, InUse: true,
 			Reason: fmt.Sprintf("slave %s: id in use by live instance %s (incarnation %d); a restarted slave may rejoin once the old one is declared dead", slave, cur.instance, cur.inc)}}
 	}
 	m.epoch++
