@@ -29,6 +29,7 @@ type consCase struct {
 	localize int
 	spec     kvstore.TableSpec
 	input    bool // iterations are records of an uneven input
+	records  int  // with input: its record count
 }
 
 func (c consCase) task(dir string) *tasks.MultiStageTask {
@@ -46,6 +47,7 @@ func (c consCase) task(dir string) *tasks.MultiStageTask {
 	if c.input {
 		params["input"] = "train"
 		params["epochs"] = 2
+		params["epoch_records"] = c.records
 		task.SetInput("train", tasks.InputSpec{Path: dir})
 	}
 	st := tasks.Stage{Name: "check", Func: testkit.ConsCheck, Workers: c.workers, WorkerKind: c.kind,
@@ -126,10 +128,17 @@ func TestConsistencyCheckerMatrix(t *testing.T) {
 		// More workers than shards' worth, on every slave.
 		cases = append(cases, consCase{name: fmt.Sprintf("%s-many", cons.Kind), kind: tasks.KindPS, cons: cons,
 			workers: 12, replicas: 2, read: "get", iters: "20,1,0,20,5,20,0,20,3,20,20,7", spec: kvstore.TableSpec{Size: 24}})
-		// Uneven input: workers starve and tick idle clocks (replicated).
+		// Uneven input: workers starve at each epoch's end and tick idle
+		// clocks until it is over, with more workers than blocks too.
 		for _, rep := range []int{1, 2} {
-			cases = append(cases, consCase{name: fmt.Sprintf("%s-input-r%d", cons.Kind, rep), kind: tasks.KindPS, cons: cons,
-				workers: 4, replicas: rep, read: "get", input: true})
+			for _, w := range []int{4, 8} {
+				cases = append(cases, consCase{name: fmt.Sprintf("%s-input-w%d-r%d", cons.Kind, w, rep), kind: tasks.KindPS, cons: cons,
+					workers: w, replicas: rep, read: "get", input: true, records: records})
+			}
+		}
+		for _, kind := range []string{tasks.KindLocal, tasks.KindHogwild} {
+			cases = append(cases, consCase{name: fmt.Sprintf("%s-input-%s", cons.Kind, kind), kind: kind, cons: cons,
+				workers: 4, replicas: 1, read: "get", input: true, records: records})
 		}
 	}
 	filter := os.Getenv("CONS_FILTER")

@@ -12,9 +12,9 @@ import (
 )
 
 // This file serves the FileAssigner on the bus: block requests,
-// confirmations and abandoned passes. In a stage that survives a slave's
-// death, a worker is told an epoch is empty only once no block of it can
-// come back (assign.Settled): until then its request is held, without
+// confirmations and abandoned passes. In a stage of several workers, one
+// is told an epoch is empty only once every block of it is finished and
+// none can come back (assign.Settled): until then its request is held, without
 // blocking the handler, and answered when a confirmation or a death
 // changes the epoch, or with Retry after blockHold so the worker's own
 // request timeout never fires.
@@ -26,9 +26,16 @@ const blockHold = time.Second
 // assignment is one input of a running stage: its FileAssigner and the
 // block requests waiting for the epoch to settle.
 type assignment struct {
-	a          *assign.Assigner
-	survivable bool
-	held       []heldBlock
+	a *assign.Assigner
+	// settles: the workers confirm the blocks they finish, and a request
+	// for a block of an epoch that is not settled is held.
+	settles bool
+	// atBarrier are the ranks waiting at a barrier: an epoch is settled
+	// without their unconfirmed blocks, which they finish only after the
+	// others arrive there (a function that stops mid-pass for a Barrier,
+	// svrg.sgd's last steps: held, the others never arrived).
+	atBarrier map[int]bool
+	held      []heldBlock
 	// asked is each rank's recent numbered requests for a block (Seq) and
 	// their answers (nil: held), so a request asked again gets the same
 	// answer.
@@ -166,7 +173,7 @@ func (as *assignment) next(rank, epoch int) (proto.BlockReply, bool) {
 	switch {
 	case ok:
 		return proto.BlockReply{Block: b, Local: local}, true
-	case !as.survivable || as.a.Settled(epoch):
+	case !as.settles || as.a.SettledBut(epoch, as.atBarrier):
 		return proto.BlockReply{Done: true}, true
 	}
 	return proto.BlockReply{}, false
@@ -260,6 +267,31 @@ func (m *Master) removeRanks(inputs []assignKey, ranks []int) int {
 	return n
 }
 
+// atBarrier notes that rank waits at a barrier (in) or that the stage's
+// barrier released its workers (!in: every rank), in the assignments of
+// the stage's inputs, and answers the held requests that lets go.
+func (m *Master) atBarrier(inputs []assignKey, rank int, in bool) {
+	var out []blockAnswer
+	m.mu.Lock()
+	for _, k := range inputs {
+		as := m.assigners[k]
+		if as == nil || !as.settles {
+			continue
+		}
+		if !in {
+			clear(as.atBarrier)
+			continue
+		}
+		if as.atBarrier == nil {
+			as.atBarrier = make(map[int]bool)
+		}
+		as.atBarrier[rank] = true
+		out = append(out, as.serveHeld()...)
+	}
+	m.mu.Unlock()
+	m.answer(out)
+}
+
 // rankEnded gives up what a worker that returned from its stage function
 // still held: a pass it never closed must not keep the others' epoch end
 // waiting.
@@ -277,7 +309,7 @@ func (m *Master) rankEnded(inputs []assignKey, rank int) {
 
 // setAssigner installs the assigner of an input of a running stage (nil:
 // the stage ended; requests still held are answered with an error).
-func (m *Master) setAssigner(k assignKey, a *assign.Assigner, survivable bool) {
+func (m *Master) setAssigner(k assignKey, a *assign.Assigner, settles bool) {
 	var out []blockAnswer
 	m.mu.Lock()
 	if old := m.assigners[k]; old != nil {
@@ -288,7 +320,7 @@ func (m *Master) setAssigner(k assignKey, a *assign.Assigner, survivable bool) {
 	if a == nil {
 		delete(m.assigners, k)
 	} else {
-		m.assigners[k] = &assignment{a: a, survivable: survivable}
+		m.assigners[k] = &assignment{a: a, settles: settles}
 	}
 	m.mu.Unlock()
 	m.answer(out)

@@ -66,9 +66,10 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	for _, in := range inputs {
 		key := assignKey{t.spec.ID, k, in}
 		keys = append(keys, key)
-		// Only a stage that survives its workers' deaths holds a worker's
-		// "epoch empty" until no block of the epoch can come back.
-		m.setAssigner(key, assign.New(t.blocks[in], ws), surv.Workers)
+		// A worker's "epoch empty" is held until every block of the
+		// epoch is finished (and, in a stage that survives its workers'
+		// deaths, none can come back): see tasks.Stage.SettlesEpochs.
+		m.setAssigner(key, assign.New(t.blocks[in], ws), st.SettlesEpochs())
 		defer m.setAssigner(key, nil, false)
 	}
 	// Direct model transfer between consecutive one-slave stages.
@@ -205,6 +206,10 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 			}
 			t.publishMsg(a.Kind, a.Epoch, a.Message)
 		case lifecycle.ReleaseBarrier:
+			if a.Err == "" && !a.Repeat && len(a.Waiters) > 0 {
+				// Every live worker was there: none waits any more.
+				t.m.atBarrier(inputs, 0, false)
+			}
 			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" && !a.Repeat {
 				st := &t.spec.Stages[e.stage]
 				t.m.wg.Add(1)
@@ -291,6 +296,12 @@ func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
 	var w any = msg
 	if req.Epoch > 0 && t.ckpt != nil && req.Stage >= 0 && req.Stage < len(t.spec.Stages) {
 		w = epochWaiter{msg: msg, stage: req.Stage, epoch: req.Epoch}
+	}
+	t.mu.Lock()
+	inputs := t.inputs
+	t.mu.Unlock()
+	if len(inputs) > 0 && inputs[0].stage == req.Stage {
+		t.m.atBarrier(inputs, req.Rank, true)
 	}
 	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: w})
 }

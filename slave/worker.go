@@ -466,10 +466,14 @@ func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error)
 			// may die before finishing them: ask again.
 		}
 	}
-	// In a stage that survives a slave's death, each block the function
-	// finished is confirmed, so it is not re-run if this worker dies.
-	// Then the function's commit (tasks.BlockCommitter), if it set one,
-	// adds what it summed from the block in its own memory. In this order
+	// Each block the function finished is confirmed: the master tells no
+	// worker an epoch is over before every block of it is (workers with
+	// nothing left wait instead of running on into the next epoch), and
+	// in a stage that survives a slave's death a confirmed block is not
+	// re-run if this worker dies. There, the function's commit
+	// (tasks.BlockCommitter), if it set one, then adds what it summed
+	// from the block in its own memory (elsewhere it adds it after the
+	// pass, in one write instead of one per block). In this order
 	// a worker that dies between the two loses at most that block's sums
 	// (the window of one Add); the other order would count the block twice
 	// (its sums applied, the survivors running it again), which a drill
@@ -481,7 +485,7 @@ func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error)
 			if _, err := in.ask(ctx, proto.BlockRequest{Epoch: epoch, Confirm: &b}, "confirming block "+b.String()); err != nil {
 				return err
 			}
-			if c := *commit; c != nil {
+			if c := *commit; c != nil && w.req.Survivable {
 				return c()
 			}
 			return nil
@@ -489,9 +493,11 @@ func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error)
 	}
 	host := w.s.cfg.Host
 	producers := w.s.cfg.ReadProducers
-	if w.stage.WorkerKind == tasks.KindSingle || ordered && in.confirms() {
+	if w.stage.WorkerKind == tasks.KindSingle || ordered && in.confirms() && w.req.Survivable {
 		// One producer hands the batches over in the assigner's block
-		// order, so a single worker is reproducible run to run.
+		// order, so a single worker is reproducible run to run, and a
+		// confirmation (which a death makes final) covers exactly the
+		// blocks the function has seen.
 		producers = 1
 	}
 	r := datastore.NewAsyncReader(ctx, datastore.AsyncConfig{
@@ -511,9 +517,10 @@ func (in *input) pass(ctx context.Context, ordered bool) (datastore.Pass, error)
 }
 
 // confirms reports whether the worker confirms the blocks it finished:
-// ps workers of a stage that survives a slave's death.
+// in a stage of more than one worker (tasks.Stage.SettlesEpochs; the
+// master holds their epoch ends, master/blocks.go).
 func (in *input) confirms() bool {
-	return in.w.req.Survivable && in.w.local == nil && in.w.stage.WorkerKind == tasks.KindPS
+	return in.w.stage.SettlesEpochs()
 }
 
 // ask sends a block request for this worker and input (what fills in the
@@ -589,13 +596,24 @@ func (p *trackedPass) Next(ctx context.Context) (*datastore.Records, error) {
 		if p.in.asking.Load() == 0 {
 			continue // starved by reading, not by the master
 		}
-		if g := w.s.kv.Gate(w.req.Task, int32(w.req.Stage)); g != nil && w.psClock > g.MinClock() {
+		if !w.holdsBack() {
 			continue // nobody waits for this worker
 		}
 		if err := w.Clock(); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// holdsBack reports whether other workers of the stage may be waiting
+// for this worker's clock: it is the slowest (or its gate is not known).
+func (w *worker) holdsBack() bool {
+	if w.local != nil {
+		g := w.local.gate
+		return g == nil || w.localClock <= g.MinClock()
+	}
+	g := w.s.kv.Gate(w.req.Task, int32(w.req.Stage))
+	return g == nil || w.psClock <= g.MinClock()
 }
 
 // idleTicks reports whether a starved pass ticks the worker's clock.

@@ -509,6 +509,15 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	return nil
 }
 
+// SettlesEpochs reports whether the stage's workers confirm each input
+// block they finish to the master, which tells none of them an epoch is
+// over before every block of it is: every kind but single (one worker).
+// Without it, a worker with nothing left of an epoch ran on into the next
+// one while others still trained on this one: with more workers than
+// blocks, epochs ran at once (test figures of a half-trained model, a
+// model unlike the one of a stage that survives a slave's death).
+func (s Stage) SettlesEpochs() bool { return s.WorkerKind != KindSingle }
+
 // OneSlave reports whether the stage's workers must share one slave.
 func (s Stage) OneSlave() bool {
 	return s.WorkerKind == KindLocal || s.WorkerKind == KindHogwild || s.WorkerKind == KindSingle

@@ -143,17 +143,19 @@ func SGD(info *tasks.Info) error {
 	}
 	in := &stream{in: train}
 	defer in.close()
+	// Lockstep: ps workers take their steps of a clock from the same
+	// weights (BSP), and the other kinds' see each other's steps at once.
 	lockstep := info.WorkerKind == tasks.KindPS && info.Workers > 1
-	if lockstep {
-		// Lockstep: the lazy updates take a worker's s-th step as step
-		// s W + rank of the stage, which holds while every worker's clock
-		// counts its steps. A pass that starts again may be starved at
-		// its epoch's end (in a stage that survives deaths, the master
-		// holds the next pass until every block of this one is
-		// confirmed), and a starved worker ticks its clock without a
-		// step: the workers' steps drift apart by as many, and a capped
+	if info.Workers > 1 {
+		// The lazy updates take a worker's s-th step as step s W + rank
+		// of the stage, which holds while every worker's clock counts its
+		// steps. A pass that starts again may be starved at its epoch's
+		// end (the master holds the next pass until every block of this
+		// one is finished), and a starved worker ticks its clock without
+		// a step: the workers' steps drift apart by as many, and a capped
 		// key's lazy factor amplifies the gap (a^-drift: models with
-		// accuracy 0.48 on 2 workers with replicas = 2). So the share is
+		// accuracy 0.48 on 2 ps workers with replicas = 2; 2 local
+		// workers' objective rose round over round). So the share is
 		// read once, into memory, the clocks are lined up by a Barrier,
 		// and the steps cycle over the share without another pass.
 		if err := in.load(info.Ctx); err != nil {

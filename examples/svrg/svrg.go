@@ -38,7 +38,7 @@
 // batch's keys per step and a Clock after each. Every worker takes the
 // same number of steps, ceil(n / (workers * batch)) per inner epoch, from
 // its share of the input (one worker streams it, starting another pass
-// when it runs out; several ps workers read their shares once into memory
+// when it runs out; several workers read their shares once into memory
 // and cycle over them, since a pass started again may tick a starved
 // worker's clock without a step), so W workers stay in BSP lockstep and
 // the stage trains on epochs_inner x n samples; with uneven

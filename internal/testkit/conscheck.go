@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
@@ -32,7 +34,11 @@ import (
 // worker's slave every that many iterations. With params.input the
 // iterations are the records of that input (one per record, params.epochs
 // passes) instead, and only the own-keys and never-fewer rules apply
-// (idle clocks decouple other workers' clocks from their Adds). Every
+// (idle clocks decouple other workers' clocks from their Adds); with
+// params.epoch_records (the input's record count, in-process clusters
+// only) a worker whose pass ends checks that the workers finished every
+// record of that epoch (no worker starts an epoch before it is over).
+// Every
 // worker ends with a Barrier, after which rank 0 checks every key holds
 // its worker's total and reports ConsChecked (reads checked, all ranks)
 // and ConsTotal (the sum of every key / keys per worker, rank 0).
@@ -52,6 +58,16 @@ func init() {
 		}
 		return nil
 	})
+}
+
+// seenRecords counts, per task and epoch, the records every worker of
+// the stage finished, in this process's memory: params.epoch_records
+// (in-process clusters only) checks it when a worker's pass ends.
+var seenRecords sync.Map // "task/epoch" -> *atomic.Int64
+
+func epochSeen(task string, epoch int) *atomic.Int64 {
+	c, _ := seenRecords.LoadOrStore(fmt.Sprintf("%s/%d", task, epoch), new(atomic.Int64))
+	return c.(*atomic.Int64)
 }
 
 func consIters(p string, rank int) (int, error) {
@@ -283,16 +299,22 @@ func consCheck(info *tasks.Info) error {
 		if err != nil {
 			return err
 		}
-		for range info.Params.Int("epochs", 1) {
+		want := int64(info.Params.Int("epoch_records", 0))
+		for e := range info.Params.Int("epochs", 1) {
+			seen := epochSeen(info.Task, e)
 			if err := tasks.EachRecords(info.Ctx, in, func(recs *datastore.Records) error {
 				for range recs.Len() {
 					if err := iteration(); err != nil {
 						return err
 					}
+					seen.Add(1)
 				}
 				return nil
 			}); err != nil {
 				return err
+			}
+			if got := seen.Load(); want > 0 && got != want {
+				return fmt.Errorf("rank %d: epoch %d ended when the workers had done %d of its %d records (epochs overlap)", info.Rank, e+1, got, want)
 			}
 		}
 	}

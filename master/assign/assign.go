@@ -277,7 +277,12 @@ func (a *Assigner) Remove(rank int) map[int][]datastore.Block {
 
 // Settled reports whether epoch is over for good: no block is queued and
 // none is handed out unconfirmed, so none can come back.
-func (a *Assigner) Settled(epoch int) bool {
+func (a *Assigner) Settled(epoch int) bool { return a.SettledBut(epoch, nil) }
+
+// SettledBut is Settled not counting the unconfirmed blocks of the ranks
+// in skip (workers that wait at a barrier, which finish nothing before
+// the others arrive there).
+func (a *Assigner) SettledBut(epoch int, skip map[int]bool) bool {
 	e := a.epochs[epoch]
 	if e == nil {
 		return len(a.blocks) == 0
@@ -285,8 +290,8 @@ func (a *Assigner) Settled(epoch int) bool {
 	if e.nLeft > 0 {
 		return false
 	}
-	for _, out := range e.out {
-		if len(out) > 0 {
+	for rank, out := range e.out {
+		if len(out) > 0 && !skip[rank] {
 			return false
 		}
 	}

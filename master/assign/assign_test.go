@@ -526,3 +526,33 @@ func TestRemoveAndAbandon(t *testing.T) {
 		t.Fatal("no input: every epoch is settled")
 	}
 }
+
+// TestSettledBut: an epoch whose only unconfirmed blocks are with skipped
+// ranks (waiting at a barrier) is settled but for them, and not otherwise.
+func TestSettledBut(t *testing.T) {
+	a := New(halves(1), []Worker{{0, "h1"}, {1, "h2"}})
+	b0, _, _ := a.Next(0, 0)
+	b1, _, _ := a.Next(1, 0)
+	for _, c := range []struct {
+		name string
+		skip map[int]bool
+		want bool
+	}{
+		{"none skipped", nil, false},
+		{"one of two skipped", map[int]bool{0: true}, false},
+		{"both skipped", map[int]bool{0: true, 1: true}, true},
+		{"a rank without blocks skipped", map[int]bool{5: true}, false},
+	} {
+		if got := a.SettledBut(0, c.skip); got != c.want {
+			t.Errorf("%s: SettledBut = %v, want %v", c.name, got, c.want)
+		}
+	}
+	a.Confirm(1, 0, b1)
+	if !a.SettledBut(0, map[int]bool{0: true}) || a.Settled(0) {
+		t.Fatal("rank 1 confirmed: want settled but for rank 0, not settled")
+	}
+	a.Confirm(0, 0, b0)
+	if !a.Settled(0) {
+		t.Fatal("every block confirmed: want settled")
+	}
+}
