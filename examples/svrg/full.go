@@ -108,7 +108,10 @@ func Full(info *tasks.Info) error {
 	if err := w.Get(keys, wv); err != nil {
 		return err
 	}
-	b := 0.0
+	b, err := fixedBias(info, opts)
+	if err != nil {
+		return err
+	}
 	if bt != nil {
 		if err := bt.Get(key0, one); err != nil {
 			return err

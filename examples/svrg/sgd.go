@@ -113,6 +113,11 @@ func SGD(info *tasks.Info) error {
 			return fmt.Errorf("svrg.sgd: stage %q has intercept = true but the svrg.full stage before it ran with intercept = false: set intercept the same in both stages", info.StageName)
 		}
 		s.snapB, s.muB = bs[keySnapBias], bs[keyMuBias]
+	} else {
+		if s.fixedB, err = fixedBias(info, opts); err != nil {
+			return err
+		}
+		s.snapB = s.fixedB
 	}
 	// Every worker takes the same number of steps so that the workers
 	// stay in lockstep and the stage's steps total epochs_inner passes,
@@ -373,6 +378,7 @@ type step struct {
 	wstar     []float64   // w*_k, when l2 > 0
 	b, bstate tasks.Table // intercept tables, nil without
 	snapB     float64     // b~
+	fixedB    float64     // without intercept tables: the intercept, fixed (fixedBias)
 	muB       float64     // the intercept's full gradient at the snapshot
 	stamp     []uint32    // stamp[k] == cur: k is in the batch at pos[k]
 	pos       []int32
@@ -528,7 +534,7 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 	for i, k := range s.keys {
 		s.wv[i] = s.weight(k, s.wv[i], t)
 	}
-	b := 0.0
+	b := s.fixedB
 	if s.b != nil {
 		var u [1]float64
 		if err := s.b.Get(biasKey, u[:]); err != nil {

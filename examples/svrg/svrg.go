@@ -205,6 +205,26 @@ func modelOptsFrom(p tasks.Params, w tasks.Table) (modelOpts, error) {
 	return o, nil
 }
 
+// fixedBias is the intercept a stage with intercept = false predicts
+// with: the one another stage of the task fits (an lr.sgd stage's, in the
+// table svrg shares with it), kept as it is, since it is in the model
+// written; 0 when the task has none. Before, such a stage ignored it, and
+// flexps eval scored a model the stage had not measured.
+func fixedBias(info *tasks.Info, opts modelOpts) (float64, error) {
+	if opts.Intercept {
+		return 0, nil
+	}
+	b, err := info.Table(lr.BiasTable(TableW))
+	if err != nil {
+		return 0, nil // the task has no intercept
+	}
+	var v [1]float64
+	if err := b.Get(biasKey, v[:]); err != nil {
+		return 0, fmt.Errorf("svrg: intercept: %w", err)
+	}
+	return v[0], nil
+}
+
 // biasTables opens the intercept's tables.
 func biasTables(info *tasks.Info) (b, state tasks.Table, err error) {
 	if b, err = info.Table(lr.BiasTable(TableW)); err != nil {
