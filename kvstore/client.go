@@ -487,8 +487,17 @@ func (c *Client) receiveOne(p *pending) error {
 			return nil
 		}
 		if c.reply.Op == OpError {
+			host := c.hostOf(tail, p)
+			if c.staleError(host) {
+				return nil
+			}
 			if c.err == nil {
-				c.err = errors.New(c.reply.Err)
+				who := "slave " + host
+				if table, shard, ok := strings.Cut(host, "#"); ok {
+					// A replicated write's address is its shard's chain.
+					who = fmt.Sprintf("the chain of table %q shard %s", table, shard)
+				}
+				c.err = fmt.Errorf("kvstore: %s: %s", who, c.reply.Err)
 			}
 			return nil
 		}
@@ -564,6 +573,9 @@ func (c *Client) deliver(r *pending, idx int, data []byte) error {
 		return err
 	}
 	if c.reply.Op == OpError {
+		if r.repl && c.staleError(r.host[idx]) {
+			return errViewChanged // sent again to the shard's head of the moment
+		}
 		return fmt.Errorf("kvstore: slave %s: %s", r.host[idx], c.reply.Err)
 	}
 	r.note(c.reply.Clock)
@@ -582,6 +594,17 @@ func (c *Client) deliver(r *pending, idx int, data []byte) error {
 	}
 	r.left -= pt.size(r.width)
 	return r.scatter(pt, c.reply.Raw, c.reply.DType)
+}
+
+// staleError reports whether an error answer from host is one to drop:
+// with Routes, host is dead in the view. A slave declared dead that comes
+// back (a stopped process resumed, a healed partition) answers the
+// requests it still had, after it dropped the task ("has no shards on
+// this slave"); the writes among them were sent again to the shards' new
+// heads when the view changed and its reads are sent again, so the
+// answer is stale, not the worker's failure.
+func (c *Client) staleError(host string) bool {
+	return c.cfg.Routes != nil && host != "" && !c.cfg.Routes.Alive(host)
 }
 
 // release forgets a finished (or abandoned) read: replies still on their

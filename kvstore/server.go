@@ -342,6 +342,18 @@ func (s *Server) handle(data []byte, reply string) {
 	}
 	t := s.task(m.Task)
 	if t == nil {
+		if m.Repl {
+			// A request of a replicated stage (a chained write, a
+			// clock) for a task this slave dropped: it was declared dead
+			// and fenced while the request waited for it (a stopped
+			// process that resumed, a healed partition), or the task
+			// ended. Stay silent as a dead slave does: the sender's view
+			// has this slave dead and sends it again to the shard's head
+			// of the moment. An error answer (its chain's address names
+			// no slave) failed a survivor's worker, and the task.
+			s.log.Debug().Str("task", m.Task).Msg("request of a replicated stage for a task not held here; not answered")
+			return
+		}
 		s.fail(reply, fmt.Errorf("kvstore: task %s has no shards on this slave", m.Task))
 		return
 	}

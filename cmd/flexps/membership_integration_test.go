@@ -281,3 +281,63 @@ func TestSlaveRestartedUnderItsIdRejoins(t *testing.T) {
 		t.Errorf("slave-0 after a duplicate was refused: %+v (want the first process, alive)", s)
 	}
 }
+
+// TestStoppedSlavesResumeMidTaskWithReplicas: SIGSTOP past the failure
+// timeout, then SIGCONT, of a slave running workers of a survivable stage
+// (replicas = 2), twice (slave-1, then slave-2). Each is declared dead,
+// its workers are counted out and its shards fail over; resumed, it drops
+// the task and rejoins. The task must finish. Before, a resumed slave
+// answered the KV requests queued for it while it was stopped with "task
+// ... has no shards on this slave", and a survivor's worker took that
+// stale answer for its own failure: the task failed.
+func TestStoppedSlavesResumeMidTaskWithReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 20000, 1000)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 3, Slots: 2, DeadAfter: "1s"})
+	cl := c.Client()
+	output := filepath.Join(dir, "m.model")
+	job := lrJob(t, dir, "stops", train, test, output, 1000, 6, 60, "ssp")
+	done := make(chan clustertest.Result, 1)
+	go func() { done <- c.Run(4*time.Minute, "submit", job) }()
+	for i, victim := range []string{"slave-1", "slave-2"} {
+		running := runningAt(cl, 0, 2+3*i)
+		waitUntil(t, "the stage's epoch", 2*time.Minute, func() bool {
+			select {
+			case r := <-done:
+				t.Fatalf("the task ended before %s was stopped (%d):\n%s\n%s", victim, r.Exit, r.Stdout, r.Stderr)
+			default:
+			}
+			return running()
+		})
+		before, _ := slaveStatus(t, cl, victim)
+		p := c.Slaves[i+1]
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		waitDeclaredDead(t, cl, victim, time.Now().Add(30*time.Second))
+		if err := p.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, victim+" back as a fresh incarnation", 30*time.Second, func() bool {
+			s, _ := slaveStatus(t, cl, victim)
+			return s.Alive && s.Instance != before.Instance
+		})
+	}
+	r := <-done
+	all := r.Stdout + r.Stderr
+	if r.Exit != 0 {
+		t.Fatalf("the task failed although its tables kept a copy through each stop (%d):\n%s", r.Exit, all)
+	}
+	for _, want := range []string{"slave slave-1 died", "slave slave-2 died"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("submit output does not say %q:\n%s", want, all)
+		}
+	}
+	if a := accuracy(t, output, test); a < 0.7 {
+		t.Errorf("model accuracy %.3f after two stops", a)
+	}
+}
