@@ -182,7 +182,43 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 	if marker[0] == 0 {
 		acc := newScaleAcc(size)
 		rows := 0
-		err := tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
+		ks := make([]uint64, 0, chunkKeys)
+		vals := make([]float64, 0, ScaleWidth*chunkKeys)
+		// add adds what was summed since its last call and clears it:
+		// after each block this worker finished is confirmed, and once
+		// after the pass. A worker that dies mid-pass so takes no
+		// confirmed block's statistics with it (the survivors do not
+		// read those blocks again); before, it took every block it had
+		// confirmed, and features seen only there kept the scale 1.
+		add := func() error {
+			var addErr error
+			flush := func() {
+				if len(ks) > 0 && addErr == nil {
+					addErr = st.Add(ks, vals)
+				}
+				ks, vals = ks[:0], vals[:0]
+			}
+			acc.each(func(k uint64, a *[ScaleWidth]float64) {
+				ks = append(ks, k)
+				vals = append(vals, a[:]...)
+				if len(ks) == chunkKeys {
+					flush()
+				}
+			})
+			flush()
+			if addErr != nil {
+				return addErr
+			}
+			if rows > 0 {
+				if err := st.Add([]uint64{size}, []float64{0, float64(rows), 0}); err != nil {
+					return err
+				}
+			}
+			acc.reset()
+			rows = 0
+			return st.Flush()
+		}
+		err := tasks.EachRecordsCommit(info.Ctx, train, func(r *datastore.Records) error {
 			rows += r.Len()
 			for j, k := range r.Keys {
 				if k >= size {
@@ -193,37 +229,18 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 				}
 			}
 			return nil
-		})
+		}, add)
 		if err != nil {
 			return nil, fmt.Errorf("lr: feature statistics: %w", err)
 		}
-		var addErr error
-		ks := make([]uint64, 0, chunkKeys)
-		vals := make([]float64, 0, ScaleWidth*chunkKeys)
-		flush := func() {
-			if len(ks) > 0 && addErr == nil {
-				addErr = st.Add(ks, vals)
-			}
-			ks, vals = ks[:0], vals[:0]
-		}
-		acc.each(func(k uint64, a *[ScaleWidth]float64) {
-			ks = append(ks, k)
-			vals = append(vals, a[:]...)
-			if len(ks) == chunkKeys {
-				flush()
-			}
-		})
-		flush()
-		if addErr != nil {
-			return nil, addErr
-		}
-		if err := st.Add([]uint64{size}, []float64{0, float64(rows), 0}); err != nil {
+		if err := add(); err != nil {
 			return nil, err
 		}
 		if err := info.Barrier(); err != nil {
 			return nil, err
 		}
-		if info.Rank == 0 {
+		// The first live worker, not rank 0, whose slave may have died.
+		if idx, _ := info.Share(); idx == 0 {
 			if err := st.Add([]uint64{size}, []float64{1, 0, 0}); err != nil {
 				return nil, err
 			}
@@ -443,6 +460,15 @@ func (a *scaleAcc) add(k uint64, v float64) {
 	s[0] += v * v
 	s[1]++
 	s[2] += v
+}
+
+// reset forgets every key's statistics (once they were added).
+func (a *scaleAcc) reset() {
+	if a.counts != nil {
+		clear(a.counts)
+		return
+	}
+	clear(a.m)
 }
 
 // each calls fn with the statistics of every key seen, in increasing key
