@@ -66,7 +66,7 @@ func runCmd(g *globals) *cobra.Command {
 				if jf, task, err = tasks.LoadJob(a[0]); err != nil {
 					return err
 				}
-				if err := ensureInputs(jf, log); err != nil {
+				if err := ensureInputs(cmd.Context(), jf, log); err != nil {
 					return err
 				}
 			}
@@ -474,7 +474,7 @@ func genCmd(g *globals) *cobra.Command {
 				return usageError{"--out is required"}
 			}
 			spec.Kind = a[0]
-			if err := synth.Generate(out, spec); err != nil {
+			if err := synth.GenerateContext(cmd.Context(), out, spec); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)

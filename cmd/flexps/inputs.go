@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +15,7 @@ import (
 // ensureInputs generates every input of a job file that has a generate
 // table and whose path does not exist yet. An input without one must exist:
 // the master reports it when the task is submitted.
-func ensureInputs(jf *tasks.JobFile, log zerolog.Logger) error {
+func ensureInputs(ctx context.Context, jf *tasks.JobFile, log zerolog.Logger) error {
 	for name, in := range jf.Inputs {
 		if in.Generate == nil {
 			continue
@@ -32,7 +33,7 @@ func ensureInputs(jf *tasks.JobFile, log zerolog.Logger) error {
 			return fmt.Errorf("input %q: %w", name, err)
 		}
 		log.Info().Str("input", name).Str("path", in.Path).Int("rows", in.Generate.Rows).Msg("generating input data (seeded)")
-		if err := synth.Generate(in.Path, *in.Generate); err != nil {
+		if err := synth.GenerateContext(ctx, in.Path, *in.Generate); err != nil {
 			return fmt.Errorf("input %q: %w", name, err)
 		}
 	}

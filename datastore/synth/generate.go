@@ -3,6 +3,7 @@ package synth
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,13 @@ type Spec struct {
 // and test rows come from one seeded stream, so they share the hidden
 // model. Files are written to a temporary name and renamed when complete.
 func Generate(path string, gs Spec) error {
+	return GenerateContext(context.Background(), path, gs)
+}
+
+// GenerateContext is Generate, stopped when ctx ends (a Ctrl-C of `flexps
+// gen`): the temporary files are removed, nothing is renamed, and the
+// error wraps ctx's.
+func GenerateContext(ctx context.Context, path string, gs Spec) error {
 	kind := gs.Kind
 	if kind == "" {
 		kind = "libsvm"
@@ -93,6 +101,7 @@ func Generate(path string, gs Spec) error {
 	if len(bufs) > 1 {
 		w = &lineSplitter{first: bufs[0], second: bufs[1], left: gs.Rows}
 	}
+	w = ctxWriter{ctx, w}
 	var err error
 	switch kind {
 	case "libsvm":
@@ -136,6 +145,20 @@ func samePath(a, b string) bool {
 	fa, errA := os.Stat(a)
 	fb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+// ctxWriter fails every write once ctx ended. The generators write
+// through a buffer of their own, so it is asked every 64 KiB.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
 
 // lineSplitter sends the first `left` lines to first, the rest to second.

@@ -3,6 +3,7 @@ package synth
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math"
@@ -350,6 +351,40 @@ func TestGeneratorsRefuseParametersOutOfRange(t *testing.T) {
 				t.Fatal(err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A generation stops when its context ends (the first Ctrl-C of `flexps
+// gen`, which went unheeded until the file was complete; the second one
+// ended the process and left the hidden temporary file behind, hundreds
+// of MB): it returns ctx's error and leaves no file, neither the
+// temporary ones nor the outputs.
+func TestGenerateStopsWhenCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec Spec
+	}{
+		{"libsvm", Spec{Rows: 50_000_000, Dim: 1000, NNZ: 20, TestPath: "t.libsvm"}},
+		{"ratings", Spec{Kind: "ratings", Rows: 500_000_000, Users: 100, Items: 100, Rank: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			t0 := time.Now()
+			err := GenerateContext(ctx, "out", tc.spec)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("got %v after %v, want the context's error", err, time.Since(t0))
+			}
+			if d := time.Since(t0); d > 10*time.Second {
+				t.Errorf("stopped %v after the context ended", d)
+			}
+			left, _ := os.ReadDir(dir)
+			for _, e := range left {
+				t.Errorf("left %s behind", e.Name())
 			}
 		})
 	}
