@@ -439,6 +439,9 @@ type input struct {
 	seq atomic.Int64
 }
 
+// FormatName implements tasks.FormatNamer.
+func (in *input) FormatName() string { return in.format.Name() }
+
 // Pass implements tasks.Input.
 func (in *input) Pass(ctx context.Context) (datastore.Pass, error) { return in.pass(ctx, false) }
 

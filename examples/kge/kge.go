@@ -192,6 +192,13 @@ func ComplEx(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("kge: %w", err)
 	}
+	for name, in := range map[string]tasks.Input{cfg.Train: train, cfg.Test: test} {
+		if in != nil {
+			if err := tasks.CheckFormat(in, name, "kge.complex", "ratings"); err != nil {
+				return err
+			}
+		}
+	}
 	var known Known
 	if test != nil {
 		known = Known{}

@@ -77,6 +77,9 @@ func Init(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("kmeans: %w", err)
 	}
+	if err := tasks.CheckFormat(train, cfg.Train, "kmeans.init", "libsvm", "csv"); err != nil {
+		return err
+	}
 	var h sampleHeap
 	n := int64(0)
 	var sum, sumSq []float64

@@ -384,3 +384,43 @@ func TestTooFewSeedingRowsNamesTheCause(t *testing.T) {
 		})
 	}
 }
+
+// An input read as text has rows without features: every row is the
+// origin and the objective 0. kmeans.init refuses it when it starts,
+// naming the input and the formats it reads.
+func TestInitRefusesAnInputReadAsText(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "six.libsvm")
+	if err := os.WriteFile(data, []byte("0 1:1\n0 1:2\n0 1:3\n0 1:10\n0 1:11\n0 1:12\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	for _, tc := range []struct {
+		format string
+		want   string // "": clusters
+	}{
+		{"", ""},
+		{"libsvm", ""},
+		{"text", `kmeans.init: input "train" is read as text; kmeans.init reads libsvm or csv`},
+	} {
+		t.Run("format "+tc.format, func(t *testing.T) {
+			task := tasks.NewTask("kmeans-format").
+				AddTable(kvstore.TableSpec{Name: "centers", Size: 3, Width: 1}).
+				SetInput("train", tasks.InputSpec{Path: data, Format: tc.format}).
+				SetStages(tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1,
+					Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"k": 3, "restarts": 1}})
+			_, err := local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

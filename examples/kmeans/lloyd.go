@@ -69,6 +69,9 @@ func Lloyd(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("kmeans: %w", err)
 	}
+	if err := tasks.CheckFormat(train, cfg.Train, "kmeans.lloyd", "libsvm", "csv"); err != nil {
+		return err
+	}
 	cs := NewCenters(kr+1, dims, make([]float64, (kr+1)*dims)) // the last row is the control key
 	// The weights kmeans.init wrote, if it standardized: both stages must
 	// agree, or the seeds and the model measure other distances.

@@ -227,6 +227,14 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("lr: %w", err)
 	}
+	if err := tasks.CheckFormat(train, cfg.Train, "lr.sgd", "libsvm", "csv"); err != nil {
+		return err
+	}
+	if test != nil {
+		if err := tasks.CheckFormat(test, cfg.Test, "lr.sgd", "libsvm", "csv"); err != nil {
+			return err
+		}
+	}
 	m := NewMiniBatch(w)
 	m.Occurrences = info.WorkerKind == tasks.KindLocal || info.WorkerKind == tasks.KindSingle
 	m.Merge = info.WorkerKind == tasks.KindHogwild

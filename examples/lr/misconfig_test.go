@@ -120,3 +120,37 @@ func TestSGDRefusesATestParamNamingNoInput(t *testing.T) {
 		})
 	}
 }
+
+// lr.sgd reads numeric records. An input read as text gives every record
+// label 0 and no features: the stage trained a bias on nothing, reported
+// test accuracy 1.0, and wrote the model. Now a train or test input in a
+// format lr does not read stops the stage when it starts.
+func TestSGDRefusesAnInputItCannotRead(t *testing.T) {
+	ctx, local, path := misconfigRig(t)
+	for _, tc := range []struct {
+		name        string
+		train, test string // formats; test "": no test input
+		want        string // "" : trains
+	}{
+		{"libsvm", "libsvm", "libsvm", ""},
+		{"train as text", "text", "", `lr.sgd: input "train" is read as text; lr.sgd reads libsvm or csv`},
+		{"test as text", "libsvm", "text", `lr.sgd: input "test" is read as text; lr.sgd reads libsvm or csv`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := tasks.NewTask("formats").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 3}).
+				SetInput("train", tasks.InputSpec{Path: path, Format: tc.train}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"epochs": 1, "batch": 10}})
+			if tc.test != "" {
+				task.SetInput("test", tasks.InputSpec{Path: path, Format: tc.test})
+			}
+			_, err := local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -297,6 +297,13 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("mf: %w", err)
 	}
+	for name, in := range map[string]tasks.Input{cfg.Train: train, cfg.Test: test} {
+		if in != nil {
+			if err := tasks.CheckFormat(in, name, "mf.sgd", "ratings"); err != nil {
+				return err
+			}
+		}
+	}
 	variance, err := prepareCounts(info, tabs, train, cfg)
 	if err != nil {
 		return err

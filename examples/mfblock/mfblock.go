@@ -136,6 +136,13 @@ func Blocked(info *tasks.Info) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", Func, err)
 	}
+	for name, src := range map[string]tasks.Input{cfg.train: in, cfg.test: test} {
+		if src != nil {
+			if err := tasks.CheckFormat(src, name, Func, "ratings"); err != nil {
+				return err
+			}
+		}
+	}
 	data, err := readAll(info, in, users.Spec().Size, items.Spec().Size, cfg.train)
 	if err != nil {
 		return err

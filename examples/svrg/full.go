@@ -48,6 +48,9 @@ func Full(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
+	if err := tasks.CheckFormat(train, trainName, "svrg.full", "libsvm", "csv"); err != nil {
+		return err
+	}
 	var bt, bstate tasks.Table
 	if opts.Intercept {
 		if bt, bstate, err = biasTables(info); err != nil {

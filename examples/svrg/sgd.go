@@ -84,6 +84,9 @@ func SGD(info *tasks.Info) error {
 	if err != nil {
 		return err
 	}
+	if err := tasks.CheckFormat(train, cfg.Train, "svrg.sgd", "libsvm", "csv"); err != nil {
+		return err
+	}
 	dim := w.Spec().Size
 	keys := allKeys(dim)
 	sv, mv := make([]float64, dim), make([]float64, dim)
