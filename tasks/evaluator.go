@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,10 @@ import (
 type Evaluator struct {
 	// Format is the data format the kind reads by default (libsvm, ratings...).
 	Format string
+	// Formats are those the kind can score; empty: any. Data read in
+	// another format (--format text: records without features) is
+	// refused instead of scored.
+	Formats []string
 	// Eval returns named metrics (e.g. accuracy, logloss, rmse).
 	Eval func(m *Model, data *datastore.Records) (map[string]float64, error)
 }
@@ -96,6 +101,9 @@ func EvaluateWith(ctx context.Context, modelPath, data string, o EvalOptions) (*
 	format, opt, err := o.dataFormat(m, ev.Format)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", modelPath, err)
+	}
+	if f := strings.ToLower(format); len(ev.Formats) > 0 && !slices.Contains(ev.Formats, f) && !(f == "svmlight" && slices.Contains(ev.Formats, "libsvm")) {
+		return nil, fmt.Errorf("model %s: a %s model scores %s data, not %s", modelPath, m.Kind, strings.Join(ev.Formats, " or "), format)
 	}
 	recs, err := datastore.ReadAllWith(ctx, data, format, opt)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	tasks.RegisterEvaluator("kge", tasks.Evaluator{Format: "ratings", Eval: EvalModel})
+	tasks.RegisterEvaluator("kge", tasks.Evaluator{Format: "ratings", Formats: []string{"ratings"}, Eval: EvalModel})
 }
 
 // EvalModel ranks every triple of data (heads and tails) with a saved

@@ -88,7 +88,7 @@ func init() {
 	tasks.RegisterTables("kmeans.lloyd", func(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 		return helperTables(st, declared, true)
 	})
-	tasks.RegisterEvaluator("kmeans", tasks.Evaluator{Format: "libsvm", Eval: EvalModel})
+	tasks.RegisterEvaluator("kmeans", tasks.Evaluator{Format: "libsvm", Formats: []string{"libsvm", "csv"}, Eval: EvalModel})
 }
 
 // Helper table names for centers table c.

@@ -434,7 +434,7 @@ func applyDecay(info *tasks.Info, w, steps tasks.Table, before float64, mine int
 }
 
 func init() {
-	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Eval: EvalModel})
+	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Formats: []string{"libsvm", "csv"}, Eval: EvalModel})
 }
 
 // EvalModel scores a saved LR model (table "w", and its intercept "w.bias"

@@ -154,3 +154,43 @@ func TestSGDRefusesAnInputItCannotRead(t *testing.T) {
 		})
 	}
 }
+
+// flexps eval --format text read the data as records without features or
+// labels and scored them: accuracy 0.0000 and a logloss for an lr model,
+// mse 0 for k-means, exit 0. An lr model scores libsvm or csv data; any
+// other format is refused before the data is read.
+func TestEvalRefusesAFormatItCannotScore(t *testing.T) {
+	ctx, local, path := misconfigRig(t)
+	model := filepath.Join(t.TempDir(), "lr.model")
+	task := tasks.NewTask("evalformats").
+		AddTable(kvstore.TableSpec{Name: "w", Size: 3}).
+		SetInput("train", tasks.InputSpec{Path: path}).
+		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"epochs": 1, "batch": 10}})
+	task.Kind, task.Output = "lr", model
+	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		format string
+		want   string // "" : scored
+	}{
+		{"", ""},
+		{"libsvm", ""},
+		{"svmlight", ""},
+		{"text", "a lr model scores libsvm or csv data, not text"},
+		{"Text", "a lr model scores libsvm or csv data, not Text"},
+		{"ratings", "a lr model scores libsvm or csv data, not ratings"},
+	} {
+		t.Run("format "+tc.format, func(t *testing.T) {
+			ev, err := tasks.EvaluateWith(ctx, model, path, tasks.EvalOptions{Format: tc.format})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want == "" && ev.Records != 40:
+				t.Fatalf("scored %d records, want 40", ev.Records)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

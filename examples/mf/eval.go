@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	tasks.RegisterEvaluator("mf", tasks.Evaluator{Format: "ratings", Eval: EvalModel})
+	tasks.RegisterEvaluator("mf", tasks.Evaluator{Format: "ratings", Formats: []string{"ratings"}, Eval: EvalModel})
 }
 
 // EvalModel scores a saved MF model (tables "users" and "items", and
