@@ -75,6 +75,19 @@ func RegisterParams(name string, fn ParamsFunc) { paramHooks.set(name, fn) }
 
 func lookupParams(name string) (ParamsFunc, bool) { return paramHooks.get(name) }
 
+// TaskParamsFunc checks what one stage's params cannot show: params the
+// stages of a task must agree on. It returns the stage at fault, the
+// param to name, and the error, or a nil error.
+type TaskParamsFunc func(t *MultiStageTask) (stage int, param string, err error)
+
+var taskParamHooks hooks[TaskParamsFunc]
+
+// RegisterTaskParams makes Validate run fn on every task with a stage of
+// function name, so stages set up to disagree (an inner stage minimizing
+// another objective than the full stage measures) are refused at
+// submission, naming the stage and the param.
+func RegisterTaskParams(name string, fn TaskParamsFunc) { taskParamHooks.set(name, fn) }
+
 var bspHooks hooks[bool]
 
 // RegisterNeedsBSP makes Validate refuse a stage of function name that

@@ -382,6 +382,18 @@ func (t *MultiStageTask) validate(registry bool) error {
 			return fe
 		}
 	}
+	checked := map[string]bool{}
+	for _, s := range t.Stages {
+		fn, ok := taskParamHooks.get(s.Func)
+		if !ok || checked[s.Func] {
+			continue
+		}
+		checked[s.Func] = true
+		if i, key, err := fn(t); err != nil {
+			return &FieldError{Section: "stage", Index: i, Keys: []string{"params." + key, "params"},
+				Err: fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, t.Stages[i].Name, err)}
+		}
+	}
 	return nil
 }
 
