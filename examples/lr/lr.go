@@ -306,7 +306,8 @@ func SGD(info *tasks.Info) error {
 				return err
 			}
 			if math.IsNaN(bs.LossSum) || math.IsInf(bs.LossSum, 0) || !m.finite {
-				return fmt.Errorf("lr.sgd: stage %q epoch %d: the training loss became %v: the learning rate (lr = %g) is likely too large", info.StageName, epoch, bs.LossSum/float64(bs.N), lr)
+				// Wrapped below with the stage and epoch.
+				return fmt.Errorf("the training loss became %v: the learning rate (lr = %g) is likely too large", bs.LossSum/float64(bs.N), lr)
 			}
 			st.Add(bs)
 			info.Report(int64(hi-lo), bs.LossSum)

@@ -194,3 +194,24 @@ func TestEvalRefusesAFormatItCannotScore(t *testing.T) {
 		})
 	}
 }
+
+// A step whose loss is no longer finite stops the stage with one error
+// naming the stage and epoch once: the message said "lr.sgd: stage "sgd"
+// epoch 1: " twice, the step's own text wrapped in the epoch's.
+func TestNonFiniteLossNamesTheStageOnce(t *testing.T) {
+	ctx, local, _ := misconfigRig(t)
+	path := filepath.Join(t.TempDir(), "huge.libsvm")
+	if err := os.WriteFile(path, []byte("1 1:1e200\n0 1:1e200\n1 1:1e200\n0 1:1e200\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	task := tasks.NewTask("huge").
+		AddTable(kvstore.TableSpec{Name: "w", Size: 1}).
+		SetInput("train", tasks.InputSpec{Path: path}).
+		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
+			Params: tasks.Params{"epochs": 1, "batch": 1, "lr": 5, "standardize": false, "intercept": false}})
+	_, err := local.SubmitAndWait(ctx, task, nil)
+	const prefix = `lr.sgd: stage "sgd" epoch 1: `
+	if err == nil || !strings.Contains(err.Error(), prefix+"the training loss became") || strings.Count(err.Error(), prefix) != 1 {
+		t.Fatalf("error %v, want %q once, then the loss", err, prefix)
+	}
+}
