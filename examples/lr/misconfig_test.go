@@ -215,3 +215,36 @@ func TestNonFiniteLossNamesTheStageOnce(t *testing.T) {
 		t.Fatalf("error %v, want %q once, then the loss", err, prefix)
 	}
 }
+
+// Scaling sums each feature's squares: a value beyond 1.3e154 made the
+// sum infinite, the feature's scale NaN, and training stopped with a NaN
+// loss blamed on the learning rate. The record and feature are named now.
+func TestAFeatureWhoseSquareOverflowsIsNamed(t *testing.T) {
+	ctx, local, _ := misconfigRig(t)
+	path := filepath.Join(t.TempDir(), "huge.libsvm")
+	for _, tc := range []struct {
+		name string
+		file string
+		want string // "" : trains
+	}{
+		{"1e150 squares to a float64", "1 1:1 2:3\n0 1:2 2:1e150\n1 1:1 2:-2\n0 1:3\n", ""},
+		{"-2e200 does not", "1 1:1 2:3\n0 1:2 2:1e150\n1 1:1 2:-2e200\n0 1:3\n", "line 3: feature key 1 is -2e+200, whose square overflows a float64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			task := tasks.NewTask("huge").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 2}).
+				SetInput("train", tasks.InputSpec{Path: path}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"epochs": 1, "batch": 2, "lr": 0.1}})
+			_, err := local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -161,6 +161,15 @@ func (s *Scaler) Lookup(keys []uint64, out []float64) error {
 // (the statistics are gathered) and the number of rows.
 const ScaleWidth = 3
 
+// squareOverflows names the record and feature of value j of r, whose
+// square is no float64. The statistics sum squares, so the feature's
+// scale became NaN and training failed with a loss blamed on the
+// learning rate.
+func squareOverflows(r *datastore.Records, j int) error {
+	i := sort.Search(r.Len(), func(i int) bool { return r.Offsets[i+1] > j })
+	return fmt.Errorf("%s: feature key %d is %g, whose square overflows a float64 (scaling sums the squares): rescale the feature", r.Where(i), r.Keys[j], r.Vals[j])
+}
+
 // PrepareScale gathers the feature statistics of input train into st
 // (the table ScaleTable(w) that AuxTables declares: size+1 keys of width
 // ScaleWidth; key size marks them as gathered) unless an earlier stage
@@ -225,6 +234,9 @@ func PrepareScale(info *tasks.Info, st tasks.Table, size uint64, train tasks.Inp
 					return KeyOutside(r, 0, r.Len(), kvstore.TableSpec{Name: strings.TrimSuffix(st.Spec().Name, ".scale"), Size: size})
 				}
 				if v := r.Vals[j]; v != 0 {
+					if math.IsInf(v*v, 0) {
+						return squareOverflows(r, j)
+					}
 					acc.add(k, v)
 				}
 			}
