@@ -12,9 +12,11 @@ import (
 )
 
 // This file serves the FileAssigner on the bus: block requests,
-// confirmations and abandoned passes. In a stage of several workers, one
-// is told an epoch is empty only once every block of it is finished and
-// none can come back (assign.Settled): until then its request is held, without
+// confirmations and abandoned passes. In a stage that survives a slave's
+// death, a worker is told an epoch is empty only once every block of it is
+// finished and none can come back (assign.Settled); in other stages of
+// several workers, once nothing of it is queued if the worker took part in
+// it, else once it is finished (assignment.next). Until then its request is held, without
 // blocking the handler, and answered when a confirmation or a death
 // changes the epoch, or with Retry after blockHold so the worker's own
 // request timeout never fires.
@@ -28,8 +30,11 @@ const blockHold = time.Second
 type assignment struct {
 	a *assign.Assigner
 	// settles: the workers confirm the blocks they finish, and a request
-	// for a block of an epoch that is not settled is held.
-	settles bool
+	// for a block of an epoch that is not settled is held, in a stage
+	// that survives its workers' deaths (survivable) always, elsewhere
+	// only from a worker that took no block of the epoch or whose
+	// previous epoch is not settled either (see next).
+	settles, survivable bool
 	// atBarrier are the ranks waiting at a barrier: an epoch is settled
 	// without their unconfirmed blocks, which they finish only after the
 	// others arrive there (a function that stops mid-pass for a Barrier,
@@ -167,13 +172,24 @@ func (m *Master) onBlock(msg *nats.Msg) {
 }
 
 // next answers rank's request for a block of epoch; false when the answer
-// must wait (the epoch has nothing queued but is not settled).
+// must wait. In a stage that survives its workers' deaths an epoch is
+// over for a worker once it is settled: every block finished, none can
+// come back. Elsewhere a worker that took part in the epoch may start the
+// next one once nothing of it is queued, while the others finish its last
+// blocks; a worker that took no block of it waits for it to finish (with
+// more workers than blocks, idle workers ran through every epoch at
+// once), and none ends an epoch before the one before it is finished
+// (never two epochs ahead of the slowest).
 func (as *assignment) next(rank, epoch int) (proto.BlockReply, bool) {
 	b, local, ok := as.a.Next(rank, epoch)
 	switch {
 	case ok:
 		return proto.BlockReply{Block: b, Local: local}, true
-	case !as.settles || as.a.SettledBut(epoch, as.atBarrier):
+	case !as.settles:
+		return proto.BlockReply{Done: true}, true
+	case !as.survivable && epoch > 0 && as.a.Began(epoch-1) && !as.a.SettledBut(epoch-1, as.atBarrier):
+		return proto.BlockReply{}, false
+	case as.a.SettledBut(epoch, as.atBarrier), !as.survivable && as.a.Took(rank, epoch):
 		return proto.BlockReply{Done: true}, true
 	}
 	return proto.BlockReply{}, false
@@ -309,7 +325,7 @@ func (m *Master) rankEnded(inputs []assignKey, rank int) {
 
 // setAssigner installs the assigner of an input of a running stage (nil:
 // the stage ended; requests still held are answered with an error).
-func (m *Master) setAssigner(k assignKey, a *assign.Assigner, settles bool) {
+func (m *Master) setAssigner(k assignKey, a *assign.Assigner, settles, survivable bool) {
 	var out []blockAnswer
 	m.mu.Lock()
 	if old := m.assigners[k]; old != nil {
@@ -320,7 +336,7 @@ func (m *Master) setAssigner(k assignKey, a *assign.Assigner, settles bool) {
 	if a == nil {
 		delete(m.assigners, k)
 	} else {
-		m.assigners[k] = &assignment{a: a, settles: settles}
+		m.assigners[k] = &assignment{a: a, settles: settles, survivable: survivable}
 	}
 	m.mu.Unlock()
 	m.answer(out)

@@ -66,11 +66,11 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	for _, in := range inputs {
 		key := assignKey{t.spec.ID, k, in}
 		keys = append(keys, key)
-		// A worker's "epoch empty" is held until every block of the
-		// epoch is finished (and, in a stage that survives its workers'
-		// deaths, none can come back): see tasks.Stage.SettlesEpochs.
-		m.setAssigner(key, assign.New(t.blocks[in], ws), st.SettlesEpochs())
-		defer m.setAssigner(key, nil, false)
+		// A worker's "epoch empty" is held until the epoch is finished
+		// (tasks.Stage.SettlesEpochs; in a stage that survives its
+		// workers' deaths, always: no block of it can come back then).
+		m.setAssigner(key, assign.New(t.blocks[in], ws), st.SettlesEpochs(), surv.Workers)
+		defer m.setAssigner(key, nil, false, false)
 	}
 	// Direct model transfer between consecutive one-slave stages.
 	retain := t.spec.ModelTransfer == tasks.TransferDirect && st.OneSlave() && k+1 < len(t.spec.Stages) && t.spec.Stages[k+1].OneSlave()

@@ -522,12 +522,15 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 }
 
 // SettlesEpochs reports whether the stage's workers confirm each input
-// block they finish to the master, which tells none of them an epoch is
-// over before every block of it is: every kind but single (one worker).
-// Without it, a worker with nothing left of an epoch ran on into the next
-// one while others still trained on this one: with more workers than
-// blocks, epochs ran at once (test figures of a half-trained model, a
-// model unlike the one of a stage that survives a slave's death).
+// block they finish to the master, which holds a worker's epoch end until
+// the epoch is finished where it must (master/blocks.go: always in a
+// stage that survives deaths; elsewhere for a worker that took no block
+// of it, and until the epoch before it is finished): every kind but
+// single (one worker). Without it, a worker with nothing left of an epoch
+// ran on into the next ones while others still trained on this one: with
+// more workers than blocks, epochs ran at once (test figures of a
+// half-trained model, a model unlike the one of a stage that survives a
+// slave's death).
 func (s Stage) SettlesEpochs() bool { return s.WorkerKind != KindSingle }
 
 // OneSlave reports whether the stage's workers must share one slave.

@@ -37,7 +37,8 @@ import (
 // (idle clocks decouple other workers' clocks from their Adds); with
 // params.epoch_records (the input's record count, in-process clusters
 // only) a worker whose pass ends checks that the workers finished every
-// record of that epoch (no worker starts an epoch before it is over).
+// record of the epoch before (no worker two epochs ahead of another), or
+// with params.epoch_check = "settled" of that epoch itself.
 // Every
 // worker ends with a Barrier, after which rank 0 checks every key holds
 // its worker's total and reports ConsChecked (reads checked, all ranks)
@@ -300,6 +301,7 @@ func consCheck(info *tasks.Info) error {
 			return err
 		}
 		want := int64(info.Params.Int("epoch_records", 0))
+		settled := info.Params.String("epoch_check", "") == "settled"
 		for e := range info.Params.Int("epochs", 1) {
 			seen := epochSeen(info.Task, e)
 			if err := tasks.EachRecords(info.Ctx, in, func(recs *datastore.Records) error {
@@ -313,8 +315,14 @@ func consCheck(info *tasks.Info) error {
 			}); err != nil {
 				return err
 			}
-			if got := seen.Load(); want > 0 && got != want {
-				return fmt.Errorf("rank %d: epoch %d ended when the workers had done %d of its %d records (epochs overlap)", info.Rank, e+1, got, want)
+			// "settled": this epoch is done; otherwise the one before.
+			if done := e - 1; want > 0 && (done >= 0 || settled) {
+				if settled {
+					done = e
+				}
+				if got := epochSeen(info.Task, done).Load(); got != want {
+					return fmt.Errorf("rank %d: epoch %d ended when the workers had done %d of epoch %d's %d records", info.Rank, e+1, got, done+1, want)
+				}
 			}
 		}
 	}

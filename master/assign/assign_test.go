@@ -528,7 +528,8 @@ func TestRemoveAndAbandon(t *testing.T) {
 }
 
 // TestSettledBut: an epoch whose only unconfirmed blocks are with skipped
-// ranks (waiting at a barrier) is settled but for them, and not otherwise.
+// ranks (waiting at a barrier) is settled but for them, and not otherwise;
+// Took and Began say who took part in an epoch and whether it began.
 func TestSettledBut(t *testing.T) {
 	a := New(halves(1), []Worker{{0, "h1"}, {1, "h2"}})
 	b0, _, _ := a.Next(0, 0)
@@ -546,6 +547,9 @@ func TestSettledBut(t *testing.T) {
 		if got := a.SettledBut(0, c.skip); got != c.want {
 			t.Errorf("%s: SettledBut = %v, want %v", c.name, got, c.want)
 		}
+	}
+	if !a.Took(0, 0) || !a.Took(1, 0) || a.Took(2, 0) || a.Took(0, 1) || !a.Began(0) || a.Began(1) {
+		t.Fatal("Took/Began: want ranks 0 and 1 in epoch 0, nobody in epoch 1")
 	}
 	a.Confirm(1, 0, b1)
 	if !a.SettledBut(0, map[int]bool{0: true}) || a.Settled(0) {
