@@ -31,7 +31,10 @@
 // thread-safe wrapper of a pure Controller that counts worker clocks
 // (BSP, SSP, ASP, sparse SSP). Reads a model holds back are parked in the
 // gate and answered when the slowest worker catches up; the server's
-// handler never blocks. Workers sharing one process's copy of a table
+// handler never blocks. A gate holds reads back, never Adds: a read at
+// clock c sees every Add its bound requires and may see newer ones (under
+// BSP, Adds of clock c by workers that read before it), as many as timing
+// and placement allow. Workers sharing one process's copy of a table
 // (single and local worker kinds) use a LocalTable with the lock mode the
 // kind needs instead of shards.
 package kvstore
