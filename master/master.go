@@ -37,6 +37,10 @@ type Master struct {
 	mu   sync.Mutex
 	mem  *membership.Machine
 	deaf bool // cut off from the bus (tick): the detector hears nobody
+	// lastTick is the wall-clock (monotonic) time of the detector's last
+	// tick, which also tells the slaves the master is alive: a gap of a
+	// failure timeout or more is the master's own stall (tick).
+	lastTick time.Time
 	// reconnects: control requests across a reconnection are sent again (ctl).
 	reconnects *bus.Reconnects
 	viewSent   time.Time // when the membership view was last published

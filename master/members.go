@@ -114,6 +114,35 @@ func (m *Master) onLeave(msg *nats.Msg) {
 // outside the lock (their goroutines take it).
 func (m *Master) tick(now time.Time) {
 	m.mu.Lock()
+	wall := time.Now()
+	gap := wall.Sub(m.lastTick)
+	stalled := !m.lastTick.IsZero() && gap >= m.mem.Timeout()
+	m.lastTick = wall
+	var lost []*taskRun
+	if stalled {
+		// The master did not run (its process stopped, swapped out or
+		// starved) as long as its slaves wait for a sign of life, which
+		// the detector's tick sends: they stopped its tasks. Its own
+		// silence is not theirs: every slave gets a full timeout to beat
+		// again (their heartbeats of the stall may not be read yet); and
+		// its running tasks fail, naming the stall. Before, a slave whose
+		// heartbeat was read late was declared dead and named as the
+		// cause, and one read in time left its dropped stage waiting.
+		m.mem.Deaf()
+		m.mem.Hearing(now)
+		for _, tr := range m.tasks {
+			if !tr.isEnded() && tr.started() {
+				lost = append(lost, tr)
+			}
+		}
+		m.log.Error().Dur("stalled", gap.Round(time.Millisecond)).Dur("failure_timeout", m.mem.Timeout()).Int("tasks", len(lost)).
+			Msg("the master did not run for longer than failure_timeout: its slaves stopped its tasks, which fail")
+	}
+	defer func() {
+		for _, tr := range lost {
+			tr.cancelRun(tr.stallErr(gap, m.mem.Timeout()))
+		}
+	}()
 	// Cut off from the bus the master hears no heartbeat: the silence is
 	// its own, not the slaves'. Once it hears again every slave gets a
 	// full timeout to beat (a slave dead meanwhile is declared then).

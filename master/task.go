@@ -163,6 +163,23 @@ func (t *taskRun) finishedBefore(at time.Time) bool {
 	return !t.status.Finished.IsZero() && t.status.Finished.Before(at)
 }
 
+// started reports whether the task began running its stages.
+func (t *taskRun) started() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.status.Started.IsZero()
+}
+
+// stallErr is why the task fails after the master stalled for gap.
+func (t *taskRun) stallErr(gap, timeout time.Duration) error {
+	hint := ""
+	if t.ckpt != nil {
+		hint = "; flexps submit --resume DIR continues it from its last checkpoint"
+	}
+	return fmt.Errorf("the master did not run for %v, longer than failure_timeout (%v): its slaves stopped its tasks (the master's process was stopped, swapped out or starved; raise failure_timeout if its host stalls that long)%s",
+		gap.Round(time.Millisecond), timeout, hint)
+}
+
 // isEnded reports whether the task's goroutine finished.
 func (t *taskRun) isEnded() bool {
 	select {

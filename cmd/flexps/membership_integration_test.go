@@ -341,3 +341,46 @@ func TestStoppedSlavesResumeMidTaskWithReplicas(t *testing.T) {
 		t.Errorf("model accuracy %.3f after two stops", a)
 	}
 }
+
+// TestStoppedMasterNamesItsOwnStall: the master stopped (SIGSTOP) mid-task
+// for three failure timeouts, then resumed. Its slaves dropped its tasks
+// when they stopped hearing from it: the task fails, saying the silence
+// was the master's own, and no slave is taken for dead (the next task
+// runs). Before, the master declared a slave whose heartbeat it read late
+// dead and named it as the cause ("slave s3 died: no heartbeat for
+// 3.2s"), and with every heartbeat read in time the task waited for a
+// stage its slaves had dropped.
+func TestStoppedMasterNamesItsOwnStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 6000, 1000)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "1s"})
+	cl := c.Client()
+	job := lrJob(t, dir, "mstop", train, test, "", 1000, 4, 100000, "ssp")
+	done := make(chan clustertest.Result, 1)
+	go func() { done <- c.Run(2*time.Minute, "submit", job) }()
+	waitUntil(t, "the stage's first epoch", time.Minute, runningAt(cl, 0, 1))
+	if err := c.Master.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := c.Master.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	all := r.Stdout + r.Stderr
+	if r.Exit == 0 {
+		t.Fatalf("the task succeeded although its slaves dropped it while the master was stopped:\n%s", all)
+	}
+	if !strings.Contains(all, "the master did not run for") {
+		t.Errorf("submit output does not name the master's own stall:\n%s", all)
+	}
+	// No slave was taken for dead: the cluster runs the next task.
+	again := lrJob(t, dir, "mafter", train, test, "", 1000, 4, 3, "ssp")
+	if r := c.Run(2*time.Minute, "submit", again); r.Exit != 0 {
+		t.Fatalf("a task after the stall: exit %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
+	}
+}
