@@ -15,8 +15,8 @@ import (
 // confirmations and abandoned passes. In a stage that survives a slave's
 // death, a worker is told an epoch is empty only once every block of it is
 // finished and none can come back (assign.Settled); in other stages of
-// several workers, once nothing of it is queued if the worker took part in
-// it, else once it is finished (assignment.next). Until then its request is held, without
+// several workers, once nothing of it is queued and the epoch before is
+// finished (assignment.next). Until then its request is held, without
 // blocking the handler, and answered when a confirmation or a death
 // changes the epoch, or with Retry after blockHold so the worker's own
 // request timeout never fires.
@@ -30,10 +30,9 @@ const blockHold = time.Second
 type assignment struct {
 	a *assign.Assigner
 	// settles: the workers confirm the blocks they finish, and a request
-	// for a block of an epoch that is not settled is held, in a stage
+	// for a block of an epoch that is not settled is held: in a stage
 	// that survives its workers' deaths (survivable) always, elsewhere
-	// only from a worker that took no block of the epoch or whose
-	// previous epoch is not settled either (see next).
+	// while the epoch before is not settled either (see next).
 	settles, survivable bool
 	// atBarrier are the ranks waiting at a barrier: an epoch is settled
 	// without their unconfirmed blocks, which they finish only after the
@@ -174,12 +173,11 @@ func (m *Master) onBlock(msg *nats.Msg) {
 // next answers rank's request for a block of epoch; false when the answer
 // must wait. In a stage that survives its workers' deaths an epoch is
 // over for a worker once it is settled: every block finished, none can
-// come back. Elsewhere a worker that took part in the epoch may start the
-// next one once nothing of it is queued, while the others finish its last
-// blocks; a worker that took no block of it waits for it to finish (with
-// more workers than blocks, idle workers ran through every epoch at
-// once), and none ends an epoch before the one before it is finished
-// (never two epochs ahead of the slowest).
+// come back. Elsewhere a worker may start the next epoch once nothing of
+// this one is queued and the one before it is finished, while the others
+// finish this one's last blocks: never two epochs ahead of the slowest
+// (before, with more workers than blocks, idle workers ran through every
+// epoch at once).
 func (as *assignment) next(rank, epoch int) (proto.BlockReply, bool) {
 	b, local, ok := as.a.Next(rank, epoch)
 	switch {
@@ -189,7 +187,7 @@ func (as *assignment) next(rank, epoch int) (proto.BlockReply, bool) {
 		return proto.BlockReply{Done: true}, true
 	case !as.survivable && epoch > 0 && as.a.Began(epoch-1) && !as.a.SettledBut(epoch-1, as.atBarrier):
 		return proto.BlockReply{}, false
-	case as.a.SettledBut(epoch, as.atBarrier), !as.survivable && as.a.Took(rank, epoch):
+	case as.a.SettledBut(epoch, as.atBarrier), !as.survivable:
 		return proto.BlockReply{Done: true}, true
 	}
 	return proto.BlockReply{}, false

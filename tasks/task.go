@@ -523,9 +523,9 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 
 // SettlesEpochs reports whether the stage's workers confirm each input
 // block they finish to the master, which holds a worker's epoch end until
-// the epoch is finished where it must (master/blocks.go: always in a
-// stage that survives deaths; elsewhere for a worker that took no block
-// of it, and until the epoch before it is finished): every kind but
+// the epoch is finished where it must (master/blocks.go: in a stage that
+// survives deaths; elsewhere it only holds a worker until the epoch
+// before is finished, never two epochs ahead): every kind but
 // single (one worker). Without it, a worker with nothing left of an epoch
 // ran on into the next ones while others still trained on this one: with
 // more workers than blocks, epochs ran at once (test figures of a

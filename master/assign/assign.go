@@ -279,12 +279,6 @@ func (a *Assigner) Remove(rank int) map[int][]datastore.Block {
 // none is handed out unconfirmed, so none can come back.
 func (a *Assigner) Settled(epoch int) bool { return a.SettledBut(epoch, nil) }
 
-// Took reports whether rank was handed a block of epoch.
-func (a *Assigner) Took(rank, epoch int) bool {
-	e := a.epochs[epoch]
-	return e != nil && e.stats[rank] != nil && e.stats[rank].Blocks > 0
-}
-
 // Began reports whether a block of epoch was asked for.
 func (a *Assigner) Began(epoch int) bool { return a.epochs[epoch] != nil }
 
