@@ -343,8 +343,10 @@ func TestRepeatedLloydStartsFromEmptySums(t *testing.T) {
 // A sample smaller than k is refused at submission when both are given,
 // and named when k comes from the table; too few rows in the input are
 // named as such. Before, the first two failed at run time saying the input
-// had "3 rows, fewer than k = 5" (the sample's size, not the input's).
-func TestTooFewSeedingRowsNamesTheCause(t *testing.T) {
+// had "3 rows, fewer than k = 5" (the sample's size, not the input's). An
+// input read as text (rows without features) is refused when the stage
+// starts, naming the formats kmeans.init reads.
+func TestInitNamesWhatItCannotSeedFrom(t *testing.T) {
 	rows := filepath.Join(t.TempDir(), "rows.libsvm")
 	if err := os.WriteFile(rows, []byte("0 1:1\n0 1:2\n0 2:1\n0 2:5\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -353,14 +355,19 @@ func TestTooFewSeedingRowsNamesTheCause(t *testing.T) {
 		name   string
 		size   uint64 // the centers table's
 		params tasks.Params
-		wants  []string
+		format string   // the input's ("": libsvm)
+		wants  []string // none: it seeds
 	}{
-		{"sample below k", 3, tasks.Params{"k": 3, "sample": 2, "restarts": 1},
+		{"sample below k", 3, tasks.Params{"k": 3, "sample": 2, "restarts": 1}, "",
 			[]string{"stage 0 (init)", "sample must be >= k", "sample = 2, k = 3"}},
-		{"sample below k from the table", 3, tasks.Params{"sample": 2, "restarts": 1},
+		{"sample below k from the table", 3, tasks.Params{"sample": 2, "restarts": 1}, "",
 			[]string{"sample = 2 rows, fewer than k = 3", "has 4 rows", "raise sample"}},
-		{"input below k", 5, tasks.Params{"k": 5, "restarts": 1},
+		{"input below k", 5, tasks.Params{"k": 5, "restarts": 1}, "",
 			[]string{"has 4 rows, fewer than k = 5"}},
+		{"libsvm seeds", 3, tasks.Params{"k": 3, "restarts": 1}, "libsvm", nil},
+		// Read as text every row is the origin (no features): objective 0.
+		{"an input read as text", 3, tasks.Params{"k": 3, "restarts": 1}, "text",
+			[]string{`kmeans.init: input "train" is read as text; kmeans.init reads libsvm or csv`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -373,53 +380,16 @@ func TestTooFewSeedingRowsNamesTheCause(t *testing.T) {
 			bsp := kvstore.Consistency{Kind: kvstore.BSP}
 			task := tasks.NewTask("kmeans-few").
 				AddTable(kvstore.TableSpec{Name: "centers", Size: tc.size, Width: 2}).
-				SetInput("train", tasks.InputSpec{Path: rows}).
+				SetInput("train", tasks.InputSpec{Path: rows, Format: tc.format}).
 				SetStages(tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: tc.params})
 			_, err = local.SubmitAndWait(ctx, task, nil)
+			if len(tc.wants) == 0 && err != nil {
+				t.Fatal(err)
+			}
 			for _, w := range tc.wants {
 				if err == nil || !strings.Contains(err.Error(), w) {
 					t.Errorf("error %v, want it to say %q", err, w)
 				}
-			}
-		})
-	}
-}
-
-// An input read as text has rows without features: every row is the
-// origin and the objective 0. kmeans.init refuses it when it starts,
-// naming the input and the formats it reads.
-func TestInitRefusesAnInputReadAsText(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "six.libsvm")
-	if err := os.WriteFile(data, []byte("0 1:1\n0 1:2\n0 1:3\n0 1:10\n0 1:11\n0 1:12\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	for _, tc := range []struct {
-		format string
-		want   string // "": clusters
-	}{
-		{"", ""},
-		{"libsvm", ""},
-		{"text", `kmeans.init: input "train" is read as text; kmeans.init reads libsvm or csv`},
-	} {
-		t.Run("format "+tc.format, func(t *testing.T) {
-			task := tasks.NewTask("kmeans-format").
-				AddTable(kvstore.TableSpec{Name: "centers", Size: 3, Width: 1}).
-				SetInput("train", tasks.InputSpec{Path: data, Format: tc.format}).
-				SetStages(tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1,
-					Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"k": 3, "restarts": 1}})
-			_, err := local.SubmitAndWait(ctx, task, nil)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
