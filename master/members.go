@@ -128,8 +128,10 @@ func (m *Master) tick(now time.Time) {
 		// its running tasks fail, naming the stall. Before, a slave whose
 		// heartbeat was read late was declared dead and named as the
 		// cause, and one read in time left its dropped stage waiting.
-		m.mem.Deaf()
-		m.mem.Hearing(now)
+		if !m.deaf { // deaf, it gives them a full timeout once it hears
+			m.mem.Deaf()
+			m.mem.Hearing(now)
+		}
 		for _, tr := range m.tasks {
 			if !tr.isEnded() && tr.started() {
 				lost = append(lost, tr)
