@@ -115,8 +115,8 @@ func (m *Master) onLeave(msg *nats.Msg) {
 func (m *Master) tick(now time.Time) {
 	m.mu.Lock()
 	wall := time.Now()
-	gap := wall.Sub(m.lastTick)
-	stalled := !m.lastTick.IsZero() && gap >= m.mem.Timeout()
+	gap, timeout := wall.Sub(m.lastTick), m.mem.Timeout()
+	stalled := !m.lastTick.IsZero() && gap >= timeout
 	m.lastTick = wall
 	var lost []*taskRun
 	if stalled {
@@ -137,12 +137,12 @@ func (m *Master) tick(now time.Time) {
 				lost = append(lost, tr)
 			}
 		}
-		m.log.Error().Dur("stalled", gap.Round(time.Millisecond)).Dur("failure_timeout", m.mem.Timeout()).Int("tasks", len(lost)).
+		m.log.Error().Dur("stalled", gap.Round(time.Millisecond)).Dur("failure_timeout", timeout).Int("tasks", len(lost)).
 			Msg("the master did not run for longer than failure_timeout: its slaves stopped its tasks, which fail")
 	}
 	defer func() {
 		for _, tr := range lost {
-			tr.cancelRun(tr.stallErr(gap, m.mem.Timeout()))
+			tr.cancelRun(tr.stallErr(gap, timeout))
 		}
 	}()
 	// Cut off from the bus the master hears no heartbeat: the silence is
