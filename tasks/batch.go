@@ -45,8 +45,9 @@ type OrderedInput interface {
 // accumulators, a full gradient, rating counts): commit, when not nil, is
 // called after each block the worker finished is confirmed (see
 // BlockCommitter), and must add what was summed since its last call,
-// clear it, and Flush. Where blocks are not confirmed it is never called,
-// and the function adds after the pass what it summed, as it would
+// clear it, and Flush. Outside a stage that survives a slave's death (a
+// death fails the stage, so no confirmation is final) it is never
+// called, and the function adds after the pass what it summed, as it would
 // anyway (after commits, what is left). Before, a worker that died
 // mid-pass took the sums of the blocks it had confirmed with it: the
 // pass's totals missed them (a k-means objective 21% low, an SVRG full
