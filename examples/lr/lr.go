@@ -91,6 +91,24 @@ func init() {
 func BiasTable(w string) string  { return w + ".bias" }
 func ScaleTable(w string) string { return w + ".scale" }
 
+// FixedBias is the intercept a stage that fits none (intercept = false)
+// predicts with: the one another stage of the task fits in w's intercept
+// table, kept as it is, since it stays in the model written and flexps
+// eval scores with it; 0 when the task has no such table. Before, such a
+// stage (lr.sgd, svrg.*) trained and measured its test figures as if it
+// were 0.
+func FixedBias(info *tasks.Info, w string) (float64, error) {
+	bt, err := info.Table(BiasTable(w))
+	if err != nil {
+		return 0, nil // the task has no intercept
+	}
+	var b [1]float64
+	if err := bt.Get(biasKey, b[:]); err != nil {
+		return 0, fmt.Errorf("intercept table %q: %w", BiasTable(w), err)
+	}
+	return b[0], nil
+}
+
 // StepsTable names the step counter lr.sgd adds with l2 > 0: the steps of
 // all workers so far, so each epoch's lazy regularization is applied in
 // full.
@@ -242,16 +260,8 @@ func SGD(info *tasks.Info) error {
 		if m.bias, err = info.Table(BiasTable(cfg.Table)); err != nil {
 			return fmt.Errorf("lr: intercept: %w (the task adds it when lr.sgd is registered; or set intercept = false)", err)
 		}
-	} else if bt, err := info.Table(BiasTable(cfg.Table)); err == nil {
-		// Another stage of the task fits an intercept: this one keeps
-		// it as it is, since it stays in the model written (and flexps
-		// eval scores with it). Before, this stage trained and measured
-		// its test figures as if it were 0.
-		var b [1]float64
-		if err := bt.Get(biasKey, b[:]); err != nil {
-			return fmt.Errorf("lr: intercept: %w", err)
-		}
-		m.FixedBias = b[0]
+	} else if m.FixedBias, err = FixedBias(info, cfg.Table); err != nil {
+		return err
 	}
 	if cfg.Standardize {
 		st, err := info.Table(ScaleTable(cfg.Table))

@@ -243,24 +243,17 @@ func modelOptsFrom(p tasks.Params, w tasks.Table) (modelOpts, error) {
 	return o, nil
 }
 
-// fixedBias is the intercept a stage with intercept = false predicts
-// with: the one another stage of the task fits (an lr.sgd stage's, in the
-// table svrg shares with it), kept as it is, since it is in the model
-// written; 0 when the task has none. Before, such a stage ignored it, and
-// flexps eval scored a model the stage had not measured.
+// fixedBias is lr.FixedBias of w for a stage with intercept = false (0
+// with an intercept of its own).
 func fixedBias(info *tasks.Info, opts modelOpts) (float64, error) {
 	if opts.Intercept {
 		return 0, nil
 	}
-	b, err := info.Table(lr.BiasTable(TableW))
+	b, err := lr.FixedBias(info, TableW)
 	if err != nil {
-		return 0, nil // the task has no intercept
+		return 0, fmt.Errorf("svrg: %w", err)
 	}
-	var v [1]float64
-	if err := b.Get(biasKey, v[:]); err != nil {
-		return 0, fmt.Errorf("svrg: intercept: %w", err)
-	}
-	return v[0], nil
+	return b, nil
 }
 
 // biasTables opens the intercept's tables.
