@@ -62,12 +62,7 @@ func TestSGDRefusesATableWiderThanOne(t *testing.T) {
 				SetInput("train", tasks.InputSpec{Path: path}).
 				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: params})
 			_, err := local.SubmitAndWait(ctx, task, nil)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
-			}
+			checkErr(t, err, tc.want)
 		})
 	}
 }
@@ -145,12 +140,7 @@ func TestSGDRefusesAnInputItCannotRead(t *testing.T) {
 				task.SetInput("test", tasks.InputSpec{Path: path, Format: tc.test})
 			}
 			_, err := local.SubmitAndWait(ctx, task, nil)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
-			}
+			checkErr(t, err, tc.want)
 		})
 	}
 }
@@ -239,12 +229,18 @@ func TestAFeatureWhoseSquareOverflowsIsNamed(t *testing.T) {
 				SetInput("train", tasks.InputSpec{Path: path}).
 				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"epochs": 1, "batch": 2, "lr": 0.1}})
 			_, err := local.SubmitAndWait(ctx, task, nil)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
-			}
+			checkErr(t, err, tc.want)
 		})
+	}
+}
+
+// checkErr fails t unless err is nil (want "") or says want.
+func checkErr(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatal(err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want one containing %q", err, want)
 	}
 }
