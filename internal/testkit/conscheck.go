@@ -316,10 +316,11 @@ func consCheck(info *tasks.Info) error {
 				return err
 			}
 			// "settled": this epoch is done; otherwise the one before.
-			if done := e - 1; want > 0 && (done >= 0 || settled) {
-				if settled {
-					done = e
-				}
+			done := e - 1
+			if settled {
+				done = e
+			}
+			if want > 0 && done >= 0 {
 				if got := epochSeen(info.Task, done).Load(); got != want {
 					return fmt.Errorf("rank %d: epoch %d ended when the workers had done %d of epoch %d's %d records", info.Rank, e+1, got, done+1, want)
 				}
