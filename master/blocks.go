@@ -281,29 +281,34 @@ func (m *Master) removeRanks(inputs []assignKey, ranks []int) int {
 	return n
 }
 
-// atBarrier notes that rank waits at a barrier (in) or that the stage's
-// barrier released its workers (!in: every rank), in the assignments of
-// the stage's inputs, and answers the held requests that lets go.
-func (m *Master) atBarrier(inputs []assignKey, rank int, in bool) {
+// atBarrier notes, in the assignments of the stage's inputs, that rank
+// waits at a barrier, and answers the held requests that lets go.
+func (m *Master) atBarrier(inputs []assignKey, rank int) {
 	var out []blockAnswer
 	m.mu.Lock()
 	for _, k := range inputs {
-		as := m.assigners[k]
-		if as == nil || !as.settles {
-			continue
+		if as := m.assigners[k]; as != nil && as.settles {
+			if as.atBarrier == nil {
+				as.atBarrier = make(map[int]bool)
+			}
+			as.atBarrier[rank] = true
+			out = append(out, as.serveHeld()...)
 		}
-		if !in {
-			clear(as.atBarrier)
-			continue
-		}
-		if as.atBarrier == nil {
-			as.atBarrier = make(map[int]bool)
-		}
-		as.atBarrier[rank] = true
-		out = append(out, as.serveHeld()...)
 	}
 	m.mu.Unlock()
 	m.answer(out)
+}
+
+// barrierReleased notes that the stage's barrier released its workers:
+// none waits at one any more.
+func (m *Master) barrierReleased(inputs []assignKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range inputs {
+		if as := m.assigners[k]; as != nil {
+			clear(as.atBarrier)
+		}
+	}
 }
 
 // rankEnded gives up what a worker that returned from its stage function

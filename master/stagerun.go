@@ -208,7 +208,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 		case lifecycle.ReleaseBarrier:
 			if a.Err == "" && !a.Repeat && len(a.Waiters) > 0 {
 				// Every live worker was there: none waits any more.
-				t.m.atBarrier(inputs, 0, false)
+				t.m.barrierReleased(inputs)
 			}
 			if e, ok := firstEpochWaiter(a.Waiters); ok && a.Err == "" && !a.Repeat {
 				st := &t.spec.Stages[e.stage]
@@ -301,7 +301,7 @@ func (t *taskRun) barrier(msg *nats.Msg, req proto.BarrierRequest) {
 	inputs := t.inputs
 	t.mu.Unlock()
 	if len(inputs) > 0 && inputs[0].stage == req.Stage {
-		t.m.atBarrier(inputs, req.Rank, true)
+		t.m.atBarrier(inputs, req.Rank)
 	}
 	t.step(lifecycle.BarrierArrived{Stage: req.Stage, Rank: req.Rank, Seq: req.Seq, Waiter: w})
 }
