@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,9 @@ type Gate struct {
 	waiters atomic.Int32 // parked reads plus reads in the locked path
 	shut    atomic.Bool  // closed is set
 	workers []gateWorker
+	// spin is how long Wait polls before it parks (0: it parks at once);
+	// see SpinBeforePark.
+	spin time.Duration
 }
 
 // gateWorker is one worker's lock-free state, on a cache line of its own
@@ -56,7 +60,10 @@ type gateWorker struct {
 	clock atomic.Int64 // the latest clock Advance was given
 	reads atomic.Int64 // reads that proceeded without the lock
 	done  atomic.Bool  // finished (set under mu)
-	_     [64 - 17]byte
+	// reads that had to wait but proceeded while polling (SpinBeforePark),
+	// and the time they polled, in nanoseconds
+	spun, spunNanos atomic.Int64
+	_               [64 - 40]byte
 }
 
 // NewGate returns a gate for workers workers under c, timed by time.Now.
@@ -174,10 +181,22 @@ func run(fns []func(error), err error) {
 	}
 }
 
+// SpinBeforePark makes Wait poll for up to d, yielding the processor
+// between polls, before it parks a read that may not proceed yet. For a
+// gate whose workers all run in this process (the local kinds'): the
+// worker a read waits for is a few microseconds from its next clock, and
+// parking a goroutine and waking it again costs more than that on a busy
+// machine (the other worker, waking it, pays for it too). Call it before
+// the gate is used.
+func (g *Gate) SpinBeforePark(d time.Duration) { g.spin = d }
+
 // Wait blocks until worker's read of keys at clock may proceed, ctx is
 // done (ctx.Err()), or the gate is closed (its error).
 func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64) error {
 	if g.fastRead(worker, clock) {
+		return nil
+	}
+	if g.spin > 0 && g.poll(worker, clock) {
 		return nil
 	}
 	id, ch, err, parked, released := g.enter(worker, clock, keys, nil)
@@ -202,6 +221,30 @@ func (g *Gate) Wait(ctx context.Context, worker int, clock int64, keys []uint64)
 		return <-ch
 	}
 	return ctx.Err()
+}
+
+// poll waits up to g.spin for worker's read at clock to be allowed without
+// the lock (see SpinBeforePark), yielding between checks so that the
+// worker it waits for can run on this processor; it reports whether it was.
+func (g *Gate) poll(worker int, clock int64) bool {
+	if g.sparse || worker < 0 || worker >= len(g.workers) {
+		return false
+	}
+	start := time.Now()
+	for {
+		runtime.Gosched()
+		waited := time.Since(start)
+		if g.ready(worker, clock) {
+			me := &g.workers[worker]
+			me.spun.Add(1)
+			me.spunNanos.Add(int64(waited))
+			return true
+		}
+		if waited >= g.spin || g.shut.Load() {
+			g.workers[worker].spunNanos.Add(int64(waited)) // blocked time, though the read parks now
+			return false
+		}
+	}
 }
 
 // park calls fn(nil) once worker's read may proceed: synchronously if it
@@ -306,11 +349,15 @@ func (g *Gate) Close(err error) {
 func (g *Gate) Stats(worker int) (reads, waits int64, blocked time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	reads = g.ctrl.Reads(worker)
+	reads, waits, blocked = g.ctrl.Reads(worker), g.ctrl.Waits(worker), g.ctrl.BlockedTime(worker)
 	if g.ctrl.valid(worker) {
-		reads += g.workers[worker].reads.Load()
+		me := &g.workers[worker]
+		spun := me.spun.Load()
+		reads += me.reads.Load() + spun
+		waits += spun
+		blocked += time.Duration(me.spunNanos.Load())
 	}
-	return reads, g.ctrl.Waits(worker), g.ctrl.BlockedTime(worker)
+	return reads, waits, blocked
 }
 
 // MinClock is the slowest unfinished worker's clock: every Add of an

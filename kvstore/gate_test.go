@@ -222,3 +222,51 @@ func TestGateMatchesController(t *testing.T) {
 		}
 	})
 }
+
+// TestGateSpinBeforePark: a read that may not proceed polls for the
+// gate's spin before it parks; one released meanwhile never parks, and
+// every kind of wait is counted once in Stats with its time.
+func TestGateSpinBeforePark(t *testing.T) {
+	cases := []struct {
+		name   string
+		spin   time.Duration
+		act    func(g *Gate) // run 5 ms into the read's wait
+		parked bool          // the read parked before it was released
+		err    error
+	}{
+		{name: "released while polling", spin: time.Minute, act: func(g *Gate) { g.Advance(1, 1) }},
+		{name: "parked after polling, released later", spin: time.Millisecond, act: func(g *Gate) { g.Advance(1, 1) }, parked: true},
+		{name: "closed while polling", spin: time.Minute, act: func(g *Gate) { g.Close(nil) }, err: ErrGateClosed},
+		{name: "other worker finished while polling", spin: time.Minute, act: func(g *Gate) { g.Finish(1) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGate(Consistency{Kind: BSP}, 2)
+			g.SpinBeforePark(tc.spin)
+			g.Advance(0, 1)
+			go func() {
+				time.Sleep(5 * time.Millisecond)
+				tc.act(g)
+			}()
+			start := time.Now()
+			err := g.Wait(context.Background(), 0, 1, nil)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("Wait: %v, want %v", err, tc.err)
+			}
+			if took := time.Since(start); took > 30*time.Second {
+				t.Fatalf("Wait took %v: it polled past the release", took)
+			}
+			if tc.err != nil {
+				return
+			}
+			g.mu.Lock()
+			parked := g.ctrl.Waits(0) > 0
+			g.mu.Unlock()
+			equal(t, tc.parked, parked)
+			reads, waits, blocked := g.Stats(0)
+			equal(t, int64(1), reads)
+			equal(t, int64(1), waits)
+			check(t, blocked >= 4*time.Millisecond, "the time polled and parked counted as blocked, got %v", blocked)
+		})
+	}
+}
