@@ -43,7 +43,11 @@ func (f *csvFormat) ParseLine(line []byte, out *Records) error {
 		v, ok := parseFloat(field)
 		if !ok {
 			out.rollback(start)
-			return fmt.Errorf("column %d: %s is not a number", col, quote(field))
+			hint := ""
+			if f.noNumbers(line) { // "label,age,income": a header
+				hint = headerHint
+			}
+			return fmt.Errorf("column %d: %s is not a number%s", col, quote(field), hint)
 		}
 		if col == f.label {
 			label, hasLabel = v, true
@@ -68,4 +72,19 @@ func (f *csvFormat) ParseLine(line []byte, out *Records) error {
 	}
 	out.commit(label)
 	return nil
+}
+
+// noNumbers reports whether no field of line is a number.
+func (f *csvFormat) noNumbers(line []byte) bool {
+	for i := 0; i <= len(line); {
+		j := i
+		for j < len(line) && line[j] != f.delim {
+			j++
+		}
+		if _, ok := parseFloat(f.trim(line[i:j])); ok {
+			return false
+		}
+		i = j + 1
+	}
+	return true
 }

@@ -131,7 +131,16 @@ func TestCSV(t *testing.T) {
 		{"empty field", "1,,2", nil, "column 1"},
 		{"text", "1,abc", nil, `"abc" is not a number`},
 		{"trailing comma", "1,2,", nil, "column 2"},
+		{"header line", `label,age,"income"`, nil, `column 0: "label" is not a number (set header = true if the file starts with a header line)`},
 	})
+	// The header hint only where no field is a number.
+	for _, line := range []string{"1,abc", "abc,1", "x,,2"} {
+		var r Records
+		err := f.ParseLine([]byte(line), &r)
+		if err == nil || strings.Contains(err.Error(), "header") {
+			t.Errorf("%q: %v, want an error without the header hint", line, err)
+		}
+	}
 	opt := DefaultFormatOptions()
 	opt.LabelColumn = 2
 	opt.Delimiter = '\t'
