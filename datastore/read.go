@@ -69,9 +69,10 @@ const maxErrText = 200
 // A malformed line stops the read with a *ParseError (OnError "fail") or is
 // counted and skipped (OnError "skip"). ParseError.Offset is the exact byte
 // offset of the line in the file (in the decompressed stream for gzip).
-// ParseError.Line is the true 1-based line number in the file for blocks
-// that start the file (Offset 0 or Whole); for other blocks it counts from
-// the first line the block reads (1).
+// ParseError.Line is the true 1-based line number in the file: a block
+// that does not start the file counts the lines before it when it meets
+// its first malformed line (reading the file up to the block once; 0 if
+// that read fails).
 //
 // ctx is checked between batches.
 func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptions, emit func(*Records) error) (st ReadStats, err error) {
@@ -131,9 +132,28 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	}
 
 	var lineNo int64
+	// fileLine is the line number in the file of the block's line rel:
+	// for a block that does not start the file, rel plus the lines before
+	// the block's first line, counted once, when a malformed line needs
+	// them (0: unknown).
+	before, first := int64(-1), int64(0) // first: where the block's first line starts
+	fileLine := func(rel int64) int64 {
+		if starts {
+			return rel
+		}
+		if before < 0 {
+			n, err := countLines(ctx, src, b.Path, first)
+			if err != nil {
+				return 0
+			}
+			before = n
+		}
+		return before + rel
+	}
 	if !starts {
 		_, n, err := lr.next() // the tail of the previous block's last line
 		pos += int64(n)
+		first = pos
 		if err == io.EOF {
 			st.Bytes = b.Length
 			return st, nil
@@ -199,7 +219,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 			if opt.OnError == OnErrorSkip {
 				st.BadLines++
 				if len(st.FirstBad) < opt.MaxBadKept {
-					st.FirstBad = append(st.FirstBad, fmt.Sprintf("%s line %d: %v", b.Path, lineNo, perr))
+					st.FirstBad = append(st.FirstBad, (&ParseError{Path: b.Path, Line: fileLine(lineNo), Offset: start, Err: perr}).where()+": "+perr.Error())
 				}
 				continue
 			}
@@ -208,7 +228,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 			if len(t) > maxErrText {
 				t = t[:maxErrText]
 			}
-			return st, &ParseError{Path: b.Path, Line: lineNo, Offset: start, Text: string(t), Err: perr}
+			return st, &ParseError{Path: b.Path, Line: fileLine(lineNo), Offset: start, Text: string(t), Err: perr}
 		}
 		for range cur.Len() - before {
 			cur.LineNo = append(cur.LineNo, lineNo)
@@ -231,3 +251,29 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 }
 
 var utf8BOM = []byte("\xef\xbb\xbf")
+
+// countLines counts the '\n's of path before byte off: the lines before a
+// line that starts at off.
+func countLines(ctx context.Context, src Source, path string, off int64) (int64, error) {
+	rc, err := src.Open(ctx, path, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	buf := make([]byte, 256<<10)
+	var n, read int64
+	for read < off {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		k, err := rc.Read(buf[:min(int64(len(buf)), off-read)])
+		n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+		read += int64(k)
+		if err == io.EOF && read < off {
+			return 0, io.ErrUnexpectedEOF
+		} else if err != nil && err != io.EOF {
+			return 0, err
+		}
+	}
+	return n, nil
+}

@@ -262,15 +262,25 @@ func TestReadBlockErrors(t *testing.T) {
 		t.Fatalf("message %q", pe.Error())
 	}
 
-	// A block starting mid-file counts lines from its first line, offsets stay exact.
-	mid := Block{Path: p, Offset: 7, Length: int64(len(content)) - 7}
-	_, err = ReadBlock(ctx, src, mid, f, ReadOptions{}, func(*Records) error { return nil })
-	if !errors.As(err, &pe) || pe.Line != 1 || pe.Offset != 12 {
-		t.Fatalf("mid-block error = %v", err)
+	// A block starting mid-file names the line in the file too (it
+	// counts the lines before it), at every offset of the line before.
+	for off := int64(6); off <= 12; off++ {
+		mid := Block{Path: p, Offset: off, Length: int64(len(content)) - off}
+		_, err = ReadBlock(ctx, src, mid, f, ReadOptions{}, func(*Records) error { return nil })
+		if !errors.As(err, &pe) || pe.Line != 3 || pe.Offset != 12 || !strings.Contains(err.Error(), "line 3 (byte 12)") {
+			t.Fatalf("block at %d: error = %v", off, err)
+		}
+	}
+	// The second bad line, "bad", in a block of its own (skipping), line 5.
+	at := int64(strings.Index(content, "1 4:4"))
+	st, err := ReadBlock(ctx, src, Block{Path: p, Offset: at, Length: int64(len(content)) - at}, f,
+		ReadOptions{OnError: "skip", MaxBadKept: 1}, func(*Records) error { return nil })
+	if err != nil || st.BadLines != 1 || len(st.FirstBad) != 1 || !strings.HasPrefix(st.FirstBad[0], p+" line 5 (byte 24): ") {
+		t.Fatalf("skip mid-file: %+v %v", st, err)
 	}
 
-	st, err := ReadBlock(ctx, src, whole, f, ReadOptions{OnError: "skip", MaxBadKept: 1}, func(*Records) error { return nil })
-	if err != nil || st.Records != 4 || st.BadLines != 2 || len(st.FirstBad) != 1 || !strings.HasPrefix(st.FirstBad[0], p+" line 3: ") {
+	st, err = ReadBlock(ctx, src, whole, f, ReadOptions{OnError: "skip", MaxBadKept: 1}, func(*Records) error { return nil })
+	if err != nil || st.Records != 4 || st.BadLines != 2 || len(st.FirstBad) != 1 || !strings.HasPrefix(st.FirstBad[0], p+" line 3 (byte 12): ") {
 		t.Fatalf("skip: %+v %v", st, err)
 	}
 	if _, err := ReadBlock(ctx, src, whole, f, ReadOptions{OnError: "ignore"}, nil); err == nil {

@@ -86,14 +86,23 @@ type Format interface {
 // ParseError locates a malformed record.
 type ParseError struct {
 	Path   string
-	Line   int64 // 1-based line number within the block's reading, or within the file when known
+	Line   int64 // 1-based line number in the file (0: unknown)
 	Offset int64 // byte offset of the line in the file
 	Text   string
 	Err    error
 }
 
 func (e *ParseError) Error() string {
-	return fmt.Sprintf("%s line %d (byte %d): %v: %q", e.Path, e.Line, e.Offset, e.Err, e.Text)
+	return fmt.Sprintf("%s: %v: %q", e.where(), e.Err, e.Text)
+}
+
+// where is "path line N (byte B)", or "path byte B" when the line is not
+// known.
+func (e *ParseError) where() string {
+	if e.Line <= 0 {
+		return fmt.Sprintf("%s byte %d", e.Path, e.Offset)
+	}
+	return fmt.Sprintf("%s line %d (byte %d)", e.Path, e.Line, e.Offset)
 }
 
 func (e *ParseError) Unwrap() error { return e.Err }
