@@ -136,24 +136,21 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	// for a block that does not start the file, rel plus the lines before
 	// the block's first line, counted once, when a malformed line needs
 	// them (0: unknown).
-	before, first := int64(-1), int64(0) // first: where the block's first line starts
+	var before *linesBefore // set once the block's first line is found
 	fileLine := func(rel int64) int64 {
 		if starts {
 			return rel
 		}
-		if before < 0 {
-			n, err := countLines(ctx, src, b.Path, first)
-			if err != nil {
-				return 0
-			}
-			before = n
+		n, err := before.get(ctx)
+		if err != nil {
+			return 0
 		}
-		return before + rel
+		return n + rel
 	}
 	if !starts {
 		_, n, err := lr.next() // the tail of the previous block's last line
 		pos += int64(n)
-		first = pos
+		before = &linesBefore{src: src, path: b.Path, off: pos}
 		if err == io.EOF {
 			st.Bytes = b.Length
 			return st, nil
@@ -174,7 +171,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	_, text := f.(textFormat)
 	origin := Origin{Path: b.Path}
 	if !starts {
-		origin.Block = b.Offset
+		origin.Block, origin.before = b.Offset, before
 	}
 	cur := newBatch(opt.BatchRecords, nil, text)
 	cur.Origins = []Origin{origin} // each batch its own: Reset reuses it

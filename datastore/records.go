@@ -1,6 +1,9 @@
 package datastore
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // Records are read-only once handed out: the BlockCache encodes a block's
 // batches for later epochs after the consumer may have received them, so
@@ -22,9 +25,11 @@ func (r *Records) Reset() {
 	r.cols = 0
 }
 
-// Where locates record i for an error message: "path line N", "path line
-// N of the block at byte B" when the block does not start the file, or
-// "record i" for records without an origin.
+// Where locates record i for an error message: "path line N", or "record
+// i" for records without an origin. A record of a block that does not
+// start its file gets the line in the file when the block's reader can
+// count the lines before it (once per block, reading the file up to the
+// block); else "path line N of the block at byte B".
 func (r *Records) Where(i int) string {
 	if i >= len(r.LineNo) || len(r.Origins) == 0 {
 		return fmt.Sprintf("record %d", i+1)
@@ -37,6 +42,11 @@ func (r *Records) Where(i int) string {
 		o = x
 	}
 	if o.Block > 0 {
+		if o.before != nil {
+			if n, err := o.before.get(context.Background()); err == nil {
+				return fmt.Sprintf("%s line %d", o.Path, n+r.LineNo[i])
+			}
+		}
 		return fmt.Sprintf("%s line %d of the block at byte %d", o.Path, r.LineNo[i], o.Block)
 	}
 	return fmt.Sprintf("%s line %d", o.Path, r.LineNo[i])

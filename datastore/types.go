@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -74,6 +75,25 @@ type Origin struct {
 	Path  string
 	First int
 	Block int64
+	// before counts, when asked, the file's lines before the block's
+	// first line (nil: not known; see Records.Where).
+	before *linesBefore
+}
+
+// linesBefore counts the lines of a file before byte off once, the first
+// time a message needs them.
+type linesBefore struct {
+	src  Source
+	path string
+	off  int64
+	once sync.Once
+	n    int64
+	err  error
+}
+
+func (l *linesBefore) get(ctx context.Context) (int64, error) {
+	l.once.Do(func() { l.n, l.err = countLines(ctx, l.src, l.path, l.off) })
+	return l.n, l.err
 }
 
 // Format parses one line (without its trailing newline) into out. A line

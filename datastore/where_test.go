@@ -36,7 +36,7 @@ func TestRecordsWhere(t *testing.T) {
 		}
 	}
 
-	// A block starting mid-file counts lines from its own start.
+	// A block starting mid-file names the line in the file too.
 	f, err := NewFormat("ratings", DefaultFormatOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +52,29 @@ func TestRecordsWhere(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if w := fmt.Sprintf("%s line 1 of the block at byte %d", a, blk.Offset); len(got) != 1 || got[0] != w {
+	if w := fmt.Sprintf("%s line 4", a); len(got) != 1 || got[0] != w {
 		t.Errorf("mid-file block: Where = %q, want [%q]", got, w)
+	}
+
+	// A file gone before the lines could be counted: the block's own line.
+	gone := filepath.Join(dir, "gone.tsv")
+	data, _ := os.ReadFile(a)
+	if err := os.WriteFile(gone, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blk.Path = gone
+	var kept *Records
+	if _, err := ReadBlock(context.Background(), src, blk, f, ReadOptions{}, func(r *Records) error {
+		kept = r
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprintf("%s line 1 of the block at byte %d", gone, blk.Offset); kept.Where(0) != w {
+		t.Errorf("file gone: Where = %q, want %q", kept.Where(0), w)
 	}
 
 	var hand Records
