@@ -35,6 +35,16 @@ func NewFormat(name string, opt FormatOptions) (Format, error) {
 	return nil, fmt.Errorf("datastore: unknown format %q (known: %s)", name, strings.Join(FormatNames(), ", "))
 }
 
+// CanonicalFormat is the name NewFormat knows format name by: lower case,
+// "svmlight" as "libsvm" (a name it does not know is returned lower-cased).
+func CanonicalFormat(name string) string {
+	name = strings.ToLower(name)
+	if name == "svmlight" {
+		return "libsvm"
+	}
+	return name
+}
+
 // FormatNames lists the formats NewFormat knows.
 func FormatNames() []string {
 	n := []string{"libsvm", "csv", "ratings", "text"}

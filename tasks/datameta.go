@@ -99,7 +99,7 @@ func (o EvalOptions) dataFormat(m *Model, evFormat string) (string, datastore.Fo
 			format = recorded
 		}
 	}
-	if recorded != "" && recorded == format {
+	if recorded != "" && datastore.CanonicalFormat(recorded) == datastore.CanonicalFormat(format) {
 		var err error
 		if opt, err = metaOptions(m.Meta); err != nil {
 			return "", opt, err
