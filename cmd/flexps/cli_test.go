@@ -65,6 +65,8 @@ func TestCommandLine(t *testing.T) {
 		{name: "bad log format on plot", args: []string{"plot", "m.jsonl", "-o", filepath.Join(dir, "p.png"), "--log-format", "yaml"}, exit: 2, stderr: []string{`log format "yaml"`}},
 		{name: "good log flags on gen", args: []string{"gen", "libsvm", "--rows", "5", "--out", filepath.Join(dir, "l.libsvm"), "--log-level", "debug", "--log-format", "json"}, exit: 0},
 		{name: "eval --delimiter of two characters", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--delimiter", ";;"}, exit: 2, stderr: []string{`--delimiter ";;": want one character`}},
+		{name: "eval --format unknown", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--format", "xml"}, exit: 2, stderr: []string{`--format "xml": want one of csv, libsvm, ratings, text`}},
+		{name: "eval --label-column below -1", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--label-column", "-5"}, exit: 2, stderr: []string{"--label-column -5: want -1"}},
 		{name: "eval --delimiter a word", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--delimiter", "tab"}, exit: 2, stderr: []string{`--delimiter "tab": want one character`}},
 		{name: "negative --limit is a usage error", args: []string{"status", "--limit", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--limit must be >= 0"}},
 	}

@@ -8,9 +8,11 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/internal/logging"
@@ -523,7 +525,13 @@ the flags override that.`,
 				o.IndexBase = &indexBase
 			}
 			if fs.Changed("label-column") {
+				if labelColumn < -1 {
+					return usageError{fmt.Sprintf("--label-column %d: want -1 (no label) or a column index", labelColumn)}
+				}
 				o.LabelColumn = &labelColumn
+			}
+			if o.Format != "" && !slices.Contains(datastore.FormatNames(), datastore.CanonicalFormat(o.Format)) {
+				return usageError{fmt.Sprintf("--format %q: want one of %s", o.Format, strings.Join(datastore.FormatNames(), ", "))}
 			}
 			if fs.Changed("header") {
 				o.Header = &header

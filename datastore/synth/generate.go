@@ -64,6 +64,13 @@ func GenerateContext(ctx context.Context, path string, gs Spec) error {
 			return fmt.Errorf("gen %s: writes local files only: generate it locally, then copy it there", p)
 		}
 	}
+	for i, p := range files {
+		// Checked before generating: the rename at the end would fail
+		// with "file exists" after all the work.
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return fmt.Errorf("gen %s: is a directory: give the file to write", []string{path, gs.TestPath}[i])
+		}
+	}
 	if len(files) == 2 && samePath(files[0], files[1]) {
 		// The held-out rows would be renamed over the training rows.
 		return fmt.Errorf("gen %s: the held-out file %s is the training file: give it another name", path, gs.TestPath)

@@ -258,6 +258,26 @@ func TestGenerateRefusesURLs(t *testing.T) {
 	}
 }
 
+// An output that is a directory ("gen --out .") was generated whole, then
+// refused at the rename with "file exists"; now refused first, by name.
+func TestGenerateRefusesADirectory(t *testing.T) {
+	tmp := t.TempDir()
+	t.Chdir(tmp)
+	for _, tc := range []struct{ out, test, named string }{
+		{".", "", "gen .: is a directory"},
+		{tmp, "", "gen " + tmp + ": is a directory"},
+		{"a.libsvm", ".", "gen .: is a directory"},
+	} {
+		err := Generate(tc.out, Spec{Rows: 10, Dim: 5, NNZ: 2, TestPath: tc.test})
+		if err == nil || !strings.Contains(err.Error(), tc.named) {
+			t.Errorf("out %q test %q: %v, want %q", tc.out, tc.test, err, tc.named)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("files left behind: %v", left)
+	}
+}
+
 // A held-out file that is the training file (--test-out equal to --out,
 // or test_path = path) was written second and renamed over the training
 // rows: "wrote a", and a held the test rows alone. Now refused, whatever
