@@ -153,6 +153,9 @@ func sharedParams(t *tasks.MultiStageTask) (int, string, error) {
 				continue
 			}
 			f := t.Stages[full].Params
+			if a, b := s.Params.String("train", "train"), f.String("train", "train"); a != b {
+				return i, "train", fmt.Errorf("svrg.sgd: train = %q, but stage %d (%s), the full stage before it, reads %q: the inner loop must run on the data of the full gradient that corrects it", a, full, t.Stages[full].Name, b)
+			}
 			if a, b := s.Params.Float("l2", 0), f.Float("l2", 0); a != b {
 				return i, "l2", fmt.Errorf("svrg.sgd: l2 = %v, but stage %d (%s), the full stage before it, has l2 = %v: set the same in both", a, full, t.Stages[full].Name, b)
 			}
