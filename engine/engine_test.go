@@ -742,3 +742,36 @@ func TestCancelledWorkersKeepTheirSlotsUntilTheyReturn(t *testing.T) {
 		t.Fatalf("the next task after the workers returned: %v %+v", err, st)
 	}
 }
+
+// An input whose own block_size splits it into a great many tiny blocks
+// reads for a very long time (a round trip to the master per block):
+// submitting it is warned about, naming the input and what reads at full
+// speed; a sane block_size is not.
+func TestTinyBlocksAreWarnedAbout(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.libsvm")
+	if err := os.WriteFile(p, []byte(strings.Repeat("1 1:1\n", 4000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		bs   int64
+		warn bool
+	}{{1, true}, {64 << 10, false}, {0, false}} {
+		var logs syncBuffer
+		l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 1, Slots: 1,
+			Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := tasks.NewTask("tiny").SetInput("train", tasks.InputSpec{Path: p, BlockSize: tc.bs}).
+			SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Params: tasks.Params{"iters": 1}})
+		_, err = l.SubmitAndWait(context.Background(), task, nil)
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Contains(logs.String(), `input \"train\": block_size = 1 bytes splits it into 24000 blocks`)
+		if got != tc.warn {
+			t.Errorf("block_size %d: warned %v, want %v:\n%s", tc.bs, got, tc.warn, logs.String())
+		}
+	}
+}

@@ -308,6 +308,13 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 				}
 			}
 		}
+		if in.BlockSize > 0 && in.BlockSize < smallBlock && len(b) > manySmallBlocks {
+			// Each block is a round trip to the master (and a
+			// confirmation): a million blocks of a byte read for hours.
+			m.log.Warn().Str("task", spec.Name).Str("input", name).Int64("block_size", in.BlockSize).Int("blocks", len(b)).
+				Msgf("input %q: block_size = %d bytes splits it into %d blocks, each a round trip to the master: reading will be slow; blocks of %d KiB or more (unset: the cluster's, %d MiB) read at full speed",
+					name, in.BlockSize, len(b), smallBlock>>10, m.cfg.BlockSize>>20)
+		}
 		blocks[name] = b
 	}
 	m.mu.Lock()
@@ -345,6 +352,13 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 	m.log.Info().Str("task", spec.ID).Str("name", spec.Name).Int("stages", len(spec.Stages)).Msg("task submitted")
 	return spec.ID, nil
 }
+
+// An input split by its own block_size into more than manySmallBlocks
+// blocks of under smallBlock bytes is warned about at submission.
+const (
+	smallBlock      = 64 << 10
+	manySmallBlocks = 10000
+)
 
 // maxWorkers is the largest parallelism of a task's stages (auto: 8).
 func maxWorkers(t *tasks.MultiStageTask) int {
