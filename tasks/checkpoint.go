@@ -77,7 +77,7 @@ func (c Checkpoint) validate() error {
 		return nil
 	}
 	if c.Keep < 0 {
-		return fmt.Errorf("checkpoint keep: must be >= 1, got %d", c.Keep)
+		return fmt.Errorf("checkpoint keep: must be >= 1 (0 or unset: %d), got %d", DefaultCheckpointKeep, c.Keep)
 	}
 	_, _, err := c.Schedule()
 	return err

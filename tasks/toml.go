@@ -331,7 +331,7 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		return nil, &FieldError{Section: "local", Keys: []string{"slots"}, Err: fmt.Errorf("[local] slots: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slots)}
 	}
 	if jf.Repeat < 0 || jf.Repeat > 10000 {
-		return nil, &FieldError{Keys: []string{"repeat"}, Err: fmt.Errorf("repeat: must be in [1, 10000], got %d", jf.Repeat)}
+		return nil, &FieldError{Keys: []string{"repeat"}, Err: fmt.Errorf("repeat: must be in [1, 10000] (0 or unset: 1), got %d", jf.Repeat)}
 	}
 	t.RepeatStages(jf.Repeat)
 	t.Normalize()
