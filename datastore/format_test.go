@@ -111,7 +111,11 @@ func TestLIBSVM(t *testing.T) {
 		{"nan val", "1 3:nan", nil, "not a number"},
 		{"bad label", "yes 1:1", nil, "label"},
 		{"missing label", "1:1 2:1", nil, "missing label"},
-		{"qid", "1 qid:3 1:1", nil, "not a non-negative integer"},
+		{"qid dropped", "1 qid:3 1:1 4:2", []row{{1, []uint64{0, 3}, []float64{1, 2}}}, ""},
+		{"qid only", "0 qid:12", []row{{0, []uint64{}, []float64{}}}, ""},
+		{"qid not an integer", "1 qid:x 1:1", nil, `qid "x" is not a non-negative integer`},
+		{"qid empty", "1 qid: 1:1", nil, `qid "" is not a non-negative integer`},
+		{"qid after a feature", "1 1:1 qid:3", nil, `feature id "qid" is not a non-negative integer`},
 	})
 	zero := DefaultFormatOptions()
 	zero.IndexBase = 0

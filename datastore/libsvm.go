@@ -7,7 +7,8 @@ import (
 	"sort"
 )
 
-// libsvmFormat parses "label id:val id:val ... # comment"; key = id - base.
+// libsvmFormat parses "label [qid:q] id:val id:val ... # comment"; key =
+// id - base; the query id is checked and dropped.
 // Ids need not be ascending (a record's features are sorted by id, as
 // training expects), but an id may appear only once per line: a duplicate
 // is an error, since summing or keeping either value would be a guess.
@@ -16,6 +17,8 @@ type libsvmFormat struct{ base uint64 }
 func (f *libsvmFormat) Name() string { return "libsvm" }
 
 var errMissingLabel = errors.New("missing label")
+
+var qidPrefix = []byte("qid:")
 
 func (f *libsvmFormat) ParseLine(line []byte, out *Records) error {
 	if c := bytes.IndexByte(line, '#'); c >= 0 {
@@ -32,6 +35,15 @@ func (f *libsvmFormat) ParseLine(line []byte, out *Records) error {
 			return fmt.Errorf("%w: line starts with feature %s", errMissingLabel, quote(line[i:j]))
 		}
 		return fmt.Errorf("label %s is not a number", quote(line[i:j]))
+	}
+	if i = skipSpace(line, j); bytes.HasPrefix(line[i:], qidPrefix) {
+		// SVMlight's query id (ranking files; scikit-learn's
+		// dump_svmlight_file(query_id=...)): it groups records for
+		// ranking, which no stage does; read and dropped.
+		j = nextSpace(line, i)
+		if _, ok := parseUint(line[i+len(qidPrefix) : j]); !ok {
+			return fmt.Errorf("qid %s is not a non-negative integer", quote(line[i+len(qidPrefix):j]))
+		}
 	}
 	start := len(out.Keys)
 	sorted := true
