@@ -149,7 +149,7 @@ func (t *MultiStageTask) Normalize() {
 		if in.OnError == "" {
 			in.OnError = "fail"
 		}
-		if in.IndexBase == nil {
+		if in.IndexBase == nil && in.Format == "libsvm" {
 			one := 1
 			in.IndexBase = &one
 		}
@@ -345,6 +345,21 @@ func (t *MultiStageTask) validate(registry bool) error {
 		}
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
 			return bad("input", name, "index_base", "input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
+		}
+		// An option of another format than the input's was ignored,
+		// silently: say which format it is for.
+		format := in.Format
+		if format == "" {
+			format = "libsvm"
+		}
+		if in.IndexBase != nil && format != "libsvm" {
+			return bad("input", name, "index_base", "input %q: index_base applies to libsvm files, not %s", name, format)
+		}
+		if in.Delimiter != "" && format != "csv" {
+			return bad("input", name, "delimiter", "input %q: delimiter applies to csv files, not %s (libsvm and ratings fields are separated by spaces or tabs)", name, format)
+		}
+		if in.Header && format != "csv" && format != "ratings" {
+			return bad("input", name, "header", "input %q: header applies to csv and ratings files, not %s", name, format)
 		}
 		if len(in.Delimiter) > 1 {
 			// FormatOptions keeps one byte: "tab" would split on 't'.
