@@ -465,3 +465,48 @@ func TestDriverDeadSlaveFailsTask(t *testing.T) {
 		t.Fatalf("reason %q, want the dead slave named", st.Reason)
 	}
 }
+
+// TestStallReconciledWithTheSlaves: after the master did not run for
+// longer than failure_timeout (starved with its whole host, say), a task
+// goes on when every slave it used says it still runs it, and fails,
+// naming the stall and the slave's answer, when one stopped it.
+func TestStallReconciledWithTheSlaves(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		refuse map[string]string // s2's answers
+		fails  bool
+	}{
+		{"every slave still runs it", nil, false},
+		{"a slave stopped it", map[string]string{proto.OpHoldsTask: "slave s2 stopped task x: it heard no word from the master"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "sequential")
+			s1 := h.slave("s1", 1, nil)
+			s2 := h.slave("s2", 1, tc.refuse)
+			id := h.submit(oneStage("lr", 2, nil))
+			starts := []proto.SlaveCtl{h.started(s1), h.started(s2)}
+			h.wait(id, "running", inState(status.Running))
+			h.m.mu.Lock()
+			h.m.lastTick = time.Now().Add(-2 * deadAfter) // the next tick finds the stall
+			h.m.mu.Unlock()
+			h.eventually("both slaves asked", func() bool {
+				return slices.Contains(s1.seen(), proto.OpHoldsTask) && slices.Contains(s2.seen(), proto.OpHoldsTask)
+			})
+			if tc.fails {
+				st := h.wait(id, "failed", inState(status.Failed))
+				for _, want := range []string{"the master did not run for", "slave s2 stopped task"} {
+					if !strings.Contains(st.Reason, want) {
+						t.Fatalf("reason %q does not name %q", st.Reason, want)
+					}
+				}
+				return
+			}
+			for _, st := range starts {
+				for _, r := range st.Ranks {
+					h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: strings.TrimPrefix(st.Instance, "inst-"), Kind: proto.WorkerDone})
+				}
+			}
+			h.wait(id, "done", inState(status.Done))
+		})
+	}
+}

@@ -122,12 +122,15 @@ func (m *Master) tick(now time.Time) {
 	if stalled {
 		// The master did not run (its process stopped, swapped out or
 		// starved) as long as its slaves wait for a sign of life, which
-		// the detector's tick sends: they stopped its tasks. Its own
-		// silence is not theirs: every slave gets a full timeout to beat
-		// again (their heartbeats of the stall may not be read yet); and
-		// its running tasks fail, naming the stall. Before, a slave whose
-		// heartbeat was read late was declared dead and named as the
-		// cause, and one read in time left its dropped stage waiting.
+		// the detector's tick sends: they may have stopped its tasks. Its
+		// own silence is not theirs: every slave gets a full timeout to
+		// beat again (their heartbeats of the stall may not be read yet);
+		// and each running task asks its slaves whether they still run
+		// it (reconcileStall): it fails, naming the stall, unless all
+		// do (a host starved as a whole may have starved the slaves'
+		// clocks too). Before, a slave whose heartbeat was read late was
+		// declared dead and named as the cause, and one read in time left
+		// its dropped stage waiting.
 		if !m.deaf { // deaf, it gives them a full timeout once it hears
 			m.mem.Deaf()
 			m.mem.Hearing(now)
@@ -137,12 +140,16 @@ func (m *Master) tick(now time.Time) {
 				lost = append(lost, tr)
 			}
 		}
-		m.log.Error().Dur("stalled", gap.Round(time.Millisecond)).Dur("failure_timeout", timeout).Int("tasks", len(lost)).
-			Msg("the master did not run for longer than failure_timeout: its slaves stopped its tasks, which fail")
+		m.log.Warn().Dur("stalled", gap.Round(time.Millisecond)).Dur("failure_timeout", timeout).Int("tasks", len(lost)).
+			Msg("the master did not run for longer than failure_timeout: asking the slaves of its running tasks whether they stopped them")
 	}
 	defer func() {
 		for _, tr := range lost {
-			tr.cancelRun(tr.stallErr(gap, timeout))
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.reconcileStall(tr, gap, timeout)
+			}()
 		}
 	}()
 	// Cut off from the bus the master hears no heartbeat: the silence is
@@ -299,4 +306,30 @@ func (m *Master) liveInstance(slave string) string {
 		return mem.Instance
 	}
 	return ""
+}
+
+// reconcileStall asks every live slave task tr used whether it still runs
+// the task after the master did not run for gap, longer than timeout
+// (proto.OpHoldsTask, itself a sign of life): the task fails, naming the
+// stall and the answers, unless every one does.
+func (m *Master) reconcileStall(tr *taskRun, gap, timeout time.Duration) {
+	var slaves []string
+	for _, s := range m.aliveSlaves() {
+		if tr.touched(s) {
+			slaves = append(slaves, s)
+		}
+	}
+	err := eachSlave(slaves, func(s string) error {
+		return m.ctl(tr.ctx, s, proto.SlaveCtl{Op: proto.OpHoldsTask, Task: tr.spec.ID})
+	})
+	if tr.ctx.Err() != nil {
+		return // ended meanwhile
+	}
+	if err != nil {
+		m.log.Error().Err(err).Str("task", tr.spec.ID).Msg("the master's stall stopped the task on a slave: it fails")
+		tr.cancelRun(fmt.Errorf("%w (%v)", tr.stallErr(gap, timeout), err))
+		return
+	}
+	m.log.Warn().Str("task", tr.spec.ID).Dur("stalled", gap.Round(time.Millisecond)).Strs("slaves", slaves).
+		Msg("the master did not run for longer than failure_timeout, but every slave of the task still runs it: it goes on")
 }

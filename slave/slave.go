@@ -124,6 +124,12 @@ type Slave struct {
 	masterDeadAfter time.Duration
 	lastAlive       atomic.Int64 // unix nanoseconds; 0 before the first
 	masterGone      atomic.Bool
+	// gmu orders declaring the master gone (checkMaster) against its
+	// question whether a task still runs (holdsTask): the question, a
+	// sign of life, either comes first, and no silence is declared, or
+	// finds the tasks dropped for it in silenced. Taken before mu.
+	gmu      sync.Mutex
+	silenced recentSet // tasks dropped for the master's silence
 	busDown         bool            // checkMaster saw the slave cut off from the bus (its goroutine only)
 	reconnects      *bus.Reconnects // requests to the master across a reconnection are asked again (askMaster)
 	ctlDone         answered        // the latest control requests' outcomes, by ReqID (onCtl)
@@ -513,6 +519,8 @@ func (s *Slave) control(req proto.SlaveCtl) error {
 		s.kv.FinishRanks(req.Task, int32(req.Stage), req.Ranks)
 		s.log.Info().Str("task", req.Task).Int("stage", req.Stage).Ints("ranks", req.Ranks).Msg("workers of a dead slave counted out of the stage's consistency gates")
 		return nil
+	case proto.OpHoldsTask:
+		return s.holdsTask(req.Task)
 	case proto.OpAbort, proto.OpDropTask:
 		s.step(Event{Kind: EvDropTask, Task: req.Task, Reason: req.Reason})
 		s.linger.settle(req.Task, settleWait)
@@ -611,19 +619,64 @@ func (s *Slave) checkMaster(now time.Time) {
 		}
 		s.log.Info().Msg("this slave hears the bus again")
 	}
-	last := s.lastAlive.Load()
 	s.amu.Lock()
 	deadAfter := s.masterDeadAfter
 	s.amu.Unlock()
-	if last == 0 || deadAfter <= 0 || now.Sub(time.Unix(0, last)) <= deadAfter {
-		return
+	s.gmu.Lock()
+	last := s.lastAlive.Load()
+	fire := last != 0 && deadAfter > 0 && now.Sub(time.Unix(0, last)) > deadAfter && s.masterGone.CompareAndSwap(false, true)
+	if fire {
+		s.mu.Lock()
+		for id := range s.tasks {
+			s.silenced.add(id)
+		}
+		s.mu.Unlock()
 	}
-	if s.masterGone.CompareAndSwap(false, true) {
+	s.gmu.Unlock()
+	if fire {
 		silent := now.Sub(time.Unix(0, last)).Round(time.Millisecond)
 		s.log.Error().Dur("silent", silent).Msg("no word from the master; stopping its tasks and freeing their shards")
 		s.MasterGone(fmt.Sprintf("no word from the master for %v", silent))
 	}
 }
+
+// holdsTask answers OpHoldsTask: nil while the slave runs task and has
+// not stopped it for the master's silence.
+func (s *Slave) holdsTask(task string) error {
+	s.gmu.Lock()
+	s.lastAlive.Store(time.Now().UnixNano())
+	stopped := s.masterGone.Load() || s.silenced.has(task)
+	s.gmu.Unlock()
+	if stopped {
+		return fmt.Errorf("slave %s stopped task %s: it heard no word from the master for longer than failure_timeout", s.cfg.ID, task)
+	}
+	return nil
+}
+
+// recentSet remembers the last recentKept strings added.
+type recentSet struct {
+	set   map[string]bool
+	order []string
+}
+
+const recentKept = 1024
+
+func (r *recentSet) add(x string) {
+	if r.set[x] {
+		return
+	}
+	if r.set == nil {
+		r.set = map[string]bool{}
+	}
+	r.set[x] = true
+	r.order = append(r.order, x)
+	if len(r.order) > recentKept {
+		delete(r.set, r.order[0])
+		r.order = r.order[1:]
+	}
+}
+
+func (r *recentSet) has(x string) bool { return r.set[x] }
 
 // MasterGone tells the slave the master is unreachable: every task's
 // workers stop, since no one will collect their results.

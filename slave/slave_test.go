@@ -273,3 +273,47 @@ func TestRestartedMasterIsNoticed(t *testing.T) {
 		return s.Incarnation() != 0 && s.Epoch() == m2.Epoch() && len(ss) == 1 && ss[0].Alive && ss[0].Incarnation == s.Incarnation()
 	}, func() any { return m2.Slaves() }, func() any { return []uint64{s.Incarnation(), s.Epoch(), m2.Epoch()} })
 }
+
+// A master that did not run for longer than failure_timeout asks its
+// slaves whether they still run its tasks (holdsTask). The question is a
+// sign of life: asked first, the slave's check of the master's silence
+// finds none; a slave that declared the master gone says it stopped the
+// task, even once the master is heard again.
+func TestHoldsTaskAnswersAStalledMaster(t *testing.T) {
+	c, _ := startClusterWith(t, 1, 2, master.Config{Heartbeat: 5 * time.Second, DeadAfter: 15 * time.Second, Log: zerolog.Nop()})
+	waiting.Store(0)
+	task := tasks.NewTask("stalled").SetStages(tasks.Stage{Name: "train", Func: "slave.test.wait", Workers: 2})
+	id, err := c.m.Submit(context.Background(), task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for waiting.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := c.slaves[0]
+	if err := s.holdsTask(id); err != nil {
+		t.Fatalf("a slave running the task: %v", err)
+	}
+	// Asked after a silence its check has not seen yet: no silence.
+	s.lastAlive.Store(time.Now().Add(-time.Minute).UnixNano())
+	if err := s.holdsTask(id); err != nil {
+		t.Fatalf("asked before the check: %v", err)
+	}
+	s.checkMaster(time.Now())
+	if tasksLeft(s) != 1 || s.masterGone.Load() {
+		t.Fatal("the check after the question declared the master gone")
+	}
+	// Declared gone: the task was stopped, and the slave says so.
+	s.checkMaster(time.Now().Add(time.Hour))
+	if tasksLeft(s) != 0 {
+		t.Fatal("the master's silence did not stop the task")
+	}
+	for _, heard := range []bool{false, true} {
+		if heard {
+			s.masterGone.Store(false) // the master is heard again
+		}
+		if err := s.holdsTask(id); err == nil || !strings.Contains(err.Error(), "stopped task "+id) {
+			t.Fatalf("master heard again %v: %v, want the task named as stopped", heard, err)
+		}
+	}
+}

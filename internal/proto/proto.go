@@ -220,6 +220,11 @@ const (
 	// of the stage's consistency gates on the slave, so the survivors are
 	// not held back waiting for clocks that will never come.
 	OpFinishRanks = "finish_ranks"
+	// OpHoldsTask asks, after the master found it did not run for longer
+	// than failure_timeout, whether the slave still runs Task: it fails
+	// if the slave stopped it for want of word from the master. The
+	// question is itself a sign of life.
+	OpHoldsTask = "holds_task"
 )
 
 // SlaveCtl is a control request from the master to a slave.
