@@ -128,12 +128,12 @@ type Slave struct {
 	// question whether a task still runs (holdsTask): the question, a
 	// sign of life, either comes first, and no silence is declared, or
 	// finds the tasks dropped for it in silenced. Taken before mu.
-	gmu      sync.Mutex
-	silenced recentSet // tasks dropped for the master's silence
-	busDown         bool            // checkMaster saw the slave cut off from the bus (its goroutine only)
-	reconnects      *bus.Reconnects // requests to the master across a reconnection are asked again (askMaster)
-	ctlDone         answered        // the latest control requests' outcomes, by ReqID (onCtl)
-	outbox          outbox          // acknowledged worker events, in order (sendOutbox)
+	gmu        sync.Mutex
+	silenced   recentSet       // tasks dropped for the master's silence
+	busDown    bool            // checkMaster saw the slave cut off from the bus (its goroutine only)
+	reconnects *bus.Reconnects // requests to the master across a reconnection are asked again (askMaster)
+	ctlDone    answered        // the latest control requests' outcomes, by ReqID (onCtl)
+	outbox     outbox          // acknowledged worker events, in order (sendOutbox)
 
 	// Membership (membership.go): this slave's incarnation, the latest
 	// view of the master it serves (what the KV server fences against),
