@@ -510,3 +510,28 @@ func TestStallReconciledWithTheSlaves(t *testing.T) {
 		})
 	}
 }
+
+// A slave killed while the master stalled cannot answer whether it still
+// runs the task: its death decides (here the task fails naming a dead
+// slave, as without the stall), not the question.
+func TestStallLeavesADeadSlaveToItsDeath(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 1, nil)
+	s2 := h.slave("s2", 1, nil)
+	id := h.submit(oneStage("lr", 2, nil))
+	h.started(s1)
+	h.started(s2)
+	h.wait(id, "running", inState(status.Running))
+	if err := s2.sub.Unsubscribe(); err != nil { // as good as killed
+		t.Fatal(err)
+	}
+	h.m.mu.Lock()
+	h.m.lastTick = time.Now().Add(-2 * deadAfter)
+	h.m.mu.Unlock()
+	h.eventually("s1 asked", func() bool { return slices.Contains(s1.seen(), proto.OpHoldsTask) })
+	h.clk.Advance(deadAfter + time.Second) // no heartbeats: declared dead
+	st := h.wait(id, "failed", inState(status.Failed))
+	if !strings.Contains(st.Reason, "died") || strings.Contains(st.Reason, "did not run for") {
+		t.Fatalf("reason %q, want the dead slave named, not the stall", st.Reason)
+	}
+}

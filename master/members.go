@@ -319,8 +319,10 @@ func (m *Master) reconcileStall(tr *taskRun, gap, timeout time.Duration) {
 			slaves = append(slaves, s)
 		}
 	}
+	// A slave that died meanwhile does not answer: its death reaches the
+	// task through the membership, which says whether it survives it.
 	err := eachSlave(slaves, func(s string) error {
-		return m.ctl(tr.ctx, s, proto.SlaveCtl{Op: proto.OpHoldsTask, Task: tr.spec.ID})
+		return m.ctlOrDead(tr.ctx, s, proto.SlaveCtl{Op: proto.OpHoldsTask, Task: tr.spec.ID})
 	})
 	if tr.ctx.Err() != nil {
 		return // ended meanwhile
