@@ -72,7 +72,8 @@ const maxErrText = 200
 // ParseError.Line is the true 1-based line number in the file: a block
 // that does not start the file counts the lines before it when it meets
 // its first malformed line (reading the file up to the block once; 0 if
-// that read fails).
+// that read fails or the block starts past maxLineCount, and then
+// BlockLine counts from the block's first line).
 //
 // ctx is checked between batches.
 func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptions, emit func(*Records) error) (st ReadStats, err error) {
@@ -216,7 +217,8 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 			if opt.OnError == OnErrorSkip {
 				st.BadLines++
 				if len(st.FirstBad) < opt.MaxBadKept {
-					st.FirstBad = append(st.FirstBad, (&ParseError{Path: b.Path, Line: fileLine(lineNo), Offset: start, Err: perr}).where()+": "+perr.Error())
+					st.FirstBad = append(st.FirstBad, (&ParseError{Path: b.Path, Line: fileLine(lineNo), Offset: start,
+						BlockLine: lineNo, Block: b.Offset, Err: perr}).where()+": "+perr.Error())
 				}
 				continue
 			}
@@ -225,7 +227,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 			if len(t) > maxErrText {
 				t = t[:maxErrText]
 			}
-			return st, &ParseError{Path: b.Path, Line: fileLine(lineNo), Offset: start, Text: string(t), Err: perr}
+			return st, &ParseError{Path: b.Path, Line: fileLine(lineNo), Offset: start, BlockLine: lineNo, Block: b.Offset, Text: string(t), Err: perr}
 		}
 		for range cur.Len() - before {
 			cur.LineNo = append(cur.LineNo, lineNo)

@@ -92,9 +92,21 @@ type linesBefore struct {
 }
 
 func (l *linesBefore) get(ctx context.Context) (int64, error) {
-	l.once.Do(func() { l.n, l.err = countLines(ctx, l.src, l.path, l.off) })
+	l.once.Do(func() {
+		if l.off > maxLineCount {
+			// Every block of a huge file with a bad line would read the
+			// file up to itself again: its line within the block does.
+			l.err = errors.New("too far into the file to count its lines")
+			return
+		}
+		l.n, l.err = countLines(ctx, l.src, l.path, l.off)
+	})
 	return l.n, l.err
 }
+
+// maxLineCount is how far into a file a block counts the lines before it
+// (a local disk reads it in tens of milliseconds).
+const maxLineCount = 64 << 20
 
 // Format parses one line (without its trailing newline) into out. A line
 // that holds no record (blank, comment) appends nothing and returns nil.
@@ -108,8 +120,11 @@ type ParseError struct {
 	Path   string
 	Line   int64 // 1-based line number in the file (0: unknown)
 	Offset int64 // byte offset of the line in the file
-	Text   string
-	Err    error
+	// Without Line: the line's number within the block that starts at
+	// byte Block (0: unknown).
+	BlockLine, Block int64
+	Text             string
+	Err              error
 }
 
 func (e *ParseError) Error() string {
@@ -119,6 +134,9 @@ func (e *ParseError) Error() string {
 // where is "path line N (byte B)", or "path byte B" when the line is not
 // known.
 func (e *ParseError) where() string {
+	if e.Line <= 0 && e.BlockLine > 0 {
+		return fmt.Sprintf("%s line %d of the block at byte %d (byte %d)", e.Path, e.BlockLine, e.Block, e.Offset)
+	}
 	if e.Line <= 0 {
 		return fmt.Sprintf("%s byte %d", e.Path, e.Offset)
 	}

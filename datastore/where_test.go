@@ -83,3 +83,17 @@ func TestRecordsWhere(t *testing.T) {
 		t.Errorf("hand-built record: Where = %q, want \"record 1\"", got)
 	}
 }
+
+// A block past maxLineCount does not read the file up to itself to count
+// lines (every block of a huge file with a bad line would): its errors
+// name the line within the block.
+func TestFarBlocksNameTheirOwnLines(t *testing.T) {
+	l := &linesBefore{src: NewLocalSource(), path: "/nonexistent", off: maxLineCount + 1}
+	if _, err := l.get(context.Background()); err == nil || !strings.Contains(err.Error(), "too far") {
+		t.Fatalf("get: %v, want the count refused", err)
+	}
+	e := &ParseError{Path: "big.libsvm", Offset: maxLineCount + 100, BlockLine: 3, Block: maxLineCount + 1, Err: errMissingLabel, Text: "x"}
+	if want := fmt.Sprintf("big.libsvm line 3 of the block at byte %d (byte %d)", maxLineCount+1, maxLineCount+100); !strings.HasPrefix(e.Error(), want) {
+		t.Fatalf("%q, want it to start %q", e.Error(), want)
+	}
+}
