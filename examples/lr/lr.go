@@ -85,6 +85,20 @@ func init() {
 	tasks.Register("lr.sgd", SGD)
 	tasks.RegisterTables("lr.sgd", Tables)
 	tasks.RegisterParams("lr.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
+	tasks.RegisterTaskParams("lr.sgd", readAheadOnPS)
+}
+
+// readAheadOnPS refuses read_ahead on a stage whose model is in the
+// workers' memory (the local, hogwild and single kinds): there is no read
+// to start early, and it was accepted and ignored.
+func readAheadOnPS(t *tasks.MultiStageTask) (int, string, error) {
+	for i, s := range t.Stages {
+		if s.Func != "lr.sgd" || s.WorkerKind == "" || s.WorkerKind == tasks.KindPS || !s.Params.Bool("read_ahead", false) {
+			continue
+		}
+		return i, "read_ahead", fmt.Errorf("lr.sgd: read_ahead = true reads the next batch's weights from the KV-store early, for ps workers; a %s stage holds the model in memory and reads it at once: remove it", s.WorkerKind)
+	}
+	return -1, "", nil
 }
 
 // BiasTable and ScaleTable name the tables lr.sgd adds for weight table w.

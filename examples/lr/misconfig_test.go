@@ -244,3 +244,38 @@ func checkErr(t *testing.T, err error, want string) {
 		t.Fatalf("error %v, want one containing %q", err, want)
 	}
 }
+
+// read_ahead starts reading the next batch's weights from the KV-store
+// early; the local, hogwild and single kinds hold the model in memory, so
+// it was accepted there and did nothing. Refused at submission, naming
+// the param's line.
+func TestReadAheadOnlyOnPSStages(t *testing.T) {
+	const job = `name = "ra"
+[[table]]
+name = "w"
+size = 10
+[input.train]
+path = "x.libsvm"
+[[stage]]
+name = "sgd"
+func = "lr.sgd"
+KIND
+[stage.params]
+read_ahead = true
+`
+	for _, tc := range []struct{ kind, want string }{
+		{"", ""},
+		{`worker_kind = "ps"`, ""},
+		{`worker_kind = "local"`, "a local stage holds the model in memory"},
+		{`worker_kind = "hogwild"`, "a hogwild stage holds the model in memory"},
+		{"worker_kind = \"single\"\nworkers = 1", "a single stage holds the model in memory"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			_, _, err := tasks.ParseJob("job.toml", []byte(strings.Replace(job, "KIND", tc.kind, 1)))
+			checkErr(t, err, tc.want)
+			if tc.want != "" && !strings.Contains(err.Error(), "job.toml line ") {
+				t.Fatalf("%v: no line named", err)
+			}
+		})
+	}
+}
