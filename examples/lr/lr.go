@@ -85,7 +85,12 @@ func init() {
 	tasks.Register("lr.sgd", SGD)
 	tasks.RegisterTables("lr.sgd", Tables)
 	tasks.RegisterParams("lr.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
-	tasks.RegisterTaskParams("lr.sgd", readAheadOnPS)
+	tasks.RegisterTaskParams("lr.sgd", func(t *tasks.MultiStageTask) (int, string, error) {
+		if i, key, err := tableSetup(t); err != nil {
+			return i, key, err
+		}
+		return readAheadOnPS(t)
+	})
 }
 
 // readAheadOnPS refuses read_ahead on a stage whose model is in the

@@ -1,0 +1,67 @@
+package lr_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/tasks"
+)
+
+const setupJob = `name = "lr"
+[[table]]
+name = "w"
+size = 10
+TABLE
+[input.train]
+path = "x.libsvm"
+[[stage]]
+name = "warm"
+func = "lr.sgd"
+[[stage]]
+name = "sgd"
+func = "lr.sgd"
+STAGE
+[stage.params]
+PARAMS
+`
+
+// A weight table lr.sgd cannot train was found only when the stage
+// started, after the stages before it had run: a sparse table with
+// worker_kind = "local" (or "hogwild", "single"), or with standardize =
+// true, failed the task once its first stage was done; on a cluster the
+// task was accepted. Now refused at submission, naming the line (the
+// param's when it is written, else the [[stage]] header of the first
+// stage at fault).
+func TestSGDTableSetupRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, table, stage, params string
+		want                       string // "" : valid
+		line                       int
+	}{
+		{"dense local", "", `worker_kind = "local"`, "", "", 0},
+		{"sparse ps", `storage = "sparse"`, "", "", "", 0},
+		{"sparse ps standardize off", `storage = "sparse"`, "", "standardize = false", "", 0},
+		{"sparse standardize", `storage = "sparse"`, "", "standardize = true", `lr: standardize needs a dense table; table "w" is sparse (set standardize = false)`, 16},
+		{"sparse local", `storage = "sparse"`, `worker_kind = "local"`, "", `table "w" is sparse, but local stages hold the model in memory and need dense tables`, 11},
+		{"sparse hogwild", `storage = "sparse"`, `worker_kind = "hogwild"`, "", `table "w" is sparse, but hogwild stages hold the model in memory`, 11},
+		{"sparse single, table named", `storage = "sparse"`, `worker_kind = "single"`, `table = "w"`, `table "w" is sparse, but single stages hold the model in memory`, 16},
+		{"width 2", "width = 2", "", "", `table "w": width must be 1 (one weight per feature), got 2`, 8},
+		{"undeclared table", "", "", `table = "v"`, `lr.sgd: the task declares no table "v"`, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("TABLE", tc.table, "STAGE", tc.stage, "PARAMS", tc.params).Replace(setupJob)
+			_, _, err := tasks.ParseJob("job.toml", []byte(src))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			var ce *tasks.ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.Line != tc.line) {
+				t.Fatalf("error %q: want it on line %d", err, tc.line)
+			}
+		})
+	}
+}
