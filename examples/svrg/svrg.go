@@ -127,7 +127,8 @@ func init() {
 	tasks.RegisterTables("svrg.sgd", StageTables)
 	tasks.RegisterParams("svrg.sgd", func(p tasks.Params) error { _, err := SGDConfigFrom(p); return err })
 	tasks.RegisterParams("svrg.full", func(p tasks.Params) error { _, err := fullL2(p); return err })
-	tasks.RegisterTaskParams("svrg.sgd", sharedParams)
+	tasks.RegisterTaskParams("svrg.sgd", sgdTaskParams)
+	tasks.RegisterTaskParams("svrg.full", tableSetup)
 }
 
 // sharedParams refuses an svrg.sgd stage whose l2, intercept or
