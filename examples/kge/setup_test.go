@@ -1,0 +1,66 @@
+package kge_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	_ "github.com/flexps/flexps/examples/kge"
+	"github.com/flexps/flexps/tasks"
+)
+
+const setupJob = `name = "kge"
+[[table]]
+name = "entities"
+size = 10
+width = 8
+ENTS
+[[table]]
+name = "rels"
+size = 3
+width = 8
+RELS
+[input.train]
+path = "x.tsv"
+format = "ratings"
+[[stage]]
+name = "train"
+func = "kge.complex"
+KIND
+[stage.params]
+dim = 4
+relations = "rels"
+`
+
+// kge.complex reads its tables into one slave's memory in a local,
+// hogwild or single stage; over a sparse table it failed when it started
+// ("kge: table \"entities\": local stages hold the model in memory and
+// need dense tables"), after the stages before it had run. Now refused at
+// submission, naming the line.
+func TestKGETableSetupRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, ents, rels, kind string
+		want                   string // "" : valid
+		line                   int
+	}{
+		{"dense, local", "", "", `worker_kind = "local"`, "", 0},
+		{"sparse, ps", `storage = "sparse"`, `storage = "sparse"`, "", "", 0},
+		{"sparse entities, local", `storage = "sparse"`, "", `worker_kind = "local"`, `kge.complex: table "entities" is sparse, but local stages hold the model in memory and need dense tables`, 19},
+		{"sparse relations named by a param, single", "", `storage = "sparse"`, `worker_kind = "single"`, `kge.complex: table "rels" is sparse, but single stages hold the model in memory`, 21},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("ENTS", tc.ents, "RELS", tc.rels, "KIND", tc.kind).Replace(setupJob)
+			_, _, err := tasks.ParseJob("job.toml", []byte(src))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			var ce *tasks.ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.Line != tc.line) {
+				t.Fatalf("error %q: want it on line %d", err, tc.line)
+			}
+		})
+	}
+}
