@@ -66,7 +66,7 @@ const (
 func init() {
 	tasks.Register("kge.complex", ComplEx)
 	tasks.RegisterParams("kge.complex", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
-	tasks.RegisterTaskParams("kge.complex", tableSetup)
+	tasks.RegisterTaskParams("kge.complex", tasks.DenseInMemory("kge.complex", "entities", "relations"))
 	tasks.RegisterRelocates("kge.complex", func(s tasks.Stage) []string {
 		if c, err := ConfigFrom(s.Params); err == nil && c.Localize {
 			return []string{c.Entities}

@@ -80,7 +80,7 @@ func init() {
 	tasks.Register("mf.sgd", SGD)
 	tasks.RegisterTables("mf.sgd", AddTables)
 	tasks.RegisterParams("mf.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
-	tasks.RegisterTaskParams("mf.sgd", tableSetup)
+	tasks.RegisterTaskParams("mf.sgd", tasks.DenseInMemory("mf.sgd", "users", "items", "bias", "user_bias", "item_bias"))
 }
 
 // CountTable names the per-id rating counts mf.sgd keeps for factor table t.
