@@ -1,0 +1,64 @@
+package kmeans_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/tasks"
+)
+
+const setupJob = `name = "kmeans"
+[[table]]
+name = "centers"
+size = 3
+width = 2
+STORAGE
+[input.train]
+path = "x.libsvm"
+[[stage]]
+name = "init"
+func = "kmeans.init"
+INITKIND
+[stage.params]
+k = 3
+[[stage]]
+name = "lloyd"
+func = "kmeans.lloyd"
+consistency = "bsp"
+LLOYDKIND
+[stage.params]
+k = 3
+`
+
+// A one-slave k-means stage holds the centers in one slave's memory;
+// over a sparse centers table it failed when it started ("kmeans: table
+// \"centers\": single stages hold the model in memory and need dense
+// tables"). Now refused at submission, naming the line.
+func TestKMeansTableSetupRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, storage, initKind, lloydKind string
+		want                               string // "" : valid
+		line                               int
+	}{
+		{"dense, single init, local lloyd", "", `worker_kind = "single"`, `worker_kind = "local"`, "", 0},
+		{"sparse, ps", `storage = "sparse"`, "", "", "", 0},
+		{"sparse, single init", `storage = "sparse"`, `worker_kind = "single"`, "", `kmeans.init: table "centers" is sparse, but single stages hold the model in memory`, 13},
+		{"sparse, local lloyd", `storage = "sparse"`, "", `worker_kind = "local"`, `kmeans.lloyd: table "centers" is sparse, but local stages hold the model in memory`, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("STORAGE", tc.storage, "INITKIND", tc.initKind, "LLOYDKIND", tc.lloydKind).Replace(setupJob)
+			_, _, err := tasks.ParseJob("job.toml", []byte(src))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			var ce *tasks.ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.Line != tc.line) {
+				t.Fatalf("error %q: want it on line %d", err, tc.line)
+			}
+		})
+	}
+}
