@@ -59,6 +59,7 @@ const (
 func init() {
 	tasks.Register(Func, Blocked)
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
+	tasks.RegisterTaskParams(Func, tasks.DenseInMemory(Func, "users", "items"))
 	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
 		if c, err := configFrom(s.Params); err == nil && c.localize {
 			return []string{c.users, c.items}

@@ -1,0 +1,62 @@
+package mfblock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	_ "github.com/flexps/flexps/examples/mfblock"
+	"github.com/flexps/flexps/tasks"
+)
+
+const setupJob = `name = "mfb"
+[[table]]
+name = "users"
+size = 10
+width = 4
+USERS
+[[table]]
+name = "items"
+size = 10
+width = 4
+[input.train]
+path = "x.tsv"
+format = "ratings"
+[[stage]]
+name = "b"
+func = "mf.blocked"
+KIND
+[stage.params]
+rank = 4
+`
+
+// A one-slave mf.blocked stage holds its factor tables in one slave's
+// memory; over a sparse one it failed when it started ("mf.blocked: table
+// \"users\": local stages hold the model in memory and need dense
+// tables"). Now refused at submission, naming the line.
+func TestBlockedTableSetupRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, users, kind string
+		want              string // "" : valid
+		line              int
+	}{
+		{"dense, local", "", `worker_kind = "local"`, "", 0},
+		{"sparse, ps", `storage = "sparse"`, "", "", 0},
+		{"sparse, local", `storage = "sparse"`, `worker_kind = "local"`, `mf.blocked: table "users" is sparse, but local stages hold the model in memory`, 18},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("USERS", tc.users, "KIND", tc.kind).Replace(setupJob)
+			_, _, err := tasks.ParseJob("job.toml", []byte(src))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			var ce *tasks.ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.Line != tc.line) {
+				t.Fatalf("error %q: want it on line %d", err, tc.line)
+			}
+		})
+	}
+}
