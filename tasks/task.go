@@ -261,6 +261,31 @@ func keyErrf(key, format string, a ...any) error {
 // paramName finds the parameter a stage function's parameter check names.
 var paramName = regexp.MustCompile(`param "([^"]+)"`)
 
+// paramLead is the first word of a parameter check's message after the
+// function's prefix: "lr: epochs must be >= 1, got 0" is about epochs.
+var paramLead = regexp.MustCompile(`^(?:[\w.]+: )?([A-Za-z_]\w*)\b`)
+
+// checkedParam is the parameter a stage's "params" error is about, so
+// that the error names its line: the one it quotes (param "x"), else the
+// one its message starts with when the stage sets it (the built-in
+// functions' range checks: "lr: epochs must be >= 1, got 0" named the
+// stage's header, not the epochs line); "" when neither.
+func checkedParam(ke *keyErr, params Params) string {
+	if ke.key != "params" {
+		return ""
+	}
+	msg := ke.err.Error()
+	if m := paramName.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	if m := paramLead.FindStringSubmatch(msg); m != nil {
+		if _, ok := params[m[1]]; ok {
+			return m[1]
+		}
+	}
+	return ""
+}
+
 func (t *MultiStageTask) validate(registry bool) error {
 	inv := func(format string, a ...any) error {
 		return fmt.Errorf("%w: task %q: %s", ErrInvalid, t.Name, fmt.Sprintf(format, a...))
@@ -390,8 +415,8 @@ func (t *MultiStageTask) validate(registry bool) error {
 				if ke.also != "" {
 					fe.Keys = append(fe.Keys, ke.also)
 				}
-				if m := paramName.FindStringSubmatch(ke.err.Error()); ke.key == "params" && m != nil {
-					fe.Keys = []string{"params." + m[1], "params"}
+				if name := checkedParam(ke, s.Params); name != "" {
+					fe.Keys = []string{"params." + name, "params"}
 				}
 			}
 			return fe

@@ -21,6 +21,17 @@ func init() {
 	tasks.Register("t.moves", func(*tasks.Info) error { return nil })
 	tasks.Register("t.bsp", func(*tasks.Info) error { return nil })
 	tasks.RegisterNeedsBSP("t.bsp")
+	// t.noop checks two params as the built-in functions do: the message
+	// starts with the function, then the param.
+	tasks.RegisterParams("t.noop", func(p tasks.Params) error {
+		if e := p.Int("epochs", 5); e < 1 {
+			return fmt.Errorf("t.noop: epochs must be >= 1, got %d", e)
+		}
+		if lr := p.Float("lr", 0.5); !(lr > 0) {
+			return fmt.Errorf("t.noop: lr must be > 0, got %v", lr)
+		}
+		return nil
+	})
 	tasks.RegisterRelocates("t.moves", func(s tasks.Stage) []string {
 		if s.Params.Bool("localize", true) {
 			return []string{s.Params.String("table", "w")}
@@ -139,6 +150,9 @@ func TestParseJobValidation(t *testing.T) {
 		{"relocate replicated", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = true\nreplicas = 2", 1), "relocate: the table's keys move", 5},
 		{"relocate not a bool", "!" + strings.Replace(base, "size = 10", "size = 10\nrelocate = \"yes\"", 1), "line 5", 5},
 		{"nan param", "[stage.params]\nx = 1\ny = nan\n", `param "y"`, 13},
+		{"param out of range", "[stage.params]\nbatch = 3\nepochs = 0\n", "epochs must be >= 1", 13},
+		{"param named like its function", "[stage.params]\nlr = -1.0\n", "lr must be > 0", 12},
+		{"param check about a default", "[stage.params]\nx = 1\n", "", 0},
 		{"repeated stage", "!" + "repeat = 2\n" + base + "[[stage]]\nname = \"t\"\nfunc = \"t.noop\"\nworker_kind = \"single\"\nworkers = 3\n", "single stage", 16},
 		{"relocating func on a replicated table", "!" + strings.Replace(strings.Replace(base, "size = 10", "size = 10\nreplicas = 3", 1), "t.noop", "t.moves", 1), `table "w": relocate`, 5},
 	}
