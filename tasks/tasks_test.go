@@ -94,6 +94,11 @@ func TestParseJobValidation(t *testing.T) {
 	}{
 		{"valid", "", "", 0},
 		{"auto workers", "!" + strings.Replace(base, "workers = 2", `workers = "auto"`+"\nmax_workers = 4", 1), "", 0},
+		{"max_workers without auto", "max_workers = 4\n", `max_workers: applies only with workers = "auto" (workers is 2)`, 11},
+		{"auto_trial_seconds without auto", "auto_trial_seconds = 5.0\n", `auto_trial_seconds: applies only with workers = "auto"`, 11},
+		{"auto_trial_seconds with one worker", "!" + strings.Replace(base, "workers = 2", "auto_trial_seconds = 5.0", 1), `auto_trial_seconds: applies only with workers = "auto" (workers is 1)`, 10},
+		{"negative max_workers", "!" + strings.Replace(base, "workers = 2", `workers = "auto"`+"\nmax_workers = -1", 1), "max_workers: must be >= 1", 11},
+		{"auto trial length", "!" + strings.Replace(base, "workers = 2", `workers = "auto"`+"\nauto_trial_seconds = 0.5", 1), "", 0},
 		{"bad workers string", "!" + strings.Replace(base, "workers = 2", `workers = "lots"`, 1), `"lots"`, 10},
 		{"zero workers", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers", 10},
 		{"unknown top key", "!colour = 1\n" + base, `line 1: unknown key "colour"`, 1},

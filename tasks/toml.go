@@ -316,11 +316,27 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 			if w != "auto" {
 				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %q", i, sf.Name, w)}
 			}
+			if sf.MaxWorkers < 0 {
+				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"max_workers"}, Err: fmt.Errorf("stage %d (%s): max_workers: must be >= 1 (0 or unset: all slots), got %d", i, sf.Name, sf.MaxWorkers)}
+			}
 			s.Auto = true
 			s.Workers = sf.MaxWorkers
 			s.AutoTrialSeconds = sf.AutoTrial
 		default:
 			return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %v", i, sf.Name, w)}
+		}
+		if !s.Auto {
+			// Read only by auto parallelism: set beside a fixed
+			// workers they were ignored (max_workers = 4 with
+			// workers = 8 ran 8).
+			for _, k := range []struct {
+				key string
+				set bool
+			}{{"max_workers", sf.MaxWorkers != 0}, {"auto_trial_seconds", sf.AutoTrial != 0}} {
+				if k.set {
+					return nil, &FieldError{Section: "stage", Index: i, Keys: []string{k.key}, Err: fmt.Errorf("stage %d (%s): %s: applies only with workers = \"auto\" (workers is %d)", i, sf.Name, k.key, s.Workers)}
+				}
+			}
 		}
 		t.Stages = append(t.Stages, s)
 	}
