@@ -378,13 +378,13 @@ func (t *MultiStageTask) validate(registry bool) error {
 			format = "libsvm"
 		}
 		if in.IndexBase != nil && format != "libsvm" {
-			return bad("input", name, "index_base", "input %q: index_base applies to libsvm files, not %s", name, format)
+			return bad("input", name, "index_base", "input %q: index_base applies only to format libsvm, not %s", name, format)
 		}
 		if in.Delimiter != "" && format != "csv" {
-			return bad("input", name, "delimiter", "input %q: delimiter applies to csv files, not %s (libsvm and ratings fields are separated by spaces or tabs)", name, format)
+			return bad("input", name, "delimiter", "input %q: delimiter applies only to format csv, not %s", name, format)
 		}
 		if in.Header && format != "csv" && format != "ratings" {
-			return bad("input", name, "header", "input %q: header applies to csv and ratings files, not %s", name, format)
+			return bad("input", name, "header", "input %q: header applies only to format csv or ratings, not %s", name, format)
 		}
 		if len(in.Delimiter) > 1 {
 			// FormatOptions keeps one byte: "tab" would split on 't'.

@@ -298,6 +298,15 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		if in.Label != nil {
 			spec.Label = *in.Label
 		}
+		if in.Generate != nil {
+			// Checked here, not only when `flexps run` writes the
+			// file: that error named no line, and a file already
+			// there hid the mistake.
+			if key, err := in.Generate.Check(); err != nil {
+				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate." + key},
+					Err: fmt.Errorf("input %q: generate: %w", n, err)}
+			}
+		}
 		t.SetInput(n, spec)
 	}
 	for i, sf := range jf.Stages {

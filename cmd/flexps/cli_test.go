@@ -68,6 +68,10 @@ func TestCommandLine(t *testing.T) {
 		{name: "eval --format unknown", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--format", "xml"}, exit: 2, stderr: []string{`--format "xml": want one of csv, libsvm, ratings, text`}},
 		{name: "eval --label-column below -1", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--label-column", "-5"}, exit: 2, stderr: []string{"--label-column -5: want -1"}},
 		{name: "eval --delimiter a word", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--delimiter", "tab"}, exit: 2, stderr: []string{`--delimiter "tab": want one character`}},
+		{name: "gen negative --rows", args: []string{"gen", "libsvm", "--rows", "-5", "--out", filepath.Join(dir, "r.libsvm")}, exit: 2, stderr: []string{"--rows: want >= 0, got -5"}},
+		{name: "gen NaN --zipf", args: []string{"gen", "libsvm", "--rows", "5", "--zipf", "NaN", "--out", filepath.Join(dir, "z.libsvm")}, exit: 2, stderr: []string{"--zipf:", "got NaN"}},
+		{name: "gen negative --rank", args: []string{"gen", "ratings", "--rows", "5", "--rank", "-2", "--out", filepath.Join(dir, "k.ratings")}, exit: 2, stderr: []string{"--rank: want >= 1"}},
+		{name: "gen negative --test-rows", args: []string{"gen", "libsvm", "--rows", "5", "--test-rows", "-3", "--out", filepath.Join(dir, "t.libsvm"), "--test-out", filepath.Join(dir, "t.test")}, exit: 2, stderr: []string{"--test-rows: want >= 0"}},
 		{name: "negative --limit is a usage error", args: []string{"status", "--limit", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--limit must be >= 0"}},
 	}
 	for _, tc := range cases {

@@ -476,6 +476,9 @@ func genCmd(g *globals) *cobra.Command {
 				return usageError{"--out is required"}
 			}
 			spec.Kind = a[0]
+			if key, err := spec.Check(); err != nil {
+				return usageError{fmt.Sprintf("--%s: %v", strings.ReplaceAll(key, "_", "-"), strings.TrimPrefix(err.Error(), key+": "))}
+			}
 			if err := synth.GenerateContext(cmd.Context(), out, spec); err != nil {
 				return err
 			}

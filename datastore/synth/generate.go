@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,49 @@ type Spec struct {
 	Rank     int     `toml:"rank"`      // ratings
 }
 
+// Check reports the first setting of gs that Generate refuses, with its
+// key (the TOML name of the Spec field: "rows", "test_rows"), so that a
+// job file's [input.NAME.generate] is refused when the job is read,
+// naming the line, and `flexps gen` names its flag. Generate checks gs
+// with it too: before, a bad spec surfaced only once its file was
+// written, and a negative rank or test_rows was silently replaced.
+func (gs Spec) Check() (key string, err error) {
+	switch gs.Kind {
+	case "", "libsvm":
+		switch {
+		case gs.Rows < 0:
+			return "rows", fmt.Errorf("rows: want >= 0, got %d", gs.Rows)
+		case gs.Dim <= 0:
+			return "dim", fmt.Errorf("dim: want > 0 feature dimensions, got %d", gs.Dim)
+		case gs.NNZ <= 0 || gs.NNZ > gs.Dim:
+			return "nnz", fmt.Errorf("nnz: want non-zeros per row in [1, dim = %d], got %d", gs.Dim, gs.NNZ)
+		case !(gs.Zipf == 0 || gs.Zipf > 1 && !math.IsInf(gs.Zipf, 1)):
+			return "zipf", fmt.Errorf("zipf: want a finite exponent > 1, or 0 for uniform ids, got %v", gs.Zipf)
+		case !(gs.Noise >= 0 && gs.Noise <= 1):
+			return "noise", fmt.Errorf("noise: want a label flip probability in [0, 1], got %v", gs.Noise)
+		}
+	case "ratings":
+		switch {
+		case gs.Rows < 0:
+			return "rows", fmt.Errorf("rows: want >= 0 ratings, got %d", gs.Rows)
+		case gs.Users <= 0:
+			return "users", fmt.Errorf("users: want > 0, got %d", gs.Users)
+		case gs.Items <= 0:
+			return "items", fmt.Errorf("items: want > 0, got %d", gs.Items)
+		case gs.Rank < 0:
+			return "rank", fmt.Errorf("rank: want >= 1 (0: 1), got %d", gs.Rank)
+		case !(gs.Noise >= 0) || math.IsInf(gs.Noise, 1):
+			return "noise", fmt.Errorf("noise: want a finite standard deviation >= 0, got %v", gs.Noise)
+		}
+	default:
+		return "kind", fmt.Errorf("kind: want libsvm or ratings, got %q", gs.Kind)
+	}
+	if gs.TestRows < 0 {
+		return "test_rows", fmt.Errorf("test_rows: want >= 0 (0: rows/5), got %d", gs.TestRows)
+	}
+	return "", nil
+}
+
 // Generate writes the data gs describes to path (and gs.TestPath): train
 // and test rows come from one seeded stream, so they share the hidden
 // model. Files are written to a temporary name and renamed when complete.
@@ -39,6 +83,9 @@ func Generate(path string, gs Spec) error {
 // gen`): the temporary files are removed, nothing is renamed, and the
 // error wraps ctx's.
 func GenerateContext(ctx context.Context, path string, gs Spec) error {
+	if _, err := gs.Check(); err != nil {
+		return fmt.Errorf("gen %s: %w", path, err)
+	}
 	kind := gs.Kind
 	if kind == "" {
 		kind = "libsvm"

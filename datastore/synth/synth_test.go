@@ -376,6 +376,56 @@ func TestGeneratorsRefuseParametersOutOfRange(t *testing.T) {
 	}
 }
 
+// Spec.Check refuses what Generate would refuse or silently replace,
+// naming the key: a job file's [input.NAME.generate] is refused when the
+// job is read (naming the line), not once its file is written.
+func TestSpecCheckNamesTheKey(t *testing.T) {
+	lib := Spec{Rows: 10, Dim: 5, NNZ: 2, Zipf: 1.1, Noise: 0.1}
+	rat := Spec{Kind: "ratings", Rows: 10, Users: 3, Items: 4, Rank: 2, Noise: 0.1}
+	for _, tc := range []struct {
+		name string
+		edit func(*Spec)
+		base Spec
+		key  string // "": accepted
+	}{
+		{"libsvm ok", func(*Spec) {}, lib, ""},
+		{"ratings ok", func(*Spec) {}, rat, ""},
+		{"ratings rank 0 means 1", func(s *Spec) { s.Rank = 0 }, rat, ""},
+		{"bad kind", func(s *Spec) { s.Kind = "csv" }, lib, "kind"},
+		{"negative rows", func(s *Spec) { s.Rows = -1 }, lib, "rows"},
+		{"no dim", func(s *Spec) { s.Dim = 0 }, lib, "dim"},
+		{"no nnz", func(s *Spec) { s.NNZ = 0 }, lib, "nnz"},
+		{"nnz past dim", func(s *Spec) { s.NNZ = 6 }, lib, "nnz"},
+		{"zipf 0.5", func(s *Spec) { s.Zipf = 0.5 }, lib, "zipf"},
+		{"zipf NaN", func(s *Spec) { s.Zipf = math.NaN() }, lib, "zipf"},
+		{"label noise 2", func(s *Spec) { s.Noise = 2 }, lib, "noise"},
+		{"negative test rows", func(s *Spec) { s.TestRows = -3 }, lib, "test_rows"},
+		{"no users", func(s *Spec) { s.Users = 0 }, rat, "users"},
+		{"no items", func(s *Spec) { s.Items = -1 }, rat, "items"},
+		{"negative rank", func(s *Spec) { s.Rank = -2 }, rat, "rank"},
+		{"rating noise +Inf", func(s *Spec) { s.Noise = math.Inf(1) }, rat, "noise"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.base
+			tc.edit(&s)
+			key, err := s.Check()
+			if key != tc.key || (err == nil) != (tc.key == "") {
+				t.Fatalf("Check: key %q, err %v; want key %q", key, err, tc.key)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), tc.key+": ") {
+				t.Fatalf("error %q does not start with its key %q", err, tc.key)
+			}
+			if err == nil {
+				return
+			}
+			gerr := Generate(filepath.Join(t.TempDir(), "d"), s)
+			if gerr == nil || !strings.Contains(gerr.Error(), err.Error()) {
+				t.Fatalf("Generate: %v, want the error of Check %q", gerr, err)
+			}
+		})
+	}
+}
+
 // A generation stops when its context ends (the first Ctrl-C of `flexps
 // gen`, which went unheeded until the file was complete; the second one
 // ended the process and left the hidden temporary file behind, hundreds
