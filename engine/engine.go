@@ -20,6 +20,7 @@ import (
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/master"
 	"github.com/flexps/flexps/slave"
+	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -131,8 +132,8 @@ func (c *ClusterConfig) connectHint(err error, role bus.Role) error {
 // full slave (its own connection, shards and readers), and each slot a
 // worker goroutine with its own buffers.
 const (
-	MaxLocalSlaves = 256
-	MaxSlots       = 1024
+	MaxLocalSlaves = tasks.MaxLocalSlaves
+	MaxSlots       = tasks.MaxLocalSlots
 )
 
 // Local is an in-process cluster: embedded NATS without a port, a master

@@ -33,6 +33,13 @@ type JobFile struct {
 	Stages        []StageFile          `toml:"stage"`
 }
 
+// Bounds of the in-process cluster `flexps run` starts (engine.StartLocal
+// refuses more): each slave is a full slave, each slot a worker goroutine.
+const (
+	MaxLocalSlaves = 256
+	MaxLocalSlots  = 1024
+)
+
 // LocalSection sizes the in-process cluster that `flexps run` starts.
 type LocalSection struct {
 	Slaves int `toml:"slaves"` // default 2
@@ -349,11 +356,11 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		}
 		t.Stages = append(t.Stages, s)
 	}
-	if jf.Local.Slaves < 0 {
-		return nil, &FieldError{Section: "local", Keys: []string{"slaves"}, Err: fmt.Errorf("[local] slaves: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slaves)}
+	if jf.Local.Slaves < 0 || jf.Local.Slaves > MaxLocalSlaves {
+		return nil, &FieldError{Section: "local", Keys: []string{"slaves"}, Err: fmt.Errorf("[local] slaves: must be in [1, %d] (0 or unset: 2; a larger cluster runs `flexps master` and `flexps slave` processes), got %d", MaxLocalSlaves, jf.Local.Slaves)}
 	}
-	if jf.Local.Slots < 0 {
-		return nil, &FieldError{Section: "local", Keys: []string{"slots"}, Err: fmt.Errorf("[local] slots: must be >= 1 (0 or unset: 2), got %d", jf.Local.Slots)}
+	if jf.Local.Slots < 0 || jf.Local.Slots > MaxLocalSlots {
+		return nil, &FieldError{Section: "local", Keys: []string{"slots"}, Err: fmt.Errorf("[local] slots: must be in [1, %d] (0 or unset: 2), got %d", MaxLocalSlots, jf.Local.Slots)}
 	}
 	if jf.Repeat < 0 || jf.Repeat > 10000 {
 		return nil, &FieldError{Keys: []string{"repeat"}, Err: fmt.Errorf("repeat: must be in [1, 10000] (0 or unset: 1), got %d", jf.Repeat)}

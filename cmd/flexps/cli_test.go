@@ -72,6 +72,13 @@ func TestCommandLine(t *testing.T) {
 		{name: "gen NaN --zipf", args: []string{"gen", "libsvm", "--rows", "5", "--zipf", "NaN", "--out", filepath.Join(dir, "z.libsvm")}, exit: 2, stderr: []string{"--zipf:", "got NaN"}},
 		{name: "gen negative --rank", args: []string{"gen", "ratings", "--rows", "5", "--rank", "-2", "--out", filepath.Join(dir, "k.ratings")}, exit: 2, stderr: []string{"--rank: want >= 1"}},
 		{name: "gen negative --test-rows", args: []string{"gen", "libsvm", "--rows", "5", "--test-rows", "-3", "--out", filepath.Join(dir, "t.libsvm"), "--test-out", filepath.Join(dir, "t.test")}, exit: 2, stderr: []string{"--test-rows: want >= 0"}},
+		{name: "run --slots above the bound", args: []string{"run", "--slots", "2000", "x.toml"}, exit: 2, stderr: []string{"--slots 2000: at most 1024"}},
+		{name: "run --slaves above the bound", args: []string{"run", "--slaves", "300", "x.toml"}, exit: 2, stderr: []string{"--slaves 300: at most 256"}},
+		// Checked before the slave dials the bus: a negative one was
+		// ignored and the slave joined with the config's.
+		{name: "slave negative --slots", args: []string{"slave", "--slots", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--slots -1: want 1 to 1024"}},
+		{name: "slave negative --procs", args: []string{"slave", "--procs", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--procs -1: want 1 to 1024"}},
+		{name: "slave --slots above the bound", args: []string{"slave", "--slots", "2000", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--slots 2000: at most 1024"}},
 		{name: "negative --limit is a usage error", args: []string{"status", "--limit", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--limit must be >= 0"}},
 	}
 	for _, tc := range cases {

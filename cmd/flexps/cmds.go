@@ -38,6 +38,12 @@ func runCmd(g *globals) *cobra.Command {
 			if slaves < 0 || slots < 0 {
 				return usageError{fmt.Sprintf("--slaves and --slots must be >= 1 (0: the job's [local] values), got --slaves %d --slots %d", slaves, slots)}
 			}
+			if err := atMost("slaves", slaves, engine.MaxLocalSlaves); err != nil {
+				return err
+			}
+			if err := atMost("slots", slots, engine.MaxSlots); err != nil {
+				return err
+			}
 			if err := checkResumeDir(resume); err != nil {
 				return err
 			}
@@ -224,6 +230,19 @@ func slaveCmd(g *globals) *cobra.Command {
 		Args:  args(func(n int) bool { return n == 0 }, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			// A negative one was ignored (the slave joined with the
+			// config's); a large one was reported as the config's key.
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"slots", slots}, {"procs", procs}} {
+				if f.v < 0 {
+					return usageError{fmt.Sprintf("--%s %d: want 1 to %d (0 or unset: [slave] %s)", f.name, f.v, engine.MaxSlots, f.name)}
+				}
+				if err := atMost(f.name, f.v, engine.MaxSlots); err != nil {
+					return err
+				}
+			}
 			if cf.nats == "" {
 				cf.nats = masterURL
 			}
@@ -618,4 +637,12 @@ func startCPUProfile(path string) (stop func(), err error) {
 			fmt.Fprintf(os.Stderr, "flexps: cpu profile %s: %v\n", path, err)
 		}
 	}, nil
+}
+
+// atMost refuses a count flag above most, naming the flag.
+func atMost(flag string, v, most int) error {
+	if v > most {
+		return usageError{fmt.Sprintf("--%s %d: at most %d", flag, v, most)}
+	}
+	return nil
 }
