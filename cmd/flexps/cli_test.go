@@ -284,6 +284,33 @@ func TestMetricsOutAndPlot(t *testing.T) {
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("logloss")) {
 		t.Fatalf("svg: %v\n%.300s", err, svg)
 	}
+
+	// Flags the file cannot satisfy are usage errors naming the flag: a
+	// NaN or infinite size panicked in the image library, a huge one ran
+	// out of memory, a misspelt metric was left out silently (or, alone,
+	// "no epoch metrics to plot").
+	for _, tc := range []struct {
+		name string
+		args []string
+		exit int
+		want string
+	}{
+		{"NaN width", []string{"--width", "NaN"}, 2, "--width NaN: want centimetres in [0, 100]"},
+		{"infinite height", []string{"--height", "Inf"}, 2, "--height +Inf"},
+		{"huge width", []string{"--width", "100000"}, 2, "--width 100000"},
+		{"negative height", []string{"--height", "-3"}, 2, "--height -3"},
+		{"unknown metric", []string{"--metric", "loss"}, 2, "--metric loss: " + path + " has no such metric (it has acc, logloss, objective)"},
+		{"one of two metrics unknown", []string{"--metric", "logloss,accuracy"}, 2, "--metric accuracy"},
+		{"known metric, sized", []string{"--metric", "logloss", "--width", "20", "--height", "10"}, 0, "(1 panels)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			args := append([]string{"plot", path, "-o", filepath.Join(dir, "f.png")}, tc.args...)
+			if code := runIO(args, &bytes.Buffer{}, &stderr); code != tc.exit || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, want %d; stderr (want %q):\n%s", code, tc.exit, tc.want, stderr.String())
+			}
+		})
+	}
 }
 
 func TestPlotRejectsBadFile(t *testing.T) {

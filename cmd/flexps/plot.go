@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,6 +46,16 @@ The output format follows the file extension: png, svg, pdf, jpg or tif.`,
 			default:
 				return usageError{fmt.Sprintf("-o %s: unknown image format %q (want .png, .svg, .pdf, .jpg or .tif)", out, format)}
 			}
+			for _, d := range []struct {
+				flag string
+				v    float64
+			}{{"width", width}, {"height", height}} {
+				// NaN or infinity panicked in the image library; a
+				// huge size ran out of memory drawing it.
+				if !(d.v >= 0 && d.v <= maxPlotCm) {
+					return usageError{fmt.Sprintf("--%s %v: want centimetres in [0, %d] (0: the default)", d.flag, d.v, maxPlotCm)}
+				}
+			}
 			f, err := os.Open(a[0])
 			if err != nil {
 				return err
@@ -52,6 +64,19 @@ The output format follows the file extension: png, svg, pdf, jpg or tif.`,
 			recs, err := readRecords(f, a[0])
 			if err != nil {
 				return err
+			}
+			if len(only) > 0 {
+				// A misspelt --metric left out its panel silently, or
+				// alone said "no epoch metrics to plot".
+				has := map[string]bool{}
+				for _, c := range collectCurves(recs, nil) {
+					has[c.Metric] = true
+				}
+				for _, m := range only {
+					if !has[m] && len(has) > 0 {
+						return usageError{fmt.Sprintf("--metric %s: %s has no such metric (it has %s)", m, a[0], strings.Join(slices.Sorted(maps.Keys(has)), ", "))}
+					}
+				}
 			}
 			curves := collectCurves(recs, only)
 			if len(curves) == 0 {
@@ -70,6 +95,10 @@ The output format follows the file extension: png, svg, pdf, jpg or tif.`,
 	c.Flags().StringSliceVar(&only, "metric", nil, "plot only these metrics (repeat or comma-separate; default all)")
 	return c
 }
+
+// maxPlotCm bounds --width and --height: 100 cm is about 3,800 pixels
+// (plot writes images at 96 dpi), 100 x 100 cm a 57 MB RGBA canvas.
+const maxPlotCm = 100
 
 // readRecords parses a JSON-lines metrics file; a bad line is reported
 // with its number.
