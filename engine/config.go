@@ -275,7 +275,12 @@ func (c *ClusterConfig) Validate() error {
 		hb = membership.DefaultHeartbeat
 	}
 	if ft := c.FailureTimeout(); ft > 0 && ft < 2*hb {
-		return fmt.Errorf("membership.failure_timeout: %v must be at least twice the heartbeat interval (%v)", ft, hb)
+		// Named as the file sets it, so the error finds its line.
+		key := "membership.failure_timeout"
+		if c.Membership.FailureTimeout == 0 {
+			key = "master.dead_after"
+		}
+		return fmt.Errorf("%s: %v must be at least twice the heartbeat interval (%v)", key, ft, hb)
 	}
 	if strings.ContainsAny(c.Cluster, ".*> ") {
 		return fmt.Errorf("cluster: name %q may not contain '.', '*', '>' or spaces", c.Cluster)

@@ -21,6 +21,7 @@ func TestMembershipConfig(t *testing.T) {
 		{"both names of one knob", "[master]\nheartbeat = \"200ms\"\n[membership]\nheartbeat_interval = \"100ms\"\n", 0, 0, "line 4: membership.heartbeat_interval and master.heartbeat are the same setting"},
 		{"timeout shorter than two beats", "[membership]\nheartbeat_interval = \"300ms\"\nfailure_timeout = \"500ms\"\n", 0, 0, "line 3: membership.failure_timeout"},
 		{"timeout shorter than two default beats", "[membership]\nfailure_timeout = \"500ms\"\n", 0, 0, "at least twice"},
+		{"older timeout shorter than two beats", "[master]\npolicy = \"greedy\"\ndead_after = \"100ms\"\n", 0, 0, "line 3: master.dead_after: 100ms must be at least twice the heartbeat interval (300ms)"},
 		{"unknown key", "[membership]\ntimeout = \"1s\"\n", 0, 0, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
