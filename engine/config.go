@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -256,12 +257,23 @@ func (c *ClusterConfig) Validate() error {
 	default:
 		return fmt.Errorf("kv.transport: must be auto, tcp or nats, got %q", c.KV.Transport)
 	}
-	for key, addr := range map[string]string{"kv.listen": c.KV.Listen, "kv.advertise": c.KV.Advertise} {
-		if addr == "" {
+	for _, a := range []struct{ key, addr string }{{"kv.listen", c.KV.Listen}, {"kv.advertise", c.KV.Advertise}} {
+		if a.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("%s: %q is not host:port: %w", key, addr, err)
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not host:port: %w", a.key, a.addr, err)
+		}
+		// Found before a slave starts: "127.0.0.1:99999" passed, and
+		// every slave failed to listen (flexps run, which does not use
+		// it, ran).
+		if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && a.key == "kv.advertise") {
+			want := "0 to 65535 (0: any free port)"
+			if a.key == "kv.advertise" {
+				want = "1 to 65535 (the port peers dial)"
+			}
+			return fmt.Errorf("%s: %q: port %q, want %s", a.key, a.addr, port, want)
 		}
 	}
 	if c.Membership.HeartbeatInterval > 0 && c.Master.Heartbeat > 0 {

@@ -97,6 +97,10 @@ func TestOutOfRangeClusterNumbers(t *testing.T) {
 		{"negative kv_window", "[slave]\nkv_window = -3\n", "slave.kv_window"},
 		{"size past int64", "[data]\ncache = \"99999999999GiB\"\n", "too large"},
 		{"largest size", "[data]\ncache = \"8589934591GiB\"\n", ""},
+		{"kv listen any port", "[kv]\nlisten = \"0.0.0.0:0\"\nadvertise = \"node1:7400\"\n", ""},
+		{"kv listen port past 65535", "[kv]\nlisten = \"127.0.0.1:99999\"\n", `line 2: kv.listen: "127.0.0.1:99999": port "99999", want 0 to 65535`},
+		{"kv listen port not a number", "[kv]\nlisten = \"127.0.0.1:x\"\n", `kv.listen: "127.0.0.1:x": port "x"`},
+		{"kv advertise port 0", "[kv]\nadvertise = \"node1:0\"\n", `line 2: kv.advertise: "node1:0": port "0", want 1 to 65535`},
 	} {
 		t.Run(tc.name, func(t *testing.T) { loadTestCluster(t, tc.toml, tc.wantErr) })
 	}
