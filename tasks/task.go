@@ -553,6 +553,10 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 	if s.ChunkSize < 0 {
 		return keyErrf("chunk_size", "must be >= 0, got %d", s.ChunkSize)
 	}
+	if s.ChunkSize > 0 && s.WorkerKind == KindPS {
+		// It was ignored: a ps stage's model lives in the KV-store.
+		return keyErrf("chunk_size", "keys per chunk lock of a stage that holds the model in one slave (local, hogwild, single); a ps stage has none (the chunks of GetChunk/AddChunk are the [[table]] chunk_size)")
+	}
 	for _, in := range s.Inputs {
 		if _, ok := t.Inputs[in]; !ok {
 			return keyErrf("inputs", "no input named %q in the task", in)

@@ -344,7 +344,9 @@ func engineSGD(ctx context.Context, o options, kind string, workers int, train, 
 		Params: tasks.Params{"epochs": o.epochs, "batch": o.batch, "lr": o.lr,
 			// The same workload as the plain loop and the peers: raw features, no intercept.
 			"standardize": false, "intercept": false}}
-	stage.ChunkSize = o.chunk
+	if kind != tasks.KindPS {
+		stage.ChunkSize = o.chunk // a ps stage has no chunk locks (refused)
+	}
 	if cache != "" {
 		stage.Cache, stage.CacheSize = cache, o.cacheSize
 	}
