@@ -79,6 +79,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "slave negative --slots", args: []string{"slave", "--slots", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--slots -1: want 1 to 1024"}},
 		{name: "slave negative --procs", args: []string{"slave", "--procs", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--procs -1: want 1 to 1024"}},
 		{name: "slave --slots above the bound", args: []string{"slave", "--slots", "2000", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--slots 2000: at most 1024"}},
+		{name: "submit --detach with --metrics-out", args: []string{"submit", "x.toml", "--detach", "--metrics-out", filepath.Join(dir, "m.jsonl"), "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--metrics-out", "--detach follows none"}},
 		{name: "negative --limit is a usage error", args: []string{"status", "--limit", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--limit must be >= 0"}},
 	}
 	for _, tc := range cases {

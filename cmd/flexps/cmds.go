@@ -332,6 +332,10 @@ func submitCmd(g *globals) *cobra.Command {
 			if (len(a) > 0) == (resume != "") {
 				return usageError{"want one or more job files, or --resume DIR without any: " + cmd.UseLine()}
 			}
+			if detach && metricsOut != "" {
+				// It was ignored: no file was written.
+				return usageError{"--metrics-out records the epochs of the tasks submit follows, and --detach follows none: drop one of them"}
+			}
 			ctx := cmd.Context()
 			c, err := cf.dial()
 			if err != nil {
