@@ -91,6 +91,14 @@ func EvaluateWith(ctx context.Context, modelPath, data string, o EvalOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	if m.Kind == "" {
+		// Its job file set no kind (not required): a model of lr.sgd
+		// written that way could not be scored at all.
+		if o.Kind == "" {
+			return nil, fmt.Errorf("model %s records no kind (its job file set no \"kind\"): name one with --kind (known: %s)", modelPath, strings.Join(EvaluatorKinds(), ", "))
+		}
+		m.Kind = o.Kind
+	}
 	if o.Kind != "" && m.Kind != o.Kind {
 		return nil, fmt.Errorf("model %s is a %q model, not %q", modelPath, m.Kind, o.Kind)
 	}

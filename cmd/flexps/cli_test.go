@@ -343,3 +343,40 @@ func FuzzReadRecords(f *testing.F) {
 		collectCurves(recs, nil)
 	})
 }
+
+// A job file need not set kind; the model it writes records none, and
+// eval scored it with nothing ("of kind "", which no evaluator knows",
+// whatever the flags). Now --kind names the evaluator for such a model.
+func TestEvalModelWithoutKind(t *testing.T) {
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 500, 50)
+	model := filepath.Join(dir, "m.model")
+	job := strings.NewReplacer("TRAIN", train, `kind = "lr"`, `output = "`+model+`"`).Replace(goodJob)
+	jobPath := filepath.Join(dir, "job.toml")
+	if err := os.WriteFile(jobPath, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := runIO([]string{"run", "--log-level", "error", jobPath}, &bytes.Buffer{}, &stderr); code != 0 {
+		t.Fatalf("run: exit %d: %s", code, stderr.String())
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		exit   int
+		stdout string
+		stderr string
+	}{
+		{"no --kind", nil, 1, "", `records no kind (its job file set no "kind"): name one with --kind (known: kge, kmeans, lr, mf)`},
+		{"--kind lr", []string{"--kind", "lr"}, 0, "kind=lr records=100", ""},
+		{"--kind of no evaluator", []string{"--kind", "xx"}, 1, "", `of kind "xx", which no evaluator knows`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runIO(append([]string{"eval", "--model", model, "--data", test}, tc.args...), &stdout, &stderr)
+			if code != tc.exit || !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.stderr) {
+				t.Fatalf("exit %d, want %d; stdout %q (want %q); stderr %q (want %q)", code, tc.exit, stdout.String(), tc.stdout, stderr.String(), tc.stderr)
+			}
+		})
+	}
+}

@@ -578,7 +578,7 @@ the flags override that.`,
 	fs.StringVar(&model, "model", "", "model file written by a task (required)")
 	fs.StringVar(&data, "data", "", "data file, directory or glob (required)")
 	fs.StringVar(&o.Format, "format", "", "data format (default: the training input's, else the model kind's)")
-	fs.StringVar(&o.Kind, "kind", "", "refuse a model of another kind (lr, kmeans, mf, kge)")
+	fs.StringVar(&o.Kind, "kind", "", "refuse a model of another kind; score a model that records none as this kind (lr, kmeans, mf, kge)")
 	fs.IntVar(&indexBase, "index-base", 0, "libsvm: feature ids start at 1 or 0 (default: the training input's)")
 	fs.IntVar(&labelColumn, "label-column", 0, "csv: label column, -1 for none (default: the training input's)")
 	fs.StringVar(&o.Delimiter, "delimiter", "", "csv: field separator (default: the training input's)")
