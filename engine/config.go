@@ -6,11 +6,13 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/master/membership"
@@ -256,6 +258,14 @@ func (c *ClusterConfig) Validate() error {
 	case "", "auto", "tcp", "nats":
 	default:
 		return fmt.Errorf("kv.transport: must be auto, tcp or nats, got %q", c.KV.Transport)
+	}
+	for _, r := range c.Data.AllowedPaths {
+		// Whether it exists is checked on each host as its process
+		// starts; this much is the file's, so it names the line.
+		r = strings.TrimSpace(r)
+		if s := datastore.Scheme(r); r != "" && (s == "" || s == "file") && !filepath.IsAbs(strings.TrimPrefix(r, "file://")) {
+			return fmt.Errorf("data.allowed_paths: %q must be an absolute directory (or an hdfs:// prefix)", r)
+		}
 	}
 	for _, a := range []struct{ key, addr string }{{"kv.listen", c.KV.Listen}, {"kv.advertise", c.KV.Advertise}} {
 		if a.addr == "" {
