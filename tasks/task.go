@@ -299,7 +299,8 @@ func (t *MultiStageTask) validate(registry bool) error {
 		return fe
 	}
 	if t.Name == "" {
-		return fmt.Errorf("%w: a task needs a name", ErrInvalid)
+		// A FieldError, so that name = "" is named by its line.
+		return &FieldError{Keys: []string{"name"}, Err: fmt.Errorf("%w: a task needs a name", ErrInvalid)}
 	}
 	if len(t.Stages) == 0 {
 		return inv("no stages")

@@ -106,6 +106,7 @@ func TestParseJobValidation(t *testing.T) {
 		{"wrong type", "!" + strings.Replace(base, "size = 10", `size = "ten"`, 1), "line 4", 4},
 		{"syntax", "[[stage\n", "line", 12},
 		{"no name", "!" + strings.Replace(base, `name = "job"`, "", 1), "needs a name", 0},
+		{"empty name", "!" + "priority = 3\n" + strings.Replace(base, `name = "job"`, `name = ""`, 1), "needs a name", 2},
 		{"no stages", "!" + base[:strings.Index(base, "[[stage]]")], "no stages", 0},
 		{"unregistered func", "!" + strings.Replace(base, "t.noop", "t.nope", 1), `no stage function registered as "t.nope"`, 9},
 		{"bad consistency", `consistency = "eventual"` + "\n", "consistency", 11},
