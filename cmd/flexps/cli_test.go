@@ -66,6 +66,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "good log flags on gen", args: []string{"gen", "libsvm", "--rows", "5", "--out", filepath.Join(dir, "l.libsvm"), "--log-level", "debug", "--log-format", "json"}, exit: 0},
 		{name: "eval --delimiter of two characters", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--delimiter", ";;"}, exit: 2, stderr: []string{`--delimiter ";;": want one character`}},
 		{name: "eval --format unknown", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--format", "xml"}, exit: 2, stderr: []string{`--format "xml": want one of csv, libsvm, ratings, text`}},
+		{name: "eval --kind unknown", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--kind", "xx"}, exit: 2, stderr: []string{`--kind "xx": want one of`, "lr"}},
 		{name: "eval --label-column below -1", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--label-column", "-5"}, exit: 2, stderr: []string{"--label-column -5: want -1"}},
 		{name: "eval --delimiter a word", args: []string{"eval", "--model", "m.model", "--data", "d.csv", "--delimiter", "tab"}, exit: 2, stderr: []string{`--delimiter "tab": want one character`}},
 		{name: "gen negative --rows", args: []string{"gen", "libsvm", "--rows", "-5", "--out", filepath.Join(dir, "r.libsvm")}, exit: 2, stderr: []string{"--rows: want >= 0, got -5"}},

@@ -556,6 +556,9 @@ the flags override that.`,
 				}
 				o.LabelColumn = &labelColumn
 			}
+			if o.Kind != "" && !slices.Contains(tasks.EvaluatorKinds(), o.Kind) {
+				return usageError{fmt.Sprintf("--kind %q: want one of %s", o.Kind, strings.Join(tasks.EvaluatorKinds(), ", "))}
+			}
 			if o.Format != "" && !slices.Contains(datastore.FormatNames(), datastore.CanonicalFormat(o.Format)) {
 				return usageError{fmt.Sprintf("--format %q: want one of %s", o.Format, strings.Join(datastore.FormatNames(), ", "))}
 			}
