@@ -1,12 +1,11 @@
 package mf_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	_ "github.com/flexps/flexps/examples/mf"
-	"github.com/flexps/flexps/tasks"
+	"github.com/flexps/flexps/internal/jobcheck"
 )
 
 const setupJob = `name = "mf"
@@ -50,17 +49,7 @@ func TestMFTableSetupRefusedAtSubmission(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.NewReplacer("USERS", tc.users, "ITEMS", tc.items, "KIND", tc.kind).Replace(setupJob)
-			_, _, err := tasks.ParseJob("job.toml", []byte(src))
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatal(err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
-			}
-			var ce *tasks.ConfigError
-			if err != nil && (!errors.As(err, &ce) || ce.Line != tc.line) {
-				t.Fatalf("error %q: want it on line %d", err, tc.line)
-			}
+			jobcheck.Expect(t, src, tc.want, tc.line)
 		})
 	}
 }
