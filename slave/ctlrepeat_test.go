@@ -62,7 +62,7 @@ func TestAnsweredKeepsTheLatest(t *testing.T) {
 	if ok, _ := a.answer(last); !ok {
 		t.Fatal("the latest request is forgotten")
 	}
-	if len(a.errs) != answeredKept || len(a.order) != answeredKept {
-		t.Fatalf("%d remembered, want %d", len(a.errs), answeredKept)
+	if len(a.errs.m) != answeredKept || len(a.errs.order) != answeredKept {
+		t.Fatalf("%d remembered, want %d", len(a.errs.m), answeredKept)
 	}
 }

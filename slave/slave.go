@@ -129,7 +129,7 @@ type Slave struct {
 	// sign of life, either comes first, and no silence is declared, or
 	// finds the tasks dropped for it in silenced. Taken before mu.
 	gmu        sync.Mutex
-	silenced   recentSet       // tasks dropped for the master's silence
+	silenced   recent[bool]    // tasks dropped for the master's silence
 	busDown    bool            // checkMaster saw the slave cut off from the bus (its goroutine only)
 	reconnects *bus.Reconnects // requests to the master across a reconnection are asked again (askMaster)
 	ctlDone    answered        // the latest control requests' outcomes, by ReqID (onCtl)
@@ -425,9 +425,8 @@ func (s *Slave) onCtl(msg *nats.Msg) {
 
 // answered remembers the outcome of the latest control requests by ReqID.
 type answered struct {
-	mu    sync.Mutex
-	errs  map[string]error
-	order []string
+	mu   sync.Mutex
+	errs recent[error]
 }
 
 // answeredKept is how many control requests a slave remembers.
@@ -439,7 +438,7 @@ func (a *answered) answer(id string) (ok bool, err error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	err, ok = a.errs[id]
+	err, ok = a.errs.get(id)
 	return ok, err
 }
 
@@ -449,15 +448,34 @@ func (a *answered) add(id string, err error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.errs == nil {
-		a.errs = map[string]error{}
+	a.errs.add(id, err, answeredKept)
+}
+
+// recent maps the keys added last, at most keep of them, to their values.
+type recent[V any] struct {
+	m     map[string]V
+	order []string
+}
+
+// add maps key to v (a key added again keeps its place), dropping the
+// oldest key past keep.
+func (r *recent[V]) add(key string, v V, keep int) {
+	if r.m == nil {
+		r.m = map[string]V{}
 	}
-	a.errs[id] = err
-	a.order = append(a.order, id)
-	if len(a.order) > answeredKept {
-		delete(a.errs, a.order[0])
-		a.order = a.order[1:]
+	if _, ok := r.m[key]; !ok {
+		r.order = append(r.order, key)
 	}
+	r.m[key] = v
+	if len(r.order) > keep {
+		delete(r.m, r.order[0])
+		r.order = r.order[1:]
+	}
+}
+
+func (r *recent[V]) get(key string) (v V, ok bool) {
+	v, ok = r.m[key]
+	return v, ok
 }
 
 // respond answers a control request; an answer that cannot be sent is
@@ -628,7 +646,7 @@ func (s *Slave) checkMaster(now time.Time) {
 	if fire {
 		s.mu.Lock()
 		for id := range s.tasks {
-			s.silenced.add(id)
+			s.silenced.add(id, true, silencedKept)
 		}
 		s.mu.Unlock()
 	}
@@ -645,7 +663,8 @@ func (s *Slave) checkMaster(now time.Time) {
 func (s *Slave) holdsTask(task string) error {
 	s.gmu.Lock()
 	s.lastAlive.Store(time.Now().UnixNano())
-	stopped := s.masterGone.Load() || s.silenced.has(task)
+	_, dropped := s.silenced.get(task)
+	stopped := s.masterGone.Load() || dropped
 	s.gmu.Unlock()
 	if stopped {
 		return fmt.Errorf("slave %s stopped task %s: it heard no word from the master for longer than failure_timeout", s.cfg.ID, task)
@@ -653,30 +672,9 @@ func (s *Slave) holdsTask(task string) error {
 	return nil
 }
 
-// recentSet remembers the last recentKept strings added.
-type recentSet struct {
-	set   map[string]bool
-	order []string
-}
-
-const recentKept = 1024
-
-func (r *recentSet) add(x string) {
-	if r.set[x] {
-		return
-	}
-	if r.set == nil {
-		r.set = map[string]bool{}
-	}
-	r.set[x] = true
-	r.order = append(r.order, x)
-	if len(r.order) > recentKept {
-		delete(r.set, r.order[0])
-		r.order = r.order[1:]
-	}
-}
-
-func (r *recentSet) has(x string) bool { return r.set[x] }
+// silencedKept is how many tasks dropped for the master's silence a
+// slave remembers.
+const silencedKept = 1024
 
 // MasterGone tells the slave the master is unreachable: every task's
 // workers stop, since no one will collect their results.
