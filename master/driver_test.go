@@ -535,3 +535,39 @@ func TestStallLeavesADeadSlaveToItsDeath(t *testing.T) {
 		t.Fatalf("reason %q, want the dead slave named, not the stall", st.Reason)
 	}
 }
+
+// A queued stage that the cluster, shrunk by a slave that left, can no
+// longer run even with every slot free waits for slaves to come back and
+// says so (status Waiting, an EventWaiting to its followers); once a
+// slave joins it starts. Before, it waited without a word, and so did
+// `flexps submit`.
+func TestQueuedStageSaysWhenTheClusterShrankBelowIt(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s1 := h.slave("s1", 1, nil)
+	s2 := h.slave("s2", 1, nil)
+	s3 := h.slave("s3", 2, nil)
+	first := h.submit(oneStage("first", 4, nil))
+	h.started(s1)
+	h.started(s2)
+	h.started(s3)
+	second := h.submit(oneStage("second", 4, nil))
+	h.wait(second, "queued", inState(status.Queued))
+	data, _ := json.Marshal(proto.Leave{ID: "s1", Instance: "inst-s1"})
+	if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("s1 gone", func() bool { return !h.m.isAlive("s1") })
+	h.cancel(first)
+	st := h.wait(second, "waiting named", func(st status.Task) bool { return st.Waiting != "" })
+	for _, want := range []string{"asks for 4 workers but the cluster has 3 worker slots on 2 live slaves", "it waits until enough slaves are back", "flexps cancel " + second} {
+		if !strings.Contains(st.Waiting, want) {
+			t.Fatalf("waiting %q does not say %q", st.Waiting, want)
+		}
+	}
+	if st.State != status.Queued {
+		t.Fatalf("state %s, want it still queued", st.State)
+	}
+	s4 := h.slave("s4", 1, nil)
+	h.started(s4)
+	h.wait(second, "running, no longer waiting", func(st status.Task) bool { return st.State == status.Running && st.Waiting == "" })
+}

@@ -74,6 +74,7 @@ func (s *slaveInfo) freeNow() int { return max(0, s.free-s.lingering) }
 type waiting struct {
 	req   scheduler.Request
 	grant chan []scheduler.Assignment
+	unfit bool // the cluster shrank below what it asks for (unfitQueuedLocked)
 }
 
 type assignKey struct {

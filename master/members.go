@@ -8,6 +8,7 @@ import (
 
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/master/membership"
+	"github.com/flexps/flexps/scheduler"
 	"github.com/nats-io/nats.go"
 )
 
@@ -174,10 +175,43 @@ func (m *Master) tick(now time.Time) {
 	if len(acts) == 0 && now.Sub(m.viewSent) >= viewEvery {
 		m.publishViewLocked(now)
 	}
+	waits := m.unfitQueuedLocked()
 	m.mu.Unlock()
 	for _, f := range fails {
 		f.tr.slaveDead(f.slave, f.err)
 	}
+	for _, w := range waits {
+		w.tr.waitsFor(w.why)
+	}
+}
+
+// queueNotice is a queued stage that no longer fits the cluster even
+// with every slot free (why), or fits again (why "").
+type queueNotice struct {
+	tr  *taskRun
+	why string
+}
+
+// unfitQueuedLocked finds the queued stages that the cluster, shrunk by
+// slaves that died or left, can no longer run even with every slot free,
+// and those that fit again. They wait (a slave may come back) but say so:
+// before, such a stage waited without a word and `flexps submit` with it.
+func (m *Master) unfitQueuedLocked() []queueNotice {
+	var out []queueNotice
+	cluster := m.schedSlavesLocked()
+	for i := range m.queue {
+		w := &m.queue[i]
+		tr := m.tasks[w.req.Task]
+		switch fits := scheduler.Fits(w.req, cluster); {
+		case !fits && !w.unfit:
+			w.unfit = true
+			out = append(out, queueNotice{tr, fmt.Sprintf("%v; it waits until enough slaves are back (flexps cancel %s stops it)", fitError(w.req, cluster), w.req.Task)})
+		case fits && w.unfit:
+			w.unfit = false
+			out = append(out, queueNotice{tr, ""})
+		}
+	}
+	return out
 }
 
 type taskFailure struct {

@@ -143,6 +143,29 @@ func (t *taskRun) liveHosts() []string {
 
 func (t *taskRun) cancelRun(err error) { t.cancel(err) }
 
+// waitsFor records why the task's queued stage cannot start even with
+// every slot free ("" once it can), logs it and tells its followers.
+func (t *taskRun) waitsFor(why string) {
+	t.m.mu.Lock()
+	still := false // a grant meanwhile cleared it for good
+	for _, w := range t.m.queue {
+		still = still || (w.req.Task == t.spec.ID && w.unfit == (why != ""))
+	}
+	t.m.mu.Unlock()
+	if !still {
+		return
+	}
+	t.mu.Lock()
+	t.status.Waiting = why
+	t.mu.Unlock()
+	if why == "" {
+		t.m.log.Info().Str("task", t.spec.ID).Msg("the queued stage fits the cluster again")
+		return
+	}
+	t.m.log.Warn().Str("task", t.spec.ID).Msg(why)
+	t.publishMsg(status.EventWaiting, nil, why)
+}
+
 func (t *taskRun) uses(slave string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -457,6 +480,7 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 		return nil, t.cause()
 	}
 	t.mu.Lock()
+	t.status.Waiting = "" // granted: whatever it waited for is back
 	t.holding = map[string]int{}
 	for _, a := range placement {
 		t.holding[a.Slave] += a.Workers

@@ -32,6 +32,10 @@ const (
 	EventEpoch    = "epoch"    // every worker of a stage reported an epoch; Event.Epoch is set
 	EventDone     = "done"     // the task finished successfully
 	EventFailed   = "failed"   // the task failed or was cancelled
+	// EventWaiting: the task's queued stage cannot start even with every
+	// slot free (slaves died or left); Event.Message says why. It waits
+	// until enough slaves are back.
+	EventWaiting = "waiting"
 	// EventFailover: a slave of the running stage died and the stage goes
 	// on without it; Event.Message says who died and where its work went.
 	EventFailover = "failover"
@@ -39,10 +43,13 @@ const (
 
 // Task is a task's lifecycle as the master tracks it.
 type Task struct {
-	ID        string         `json:"id"`
-	Name      string         `json:"name"`
-	State     string         `json:"state"`
-	Reason    string         `json:"reason,omitempty"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// Waiting says why the queued stage cannot start even with every
+	// slot free: the cluster shrank below what it asks for ("" otherwise).
+	Waiting   string         `json:"waiting,omitempty"`
 	Stage     int            `json:"stage"`  // index of the current (or last) stage
 	Stages    int            `json:"stages"` // number of stages
 	StageName string         `json:"stage_name,omitempty"`

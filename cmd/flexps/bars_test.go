@@ -137,3 +137,21 @@ func TestFailoverIsPrinted(t *testing.T) {
 		}
 	}
 }
+
+// A queued stage the cluster shrank below is news for whoever follows or
+// lists the task: the waiting event is printed, and status shows why.
+func TestWaitingIsShown(t *testing.T) {
+	why := "stage 0 asks for 4 workers but the cluster has 3 worker slots on 2 live slaves: lower workers or start more slaves; it waits until enough slaves are back (flexps cancel t2 stops it)"
+	var out, progress bytes.Buffer
+	p := newPrinter(&out, &progress, false)
+	task := status.Task{ID: "t2", Name: "mf", State: status.Queued, Stages: 1, Waiting: why}
+	p.Event(status.Event{Kind: status.EventWaiting, Status: task, Message: why})
+	if !strings.Contains(out.String(), "waiting: "+why) {
+		t.Fatalf("the waiting event is not printed:\n%s", out.String())
+	}
+	var b bytes.Buffer
+	printStatus(&b, status.Cluster{Policy: "sequential", Tasks: []status.Task{task}})
+	if !strings.Contains(b.String(), "waiting: stage 0 asks for 4 workers") {
+		t.Fatalf("status:\n%s", b.String())
+	}
+}

@@ -70,6 +70,10 @@ func (p *Printer) Event(ev status.Event) {
 		if ev.Message != "" {
 			p.emit([]byte("failover: " + ev.Message + "\n"))
 		}
+	case status.EventWaiting:
+		if ev.Message != "" {
+			p.emit([]byte("waiting: " + ev.Message + "\n"))
+		}
 	case status.EventDone, status.EventFailed:
 		if p.bars != nil {
 			p.bars.endTask(s.ID)

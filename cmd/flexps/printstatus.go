@@ -31,6 +31,10 @@ func printStatus(w io.Writer, rep status.Cluster) {
 		if f := t.Progress.Fraction; f > 0 {
 			done = fmt.Sprintf("%.0f%%", 100*min(f, 1))
 		}
-		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, done, t.Reason)
+		reason := t.Reason
+		if t.Waiting != "" { // a queued stage the cluster shrank below
+			reason = "waiting: " + t.Waiting
+		}
+		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, done, reason)
 	}
 }
