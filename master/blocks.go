@@ -132,12 +132,12 @@ func (m *Master) onBlock(msg *nats.Msg) {
 			running = running || k.task == req.Task && k.stage == req.Stage
 		}
 		m.mu.Unlock()
-		why := fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)
+		rep := proto.BlockReply{Error: fmt.Sprintf("task %s stage %d reads no input %q", req.Task, req.Stage, req.Input)}
 		if !running {
 			// A worker that asks as its stage is being stopped or ended.
-			why = fmt.Sprintf("task %s stage %d is not running (it ended or was stopped)", req.Task, req.Stage)
+			rep = proto.BlockReply{Error: fmt.Sprintf("task %s stage %d is not running (it ended or was stopped)", req.Task, req.Stage), Stopped: true}
 		}
-		m.reply(msg, proto.BlockReply{Error: why})
+		m.reply(msg, rep)
 		return
 	}
 	var out []blockAnswer

@@ -367,3 +367,22 @@ func TestStartToAJustKilledSlaveAwaitsItsDeath(t *testing.T) {
 	h.eventually("s2 declared dead", func() bool { return !h.m.isAlive("s2") })
 	h.doneWithoutS2(id, s1)
 }
+
+// A worker asking for a block of a stage that is no longer running (it
+// was cancelled, another worker failed, Ctrl-C) is told the stage was
+// stopped, so it stops without an error of its own.
+func TestBlockOfAStoppedStageSaysStopped(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 1, nil)
+	id := h.submit(oneStage("lr", 1, nil))
+	h.started(s)
+	h.wait(id, "running", inState(status.Running))
+	ask := func(input string) proto.BlockReply {
+		return h.reply(h.blockAsk(proto.BlockRequest{Task: id, Stage: 0, Input: input, Rank: 0, Slave: "s1", Instance: "inst-s1"}), "block "+input)
+	}
+	h.cancel(id)
+	h.wait(id, "cancelled", inState(status.Cancelled))
+	if rep := ask("train"); !rep.Stopped || !strings.Contains(rep.Error, "is not running") {
+		t.Fatalf("stopped stage: %+v, want Stopped", rep)
+	}
+}

@@ -86,7 +86,7 @@ func (w *worker) run() {
 			// and those may have been waiting for the bus.
 			err = fmt.Errorf("%w (this slave lost the bus to NATS meanwhile: the workers this read waited for may have been waiting for it; an outage longer than [slave] kv_timeout fails such reads)", err)
 		}
-		if cause != nil && errors.Is(err, context.Canceled) {
+		if cause != nil && errors.Is(err, context.Canceled) || errors.Is(err, errStageStopped) {
 			// Stopped from outside (an auto trial's end, a cancel, a
 			// Ctrl-C, another worker's failure): not an error of this
 			// worker's; the master reports the task's fate.
@@ -543,6 +543,9 @@ func (in *input) ask(ctx context.Context, req proto.BlockRequest, what string) (
 	var rep proto.BlockReply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
 		return proto.BlockReply{}, fmt.Errorf("input %q: %s: malformed reply", in.name, what)
+	}
+	if rep.Stopped {
+		return proto.BlockReply{}, fmt.Errorf("input %q: %s: %w: %s", in.name, what, errStageStopped, rep.Error)
 	}
 	if rep.Error != "" {
 		return proto.BlockReply{}, fmt.Errorf("input %q: %s: %s", in.name, what, rep.Error)

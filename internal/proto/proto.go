@@ -205,6 +205,10 @@ type BlockReply struct {
 	Done  bool            `json:"done"`
 	Retry bool            `json:"retry,omitempty"`
 	Error string          `json:"error,omitempty"`
+	// Stopped: the stage is not running any more (it ended or was
+	// stopped: a cancel, a Ctrl-C, another worker's failure); the worker
+	// stops too, which is not an error of its own.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // Slave control operations.
