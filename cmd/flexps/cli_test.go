@@ -381,3 +381,44 @@ func TestEvalModelWithoutKind(t *testing.T) {
 		})
 	}
 }
+
+// flexps run takes its slots per slave from the job's [local], else from
+// the --config file's [slave] slots (which it ignored: 2), else 2. Here a
+// 3-worker local stage on one slave fits only with the config's 3 slots.
+func TestRunTakesTheConfigsSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 300, 50)
+	job := lrJob(t, dir, "slots", train, test, "", 50, 3, 1, "ssp")
+	src, err := os.ReadFile(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(strings.Replace(string(src), "[local]\nslaves = 2\nslots = 2\n", "[local]\nslaves = 1\n", 1), "workers = 3\n", "workers = 3\nworker_kind = \"local\"\n", 1)
+	if err := os.WriteFile(job, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		config string
+		exit   int
+		want   string
+	}{
+		{"", 1, "worker slots"},
+		{"[slave]\nslots = 3\n", 0, ""},
+	} {
+		args := []string{"run", job}
+		if tc.config != "" {
+			c := filepath.Join(dir, "c.toml")
+			if err := os.WriteFile(c, []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = []string{"run", "--config", c, job}
+		}
+		_, stderr, code := runFlexps(t, args...)
+		if code != tc.exit || !strings.Contains(stderr, tc.want) {
+			t.Fatalf("config %q: exit %d, want %d with %q:\n%s", tc.config, code, tc.exit, tc.want, stderr)
+		}
+	}
+}

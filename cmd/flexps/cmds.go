@@ -83,6 +83,11 @@ func runCmd(g *globals) *cobra.Command {
 				return err
 			}
 			opt := engine.LocalOptions{Slaves: jf.Local.Slaves, Slots: jf.Local.Slots, Config: *cfg, Log: log}
+			if opt.Slots == 0 {
+				// The cluster config's slots per slave, when the job
+				// names none (it was ignored: run used 2).
+				opt.Slots = cfg.Slave.Slots
+			}
 			if slaves > 0 {
 				opt.Slaves = slaves
 			}
@@ -144,7 +149,7 @@ func runCmd(g *globals) *cobra.Command {
 	fs := c.Flags()
 	fs.StringVar(&config, "config", "", "cluster TOML for engine settings (optional)")
 	fs.IntVar(&slaves, "slaves", 0, "slaves to start (default: the job's [local] slaves, else 2)")
-	fs.IntVar(&slots, "slots", 0, "worker slots per slave (default: the job's [local] slots, else 2)")
+	fs.IntVar(&slots, "slots", 0, "worker slots per slave (default: the job's [local] slots, else the --config file's [slave] slots, else 2)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&memprofile, "memprofile", "", "write a heap profile (live objects at the end of each epoch, the last one kept) to this file")
 	fs.StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
