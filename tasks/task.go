@@ -345,6 +345,11 @@ func (t *MultiStageTask) validate(registry bool) error {
 		}
 	}
 	for name, in := range t.Inputs {
+		if strings.TrimSpace(name) == "" {
+			// [input.""]: no stage can name it (a param naming "" means
+			// its default).
+			return bad("input", name, "path", "task %q: an input needs a name (got %q)", t.Name, name)
+		}
 		if in.Path == "" {
 			return bad("input", name, "path", "input %q: path is required", name)
 		}

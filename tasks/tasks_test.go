@@ -163,6 +163,7 @@ func TestParseJobValidation(t *testing.T) {
 		{"generate nnz past dim", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nnnz = 9\ndim = 5", 1), "generate: nnz:", 8},
 		{"generate bad kind", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nkind = \"csv\"", 1), `generate: kind: want libsvm or ratings, got "csv"`, 8},
 		{"generate negative rank", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nkind = \"ratings\"\nusers = 3\nitems = 3\nrank = -1", 1), "generate: rank:", 11},
+		{"input without a name", "!" + strings.Replace(base, "[input.train]", "[input.\"\"]", 1), "an input needs a name", 6},
 		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size", 7},
 		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size", 5},
 		{"negative local slots", "[local]\nslots = -1\n", "[local] slots", 12},
