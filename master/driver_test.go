@@ -571,3 +571,34 @@ func TestQueuedStageSaysWhenTheClusterShrankBelowIt(t *testing.T) {
 	h.started(s4)
 	h.wait(second, "running, no longer waiting", func(st status.Task) bool { return st.State == status.Running && st.Waiting == "" })
 }
+
+// Two tasks checkpointing into one directory would interleave their
+// numbering and delete each other's files: a task (or a resume) naming the
+// directory of a task still running is refused, naming that task; once it
+// ended the directory is free.
+func TestCheckpointDirOfARunningTaskIsRefused(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 2, nil)
+	dir := t.TempDir()
+	withDir := func(name, d string) *tasks.MultiStageTask {
+		task := oneStage(name, 1, nil)
+		task.Checkpoint = tasks.Checkpoint{Dir: d, Every: "1 epochs"}
+		return task
+	}
+	first := h.submit(withDir("first", dir))
+	h.started(s)
+	h.wait(first, "running", inState(status.Running))
+	for _, d := range []string{dir, dir + "/", filepath.Join(dir, ".")} {
+		if _, err := h.m.Submit(context.Background(), withDir("second", d)); err == nil || !strings.Contains(err.Error(), "task "+first+" (first), still running, writes its checkpoints there") {
+			t.Fatalf("dir %q: %v, want the running task named", d, err)
+		}
+	}
+	if _, err := h.m.Submit(context.Background(), withDir("elsewhere", filepath.Join(dir, "other"))); err != nil {
+		t.Fatalf("another dir: %v", err)
+	}
+	h.cancel(first)
+	h.wait(first, "cancelled", inState(status.Cancelled))
+	if _, err := h.m.Submit(context.Background(), withDir("after", dir)); err != nil {
+		t.Fatalf("after the first ended: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -329,6 +330,16 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 	} else if _, dup := m.tasks[spec.ID]; dup {
 		return "", fmt.Errorf("a task with id %q exists (Submit and SubmitAndWait set a task's ID: to submit the same task again, set its ID to \"\")", spec.ID)
 	}
+	if ckpt != nil {
+		// Two tasks checkpointing into one directory interleave their
+		// numbering and delete each other's files (keep): a resume of a
+		// directory whose task still runs did just that.
+		for _, id := range m.order {
+			if o := m.tasks[id]; o.ckpt != nil && !o.isEnded() && sameDir(o.ckpt.dir, ckpt.dir) {
+				return "", fmt.Errorf("task %q: checkpoint dir %s: task %s (%s), still running, writes its checkpoints there: wait for it to end or cancel it (flexps cancel %s), or give this task another dir", spec.Name, ckpt.dir, id, o.spec.Name, id)
+			}
+		}
+	}
 	m.pruneLocked()
 	tr := newTaskRun(m, spec, blocks)
 	tr.seq = m.seq
@@ -360,6 +371,18 @@ const (
 	smallBlock      = 64 << 10
 	manySmallBlocks = 10000
 )
+
+// sameDir reports whether two checkpoint dirs are one (local paths
+// cleaned, URLs without their trailing slashes).
+func sameDir(a, b string) bool {
+	clean := func(d string) string {
+		if strings.Contains(d, "://") {
+			return strings.TrimRight(d, "/")
+		}
+		return filepath.Clean(d)
+	}
+	return clean(a) == clean(b)
+}
 
 // maxWorkers is the largest parallelism of a task's stages (auto: 8).
 func maxWorkers(t *tasks.MultiStageTask) int {
