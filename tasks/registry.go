@@ -88,6 +88,23 @@ var taskParamHooks hooks[TaskParamsFunc]
 // submission, naming the stage and the param.
 func RegisterTaskParams(name string, fn TaskParamsFunc) { taskParamHooks.set(name, fn) }
 
+// InputParam is a stage param naming an input the stage function reads
+// (Info.Input, or Info.OptionalInput when not Required); the param's
+// default is its own name ("train", "test").
+type InputParam struct {
+	Param    string
+	Required bool
+}
+
+var inputHooks hooks[[]InputParam]
+
+// RegisterInputs makes Validate check, for every stage of function name,
+// that each input its params name is one the stage reads (its inputs
+// list, else the task's): a required one always, an optional one when its
+// param is set. Before, a stage whose train input it could not read was
+// accepted and failed when it started, after the stages before it ran.
+func RegisterInputs(name string, params ...InputParam) { inputHooks.set(name, params) }
+
 var bspHooks hooks[bool]
 
 // RegisterNeedsBSP makes Validate refuse a stage of function name that

@@ -568,6 +568,21 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 			return keyErrf("inputs", "no input named %q in the task", in)
 		}
 	}
+	if params, ok := inputHooks.get(s.Func); ok {
+		for _, ip := range params {
+			name := s.Params.String(ip.Param, ip.Param)
+			_, set := s.Params[ip.Param]
+			_, declared := t.Inputs[name]
+			reads := declared && (len(s.Inputs) == 0 || slices.Contains(s.Inputs, name))
+			switch {
+			case reads || !ip.Required && !set:
+			case !declared:
+				return keyErrf("params", "%s reads input %q (param %q) but the task declares no such input", s.Func, name, ip.Param)
+			default:
+				return keyErrf("inputs", "%s reads input %q (param %q) but the stage's inputs are %q: add it", s.Func, name, ip.Param, s.Inputs)
+			}
+		}
+	}
 	return nil
 }
 

@@ -66,6 +66,7 @@ const (
 func init() {
 	tasks.Register("kge.complex", ComplEx)
 	tasks.RegisterParams("kge.complex", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
+	tasks.RegisterInputs("kge.complex", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
 	tasks.RegisterTaskParams("kge.complex", tasks.DenseInMemory("kge.complex", "entities", "relations"))
 	tasks.RegisterRelocates("kge.complex", func(s tasks.Stage) []string {
 		if c, err := ConfigFrom(s.Params); err == nil && c.Localize {

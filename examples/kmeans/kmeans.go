@@ -81,6 +81,7 @@ func init() {
 	tasks.RegisterNeedsBSP("kmeans.lloyd")
 	for _, fn := range []string{"kmeans.init", "kmeans.lloyd"} {
 		tasks.RegisterParams(fn, func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
+		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true})
 		tasks.RegisterTaskParams(fn, tasks.DenseInMemory(fn, "centers"))
 	}
 	tasks.RegisterTables("kmeans.init", func(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {

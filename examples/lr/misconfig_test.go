@@ -70,6 +70,8 @@ func TestSGDRefusesATableWiderThanOne(t *testing.T) {
 // The test input is optional, but a test param that names an input the
 // stage cannot read is a mistake: test = "vaild" trained without a single
 // test figure and reported success, as if no test set had been asked for.
+// Refused when the stage starts (Info.OptionalInput), and since stop 35
+// already at submission (tasks.RegisterInputs).
 func TestSGDRefusesATestParamNamingNoInput(t *testing.T) {
 	ctx, local, path := misconfigRig(t)
 	for _, tc := range []struct {
@@ -83,8 +85,8 @@ func TestSGDRefusesATestParamNamingNoInput(t *testing.T) {
 		{"no test param, a test input", nil, nil, true, "test"},
 		{"no test param, the stage reads only train", nil, []string{"train"}, true, ""},
 		{"test param names the test input", "test", nil, true, "test"},
-		{"test param names no input", "vaild", nil, true, `lr: param test = "vaild": task misconfig declares no input "vaild"`},
-		{"test param names an input the stage does not read", "test", []string{"train"}, true, `lr: param test = "test": stage sgd does not read input "test"`},
+		{"test param names no input", "vaild", nil, true, `lr.sgd reads input "vaild" (param "test") but the task declares no such input`},
+		{"test param names an input the stage does not read", "test", []string{"train"}, true, `lr.sgd reads input "test" (param "test") but the stage's inputs are ["train"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			params := tasks.Params{"epochs": 1, "batch": 10}

@@ -54,3 +54,40 @@ func TestSGDTableSetupRefusedAtSubmission(t *testing.T) {
 		})
 	}
 }
+
+// The inputs lr.sgd reads (train, and test when its param is set) must be
+// inputs the stage reads: a stage limited to others (inputs = ["test"]),
+// or a param naming an input the task lacks, was accepted and failed when
+// the stage started, after the stages before it had run.
+func TestSGDInputsRefusedAtSubmission(t *testing.T) {
+	const job = `name = "lr"
+[[table]]
+name = "w"
+size = 10
+[input.train]
+path = "x.libsvm"
+[input.test]
+path = "y.libsvm"
+[[stage]]
+name = "sgd"
+func = "lr.sgd"
+STAGE
+[stage.params]
+PARAMS
+`
+	for _, tc := range []struct {
+		name, stage, params, want string
+		line                      int
+	}{
+		{"every input", "", "", "", 0},
+		{"both listed", `inputs = ["train", "test"]`, "", "", 0},
+		{"train only: no test figures", `inputs = ["train"]`, "", "", 0},
+		{"test only", `inputs = ["test"]`, "", `lr.sgd reads input "train" (param "train") but the stage's inputs are ["test"]: add it`, 12},
+		{"train names no input", "", `train = "trian"`, `lr.sgd reads input "trian" (param "train") but the task declares no such input`, 14},
+		{"test set to an input the stage does not read", `inputs = ["train"]`, `test = "test"`, `lr.sgd reads input "test" (param "test") but the stage's inputs are ["train"]`, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobcheck.Expect(t, strings.NewReplacer("STAGE", tc.stage, "PARAMS", tc.params).Replace(job), tc.want, tc.line)
+		})
+	}
+}

@@ -50,7 +50,8 @@ func TestInnerStageSharesTheFullStagesObjective(t *testing.T) {
 		{"l2 only in the full stage", "", "l2 = 0.0001", "batch = 10", "l2 = 0, but stage 0 (full.0)", 15},
 		{"intercept differs", "", "", "intercept = false", "intercept = false, but stage 0 (full.0), the full stage before it, has intercept = true", 20},
 		{"standardize differs", "", "standardize = false", "", "standardize = true, but stage 0 (full.0)", 15},
-		{"another training input", "", "", `train = "other"`, `svrg.sgd: train = "other", but stage 0 (full.0), the full stage before it, reads "train"`, 20},
+		{"another training input", "[input.other]\npath = \"y.libsvm\"", "", `train = "other"`, `svrg.sgd: train = "other", but stage 0 (full.0), the full stage before it, reads "train"`, 21},
+		{"a training input the task lacks", "", "", `train = "other"`, `svrg.sgd reads input "other" (param "train") but the task declares no such input`, 20},
 		{"the same input named in both", "", `train = "train"`, `train = "train"`, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

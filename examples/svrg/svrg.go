@@ -127,6 +127,9 @@ func init() {
 	tasks.RegisterTables("svrg.sgd", StageTables)
 	tasks.RegisterParams("svrg.sgd", func(p tasks.Params) error { _, err := SGDConfigFrom(p); return err })
 	tasks.RegisterParams("svrg.full", func(p tasks.Params) error { _, err := fullL2(p); return err })
+	for _, fn := range []string{"svrg.full", "svrg.sgd"} {
+		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true})
+	}
 	tasks.RegisterTaskParams("svrg.sgd", sgdTaskParams)
 	tasks.RegisterTaskParams("svrg.full", tableSetup)
 }
