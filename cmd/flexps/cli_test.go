@@ -370,7 +370,7 @@ func TestEvalModelWithoutKind(t *testing.T) {
 	}{
 		{"no --kind", nil, 1, "", `records no kind (its job file set no "kind"): name one with --kind (known: kge, kmeans, lr, mf)`},
 		{"--kind lr", []string{"--kind", "lr"}, 0, "kind=lr records=100", ""},
-		{"--kind of no evaluator", []string{"--kind", "xx"}, 1, "", `of kind "xx", which no evaluator knows`},
+		{"--kind of no evaluator", []string{"--kind", "xx"}, 2, "", `--kind "xx": want one of kge, kmeans, lr, mf`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
