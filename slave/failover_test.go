@@ -169,12 +169,7 @@ func TestSurvivableStageReRunsTheDeadSlavesBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var victim *Slave
-	for _, s := range c.slaves {
-		if s.ID() == drillVictim {
-			victim = s
-		}
-	}
+	victim := c.slave(drillVictim)
 	eventually(t, "the victim's workers stopped dead", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()

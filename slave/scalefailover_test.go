@@ -162,12 +162,7 @@ func TestScaleStatisticsSurviveAWorkersDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var victim *Slave
-	for _, s := range c.slaves {
-		if s.ID() == drillVictim {
-			victim = s
-		}
-	}
+	victim := c.slave(drillVictim)
 	select {
 	case <-d.hung:
 	case <-time.After(time.Minute):

@@ -96,6 +96,16 @@ func startClusterWith(t testing.TB, n, slots int, mcfg master.Config) (c *cluste
 	return c, connect
 }
 
+// slave is the cluster's slave with id (nil when none has it).
+func (c *cluster) slave(id string) *Slave {
+	for _, s := range c.slaves {
+		if s.ID() == id {
+			return s
+		}
+	}
+	return nil
+}
+
 // wait polls the master until the task ended; the test's own deadline
 // catches a hang.
 func (c *cluster) wait(t *testing.T, id string) status.Task {
