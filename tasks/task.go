@@ -377,20 +377,10 @@ func (t *MultiStageTask) validate(registry bool) error {
 		if in.IndexBase != nil && *in.IndexBase != 0 && *in.IndexBase != 1 {
 			return bad("input", name, "index_base", "input %q: index_base must be 0 or 1, got %d", name, *in.IndexBase)
 		}
-		// An option of another format than the input's was ignored,
-		// silently: say which format it is for.
-		format := in.Format
-		if format == "" {
-			format = "libsvm"
-		}
-		if in.IndexBase != nil && format != "libsvm" {
-			return bad("input", name, "index_base", "input %q: index_base applies only to format libsvm, not %s", name, format)
-		}
-		if in.Delimiter != "" && format != "csv" {
-			return bad("input", name, "delimiter", "input %q: delimiter applies only to format csv, not %s", name, format)
-		}
-		if in.Header && format != "csv" && format != "ratings" {
-			return bad("input", name, "header", "input %q: header applies only to format csv or ratings, not %s", name, format)
+		// (label_column is checked on job files: the Go API's Label
+		// cannot tell 0 from unset.)
+		if key, err := foreignOption(name, in.Format, in.IndexBase != nil, false, in.Delimiter != "", in.Header); err != nil {
+			return bad("input", name, key, "%v", err)
 		}
 		if len(in.Delimiter) > 1 {
 			// FormatOptions keeps one byte: "tab" would split on 't'.
@@ -601,4 +591,29 @@ func (s Stage) SettlesEpochs() bool { return s.WorkerKind != KindSingle }
 // OneSlave reports whether the stage's workers must share one slave.
 func (s Stage) OneSlave() bool {
 	return s.WorkerKind == KindLocal || s.WorkerKind == KindHogwild || s.WorkerKind == KindSingle
+}
+
+// foreignOption finds the first option set for another format than the
+// input's (format "" is libsvm), which was ignored: a user who forgot
+// format = "csv" trained on the wrong reading of the file. It returns the
+// option's key and why, or "" and nil.
+func foreignOption(name, format string, indexBase, label, delimiter, header bool) (string, error) {
+	if format == "" {
+		format = "libsvm"
+	}
+	for _, o := range []struct {
+		key     string
+		set     bool
+		formats []string
+	}{
+		{"index_base", indexBase, []string{"libsvm"}},
+		{"label_column", label, []string{"csv"}},
+		{"delimiter", delimiter, []string{"csv"}},
+		{"header", header, []string{"csv", "ratings"}},
+	} {
+		if o.set && !slices.Contains(o.formats, format) {
+			return o.key, fmt.Errorf("input %q: %s applies only to format %s, not %s", name, o.key, strings.Join(o.formats, " or "), format)
+		}
+	}
+	return "", nil
 }

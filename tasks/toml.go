@@ -305,26 +305,8 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		if in.Label != nil {
 			spec.Label = *in.Label
 		}
-		// Options of another format than the input's were ignored:
-		// label_column = 3 on a LIBSVM file trained on its labels.
-		format := in.Format
-		if format == "" {
-			format = "libsvm"
-		}
-		for _, o := range []struct {
-			key     string
-			set     bool
-			formats []string
-		}{
-			{"index_base", in.IndexBase != nil, []string{"libsvm"}},
-			{"label_column", in.Label != nil, []string{"csv"}},
-			{"delimiter", in.Delimiter != "", []string{"csv"}},
-			{"header", in.Header, []string{"csv", "ratings"}},
-		} {
-			if o.set && !slices.Contains(o.formats, format) {
-				return nil, &FieldError{Section: "input", Name: n, Keys: []string{o.key},
-					Err: fmt.Errorf("input %q: %s applies only to format %s, not %s", n, o.key, strings.Join(o.formats, " or "), format)}
-			}
+		if key, err := foreignOption(n, in.Format, in.IndexBase != nil, in.Label != nil, in.Delimiter != "", in.Header); err != nil {
+			return nil, &FieldError{Section: "input", Name: n, Keys: []string{key}, Err: err}
 		}
 		if in.Generate != nil {
 			// Checked here, not only when `flexps run` writes the
