@@ -30,11 +30,22 @@ func DenseInMemory(fn string, params ...string) TaskParamsFunc {
 					if _, set := s.Params[key]; !set {
 						param = ""
 					}
-					return i, param, fmt.Errorf("%s: table %q is %s, but %s stages hold the model in memory and need dense tables (sparse storage is for ps stages): set worker_kind = \"ps\" or storage = \"dense\"",
-						fn, name, spec.WithDefaults().Storage, s.WorkerKind)
+					return i, param, SparseInMemory(fn, s, spec)
 				}
 			}
 		}
 		return -1, "", nil
 	}
+}
+
+// SparseInMemory is why stage s of function fn cannot hold table spec in
+// one slave's memory: the table is sparse and the stage a local, hogwild
+// or single one (nil otherwise).
+func SparseInMemory(fn string, s Stage, spec kvstore.TableSpec) error {
+	spec = spec.WithDefaults()
+	if !s.OneSlave() || spec.Storage == kvstore.Dense {
+		return nil
+	}
+	return fmt.Errorf("%s: table %q is %s, but %s stages hold the model in memory and need dense tables (sparse storage is for ps stages): set worker_kind = \"ps\" or storage = \"dense\"",
+		fn, spec.Name, spec.Storage, s.WorkerKind)
 }

@@ -40,9 +40,8 @@ func tableSetup(t *tasks.MultiStageTask) (int, string, error) {
 		if s.Params.Bool("standardize", StandardizeDefault(spec)) {
 			return i, "standardize", fmt.Errorf("lr: standardize needs a dense table; table %q is %s (set standardize = false)", name, spec.Storage)
 		}
-		switch s.WorkerKind {
-		case tasks.KindLocal, tasks.KindHogwild, tasks.KindSingle:
-			return i, "table", fmt.Errorf("lr.sgd: table %q is %s, but %s stages hold the model in memory and need dense tables (sparse storage is for ps stages): set worker_kind = \"ps\" or storage = \"dense\"", name, spec.Storage, s.WorkerKind)
+		if err := tasks.SparseInMemory("lr.sgd", s, spec); err != nil {
+			return i, "table", err
 		}
 	}
 	return -1, "", nil

@@ -32,8 +32,8 @@ func tableSetup(t *tasks.MultiStageTask) (int, string, error) {
 			if spec.Name == TableW && s.Params.Bool("standardize", false) {
 				return i, "standardize", fmt.Errorf("svrg: standardize needs a dense table; table %q is %s (set standardize = false)", TableW, spec.Storage)
 			}
-			if s.OneSlave() {
-				return i, "", fmt.Errorf("%s: table %q is %s, but %s stages hold the model in memory and need dense tables (sparse storage is for ps stages): set worker_kind = \"ps\" or storage = \"dense\"", s.Func, spec.Name, spec.Storage, s.WorkerKind)
+			if err := tasks.SparseInMemory(s.Func, s, spec); err != nil {
+				return i, "", err
 			}
 		}
 	}
