@@ -197,6 +197,9 @@ type queueNotice struct {
 // and those that fit again. They wait (a slave may come back) but say so:
 // before, such a stage waited without a word and `flexps submit` with it.
 func (m *Master) unfitQueuedLocked() []queueNotice {
+	if len(m.queue) == 0 {
+		return nil // every tick: no slave list to build
+	}
 	var out []queueNotice
 	cluster := m.schedSlavesLocked()
 	for i := range m.queue {
