@@ -193,7 +193,8 @@ func (c *Client) Status(ctx context.Context, id string) (status.Cluster, error) 
 // StatusPage lists at most limit tasks (0: all that fit one message)
 // submitted before task before ("": the newest), with the slaves; the
 // result's Omitted counts the older tasks left out (ask again with before
-// = the oldest task of this page).
+// = the oldest task of this page). A before the master does not know
+// (never submitted, or pruned since) is an error.
 func (c *Client) StatusPage(ctx context.Context, limit int, before string) (status.Cluster, error) {
 	var rep proto.StatusReply
 	if err := c.request(ctx, c.subj.Status(), proto.StatusRequest{Limit: limit, Before: before}, &rep); err != nil {

@@ -441,7 +441,10 @@ func (m *Master) onStatus(msg *nats.Msg) {
 		rep.Error = err.Error()
 	}
 	if req.ID == "" {
-		rep.Tasks, rep.Omitted = statusPage(rep.Tasks, req.Before, req.Limit)
+		var err error
+		if rep.Tasks, rep.Omitted, err = statusPage(rep.Tasks, req.Before, req.Limit); err != nil {
+			rep.Error = err.Error()
+		}
 	}
 	// The answer must fit one NATS message: leave out the oldest tasks
 	// (the reply says how many; each stays readable by its id).
@@ -461,14 +464,18 @@ func (m *Master) onStatus(msg *nats.Msg) {
 // statusPage is the page of tasks (in submission order) submitted before
 // task before ("": all), at most limit of them (0: no limit), the newest
 // kept; omitted counts the older ones left out.
-func statusPage(tasks []status.Task, before string, limit int) (page []status.Task, omitted int) {
+func statusPage(tasks []status.Task, before string, limit int) (page []status.Task, omitted int, err error) {
 	if before != "" {
-		end := len(tasks)
+		end := -1
 		for i, t := range tasks {
 			if t.ID == before {
 				end = i
 				break
 			}
+		}
+		if end < 0 {
+			// Not the newest page instead: it reads as the next one.
+			return nil, 0, fmt.Errorf("no task %q to list the tasks before (never submitted, or pruned since; flexps status lists the newest)", before)
 		}
 		tasks = tasks[:end]
 	}
@@ -476,7 +483,7 @@ func statusPage(tasks []status.Task, before string, limit int) (page []status.Ta
 		omitted = len(tasks) - limit
 		tasks = tasks[omitted:]
 	}
-	return tasks, omitted
+	return tasks, omitted, nil
 }
 
 // Status reports one task (id != "") or all, and the slaves.
