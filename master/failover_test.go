@@ -240,7 +240,7 @@ func TestDriverSurvivesASlavesDeath(t *testing.T) {
 		h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
 	}
 	st := h.wait(id, "done", inState(status.Done))
-	want := []status.Failover{{Slave: "s2", Ranks: []int{2, 3}, Blocks: 1, Survivors: 2}}
+	want := []status.Failover{{Slave: "s2", Ranks: []int{2, 3}, Blocks: 1, Survivors: 2, Left: true}} // it left
 	if got := st.Results[0].Failovers; !reflect.DeepEqual(got, want) {
 		t.Fatalf("failovers %+v, want %+v", got, want)
 	}

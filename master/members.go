@@ -107,7 +107,7 @@ func (m *Master) onLeave(msg *nats.Msg) {
 	m.mu.Unlock()
 	// A slave that leaves mid-stage is lost to its tasks as a dead one is.
 	for _, f := range fails {
-		f.tr.slaveDead(f.slave, f.err)
+		f.tr.slaveDead(f.slave, f.err, f.left)
 	}
 }
 
@@ -178,7 +178,7 @@ func (m *Master) tick(now time.Time) {
 	waits := m.unfitQueuedLocked()
 	m.mu.Unlock()
 	for _, f := range fails {
-		f.tr.slaveDead(f.slave, f.err)
+		f.tr.slaveDead(f.slave, f.err, f.left)
 	}
 	for _, w := range waits {
 		w.tr.waitsFor(w.why)
@@ -221,6 +221,7 @@ type taskFailure struct {
 	tr    *taskRun
 	slave string
 	err   error
+	left  bool // the slave left (shut down cleanly), not died
 }
 
 // applyLocked carries out the machine's actions; req is the join or
@@ -261,7 +262,7 @@ func (m *Master) applyLocked(acts []membership.Action, req proto.JoinRequest) []
 			for _, tr := range m.tasks {
 				tr.hostDied(a.Slave)
 				if tr.uses(a.Slave) {
-					fails = append(fails, taskFailure{tr, a.Slave, err})
+					fails = append(fails, taskFailure{tr, a.Slave, err, a.Kind == membership.Left})
 				}
 			}
 		case membership.Refuse:

@@ -85,13 +85,13 @@ func newTaskRun(m *Master, spec *tasks.MultiStageTask, blocks map[string][]datas
 // survivors) or fails. Between stages the task goes on if its tables are
 // replicated and no model waits in the dead slave's memory. A task that
 // cannot go on is cancelled, which ends whatever else it waits for.
-func (t *taskRun) slaveDead(slave string, err error) {
+func (t *taskRun) slaveDead(slave string, err error, left bool) {
 	t.mu.Lock()
 	mach := t.stage
 	running := mach != nil && mach.Phase() != lifecycle.Ended
 	t.mu.Unlock()
 	if running {
-		t.step(lifecycle.SlaveDead{Slave: slave, Err: err})
+		t.step(lifecycle.SlaveDead{Slave: slave, Err: err, Left: left})
 		t.mu.Lock()
 		failed := mach.Err() != nil
 		t.mu.Unlock()

@@ -130,7 +130,7 @@ type StageResult struct {
 	Failovers []Failover `json:"failovers,omitempty"`
 }
 
-// Failover is a slave that died during a stage that survived it.
+// Failover is a slave that died (or left) during a stage that survived it.
 type Failover struct {
 	Slave string `json:"slave"`
 	// Ranks are the stage's workers that ran there (none: the slave only
@@ -141,6 +141,16 @@ type Failover struct {
 	Blocks int `json:"blocks"`
 	// Survivors is how many workers of the stage were left.
 	Survivors int `json:"survivors"`
+	// Left: the slave left the cluster (shut down cleanly) rather than died.
+	Left bool `json:"left,omitempty"`
+}
+
+// Went says how the slave went: "left" (a clean shutdown) or "died".
+func (f Failover) Went() string {
+	if f.Left {
+		return "left"
+	}
+	return "died"
 }
 
 // WorkerStat is what one worker of a stage read and how long it waited.

@@ -244,14 +244,14 @@ func (p *Printer) Summary(s status.Task) {
 		p.printKV(r)
 		for _, f := range r.Failovers {
 			if len(f.Ranks) == 0 {
-				fmt.Fprintf(p.Out, "      slave %s died (it held only shards); the stage went on\n", f.Slave)
+				fmt.Fprintf(p.Out, "      slave %s %s (it held only shards); the stage went on\n", f.Slave, f.Went())
 				continue
 			}
 			ranks := make([]string, len(f.Ranks))
 			for i, r := range f.Ranks {
 				ranks[i] = fmt.Sprint(r)
 			}
-			fmt.Fprintf(p.Out, "      slave %s died: its %s %s left %d unfinished %s to the %d %s\n", f.Slave,
+			fmt.Fprintf(p.Out, "      slave %s %s: its %s %s left %d unfinished %s to the %d %s\n", f.Slave, f.Went(),
 				plural(len(f.Ranks), "worker"), strings.Join(ranks, ", "), f.Blocks, plural(f.Blocks, "block"), f.Survivors, plural(f.Survivors, "survivor"))
 		}
 		if r.Note != "" {

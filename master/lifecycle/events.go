@@ -93,6 +93,9 @@ type SlaveDead struct {
 	// slave that only held shards is counted out quietly (no failover
 	// event or result again in every later stage).
 	Known bool
+	// Left: the slave left the cluster (a clean shutdown), which the
+	// stage's events and result say instead of "died".
+	Left bool
 }
 
 // BlocksReleased is the driver's answer to ReleaseBlocks: Blocks input

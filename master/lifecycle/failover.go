@@ -67,9 +67,10 @@ func (s *Stage) slaveDead(ev SlaveDead) []Action {
 	if len(workers) == 0 && !hosts {
 		return nil
 	}
+	fo := status.Failover{Slave: ev.Slave, Left: ev.Left}
 	err := ev.Err
 	if err == nil {
-		err = fmt.Errorf("slave %s died", ev.Slave)
+		err = fmt.Errorf("slave %s %s", ev.Slave, fo.Went())
 	}
 	sv := s.cfg.Survival
 	switch {
@@ -85,16 +86,18 @@ func (s *Stage) slaveDead(ev SlaveDead) []Action {
 		return nil
 	}
 	if len(workers) == 0 {
-		s.res.Failovers = append(s.res.Failovers, status.Failover{Slave: ev.Slave, Survivors: s.live})
+		fo.Survivors = s.live
+		s.res.Failovers = append(s.res.Failovers, fo)
 		return []Action{Publish{Kind: status.EventFailover, Progress: s.progress,
-			Message: fmt.Sprintf("stage %d (%s): slave %s, which held only shards, died; their backups serve them", s.cfg.Stage, s.cfg.Name, ev.Slave)}}
+			Message: fmt.Sprintf("stage %d (%s): slave %s, which held only shards, %s; their backups serve them", s.cfg.Stage, s.cfg.Name, ev.Slave, fo.Went())}}
 	}
 	for _, r := range workers {
 		s.deadRank[r] = true
 		delete(s.out, r)
 	}
 	s.live -= len(workers)
-	s.res.Failovers = append(s.res.Failovers, status.Failover{Slave: ev.Slave, Ranks: slices.Clone(workers), Survivors: s.live})
+	fo.Ranks, fo.Survivors = slices.Clone(workers), s.live
+	s.res.Failovers = append(s.res.Failovers, fo)
 	out := []Action{ReleaseBlocks{Slave: ev.Slave, Ranks: slices.Clone(workers)}}
 	if peers := s.peers(); len(peers) > 0 {
 		out = append(out, FinishRanks{Stage: s.cfg.Stage, Slaves: peers, Ranks: slices.Clone(workers)})
@@ -144,8 +147,8 @@ func (s *Stage) blocksReleased(ev BlocksReleased) []Action {
 		}
 		f.Blocks += ev.Blocks
 		return []Action{Publish{Kind: status.EventFailover, Progress: s.progress,
-			Message: fmt.Sprintf("stage %d (%s): slave %s died; %s %d unfinished %s %s to the %d %s",
-				s.cfg.Stage, s.cfg.Name, ev.Slave, whose(len(f.Ranks)), ev.Blocks, plural(ev.Blocks, "block"), verb(ev.Blocks, "go"),
+			Message: fmt.Sprintf("stage %d (%s): slave %s %s; %s %d unfinished %s %s to the %d %s",
+				s.cfg.Stage, s.cfg.Name, ev.Slave, f.Went(), whose(len(f.Ranks)), ev.Blocks, plural(ev.Blocks, "block"), verb(ev.Blocks, "go"),
 				f.Survivors, plural(f.Survivors, "survivor"))}}
 	}
 	return nil

@@ -253,3 +253,36 @@ func TestKnownDeathIsQuiet(t *testing.T) {
 		t.Fatalf("failovers %+v, want none for a death an earlier stage reported", f)
 	}
 }
+
+// A slave that left the cluster (a clean shutdown) is worded as such in
+// the stage's events and result, not as dead.
+func TestSlaveLeaveIsWordedLeft(t *testing.T) {
+	for _, tc := range []struct {
+		slave, want string
+		left        bool
+	}{
+		{"s3", "slave s3, which held only shards, left; their backups serve them", true},
+		{"s3", "slave s3, which held only shards, died; their backups serve them", false},
+		{"s2", "slave s2 left; its worker's 1 unfinished block goes to the 2 survivors", true},
+		{"s2", "slave s2 died; its worker's 1 unfinished block goes to the 2 survivors", false},
+	} {
+		s := started(t, survivable())
+		acts := s.Step(SlaveDead{Slave: tc.slave, Left: tc.left})
+		if tc.slave == "s2" {
+			acts = s.Step(BlocksReleased{Slave: "s2", Blocks: 1})
+		}
+		if len(acts) != 1 || !strings.HasSuffix(acts[0].(Publish).Message, tc.want) {
+			t.Errorf("%s left=%v: %#v, want %q", tc.slave, tc.left, acts, tc.want)
+		}
+		var last []Action
+		for r, slave := range []string{"s1", "s1", "s2"} {
+			if slave != tc.slave {
+				last = s.Step(WorkerDone{Stage: 1, Rank: r, Slave: slave, Now: at(1)})
+			}
+		}
+		f := finished(t, last)
+		if fo := f.Result.Failovers; len(fo) != 1 || fo[0].Left != tc.left || fo[0].Went() != map[bool]string{true: "left", false: "died"}[tc.left] {
+			t.Errorf("%s left=%v: result failovers %+v", tc.slave, tc.left, fo)
+		}
+	}
+}
