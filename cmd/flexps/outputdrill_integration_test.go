@@ -37,7 +37,7 @@ func TestSlaveKilledDuringOutputWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := strings.Replace(string(data), "size = 500\n", "size = 3000000\n", 1)
+	big := strings.Replace(string(data), "size = 500\n", "size = 1500000\n", 1)
 	if big == string(data) {
 		t.Fatalf("%s: no table size to grow", job)
 	}
