@@ -300,7 +300,7 @@ func TestStoppedSlavesResumeMidTaskWithReplicas(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 3, Slots: 2, DeadAfter: "1s"})
 	cl := c.Client()
 	output := filepath.Join(dir, "m.model")
-	job := lrJob(t, dir, "stops", train, test, output, 1000, 6, 60, "ssp")
+	job := lrJob(t, dir, "stops", train, test, output, 1000, 6, 24, "ssp")
 	done := make(chan clustertest.Result, 1)
 	go func() { done <- c.Run(4*time.Minute, "submit", job) }()
 	for i, victim := range []string{"slave-1", "slave-2"} {
@@ -326,6 +326,9 @@ func TestStoppedSlavesResumeMidTaskWithReplicas(t *testing.T) {
 			s, _ := slaveStatus(t, cl, victim)
 			return s.Alive && s.Instance != before.Instance
 		})
+		if rep, err := cl.Status(context.Background(), ""); err == nil && len(rep.Tasks) == 1 {
+			t.Logf("%s back at epoch %d of 24", victim, rep.Tasks[0].Progress.Epoch)
+		}
 	}
 	r := <-done
 	all := r.Stdout + r.Stderr
