@@ -463,7 +463,8 @@ func (m *Master) onStatus(msg *nats.Msg) {
 
 // statusPage is the page of tasks (in submission order) submitted before
 // task before ("": all), at most limit of them (0: no limit), the newest
-// kept; omitted counts the older ones left out.
+// kept; omitted counts the older ones left out. A before that is not
+// among tasks is an error.
 func statusPage(tasks []status.Task, before string, limit int) (page []status.Task, omitted int, err error) {
 	if before != "" {
 		end := -1
