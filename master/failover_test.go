@@ -2,6 +2,7 @@ package master
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/master/lifecycle"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
@@ -384,5 +386,98 @@ func TestBlockOfAStoppedStageSaysStopped(t *testing.T) {
 	h.wait(id, "cancelled", inState(status.Cancelled))
 	if rep := ask("train"); !rep.Stopped || !strings.Contains(rep.Error, "is not running") {
 		t.Fatalf("stopped stage: %+v, want Stopped", rep)
+	}
+}
+
+// A slave that leaves or dies during an auto stage's trials takes its
+// slots out of the search: the trials go on with the parallelisms the
+// survivors have slots for, and the stage runs with the best of those.
+// The trials were planned once, at the start: the next one, or the chosen
+// parallelism measured before the death, asked for more workers than were
+// left and failed the task ("asks for 4 workers but the cluster has 2
+// worker slots").
+func TestAutoTrialsShrinkAfterADeath(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		leaveIn int // s2 leaves during the trial of this many workers
+		trials  []int
+		note    string // the chosen run's note says
+	}{
+		{"during the first trial", 1, []int{1, 2}, "chose 2 workers (highest measured throughput)"},
+		{"during the best trial", 4, []int{1, 2, 4}, "chose 2 workers (highest measured throughput the live slaves have the slots for: 2)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "sequential")
+			slaves := []*scriptedSlave{h.slave("s1", 2, nil), h.slave("s2", 2, nil)}
+			const trial = time.Second
+			task := tasks.NewTask("auto").SetStages(tasks.Stage{Name: "train", Func: "test.none", Auto: true, AutoTrialSeconds: trial.Seconds()})
+			id := h.submit(task)
+			// starts collects the ranks a run of w workers started, by slave.
+			starts := func(w int) map[string][]int {
+				out := map[string][]int{}
+				for n := 0; n < w; {
+					select {
+					case req := <-slaves[0].starts:
+						out["s1"], n = append(out["s1"], req.Ranks...), n+len(req.Ranks)
+					case req := <-slaves[1].starts:
+						out["s2"], n = append(out["s2"], req.Ranks...), n+len(req.Ranks)
+					case <-time.After(5 * time.Second):
+						st, _ := h.m.Status(id)
+						t.Fatalf("the run of %d workers started %d: task %s (%s)", w, n, st.Tasks[0].State, st.Tasks[0].Reason)
+					}
+				}
+				return out
+			}
+			for _, w := range tc.trials {
+				ranks := starts(w)
+				if w == tc.leaveIn {
+					data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
+					if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+						t.Fatal(err)
+					}
+					h.eventually("s2 gone", func() bool { return !h.m.isAlive("s2") })
+					delete(ranks, "s2")
+				}
+				slave := "s1"
+				if len(ranks["s1"]) == 0 {
+					slave = "s2"
+				}
+				// One sample warms the trial up; then w*100 in one trial
+				// length: more workers measure faster.
+				ev := proto.WorkerEvent{Task: id, Stage: 0, Rank: ranks[slave][0], Slave: slave, Kind: proto.WorkerProgress, Samples: 1}
+				h.event(ev)
+				h.clk.Advance(lifecycle.DefaultProgressEvery)
+				h.eventually(fmt.Sprintf("the trial of %d warmed up (ranks %v)", w, ranks), func() bool {
+					st, _ := h.m.Status(id)
+					return st.Tasks[0].Progress.Samples >= 1
+				})
+				ev.Samples = int64(w * 100)
+				h.event(ev)
+				stops := func() int {
+					return len(slices.DeleteFunc(slaves[0].seen(), func(op string) bool { return op != proto.OpStopStage }))
+				}
+				before := stops()
+				h.clk.Advance(trial)
+				if len(ranks["s1"]) > 0 {
+					h.eventually("the trial's workers told to stop", func() bool { return stops() > before })
+				}
+				for s, rs := range ranks {
+					for _, r := range rs {
+						h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: s, Kind: proto.WorkerError, Error: "stopped"})
+					}
+				}
+			}
+			final := starts(2)
+			if len(final["s1"]) != 2 {
+				t.Fatalf("the chosen run started as %v, want 2 workers on s1", final)
+			}
+			for _, r := range final["s1"] {
+				h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+			}
+			st := h.wait(id, "done", func(st status.Task) bool { return st.State != status.Running && st.State != status.Queued })
+			if st.State != status.Done || st.Results[0].Workers != 2 || !strings.Contains(st.Results[0].Note, tc.note) {
+				t.Fatalf("task %s (%s): %+v", st.State, st.Reason, st.Results)
+			}
+		})
 	}
 }

@@ -508,10 +508,10 @@ func (t *taskRun) releaseSlots(placement []scheduler.Assignment) {
 	t.m.release(placement)
 }
 
-// autoCandidates are the parallelisms an "auto" stage tries: powers of
-// two up to what the live cluster (or one slave, for one-slave stages)
-// offers, and that maximum itself.
-func (t *taskRun) autoCandidates(st *tasks.Stage) []int {
+// autoLimit is the largest parallelism an "auto" stage may try: what the
+// live cluster (or one slave, for one-slave stages) offers, capped by the
+// stage's workers.
+func (t *taskRun) autoLimit(st *tasks.Stage) int {
 	t.m.mu.Lock()
 	most, total := 0, 0
 	for _, s := range t.m.slaves {
@@ -528,30 +528,46 @@ func (t *taskRun) autoCandidates(st *tasks.Stage) []int {
 	if st.Workers > 0 {
 		limit = min(limit, st.Workers) // workers with "auto" caps the search
 	}
+	return limit
+}
+
+// nextCandidate is the parallelism an "auto" stage tries after tried
+// (0: none yet): the next power of two below what the live cluster offers
+// now, then that maximum itself; 0 when there is none. It is asked
+// before every trial, so a slave that died or left during the trials
+// takes its slots out of the search.
+func (t *taskRun) nextCandidate(st *tasks.Stage, tried int) int {
+	limit := t.autoLimit(st)
 	if limit < 1 {
-		return []int{1}
+		limit = 1
 	}
-	var out []int
 	for w := 1; w < limit; w *= 2 {
-		out = append(out, w)
+		if w > tried {
+			return w
+		}
 	}
-	return append(out, limit)
+	if limit > tried {
+		return limit
+	}
+	return 0
 }
 
 // autoTune runs a short trial of the stage at each candidate parallelism,
 // measures the samples per second the workers report, and returns the
-// fastest with a note saying what was measured. Updates made during ps
-// trials stay in the KV-store (training progress is not thrown away);
-// one-slave trials discard their in-memory model. If a trial finishes the
-// stage, its result is returned instead.
+// fastest the live cluster still has the slots for, with a note saying
+// what was measured. Updates made during ps trials stay in the KV-store
+// (training progress is not thrown away); one-slave trials discard their
+// in-memory model. If a trial finishes the stage, its result is returned
+// instead.
 func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageResult, error) {
 	trial := time.Duration(st.AutoTrialSeconds * float64(time.Second))
 	if trial <= 0 {
 		trial = 2 * time.Second
 	}
-	best, bestRate := 0, -1.0
 	var parts []string
-	for _, w := range t.autoCandidates(st) {
+	var tried []int
+	rates := map[int]float64{}
+	for w := t.nextCandidate(st, 0); w > 0; w = t.nextCandidate(st, w) {
 		placement, err := t.acquire(k, st, w)
 		if err != nil {
 			return 0, "", nil, err
@@ -568,11 +584,23 @@ func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageRe
 		rate := float64(res.Samples) / max(res.Seconds, 1e-9)
 		parts = append(parts, fmt.Sprintf("%d workers %.0f samples/s", w, rate))
 		t.m.log.Info().Str("task", t.spec.ID).Int("stage", k).Int("workers", w).Float64("samples_per_sec", rate).Msg("auto parallelism trial")
-		if rate > bestRate {
-			best, bestRate = w, rate
+		tried, rates[w] = append(tried, w), rate
+	}
+	// A parallelism measured before a slave died may no longer fit.
+	limit := max(t.autoLimit(st), 1)
+	best, bestRate := 0, -1.0
+	for _, w := range tried {
+		if w <= limit && rates[w] > bestRate {
+			best, bestRate = w, rates[w]
 		}
 	}
-	return best, fmt.Sprintf("auto: measured %s over %v trials; chose %d workers (highest measured throughput)", strings.Join(parts, ", "), trial, best), nil, nil
+	why := "highest measured throughput"
+	for _, w := range tried {
+		if w > limit && rates[w] > bestRate {
+			why = fmt.Sprintf("highest measured throughput the live slaves have the slots for: %d", limit)
+		}
+	}
+	return best, fmt.Sprintf("auto: measured %s over %v trials; chose %d workers (%s)", strings.Join(parts, ", "), trial, best, why), nil, nil
 }
 
 func (t *taskRun) placements() []kvstore.Placement {
