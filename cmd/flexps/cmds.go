@@ -367,12 +367,25 @@ func submitCmd(g *globals) *cobra.Command {
 				jobs = append(jobs, t)
 			}
 			if detach {
-				for _, t := range jobs {
+				// As when following: a job the master refuses is named,
+				// and the jobs after it are submitted all the same (the
+				// first refusal ended submit, naming no file, and the
+				// later jobs were never sent).
+				failed := 0
+				for i, t := range jobs {
 					id, err := c.Submit(ctx, t)
 					if err != nil {
-						return err
+						if ctx.Err() != nil {
+							return err
+						}
+						failed++
+						fmt.Fprintf(cmd.ErrOrStderr(), "flexps submit: %s: %v\n", a[i], err)
+						continue
 					}
 					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+				if failed > 0 {
+					return fmt.Errorf("%d of %d tasks were not submitted", failed, len(jobs))
 				}
 				return nil
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,73 @@ func TestSubmitSeveralJobsKeepsCommandLineOrder(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("%s master ran the tasks in the order %v, want the command line's %v", policy, got, want)
+			}
+		})
+	}
+}
+
+// TestSubmitDetachGoesOnPastARefusedJob: `flexps submit --detach a b c`
+// whose b the master refuses prints the ids of a and c, names b's file
+// with the master's reason, and exits 1. Before, the refusal ended submit
+// at once: its message named no file, and c was never submitted, without
+// a word.
+func TestSubmitDetachGoesOnPastARefusedJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 2000, 300)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 1, Slots: 2})
+	job := func(name string, refused bool) string {
+		in := train
+		if refused {
+			in = filepath.Join(dir, "missing.libsvm") // refused at submission: no such file
+		}
+		return lrJob(t, dir, name, in, test, filepath.Join(dir, name+".model"), 300, 1, 1, "asp")
+	}
+	for _, tc := range []struct {
+		name    string
+		refused []bool // per job
+	}{
+		{"refused in the middle", []bool{false, true, false}},
+		{"refused first", []bool{true, false, false}},
+		{"two refused", []bool{true, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var paths, want, bad []string
+			for i, refused := range tc.refused {
+				name := fmt.Sprintf("%s-%d", strings.ReplaceAll(tc.name, " ", "-"), i)
+				p := job(name, refused)
+				paths = append(paths, p)
+				if refused {
+					bad = append(bad, p)
+				} else {
+					want = append(want, name)
+				}
+			}
+			r := c.Run(time.Minute, append([]string{"submit", "--detach", "--log-level", "warn"}, paths...)...)
+			if r.Exit != 1 {
+				t.Fatalf("exit %d, want 1:\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
+			}
+			for _, p := range bad {
+				if !strings.Contains(r.Stderr, "flexps submit: "+p+": ") || !strings.Contains(r.Stderr, "missing.libsvm") {
+					t.Errorf("stderr does not name the refused job %s and why:\n%s", p, r.Stderr)
+				}
+			}
+			if msg := fmt.Sprintf("%d of %d tasks were not submitted", len(bad), len(paths)); !strings.Contains(r.Stderr, msg) {
+				t.Errorf("stderr does not say %q:\n%s", msg, r.Stderr)
+			}
+			var got []string
+			for _, id := range strings.Fields(r.Stdout) {
+				rep, err := c.Client().Status(context.Background(), id)
+				if err != nil {
+					t.Fatalf("printed id %q: %v", id, err)
+				}
+				got = append(got, rep.Tasks[0].Name)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("submitted %v, want %v (stdout %q)", got, want, r.Stdout)
 			}
 		})
 	}
