@@ -409,11 +409,17 @@ func (m *Master) Resume(ctx context.Context, dir, id string) (string, []string, 
 	if err != nil {
 		return "", warnings, err
 	}
+	tid, err := m.resumeLoaded(ctx, ck, path, dir, id)
+	return tid, warnings, err
+}
+
+// resumeLoaded submits the task of checkpoint ck, loaded from path in
+// dir, under id.
+func (m *Master) resumeLoaded(ctx context.Context, ck *checkpoint.Checkpoint, path, dir, id string) (string, error) {
 	spec := ck.Task
 	spec.ID = id
 	spec.Checkpoint.Dir = dir
-	tid, err := m.submit(ctx, &spec, ck, path)
-	return tid, warnings, err
+	return m.submit(ctx, &spec, ck, path)
 }
 
 // resumeFrom loads the newest valid checkpoint in dir for a resumed task.

@@ -23,6 +23,10 @@ import (
 type taskRecord struct {
 	Task      tasks.MultiStageTask `json:"task"`
 	Submitted time.Time            `json:"submitted"`
+	// Resumed is the checkpoint the task was resumed from ("": it was
+	// submitted from its job): only such a task goes on from checkpoints
+	// of another task id in its dir.
+	Resumed string `json:"resumed,omitempty"`
 }
 
 func (m *Master) recordPath(id string) string {
@@ -35,7 +39,7 @@ func (t *taskRun) persist() error {
 	if m.cfg.StateDir == "" || t.ckpt == nil {
 		return nil
 	}
-	data, err := json.Marshal(taskRecord{Task: *t.spec, Submitted: t.status.Submitted})
+	data, err := json.Marshal(taskRecord{Task: *t.spec, Submitted: t.status.Submitted, Resumed: t.status.Resumed})
 	if err != nil {
 		return err
 	}
@@ -120,7 +124,11 @@ func (m *Master) readRecords() ([]taskRecord, []error) {
 // from the newest valid checkpoint in its dir (from the start when it
 // had none yet), under its old id so followers find it again. It first
 // waits DeadAfter so the slaves, which rejoin on their next heartbeat,
-// are back.
+// are back. The checkpoints of an earlier task in the dir of a task
+// submitted from its job are not its own: it starts from the beginning
+// (it was resumed from them, an earlier task's spec and progress under
+// its id: from the final checkpoint of a finished task, "done" at once
+// with that task's model and none of its own).
 func (m *Master) recoverTasks() {
 	defer m.wg.Done()
 	recs, errs := m.readRecords()
@@ -139,13 +147,22 @@ func (m *Master) recoverTasks() {
 	for _, r := range recs {
 		id, dir := r.Task.ID, r.Task.Checkpoint.Dir
 		paths, err := checkpoint.List(m.ctx, m.sources, dir)
+		fresh := err == nil
 		if err == nil && len(checkpoint.Newest(paths)) > 0 {
-			var warnings []string
-			_, warnings, err = m.Resume(m.ctx, dir, id)
+			ck, path, warnings, lerr := m.resumeFrom(m.ctx, dir)
 			for _, w := range warnings {
 				m.log.Warn().Str("task", id).Msg(w)
 			}
-		} else if err == nil {
+			err = lerr
+			fresh = err == nil && ck.Task.ID != id && r.Resumed == ""
+			if err == nil && !fresh {
+				_, err = m.resumeLoaded(m.ctx, ck, path, dir, id)
+			} else if fresh {
+				m.log.Info().Str("task", id).Str("checkpoint", path).Str("of", ck.Task.ID).
+					Msg("the checkpoints in the task's dir are an earlier task's and it wrote none yet: it starts from the beginning")
+			}
+		}
+		if fresh {
 			spec := r.Task
 			_, err = m.Submit(m.ctx, &spec)
 		}

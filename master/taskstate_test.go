@@ -1,12 +1,17 @@
 package master
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/checkpoint"
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/tasks"
 	"github.com/rs/zerolog"
 )
@@ -63,5 +68,71 @@ func TestTaskRecordsRoundTripAndRefuseStrangers(t *testing.T) {
 	}
 	if _, err := os.Stat(m.recordPath("t1")); !os.IsNotExist(err) {
 		t.Fatal("a task without checkpoints was recorded")
+	}
+}
+
+// A restarted master resumes a recorded task from the checkpoints in its
+// dir only when they are its own, or when it was itself resumed from
+// them. A task submitted from its job that had written none yet starts
+// from the beginning: the checkpoints of an earlier task in the same dir
+// (the same job run before, the dir reused) are not its progress. It was
+// resumed from them, that task's spec and epochs under its id: from a
+// finished task's last checkpoint, "done" at once with that task's model
+// and without its own output.
+func TestRestartResumesOnlyATasksOwnCheckpoints(t *testing.T) {
+	const earlier, id = "t-earlier", "t-mine"
+	for _, tc := range []struct {
+		name      string
+		ckptOf    string // the task id the checkpoint in the dir records
+		resumed   bool   // the record's task was resumed from a checkpoint
+		wantStage string // the stage the restarted master starts
+		wantEpoch int
+	}{
+		{"an earlier task's checkpoint", earlier, false, "mine", 0},
+		{"its own checkpoint", id, false, "earlier", 2},
+		{"resumed from the earlier task's, none of its own yet", earlier, true, "earlier", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, ckdir := t.TempDir(), t.TempDir()
+			task := func(id, stage string) *tasks.MultiStageTask {
+				spec := tasks.NewTask("lr").SetStages(tasks.Stage{Name: stage, Func: "test.none", Workers: 1})
+				spec.ID, spec.Checkpoint = id, tasks.Checkpoint{Dir: ckdir}
+				spec.Normalize()
+				return spec
+			}
+			// The checkpoint (its stage named "earlier") after 2 epochs.
+			ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Task: *task(tc.ckptOf, "earlier"), Progress: checkpoint.Progress{Epoch: 2}}}
+			w, err := checkpoint.Write(context.Background(), datastore.NewSources(), ckdir, ck, 2, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := taskRecord{Task: *task(id, "mine"), Submitted: time.Unix(100, 0)}
+			if tc.resumed {
+				rec.Resumed = w.Path
+			}
+			data, err := json.Marshal(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFileAtomic(filepath.Join(state, "tasks", id+".json"), data); err != nil {
+				t.Fatal(err)
+			}
+			h := newHarnessWith(t, "sequential", bus.EmbeddedOptions{}, func(c *Config) {
+				c.StateDir, c.DeadAfter = state, 100*time.Millisecond
+			})
+			s := h.slave("s1", 1, nil)
+			start := h.started(s)
+			if start.Task != id || start.Spec.Stages[0].Name != tc.wantStage || start.StartEpoch != tc.wantEpoch {
+				t.Fatalf("the restarted master started task %s stage %q at epoch %d, want %s stage %q at epoch %d",
+					start.Task, start.Spec.Stages[0].Name, start.StartEpoch, id, tc.wantStage, tc.wantEpoch)
+			}
+			st, err := h.m.Status(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resumed := st.Tasks[0].Resumed != ""; resumed != (tc.wantEpoch > 0) {
+				t.Fatalf("task resumed from %q", st.Tasks[0].Resumed)
+			}
+		})
 	}
 }
