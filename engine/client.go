@@ -25,6 +25,16 @@ var ErrTaskFailed = status.ErrTaskFailed
 // ErrNoMaster is wrapped when no master answers.
 var ErrNoMaster = errors.New("no master answered")
 
+// ErrNoTask is wrapped when the master does not know the task asked for
+// (a master restarted since lost it, or an ended task was dropped).
+var ErrNoTask = errors.New("the master does not know the task")
+
+// noTaskError is the master's answer for a task it does not know.
+type noTaskError string
+
+func (e noTaskError) Error() string        { return string(e) }
+func (e noTaskError) Is(target error) bool { return target == ErrNoTask }
+
 // Client submits tasks to a master and follows them.
 type Client struct {
 	nc      *nats.Conn
@@ -184,6 +194,9 @@ func (c *Client) Status(ctx context.Context, id string) (status.Cluster, error) 
 		return rep.Cluster, err
 	}
 	c.external.Store(rep.Cluster.ExternalBus)
+	if rep.Unknown {
+		return rep.Cluster, noTaskError(rep.Error)
+	}
 	if rep.Error != "" {
 		return rep.Cluster, errors.New(rep.Error)
 	}
@@ -360,6 +373,11 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 					}
 				} else {
 					silent = time.Time{}
+				}
+				if errors.Is(err, ErrNoTask) {
+					// No event of it will come (it polled for ever).
+					return status.Task{}, fmt.Errorf("following task %s: %w (%v): a master restarted since loses the tasks without a [checkpoint] dir "+
+						"(and logs those with one it could not resume), and ended tasks are dropped after [master] keep_tasks", id, ErrNoTask, err)
 				}
 				if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
 					if fn != nil {

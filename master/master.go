@@ -51,6 +51,9 @@ type Master struct {
 	queue      []waiting
 	assigners  map[assignKey]*assignment
 	seq        int
+	// recovering: the tasks of the previous master are being resumed
+	// (recoverTasks): an id not yet known may be one of them.
+	recovering bool
 
 	subs   []*nats.Subscription
 	ctx    context.Context
@@ -133,6 +136,9 @@ func (m *Master) Start(ctx context.Context) error {
 	m.wg.Add(1)
 	go m.detect()
 	if m.cfg.StateDir != "" {
+		m.mu.Lock()
+		m.recovering = true
+		m.mu.Unlock()
 		m.wg.Add(1)
 		go m.recoverTasks()
 	}
@@ -439,6 +445,9 @@ func (m *Master) onStatus(msg *nats.Msg) {
 	rep := proto.StatusReply{Cluster: cl}
 	if err != nil {
 		rep.Error = err.Error()
+		m.mu.Lock()
+		rep.Unknown = req.ID != "" && !m.recovering
+		m.mu.Unlock()
 	}
 	if req.ID == "" {
 		var err error

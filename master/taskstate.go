@@ -131,6 +131,11 @@ func (m *Master) readRecords() ([]taskRecord, []error) {
 // with that task's model and none of its own).
 func (m *Master) recoverTasks() {
 	defer m.wg.Done()
+	defer func() {
+		m.mu.Lock()
+		m.recovering = false
+		m.mu.Unlock()
+	}()
 	recs, errs := m.readRecords()
 	for _, err := range errs {
 		m.log.Error().Err(err).Msg("task record not resumed")

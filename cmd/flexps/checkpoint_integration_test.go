@@ -485,6 +485,62 @@ func TestDrill3MasterRestartResumesTask(t *testing.T) {
 	}
 }
 
+// TestSubmitFollowsAcrossAMasterRestart: `flexps submit` following a task
+// whose master is killed and started again goes on following it when the
+// new master resumes it (a [checkpoint] dir), and otherwise exits 1 saying
+// the master does not know the task. Before, it polled the new master's
+// "no task" answers for ever: a task without checkpoints, lost with its
+// master, left its submit hanging.
+func TestSubmitFollowsAcrossAMasterRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 3000, 500)
+	command, env := cli()
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool
+		exit       int
+		stderr     string
+	}{
+		{"with a checkpoint dir", true, 0, ""},
+		{"without", false, 1, "the master does not know the task"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 2, Slots: 2, DeadAfter: "1500ms"})
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			ckdir, output := filepath.Join(dir, name+".ck"), filepath.Join(dir, name+".model")
+			job := ckJob(t, dir, name, train, test, output, 60, "1 epoch", ckdir)
+			if !tc.checkpoint {
+				job = lrJob(t, dir, name, train, test, output, 500, 2, 60, "bsp")
+			}
+			done := make(chan clustertest.Result, 1)
+			go func() { done <- c.Run(2*time.Minute, "submit", "--log-level", "warn", job) }()
+			cl := c.Client()
+			for deadline := time.Now().Add(time.Minute); ; {
+				rep, err := cl.Status(context.Background(), "")
+				if err == nil && len(rep.Tasks) == 1 && rep.Tasks[0].Progress.Epoch >= 2 {
+					break // two epochs done: a checkpoint written, when checkpointed
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the task did not run two epochs within a minute: %+v %v", rep.Tasks, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			c.RestartMaster()
+			select {
+			case r := <-done:
+				if r.Exit != tc.exit || !strings.Contains(r.Stderr, tc.stderr) {
+					t.Fatalf("submit exited %d after %v, want %d and stderr with %q:\n%s\n%s", r.Exit, r.Took, tc.exit, tc.stderr, r.Stdout, r.Stderr)
+				}
+			case <-time.After(3 * time.Minute):
+				t.Fatal("submit still following three minutes after the restart")
+			}
+		})
+	}
+}
+
 // waitDeclaredDead waits until the master's status has slave id dead.
 func waitDeclaredDead(t *testing.T, cl *engine.Client, id string, deadline time.Time) {
 	t.Helper()

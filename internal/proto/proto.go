@@ -115,6 +115,9 @@ type StatusRequest struct {
 type StatusReply struct {
 	status.Cluster
 	Error string `json:"error,omitempty"`
+	// Unknown: the task asked for is not one the master knows, nor one of
+	// its previous run's that it is still resuming.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // CancelRequest stops a task.
