@@ -492,6 +492,17 @@ func cancelCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			// A task that ended is not stopped by a cancel: say so (the
+			// master answers such a cancel as any other, and it printed
+			// nothing and exited 0, as if it had stopped the task).
+			rep, err := c.Status(cmd.Context(), a[0])
+			if err != nil {
+				return err
+			}
+			if len(rep.Tasks) == 1 && rep.Tasks[0].Ended() {
+				t := rep.Tasks[0]
+				return fmt.Errorf("task %s (%s) already ended: %s; nothing to cancel", t.ID, t.Name, t.State)
+			}
 			return c.Cancel(cmd.Context(), a[0])
 		},
 	}

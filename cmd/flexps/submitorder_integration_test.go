@@ -133,3 +133,62 @@ func TestSubmitDetachGoesOnPastARefusedJob(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelSaysWhenTheTaskAlreadyEnded: `flexps cancel ID` stops a
+// running task (exit 0); for a task that ended, done or cancelled before,
+// it says so and exits 1. Before, it printed nothing and exited 0 whatever
+// the task's state, as if it had stopped it.
+func TestCancelSaysWhenTheTaskAlreadyEnded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 2000, 300)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 1, Slots: 2})
+	submit := func(name string, epochs int) string {
+		job := lrJob(t, dir, name, train, test, filepath.Join(dir, name+".model"), 300, 1, epochs, "asp")
+		r := c.Run(time.Minute, "submit", "--detach", job)
+		if r.Exit != 0 {
+			t.Fatalf("submit: %d\n%s", r.Exit, r.Stderr)
+		}
+		return strings.TrimSpace(r.Stdout)
+	}
+	waitState := func(id, state string) {
+		for deadline := time.Now().Add(time.Minute); ; {
+			rep, err := c.Client().Status(context.Background(), id)
+			if err == nil && rep.Tasks[0].State == state {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s not %s within a minute: %+v %v", id, state, rep.Tasks, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	done := submit("quick", 1)
+	long := submit("long", 100000)
+	waitState(done, status.Done)
+	for _, tc := range []struct {
+		name   string
+		id     string
+		state  string // wait for the task to be in it first ("": no wait)
+		exit   int
+		stderr string
+	}{
+		{"running", long, status.Running, 0, ""},
+		{"cancelled before", long, status.Cancelled, 1, "task " + long + " (long) already ended: cancelled; nothing to cancel"},
+		{"done", done, "", 1, "task " + done + " (quick) already ended: done; nothing to cancel"},
+		{"unknown", "tNoSuchTask", "", 1, `no task "tNoSuchTask"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.state != "" {
+				waitState(tc.id, tc.state)
+			}
+			r := c.Run(time.Minute, "cancel", tc.id)
+			if r.Exit != tc.exit || !strings.Contains(r.Stderr, tc.stderr) {
+				t.Fatalf("cancel %s: exit %d, want %d and stderr with %q:\n%s", tc.id, r.Exit, tc.exit, tc.stderr, r.Stderr)
+			}
+		})
+	}
+}
