@@ -602,3 +602,64 @@ func TestCheckpointDirOfARunningTaskIsRefused(t *testing.T) {
 		t.Fatalf("after the first ended: %v", err)
 	}
 }
+
+// A task whose output is a file of one of its inputs is refused at
+// submission, naming the input: the model was written over the data at
+// the task's end (a test file replaced by the model, silently).
+func TestOutputOverAnInputIsRefused(t *testing.T) {
+	h := newHarness(t, "sequential")
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	train, test := filepath.Join(data, "train.txt"), filepath.Join(dir, "test.txt")
+	for _, p := range []string{train, test} {
+		if err := os.WriteFile(p, []byte("1 1:1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink(train, link); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, test)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, train, output string
+		refused             string // the input named, "" when accepted
+	}{
+		{"the test file", train, test, "test"},
+		{"a file of an input directory", data, train, "train"},
+		{"a file of a glob", filepath.Join(data, "*.txt"), train, "train"},
+		{"the test file by a relative path", train, rel, "test"},
+		{"the train file read through a link", link, train, "train"},
+		// The model replaces the link, not the file it points to.
+		{"a link to the train file", train, link, ""},
+		{"a new file beside them", train, filepath.Join(dir, "m.model"), ""},
+		{"a new file in the input directory", data, filepath.Join(data, "m.model"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := oneStage("out", 1, nil).
+				SetInput("train", tasks.InputSpec{Path: tc.train, Format: "text"}).
+				SetInput("test", tasks.InputSpec{Path: test, Format: "text"})
+			task.Output = tc.output
+			_, err := h.m.Submit(context.Background(), task)
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if want := fmt.Sprintf("output %s is a file of its input %q", tc.output, tc.refused); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%v, want an error with %q", err, want)
+			}
+		})
+	}
+}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -325,6 +328,10 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 		}
 		blocks[name] = b
 	}
+	if name := overwritesInput(spec.Output, blocks); name != "" {
+		// The model was written over the data at the task's end.
+		return "", fmt.Errorf("task %q: output %s is a file of its input %q: the model would be written over it; name another output", spec.Name, spec.Output, name)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ctx.Err() != nil {
@@ -377,6 +384,41 @@ const (
 	smallBlock      = 64 << 10
 	manySmallBlocks = 10000
 )
+
+// overwritesInput is the name of the input one of whose files is output
+// (the same file by any path), or "". The output's own path is what the
+// model replaces: a link there is replaced, not the file it points to.
+func overwritesInput(output string, blocks map[string][]datastore.Block) string {
+	if output == "" {
+		return ""
+	}
+	url := strings.Contains(output, "://")
+	var out os.FileInfo
+	if !url {
+		fi, err := os.Lstat(output)
+		if err != nil {
+			return "" // no file there to write over
+		}
+		out = fi
+	}
+	for _, name := range slices.Sorted(maps.Keys(blocks)) {
+		seen := map[string]bool{}
+		for _, b := range blocks[name] {
+			if seen[b.Path] {
+				continue
+			}
+			seen[b.Path] = true
+			if url {
+				if strings.TrimRight(b.Path, "/") == strings.TrimRight(output, "/") {
+					return name
+				}
+			} else if fi, err := os.Stat(b.Path); err == nil && os.SameFile(fi, out) {
+				return name
+			}
+		}
+	}
+	return ""
+}
 
 // sameDir reports whether two checkpoint dirs are one (local paths
 // cleaned, URLs without their trailing slashes).
