@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/kvstore"
@@ -246,6 +247,14 @@ func (e *FieldError) Unwrap() error { return e.Err }
 
 // keyErr is an error about a stage's key: its text starts with the key;
 // also is another key it is about (where a file may have set it).
+// controlWhy is why a name with a control character is refused.
+const controlWhy = "holds a control character (a newline, a tab, a terminal escape): names are printed in flexps status tables, progress lines and logs"
+
+// hasControl reports whether a name holds a control character: a newline
+// broke the status table's row, a terminal escape was run by the terminal
+// of whoever listed the cluster's tasks.
+func hasControl(name string) bool { return strings.IndexFunc(name, unicode.IsControl) >= 0 }
+
 type keyErr struct {
 	key, also string
 	err       error
@@ -302,6 +311,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 		// A FieldError, so that name = "" is named by its line.
 		return &FieldError{Keys: []string{"name"}, Err: fmt.Errorf("%w: a task needs a name", ErrInvalid)}
 	}
+	if hasControl(t.Name) {
+		return &FieldError{Keys: []string{"name"}, Err: fmt.Errorf("%w: task name %q: %s", ErrInvalid, t.Name, controlWhy)}
+	}
 	if len(t.Stages) == 0 {
 		return inv("no stages")
 	}
@@ -332,6 +344,11 @@ func (t *MultiStageTask) validate(registry bool) error {
 			}
 			return fe
 		}
+		if hasControl(spec.Name) {
+			fe := bad("table", spec.Name, "name", "table name %q: %s", spec.Name, controlWhy)
+			fe.(*FieldError).Index = j
+			return fe
+		}
 		if seen[spec.Name] {
 			fe := bad("table", spec.Name, "name", "table %q declared twice", spec.Name)
 			fe.(*FieldError).Index = j
@@ -349,6 +366,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 			// [input.""]: no stage can name it (a param naming "" means
 			// its default).
 			return bad("input", name, "path", "task %q: an input needs a name (got %q)", t.Name, name)
+		}
+		if hasControl(name) {
+			return bad("input", name, "path", "input name %q: %s", name, controlWhy)
 		}
 		if in.Path == "" {
 			return bad("input", name, "path", "input %q: path is required", name)
@@ -459,6 +479,9 @@ func fitsModel(spec kvstore.TableSpec, t *MultiStageTask) error {
 }
 
 func (s Stage) validate(t *MultiStageTask, registry bool) error {
+	if hasControl(s.Name) {
+		return keyErrf("name", "stage name %q: %s", s.Name, controlWhy)
+	}
 	if s.Func == "" {
 		return keyErrf("func", "a stage names its registered stage function")
 	}

@@ -163,6 +163,13 @@ func TestParseJobValidation(t *testing.T) {
 		{"generate nnz past dim", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nnnz = 9\ndim = 5", 1), "generate: nnz:", 8},
 		{"generate bad kind", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nkind = \"csv\"", 1), `generate: kind: want libsvm or ratings, got "csv"`, 8},
 		{"generate negative rank", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nkind = \"ratings\"\nusers = 3\nitems = 3\nrank = -1", 1), "generate: rank:", 11},
+		{"task name with a newline", "!" + strings.Replace(base, `name = "job"`, `name = "a\nb"`, 1), "holds a control character", 1},
+		{"task name with a terminal escape", "!" + strings.Replace(base, `name = "job"`, `name = "a\u001b[2Jb"`, 1), `task name "a\x1b[2Jb": holds a control character`, 1},
+		{"stage name with a terminal escape", "!" + strings.Replace(base, `name = "s"`, `name = "s\u001b[0m"`, 1), "stage name", 8},
+		{"table name with a tab", "!" + strings.Replace(base, `name = "w"`, `name = "w\t"`, 1), `table name "w\t": holds a control character`, 3},
+		// (The header's escaped name is not matched to its line.)
+		{"input name with a newline", "!" + strings.Replace(base, "[input.train]", `[input."tr\nain"]`, 1), `input name "tr\nain": holds a control character`, 0},
+		{"stage name with spaces and accents", "!" + strings.Replace(base, `name = "s"`, `name = "étape un"`, 1), "", 0},
 		{"input without a name", "!" + strings.Replace(base, "[input.train]", "[input.\"\"]", 1), "an input needs a name", 6},
 		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size", 7},
 		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size", 5},
