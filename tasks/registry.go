@@ -94,6 +94,11 @@ func RegisterTaskParams(name string, fn TaskParamsFunc) { taskParamHooks.set(nam
 type InputParam struct {
 	Param    string
 	Required bool
+	// Labeled: the function learns from (or scores by) the input's
+	// labels, so a csv input read without a label column (label_column
+	// = -1) is refused: every label read 0 and the stage trained a
+	// model of one class, reporting success.
+	Labeled bool
 }
 
 var inputHooks hooks[[]InputParam]

@@ -438,6 +438,12 @@ func (t *MultiStageTask) validate(registry bool) error {
 			return fe
 		}
 	}
+	for i, s := range t.Stages {
+		if name, ip, ok := unlabeledInput(t, s); ok {
+			return bad("input", name, "label_column", "input %q: label_column = -1 reads no label, but stage %d (%s) learns from the labels of its %s input (%s): name the label's column",
+				name, i, s.Name, ip.Param, s.Func)
+		}
+	}
 	checked := map[string]bool{}
 	for _, s := range t.Stages {
 		fn, ok := taskParamHooks.get(s.Func)
@@ -597,6 +603,20 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 		}
 	}
 	return nil
+}
+
+// unlabeledInput finds an input stage s reads for its labels
+// (InputParam.Labeled) that is csv without a label column.
+func unlabeledInput(t *MultiStageTask, s Stage) (string, InputParam, bool) {
+	params, _ := inputHooks.get(s.Func)
+	for _, ip := range params {
+		name := s.Params.String(ip.Param, ip.Param)
+		in, ok := t.Inputs[name]
+		if ip.Labeled && ok && in.Format == "csv" && in.Label < 0 && (len(s.Inputs) == 0 || slices.Contains(s.Inputs, name)) {
+			return name, ip, true
+		}
+	}
+	return "", InputParam{}, false
 }
 
 // SettlesEpochs reports whether the stage's workers confirm each input

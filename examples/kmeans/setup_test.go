@@ -51,3 +51,15 @@ func TestKMeansTableSetupRefusedAtSubmission(t *testing.T) {
 		})
 	}
 }
+
+// k-means reads no label, so a csv input without a label column
+// (label_column = -1) is what it takes, while lr.sgd and svrg refuse one.
+func TestKMeansTakesUnlabeledCSV(t *testing.T) {
+	for _, label := range []string{"", "label_column = -1"} {
+		t.Run(label, func(t *testing.T) {
+			src := strings.NewReplacer("STORAGE", "", "INITKIND", "", "LLOYDKIND", "",
+				`path = "x.libsvm"`, "path = \"x.csv\"\nformat = \"csv\"\n"+label).Replace(setupJob)
+			jobcheck.Expect(t, src, "", 0)
+		})
+	}
+}

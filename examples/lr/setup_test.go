@@ -91,3 +91,40 @@ PARAMS
 		})
 	}
 }
+
+// A csv input read with label_column = -1 has no labels: every record's
+// label was 0, and lr.sgd trained a model of one class, with a training
+// accuracy of 1.0 and exit status 0. Refused at submission, naming the
+// label_column line.
+func TestUnlabeledCSVRefusedAtSubmission(t *testing.T) {
+	const job = `name = "lr"
+[[table]]
+name = "w"
+size = 10
+[input.train]
+path = "x.csv"
+format = "csv"
+TRAIN
+[input.test]
+path = "y.csv"
+format = "csv"
+TEST
+[[stage]]
+name = "sgd"
+func = "lr.sgd"
+STAGE
+`
+	for _, tc := range []struct {
+		name, train, test, stage, want string
+		line                           int
+	}{
+		{"labelled", "label_column = 3", "", "", "", 0},
+		{"train without labels", "label_column = -1", "", "", `input "train": label_column = -1 reads no label, but stage 0 (sgd) learns from the labels of its train input (lr.sgd)`, 8},
+		{"test without labels", "", "label_column = -1", "", `input "test": label_column = -1 reads no label, but stage 0 (sgd) learns from the labels of its test input (lr.sgd)`, 12},
+		{"test without labels, not read", "", "label_column = -1", `inputs = ["train"]`, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobcheck.Expect(t, strings.NewReplacer("TRAIN", tc.train, "TEST", tc.test, "STAGE", tc.stage).Replace(job), tc.want, tc.line)
+		})
+	}
+}

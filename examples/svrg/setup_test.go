@@ -59,3 +59,23 @@ func TestSVRGTableSetupRefusedAtSubmission(t *testing.T) {
 		})
 	}
 }
+
+// A csv input read with label_column = -1 has no labels: svrg trained on
+// labels all 0 and wrote a model of one class, reporting success. Refused
+// at submission, naming the label_column line.
+func TestSVRGRefusesUnlabeledCSV(t *testing.T) {
+	for _, tc := range []struct {
+		name, label, want string
+		line              int
+	}{
+		{"label column 0", "", "", 0},
+		{"last column", "label_column = 4", "", 0},
+		{"no label", "label_column = -1", `input "train": label_column = -1 reads no label, but stage 0 (full) learns from the labels of its train input (svrg.full)`, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("STORAGE", "", "FULLKIND", "", "INNERKIND", "", "FULL", "", "INNER", "",
+				`path = "x.libsvm"`, "path = \"x.csv\"\nformat = \"csv\"\n"+tc.label).Replace(setupJob)
+			jobcheck.Expect(t, src, tc.want, tc.line)
+		})
+	}
+}

@@ -128,7 +128,7 @@ func init() {
 	tasks.RegisterParams("svrg.sgd", func(p tasks.Params) error { _, err := SGDConfigFrom(p); return err })
 	tasks.RegisterParams("svrg.full", func(p tasks.Params) error { _, err := fullL2(p); return err })
 	for _, fn := range []string{"svrg.full", "svrg.sgd"} {
-		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true})
+		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true, Labeled: true})
 	}
 	tasks.RegisterTaskParams("svrg.sgd", sgdTaskParams)
 	tasks.RegisterTaskParams("svrg.full", tableSetup)
