@@ -363,3 +363,54 @@ func TestAsyncReaderDoneErrorFailsThePass(t *testing.T) {
 		}
 	}
 }
+
+// A block with malformed lines (on_error = "skip") was kept out of the
+// parsed-data cache: every epoch parsed it again and counted its lines
+// again, so a file with one bad line reported "skipped 11 malformed
+// lines" after 10 epochs. Now the block is cached like any other, its
+// good records replayed, and its bad lines counted at the one parse.
+func TestAsyncReaderCountsSkippedLinesOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bad  []int // the garbage lines' indexes among 400
+	}{
+		{"no bad line", nil},
+		{"one", []int{1}},
+		{"in several blocks", []int{0, 150, 151, 399}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var sb strings.Builder
+			for i := range 400 {
+				if slices.Contains(tc.bad, i) {
+					sb.WriteString("not libsvm\n")
+				} else {
+					fmt.Fprintf(&sb, "1 %d:1\n", i+1)
+				}
+			}
+			writeFile(t, dir, "data", sb.String())
+			cache := NewBlockCache(64 << 20)
+			var bad, records int64
+			for pass := range 3 {
+				cfg := asyncConfig(t, dir, 1000)
+				cfg.Cache, cfg.CacheScope = cache, "t/train"
+				cfg.Read.OnError, cfg.Read.MaxBadFraction = OnErrorSkip, 1
+				r := NewAsyncReader(context.Background(), cfg)
+				ids := drain(t, r)
+				st := r.Stats()
+				r.Close()
+				if len(ids) != 400-len(tc.bad) {
+					t.Fatalf("pass %d: %d records, want %d", pass, len(ids), 400-len(tc.bad))
+				}
+				if pass > 0 && st.CachedBlocks != st.Blocks {
+					t.Fatalf("pass %d: %d of %d blocks replayed, want all", pass, st.CachedBlocks, st.Blocks)
+				}
+				bad += st.BadLines
+				records += st.Records
+			}
+			if bad != int64(len(tc.bad)) || records != 3*int64(400-len(tc.bad)) {
+				t.Fatalf("3 passes counted %d bad lines and %d records, want %d and %d", bad, records, len(tc.bad), 3*(400-len(tc.bad)))
+			}
+		})
+	}
+}

@@ -384,7 +384,9 @@ func (s *Stage) workerDone(ev WorkerDone) []Action {
 		LocalKeys: int64(m[tasks.MetricKVLocalKeys]), RemoteKeys: int64(m[tasks.MetricKVRemoteKeys]), Localized: int64(m[tasks.MetricKVLocalized]),
 		OwnedKeys: int64(m[tasks.MetricKVOwnedKeys]), GuestKeys: int64(m[tasks.MetricKVGuestKeys])})
 	for _, l := range ev.BadLines {
-		if len(s.res.BadLines) < 5 {
+		// Workers that read the same block in different epochs
+		// skipped the same lines: listed once.
+		if len(s.res.BadLines) < 5 && !slices.Contains(s.res.BadLines, l) {
 			s.res.BadLines = append(s.res.BadLines, l)
 		}
 	}

@@ -431,3 +431,32 @@ func TestCancelBeforeBegin(t *testing.T) {
 		t.Fatalf("Begin after the end: %#v", acts)
 	}
 }
+
+// Workers that read a block in different epochs skip the same malformed
+// lines and report the same first ones: the stage's result listed a line
+// once per worker that met it. Now each line once, up to five.
+func TestBadLinesListedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reports [3][]string // ranks 0, 1, 2
+		want    []string
+	}{
+		{"none", [3][]string{}, nil},
+		{"the same line from every worker", [3][]string{{"a"}, {"a"}, {"a"}}, []string{"a"}},
+		{"overlapping", [3][]string{{"a", "b"}, {"b", "c"}, {"a", "d"}}, []string{"a", "b", "c", "d"}},
+		{"at most five", [3][]string{{"a", "b", "c"}, {"c", "d", "e"}, {"f", "a"}}, []string{"a", "b", "c", "d", "e"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := started(t, twoSlaves())
+			var f StageFinished
+			for r, sl := range []string{"s1", "s1", "s2"} {
+				if acts := s.Step(WorkerDone{Stage: 1, Rank: r, Slave: sl, Seconds: 1, BadLines: tc.reports[r], Now: at(time.Second)}); r == 2 {
+					f = finished(t, acts)
+				}
+			}
+			if !reflect.DeepEqual(f.Result.BadLines, tc.want) {
+				t.Fatalf("bad lines %q, want %q", f.Result.BadLines, tc.want)
+			}
+		})
+	}
+}
