@@ -186,6 +186,33 @@ func TestRatings(t *testing.T) {
 	})
 }
 
+// A ratings line that fails to parse was always told "(set header =
+// true if the file starts with a header line)", even on line 4 of
+// "1.0,2.0,3.5" (ids written as floats) or "7 2 NA": the hint only for a
+// line without a number, as csv gives it.
+func TestRatingsHeaderHint(t *testing.T) {
+	f := mustFormat(t, "ratings", DefaultFormatOptions())
+	for _, tc := range []struct {
+		line, want string
+		hint       bool
+	}{
+		{"user\titem\trating", `user "user" is not a non-negative integer`, true},
+		{"userId,movieId,rating,timestamp", `user "userId"`, true},
+		{"1.0,2.0,3.5", `user "1.0" is not a non-negative integer`, false},
+		{"7 -2 3.5", `item "-2" is not a non-negative integer`, false},
+		{"7 2 NA", `rating "NA" is not a number`, false},
+		{"u7 i2 4", `user "u7" is not a non-negative integer`, false},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			var r Records
+			err := f.ParseLine([]byte(tc.line), &r)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), headerHint) != tc.hint {
+				t.Fatalf("error %v, want one containing %q, header hint %v", err, tc.want, tc.hint)
+			}
+		})
+	}
+}
+
 func TestText(t *testing.T) {
 	f := mustFormat(t, "text", DefaultFormatOptions())
 	var r Records

@@ -47,17 +47,27 @@ func (f *ratingsFormat) ParseLine(line []byte, out *Records) error {
 	if n < 3 {
 		return fmt.Errorf("%d fields; want user item rating [timestamp]", n)
 	}
+	// The header hint only for a line without a number ("user item
+	// rating"): on "1.0,2.0,3.5" (ids a tool wrote as floats), "7 -2 3"
+	// or "7 2 NA" far down a file it sent the user after a header.
+	hint := headerHint
+	for _, fl := range fields[:n] {
+		if _, ok := parseFloat(fl); ok {
+			hint = ""
+			break
+		}
+	}
 	user, ok := parseUint(fields[0])
 	if !ok {
-		return fmt.Errorf("user %s is not a non-negative integer%s", quote(fields[0]), headerHint)
+		return fmt.Errorf("user %s is not a non-negative integer%s", quote(fields[0]), hint)
 	}
 	item, ok := parseUint(fields[1])
 	if !ok {
-		return fmt.Errorf("item %s is not a non-negative integer%s", quote(fields[1]), headerHint)
+		return fmt.Errorf("item %s is not a non-negative integer%s", quote(fields[1]), hint)
 	}
 	r, ok := parseFloat(fields[2])
 	if !ok {
-		return fmt.Errorf("rating %s is not a number%s", quote(fields[2]), headerHint)
+		return fmt.Errorf("rating %s is not a number%s", quote(fields[2]), hint)
 	}
 	out.Keys = append(out.Keys, user, item)
 	out.Vals = append(out.Vals, 1, 1)
