@@ -3,6 +3,7 @@ package tasks
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -315,6 +316,14 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 			if key, err := in.Generate.Check(); err != nil {
 				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate." + key},
 					Err: fmt.Errorf("input %q: generate: %w", n, err)}
+			}
+			// The file is written in the generator's format: under
+			// another, the task failed on its first line, once the
+			// file was written (format = "csv" with kind = "libsvm").
+			kind, format := cmp.Or(in.Generate.Kind, "libsvm"), cmp.Or(in.Format, "libsvm")
+			if kind != format {
+				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate.kind", "format"},
+					Err: fmt.Errorf("input %q: generate: kind = %q writes a %s file, but the input is read as %s: set format = %q, or another kind", n, kind, kind, format, kind)}
 			}
 		}
 		t.SetInput(n, spec)
