@@ -89,12 +89,20 @@ func Init(info *tasks.Info) error {
 	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 		for i := 0; i < r.Len(); i++ {
 			_, keys, vals := r.Row(i)
+			x2 := 0.0
 			for t, k := range keys {
 				if k >= uint64(dims) {
 					return fmt.Errorf("kmeans.init: %s: %w: feature key %d, width %d (table %q's width must be the number of features)", r.Where(i), ErrDims, k, dims, cfg.Centers)
 				}
 				if v := vals[t]; math.IsNaN(v) || math.IsInf(v, 0) {
 					return fmt.Errorf("kmeans.init: %s: %w: feature key %d is %v", r.Where(i), ErrNotFinite, k, v)
+				}
+				// Distances square the values: a row whose squared
+				// norm overflows made the seeding's objective
+				// infinite, reported as "the learning rate is likely
+				// too large", naming no line.
+				if x2 += vals[t] * vals[t]; math.IsInf(x2, 0) {
+					return fmt.Errorf("kmeans.init: %s: %w: feature key %d is %g, and the row's squared norm overflows a float64 (distances square the values): rescale the features", r.Where(i), ErrNotFinite, k, vals[t])
 				}
 				if sum != nil {
 					sum[k] += vals[t]

@@ -394,3 +394,49 @@ func TestInitNamesWhatItCannotSeedFrom(t *testing.T) {
 		})
 	}
 }
+
+// A finite value whose square overflows (1e160) made kmeans.init's
+// objective infinite, and the slave's backstop failed the stage with
+// "objective is infinite: the learning rate is likely too large" (k-means
+// has none), naming no line. Now the row is named, as a NaN is.
+func TestValueTooLargeToSquareNamesItsLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, row   string // the 3rd row of 4
+		standardize bool
+		want        string // "": seeds and trains
+	}{
+		{"large but squarable", "0 1:1e150 2:1", false, ""},
+		{"square overflows", "0 1:1e160 2:1", false, "big.libsvm line 3: feature value is not finite: feature key 0 is 1e+160, and the row's squared norm overflows"},
+		{"squares sum past the largest float", "0 1:1e154 2:1e154", false, "big.libsvm line 3: feature value is not finite: feature key 1 is 1e+154, and the row's squared norm overflows"},
+		{"standardized", "0 1:-1e160 2:1", true, "big.libsvm line 3: feature value is not finite: feature key 0 is -1e+160"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "big.libsvm")
+			if err := os.WriteFile(data, []byte("0 1:1 2:2\n0 1:2 2:1\n"+tc.row+"\n0 2:5\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			bsp := kvstore.Consistency{Kind: kvstore.BSP}
+			params := tasks.Params{"k": 2, "restarts": 1, "standardize": tc.standardize}
+			task := tasks.NewTask("kmeans-big").
+				AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: 2}).
+				SetInput("train", tasks.InputSpec{Path: data}).
+				SetStages(
+					tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
+					tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
+			_, err = local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
