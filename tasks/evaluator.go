@@ -3,6 +3,8 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -120,6 +122,13 @@ func EvaluateWith(ctx context.Context, modelPath, data string, o EvalOptions) (*
 	metrics, err := ev.Eval(m, recs)
 	if err != nil {
 		return nil, fmt.Errorf("model %s on %s: %w", modelPath, data, err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(metrics)) {
+		// A figure that overflowed is no score: printed as
+		// "rmse=+Inf" (a rating of 1e308), and eval exited 0.
+		if v := metrics[k]; math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("model %s on %s: %s is %v: the data or the model holds values too large to score (%d records)", modelPath, data, k, v, recs.Len())
+		}
 	}
 	return &Evaluation{Model: modelPath, Kind: m.Kind, Records: recs.Len(), Metrics: metrics}, nil
 }

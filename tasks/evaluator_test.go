@@ -1,0 +1,65 @@
+package tasks
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
+)
+
+// An evaluator's figure that overflowed (an mf model scored on a rating
+// of 1e308: rmse=+Inf; a k-means model on a value of 1e160: mse=+Inf) was
+// printed as a score and eval exited 0. Now it is an error naming the
+// figure.
+func TestEvaluateRefusesNonFiniteFigures(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.model")
+	f, err := os.Create(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Model{Kind: "test.figures", Tables: []ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 1, Width: 1}.WithDefaults(), Count: 1, Dense: true, Vals: []float64{1}}}}
+	if _, err := m.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "d.libsvm")
+	if err := os.WriteFile(data, []byte("1 1:1\n0 1:2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var figures map[string]float64
+	RegisterEvaluator("test.figures", Evaluator{Format: "libsvm", Eval: func(*Model, *datastore.Records) (map[string]float64, error) {
+		return figures, nil
+	}})
+	for _, tc := range []struct {
+		name    string
+		figures map[string]float64
+		want    string // "": scored
+	}{
+		{"finite", map[string]float64{"rmse": 0.5, "mae": 0.25}, ""},
+		{"large but finite", map[string]float64{"rmse": 1e300}, ""},
+		{"infinite", map[string]float64{"mae": 1e300, "rmse": math.Inf(1)}, "rmse is +Inf: the data or the model holds values too large to score (2 records)"},
+		{"NaN", map[string]float64{"logloss": math.NaN(), "accuracy": 1}, "logloss is NaN"},
+		{"negative infinity", map[string]float64{"objective": math.Inf(-1)}, "objective is -Inf"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			figures = tc.figures
+			ev, err := EvaluateWith(context.Background(), model, data, EvalOptions{})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want == "" && ev.Records != 2:
+				t.Fatalf("%d records scored, want 2", ev.Records)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
