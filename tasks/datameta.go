@@ -21,17 +21,36 @@ const (
 	MetaHeader      = "data.header"
 )
 
-// ModelMeta is the Meta of the model task t writes: t.Meta plus the
-// format options of its training input (the input the first stage's
-// "train" parameter names, default "train"; else the task's only input).
+// MetaTablePrefix starts the Meta keys that record which table a stage
+// param named: "table.table" = "weights" for lr.sgd's table = "weights".
+// An evaluator finds its tables by them (Model.TableName): it looked for
+// its default names only, so a model trained on renamed tables could
+// not be scored ("lr model has no table "w"").
+const MetaTablePrefix = "table."
+
+// ModelMeta is the Meta of the model task t writes: t.Meta, the tables
+// its stages' params name (MetaTablePrefix; the last stage naming one
+// wins), and the format options of its training input (the input the
+// first stage's "train" parameter names, default "train"; else the task's
+// only input).
 func ModelMeta(t *MultiStageTask) map[string]string {
-	in, ok := trainingInput(t)
-	if !ok {
-		return t.Meta
-	}
 	m := maps.Clone(t.Meta)
 	if m == nil {
 		m = map[string]string{}
+	}
+	for _, s := range t.Stages {
+		for param, v := range s.Params {
+			if name, ok := v.(string); ok && t.hasTable(name) {
+				m[MetaTablePrefix+param] = name
+			}
+		}
+	}
+	in, ok := trainingInput(t)
+	if !ok {
+		if len(m) == 0 {
+			return t.Meta
+		}
+		return m
 	}
 	format := in.Format
 	if format == "" {
@@ -44,6 +63,15 @@ func ModelMeta(t *MultiStageTask) map[string]string {
 	m[MetaDelimiter] = string([]byte{opt.Delimiter})
 	m[MetaHeader] = strconv.FormatBool(opt.Header)
 	return m
+}
+
+// TableName is the table the model's task named with stage param param
+// (ModelMeta), else def: the name an evaluator reads a table by.
+func (m *Model) TableName(param, def string) string {
+	if v := m.Meta[MetaTablePrefix+param]; v != "" {
+		return v
+	}
+	return def
 }
 
 func trainingInput(t *MultiStageTask) (InputSpec, bool) {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 )
 
 // TestEvalOptionsTakeTheRecordedFormat: a model records how its training
@@ -34,6 +35,34 @@ func TestEvalOptionsTakeTheRecordedFormat(t *testing.T) {
 			}
 			if f != tc.wantFormat || opt.IndexBase != tc.wantBase {
 				t.Fatalf("format %q index_base %d, want %q %d", f, opt.IndexBase, tc.wantFormat, tc.wantBase)
+			}
+		})
+	}
+}
+
+// A model records the tables its stages' params named, so an evaluator
+// finds a renamed table: lr.sgd with table = "weights" wrote a model that
+// flexps eval refused ("lr model has no table "w""), and an mf model
+// whose bias tables were renamed was scored without them.
+func TestModelMetaRecordsTheTablesParamsName(t *testing.T) {
+	task := NewTask("t").
+		AddTable(kvstore.TableSpec{Name: "weights", Size: 3}).
+		AddTable(kvstore.TableSpec{Name: "mu", Size: 1}).
+		SetInput("train", InputSpec{Path: "x"}).
+		SetStages(
+			Stage{Name: "a", Func: "f", Params: Params{"table": "weights", "train": "train", "epochs": 3, "bias": "mu"}},
+			Stage{Name: "b", Func: "f", Params: Params{"table": "mu"}})
+	m := &Model{Meta: ModelMeta(task)}
+	for _, tc := range []struct{ param, def, want string }{
+		{"table", "w", "mu"}, // the last stage naming it
+		{"bias", "bias", "mu"},
+		{"train", "train", "train"}, // an input, not a table: the default
+		{"epochs", "e", "e"},
+		{"users", "users", "users"},
+	} {
+		t.Run(tc.param, func(t *testing.T) {
+			if got := m.TableName(tc.param, tc.def); got != tc.want {
+				t.Fatalf("TableName(%q, %q) = %q, want %q (meta %v)", tc.param, tc.def, got, tc.want, m.Meta)
 			}
 		})
 	}

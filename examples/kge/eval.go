@@ -16,13 +16,15 @@ func init() {
 // ComplEx model (tables "entities" and "relations"), filtering the
 // triples of data itself: mrr, hits1, hits3, hits10.
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
-	et, ok := model.Table("entities")
+	// The tables its task's entities and relations params named.
+	en, rn := model.TableName("entities", "entities"), model.TableName("relations", "relations")
+	et, ok := model.Table(en)
 	if !ok {
-		return nil, errors.New("kge model has no table \"entities\"")
+		return nil, fmt.Errorf("kge model has no table %q", en)
 	}
-	rt, ok := model.Table("relations")
+	rt, ok := model.Table(rn)
 	if !ok {
-		return nil, errors.New("kge model has no table \"relations\"")
+		return nil, fmt.Errorf("kge model has no table %q", rn)
 	}
 	w := et.Spec.Width
 	if w == 0 || w%2 != 0 || rt.Spec.Width != w {

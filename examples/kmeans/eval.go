@@ -8,15 +8,17 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-// EvalModel scores a saved k-means model (table "centers") on records:
+// EvalModel scores a saved k-means model (table "centers", or the one its
+// task's centers param named) on records:
 // mse is the mean squared distance of a record to its nearest center,
 // objective the sum. Features beyond the centers' width count in full.
 // A model trained with standardize measures distances in its units (the
 // scale table it carries).
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
-	t, ok := model.Table("centers")
+	name := model.TableName("centers", "centers")
+	t, ok := model.Table(name)
 	if !ok {
-		return nil, errors.New("kmeans model has no table \"centers\"")
+		return nil, fmt.Errorf("kmeans model has no table %q", name)
 	}
 	if err := model.FitsDense(); err != nil {
 		return nil, fmt.Errorf("kmeans model: %w", err)
@@ -26,10 +28,10 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	}
 	k, dims := int(t.Spec.Size), t.Spec.Width
 	if k == 0 {
-		return nil, fmt.Errorf("kmeans model's table \"centers\" is empty")
+		return nil, fmt.Errorf("kmeans model's table %q is empty", name)
 	}
 	cs := NewCenters(k, dims, t.DenseValues())
-	if st, ok := model.Table(ScaleTable("centers")); ok { // trained with standardize
+	if st, ok := model.Table(ScaleTable(name)); ok { // trained with standardize
 		cs.Wt = st.DenseValues()
 		cs.Update()
 	}

@@ -220,3 +220,57 @@ func TestStageWithoutInterceptKeepsAnEarlierOne(t *testing.T) {
 		})
 	}
 }
+
+// lr.sgd trains the table its table param names, but flexps eval looked
+// for "w" only: a model trained with table = "weights" was written and
+// could not be scored ("lr model has no table "w""). The model now
+// records the name, and eval scores it as the task's last epoch did.
+func TestEvalFindsARenamedWeightTable(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var b strings.Builder
+	for range 300 {
+		x1, x2 := rng.Float64(), rng.Float64()
+		y := 0
+		if x1 > x2 {
+			y = 1
+		}
+		fmt.Fprintf(&b, "%d 1:%.6f 2:%.6f\n", y, x1, x2)
+	}
+	path := filepath.Join(dir, "train.libsvm")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"w", "weights"} {
+		t.Run(table, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			out := filepath.Join(dir, table+".model")
+			task := tasks.NewTask("renamed").
+				AddTable(kvstore.TableSpec{Name: table, Size: 2}).
+				SetInput("train", tasks.InputSpec{Path: path}).SetInput("test", tasks.InputSpec{Path: path}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP},
+					Params: tasks.Params{"epochs": 5, "batch": 20, "lr": 1.0, "table": table}})
+			task.Kind, task.Output = "lr", out
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := st.Results[0].Epochs
+			last := eps[len(eps)-1].Metrics
+			printed := last[tasks.MetricTestCorrect] / last[tasks.MetricTestSamples]
+			ev, err := tasks.Evaluate(ctx, out, path, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ev.Metrics["accuracy"]; got != printed || got < 0.8 {
+				t.Errorf("eval: accuracy %.4f, the task's last epoch %.4f", got, printed)
+			}
+		})
+	}
+}

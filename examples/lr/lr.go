@@ -468,15 +468,17 @@ func init() {
 	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Formats: []string{"libsvm", "csv"}, Eval: EvalModel})
 }
 
-// EvalModel scores a saved LR model (table "w", and its intercept "w.bias"
-// when the model has one) on records.
+// EvalModel scores a saved LR model (table "w", or the one its task's
+// table param named, and its intercept "w.bias" when the model has one)
+// on records.
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
-	t, ok := model.Table("w")
+	name := model.TableName("table", "w")
+	t, ok := model.Table(name)
 	if !ok {
-		return nil, errors.New("lr model has no table \"w\"")
+		return nil, fmt.Errorf("lr model has no table %q", name)
 	}
 	if t.Spec.Width != 1 {
-		return nil, fmt.Errorf("lr model: table \"w\" has %d values per key, want 1", t.Spec.Width)
+		return nil, fmt.Errorf("lr model: table %q has %d values per key, want 1", name, t.Spec.Width)
 	}
 	// A dense table is read in place; a keyed (sparse, hashed) one by
 	// lookup: its key space may be far too large for an array.
@@ -486,7 +488,7 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	}
 	var buf [1]float64
 	b := 0.0
-	if bt, ok := model.Table(BiasTable("w")); ok && bt.Spec.Size > 0 {
+	if bt, ok := model.Table(BiasTable(name)); ok && bt.Spec.Size > 0 {
 		b = bt.Lookup(0, buf[:])[0]
 	}
 	var st Stats

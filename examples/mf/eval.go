@@ -18,13 +18,16 @@ func init() {
 // A user or item beyond the model's tables is an error naming the file,
 // line and table (a 1-based file scored by a model of 0-based ids).
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
-	ut, ok := model.Table("users")
+	// The tables its task's params named (users = "u"...): by the
+	// default names a renamed bias table was silently left out.
+	un, in := model.TableName("users", "users"), model.TableName("items", "items")
+	ut, ok := model.Table(un)
 	if !ok {
-		return nil, errors.New("mf model has no table \"users\"")
+		return nil, fmt.Errorf("mf model has no table %q", un)
 	}
-	it, ok := model.Table("items")
+	it, ok := model.Table(in)
 	if !ok {
-		return nil, errors.New("mf model has no table \"items\"")
+		return nil, fmt.Errorf("mf model has no table %q", in)
 	}
 	rank := ut.Spec.Width
 	if it.Spec.Width != rank {
@@ -43,9 +46,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		}
 		return nil
 	}
-	mu, bu, bi := vec("bias"), vec("user_bias"), vec("item_bias")
+	mu, bu, bi := vec(model.TableName("bias", "bias")), vec(model.TableName("user_bias", "user_bias")), vec(model.TableName("item_bias", "item_bias"))
 	var z []float64 // implicit feedback: z_u, the first rank of 2 rank values per user
-	if t, ok := model.Table(UserImplicitTable("users")); ok {
+	if t, ok := model.Table(UserImplicitTable(un)); ok {
 		if t.Spec.Width != 2*rank || t.Spec.Size < ut.Spec.Size {
 			return nil, fmt.Errorf("mf model: table %q has size %d width %d, want width %d and size >= %d",
 				t.Spec.Name, t.Spec.Size, t.Spec.Width, 2*rank, ut.Spec.Size)
@@ -70,7 +73,7 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 			id   uint64
 			size uint64
 			name string
-		}{{"user", a, ut.Spec.Size, "users"}, {"item", b, it.Spec.Size, "items"}} {
+		}{{"user", a, ut.Spec.Size, un}, {"item", b, it.Spec.Size, in}} {
 			if x.id >= x.size {
 				return nil, fmt.Errorf("%s: %s id %d is outside the model's table %q (size %d: ids 0..%d)", data.Where(i), x.what, x.id, x.name, x.size, x.size-1)
 			}
