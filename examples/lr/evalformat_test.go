@@ -274,3 +274,78 @@ func TestEvalFindsARenamedWeightTable(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint can be scored with flexps eval, but one taken within a
+// standardizing lr.sgd stage holds the weights of the scaled features,
+// which the stage turns back into raw ones only after its last epoch: it
+// was scored as raw (accuracy 0.35, log-loss 1514, where the epoch's test
+// figures were 0.97 and 0.12). Now each checkpoint scores as the epoch it
+// ends (one worker: the epoch's test pass reads the checkpointed model).
+func TestEvalScoresACheckpointAsItsEpoch(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 8))
+	var b strings.Builder
+	for range 400 {
+		// Features of very different magnitudes, one dense with a large
+		// offset (centered), one sparse.
+		x1, x2 := 100+20*rng.Float64(), rng.Float64()
+		y := 0
+		if (x1-110)/10+x2 > 0.5 {
+			y = 1
+		}
+		if rng.IntN(3) == 0 {
+			fmt.Fprintf(&b, "%d 1:%.4f 2:%.4f 3:1\n", y, x1, x2)
+		} else {
+			fmt.Fprintf(&b, "%d 1:%.4f 2:%.4f\n", y, x1, x2)
+		}
+	}
+	path := filepath.Join(dir, "train.libsvm")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		params tasks.Params
+	}{
+		{"standardized with intercept", nil},
+		{"standardized without intercept", tasks.Params{"intercept": false}},
+		{"standardized with l2", tasks.Params{"l2": 0.01}},
+		{"raw", tasks.Params{"standardize": false, "lr": 0.001}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			ck := filepath.Join(t.TempDir(), "ck")
+			params := tasks.Params{"epochs": 3, "batch": 20, "lr": 0.5}
+			for k, v := range tc.params {
+				params[k] = v
+			}
+			task := tasks.NewTask("ckeval").
+				AddTable(kvstore.TableSpec{Name: "w", Size: 3}).
+				SetInput("train", tasks.InputSpec{Path: path}).SetInput("test", tasks.InputSpec{Path: path}).
+				SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: params})
+			task.Kind, task.Checkpoint = "lr", tasks.Checkpoint{Dir: ck, Every: "1 epochs", Keep: 10}
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := st.Results[0].Epochs
+			for i, ep := range eps {
+				file := filepath.Join(ck, fmt.Sprintf("ckpt-%06d.flexps", i+1))
+				ev, err := tasks.Evaluate(ctx, file, path, "", "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				printed := ep.Metrics[tasks.MetricTestLossSum] / ep.Metrics[tasks.MetricTestSamples]
+				if got := ev.Metrics["logloss"]; math.Abs(got-printed) > 1e-9*printed {
+					t.Errorf("checkpoint of epoch %d: eval logloss %.6f, the epoch's test logloss %.6f", ep.Epoch, got, printed)
+				}
+			}
+		})
+	}
+}

@@ -486,6 +486,17 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if t.Keys == nil {
 		w = t.Vals
 	}
+	if cfg, scaled, err := scaledStage(model, name); err != nil {
+		return nil, err
+	} else if scaled {
+		st, ok := model.Table(ScaleTable(name))
+		if !ok {
+			return nil, fmt.Errorf("lr model: a checkpoint of a standardizing stage without table %q", ScaleTable(name))
+		}
+		if w, err = rawWeights(t.DenseValues(), st, cfg.Intercept); err != nil {
+			return nil, err
+		}
+	}
 	var buf [1]float64
 	b := 0.0
 	if bt, ok := model.Table(BiasTable(name)); ok && bt.Spec.Size > 0 {
