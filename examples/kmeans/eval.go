@@ -30,7 +30,7 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if k == 0 {
 		return nil, fmt.Errorf("kmeans model's table %q is empty", name)
 	}
-	cs := NewCenters(k, dims, t.DenseValues())
+	cs := NewCenters(k, dims, lloydCenters(model, name, t, k, dims))
 	if st, ok := model.Table(ScaleTable(name)); ok { // trained with standardize
 		cs.Wt = st.DenseValues()
 		cs.Update()
@@ -42,4 +42,25 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		obj += d
 	}
 	return map[string]float64{"mse": obj / float64(data.Len()), tasks.MetricObjective: obj}, nil
+}
+
+// lloydCenters are the centers model holds for table t (named name, k x
+// dims): t's own, unless model is a checkpoint taken within a
+// kmeans.lloyd stage, whose centers are still in the restarts' table
+// (RunsTable) until the stage's end copies the best restart to t: a
+// checkpoint of Lloyd iteration 5 was scored with kmeans.init's seeds.
+// The best restart is the one the last complete update named in
+// CtlTable, whose centers the stage's end would copy.
+func lloydCenters(model *tasks.Model, name string, t *tasks.ModelTable, k, dims int) []float64 {
+	c, ok := model.Table(CtlTable(name))
+	if !ok || c.Spec.Size < ctlKeys || c.Spec.Width != 1 {
+		return t.DenseValues()
+	}
+	ctl := c.DenseValues()
+	runs, ok := model.Table(RunsTable(name))
+	best := int(ctl[ctlBest])
+	if ctl[ctlModel] != 0 || ctl[ctlDone] <= 0 || !ok || runs.Spec.Width != dims || best < 0 || uint64((best+1)*k) > runs.Spec.Size {
+		return t.DenseValues()
+	}
+	return runs.DenseValues()[best*k*dims : (best+1)*k*dims]
 }

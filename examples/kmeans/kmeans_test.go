@@ -3,6 +3,7 @@ package kmeans_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -436,6 +437,84 @@ func TestValueTooLargeToSquareNamesItsLine(t *testing.T) {
 				t.Fatal(err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("error %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A checkpoint taken within kmeans.lloyd holds the restarts' centers in
+// centers.runs; the centers table gets the best restart's only at the
+// stage's end. flexps eval scored every such checkpoint with
+// kmeans.init's seeds (iris: objective 97.63 for the checkpoint of each
+// iteration, where Lloyd was at 78.85 by the second). Now it scores the
+// centers the stage would write had it ended there: with one restart the
+// next iteration's objective, and never above the iteration's own.
+func TestEvalScoresALloydCheckpointByItsCenters(t *testing.T) {
+	data := filepath.Join("testdata", "blobs.libsvm")
+	for _, tc := range []struct {
+		name        string
+		restarts    int
+		standardize bool
+	}{
+		{"one restart", 1, false},
+		{"one restart standardized", 1, true},
+		{"three restarts", 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			ck := filepath.Join(t.TempDir(), "ck")
+			bsp := kvstore.Consistency{Kind: kvstore.BSP}
+			params := tasks.Params{"k": 5, "iterations": 6, "tol": 0, "seed": 2, "restarts": tc.restarts, "standardize": tc.standardize}
+			task := tasks.NewTask("kmeans-ck").
+				AddTable(kvstore.TableSpec{Name: "centers", Size: 5, Width: 4}).
+				SetInput("train", tasks.InputSpec{Path: data}).
+				SetStages(
+					tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
+					tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
+			task.Kind, task.Checkpoint = "kmeans", tasks.Checkpoint{Dir: ck, Every: "1 epochs", Keep: 20}
+			st, err := local.SubmitAndWait(ctx, task, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := st.Results[1].Epochs
+			files, err := filepath.Glob(filepath.Join(ck, "ckpt-*.flexps"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked := 0
+			for _, file := range files {
+				m, err := tasks.LoadModel(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var rec struct {
+					Progress struct{ Stage, Epoch int } `json:"progress"`
+				}
+				if err := json.Unmarshal(m.Checkpoint, &rec); err != nil {
+					t.Fatal(err)
+				}
+				i := rec.Progress.Epoch // Lloyd's iteration i done
+				if rec.Progress.Stage != 1 || i < 1 || i >= len(eps) {
+					continue
+				}
+				ev, err := tasks.Evaluate(ctx, file, data, "", "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, this, next := ev.Metrics["objective"], eps[i-1].Metrics["objective"], eps[i].Metrics["objective"]
+				if got > this*(1+1e-9) || tc.restarts == 1 && math.Abs(got-next) > 1e-9*next {
+					t.Errorf("checkpoint of iteration %d: objective %.6f, iteration %d's %.6f, %d's %.6f", i, got, i, this, i+1, next)
+				}
+				checked++
+			}
+			if checked != len(eps)-1 {
+				t.Fatalf("%d checkpoints of Lloyd iterations among %d files, want %d", checked, len(files), len(eps)-1)
 			}
 		})
 	}
