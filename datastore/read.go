@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -101,7 +102,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	if b.Whole && strings.HasSuffix(b.Path, ".gz") {
 		gz, err := gzip.NewReader(rc)
 		if err != nil {
-			return st, fmt.Errorf("datastore: %s: gzip: %w", b.Path, err)
+			return st, gzipErr(b.Path, err)
 		}
 		defer gz.Close()
 		r = gz
@@ -121,7 +122,7 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 	pos := openAt
 	readErr := func(err error) error {
 		if b.Whole && strings.HasSuffix(b.Path, ".gz") {
-			return fmt.Errorf("datastore: %s: gzip: %w", b.Path, err)
+			return gzipErr(b.Path, err)
 		}
 		return fmt.Errorf("datastore: read %s: %w", b.Path, err)
 	}
@@ -250,6 +251,20 @@ func ReadBlock(ctx context.Context, src Source, b Block, f Format, opt ReadOptio
 }
 
 var utf8BOM = []byte("\xef\xbb\xbf")
+
+// gzipErr is err of reading path, a ".gz" file. compress/gzip's own
+// errors say "gzip: " already ("datastore: x.gz: gzip: gzip: invalid
+// header" before); a file that does not start as gzip data is said to be
+// none.
+func gzipErr(path string, err error) error {
+	switch {
+	case errors.Is(err, gzip.ErrHeader):
+		return fmt.Errorf("datastore: %s: not gzip data, though its name ends in .gz (%w)", path, err)
+	case strings.HasPrefix(err.Error(), "gzip: "):
+		return fmt.Errorf("datastore: %s: %w", path, err)
+	}
+	return fmt.Errorf("datastore: %s: gzip: %w", path, err)
+}
 
 // countLines counts the '\n's of path before byte off: the lines before a
 // line that starts at off.

@@ -326,3 +326,40 @@ func TestReadBlockBatches(t *testing.T) {
 		t.Fatalf("sizes %v stats %+v err %v", sizes, st, err)
 	}
 }
+
+// A ".gz" file that fails to decompress names the file and says what is
+// wrong once: compress/gzip's errors carry "gzip: " already ("x.gz: gzip:
+// gzip: invalid header" before), and a file that is no gzip data at all
+// says so.
+func TestReadBlockGzipErrors(t *testing.T) {
+	content := "1 1:1 2:2\n0 3:3\n"
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(content))
+	zw.Close()
+	bad := bytes.Clone(gz.Bytes())
+	bad[len(bad)-6] ^= 0xff // the CRC-32 of the data
+	f := mustFormat(t, "libsvm", DefaultFormatOptions())
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"not gzip", []byte(content), ": not gzip data, though its name ends in .gz (gzip: invalid header)"},
+		{"truncated", gz.Bytes()[:gz.Len()-10], ": gzip: unexpected EOF"},
+		{"checksum", bad, ": gzip: invalid checksum"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "d.libsvm.gz", string(tc.data))
+			src := NewLocalSource()
+			blocks, err := src.Blocks(context.Background(), p, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ReadBlock(context.Background(), src, blocks[0], f, ReadOptions{}, func(*Records) error { return nil })
+			if err == nil || !strings.Contains(err.Error(), p+tc.want) || strings.Count(err.Error(), "gzip: ") != 1 {
+				t.Fatalf("error %v, want %q after the path, \"gzip: \" once", err, tc.want)
+			}
+		})
+	}
+}
