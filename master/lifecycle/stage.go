@@ -22,7 +22,8 @@ var ErrNonFinite = errors.New("non-finite value")
 // ErrNoRecords is wrapped by the error of a stage whose workers together
 // trained on no record in an epoch: its input holds no data (a file of
 // comments and blank lines, a filter that kept nothing), and the model it
-// would write is the untrained one.
+// would write is the untrained one; or scored no record of the test input
+// they report test figures of (MetricTestSamples).
 var ErrNoRecords = errors.New("no records")
 
 // DefaultProgressEvery is how often progress is published while workers
@@ -335,6 +336,13 @@ func (s *Stage) epochDone(epoch int) []Action {
 	}
 	if n, ok := e.Metrics[tasks.MetricSamples]; ok && n == 0 {
 		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker trained on a record (%w): the stage's training input holds no data lines (only blank or comment lines?)",
+			s.cfg.Task, s.cfg.Stage, s.cfg.Name, epoch, ErrNoRecords))
+	}
+	if n, ok := e.Metrics[tasks.MetricTestSamples]; ok && n == 0 {
+		// The stage measured its test figures on nothing: they were
+		// left out of the table and the task reported success, as if
+		// no test input had been asked for.
+		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker scored a test record (%w): the stage's test input holds no data lines (only blank or comment lines?)",
 			s.cfg.Task, s.cfg.Stage, s.cfg.Name, epoch, ErrNoRecords))
 	}
 	s.res.Epochs = append(s.res.Epochs, *e)

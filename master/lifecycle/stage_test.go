@@ -169,6 +169,21 @@ func TestSteps(t *testing.T) {
 			{done(1, "s1", time.Second), nil},
 			{done(2, "s2", time.Second), []string{"StageFinished"}},
 		}, ""},
+		// A test input of blank and comment lines: the test figures
+		// were left out of the table and the task reported success.
+		{"an epoch in which no worker scored a test record", []step{
+			{WorkerEpoch{Stage: 1, Rank: 0, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 3, "test_samples": 0}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 1, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 3, "test_samples": 0}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 2, Epoch: 1, Slave: "s2", Metrics: map[string]float64{"samples": 3, "test_samples": 0}}, []string{"StageFinished"}},
+		}, "task t1 stage 1 (train) epoch 1: no worker scored a test record (no records): the stage's test input holds no data lines"},
+		{"an epoch in which one worker scored test records", []step{
+			{WorkerEpoch{Stage: 1, Rank: 0, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 3, "test_samples": 0}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 1, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"samples": 3, "test_samples": 2}}, nil},
+			{WorkerEpoch{Stage: 1, Rank: 2, Epoch: 1, Slave: "s2", Metrics: map[string]float64{"samples": 3}}, []string{"Publish"}},
+			{done(0, "s1", time.Second), nil},
+			{done(1, "s1", time.Second), nil},
+			{done(2, "s2", time.Second), []string{"StageFinished"}},
+		}, ""},
 		{"NaN loss in progress", []step{
 			{WorkerProgress{Stage: 1, Rank: 1, Slave: "s1", Samples: 10, LossSum: math.NaN()}, []string{"StageFinished"}},
 		}, "task t1 stage 1 (train) epoch 1: worker 1 on slave s1 reported loss = NaN"},
