@@ -81,7 +81,48 @@ func init() {
 	tasks.RegisterTables("mf.sgd", AddTables)
 	tasks.RegisterParams("mf.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 	tasks.RegisterInputs("mf.sgd", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTaskParams("mf.sgd", tasks.DenseInMemory("mf.sgd", "users", "items", "bias", "user_bias", "item_bias"))
+	dense := tasks.DenseInMemory("mf.sgd", "users", "items", "bias", "user_bias", "item_bias")
+	tasks.RegisterTaskParams("mf.sgd", func(t *tasks.MultiStageTask) (int, string, error) {
+		if i, key, err := rankFits(t); err != nil {
+			return i, key, err
+		}
+		return dense(t)
+	})
+}
+
+// rankFits checks, at submission, that the factor tables of every mf.sgd
+// stage are as wide as its rank (unset: the users table's width), as the
+// stage does when it starts: there a mismatch came after the stages
+// before it had run.
+func rankFits(t *tasks.MultiStageTask) (int, string, error) {
+	for i, s := range t.Stages {
+		if s.Func != "mf.sgd" {
+			continue
+		}
+		cfg, err := ConfigFrom(s.Params)
+		if err != nil {
+			continue // refused by the params check
+		}
+		rank, key := cfg.Rank, "rank"
+		if rank == 0 {
+			key = ""
+		}
+		for _, name := range []string{cfg.Users, cfg.Items} {
+			for _, spec := range t.Tables {
+				if spec.Name != name {
+					continue
+				}
+				w := spec.WithDefaults().Width
+				if rank == 0 {
+					rank = w
+				}
+				if w != rank {
+					return i, key, fmt.Errorf("mf: table %q has width %d but rank = %d (the factor tables' width is the rank)", name, w, rank)
+				}
+			}
+		}
+	}
+	return -1, "", nil
 }
 
 // CountTable names the per-id rating counts mf.sgd keeps for factor table t.

@@ -53,3 +53,28 @@ func TestMFTableSetupRefusedAtSubmission(t *testing.T) {
 		})
 	}
 }
+
+// A factor table whose width is not the stage's rank failed the stage
+// when it started ("mf: table "users" has width 4 but rank = 3"), after
+// the stages before it had run. Now refused at submission, naming the
+// rank's line (the params' header when rank is unset: the users table's
+// width is the rank).
+func TestMFRankRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, users, items, rank string
+		want                     string // "" : valid
+		line                     int
+	}{
+		{"rank of the tables", "", "", "rank = 4", "", 0},
+		{"rank unset", "", "", "", "", 0},
+		{"rank below the width", "", "", "rank = 3", `mf: table "users" has width 4 but rank = 3 (the factor tables' width is the rank)`, 20},
+		{"items narrower", "", "width = 3", "rank = 4", `mf: table "factors" has width 3 but rank = 4`, 19},
+		{"rank unset, items narrower", "", "width = 3", "", `mf: table "factors" has width 3 but rank = 4`, 18},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("USERS", tc.users, "ITEMS", tc.items, "KIND", "", "rank = 4", tc.rank).Replace(setupJob)
+			src = strings.Replace(src, "width = 4\nwidth = 3", "width = 3", 1)
+			jobcheck.Expect(t, src, tc.want, tc.line)
+		})
+	}
+}
