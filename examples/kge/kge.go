@@ -67,7 +67,13 @@ func init() {
 	tasks.Register("kge.complex", ComplEx)
 	tasks.RegisterParams("kge.complex", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 	tasks.RegisterInputs("kge.complex", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTaskParams("kge.complex", tasks.DenseInMemory("kge.complex", "entities", "relations"))
+	dense := tasks.DenseInMemory("kge.complex", "entities", "relations")
+	tasks.RegisterTaskParams("kge.complex", func(t *tasks.MultiStageTask) (int, string, error) {
+		if i, key, err := dimFits(t); err != nil {
+			return i, key, err
+		}
+		return dense(t)
+	})
 	tasks.RegisterRelocates("kge.complex", func(s tasks.Stage) []string {
 		if c, err := ConfigFrom(s.Params); err == nil && c.Localize {
 			return []string{c.Entities}
@@ -133,6 +139,41 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		return c, fmt.Errorf("kge: decay must be >= 0, got %v", c.Decay)
 	}
 	return c, nil
+}
+
+// dimFits checks, at submission, that the tables of every kge.complex
+// stage are 2*dim wide (dim unset: half the entities table's width), as
+// the stage does when it starts: there a mismatch came after the stages
+// before it had run.
+func dimFits(t *tasks.MultiStageTask) (int, string, error) {
+	for i, s := range t.Stages {
+		if s.Func != "kge.complex" {
+			continue
+		}
+		c, err := ConfigFrom(s.Params)
+		if err != nil {
+			continue // refused by the params check
+		}
+		dim, key := c.Dim, "dim"
+		if dim == 0 {
+			key = ""
+		}
+		for _, name := range []string{c.Entities, c.Relations} {
+			for _, spec := range t.Tables {
+				if spec.Name != name {
+					continue
+				}
+				w := spec.WithDefaults().Width
+				if dim == 0 {
+					dim = w / 2
+				}
+				if w != 2*dim || w == 0 {
+					return i, key, fmt.Errorf("kge: table %q has width %d but dim = %d (the tables' width is 2*dim: real and imaginary parts)", name, w, dim)
+				}
+			}
+		}
+	}
+	return -1, "", nil
 }
 
 // stringList accepts a TOML array of strings or one string.

@@ -53,3 +53,27 @@ func TestKGETableSetupRefusedAtSubmission(t *testing.T) {
 		})
 	}
 }
+
+// Tables whose width is not 2*dim failed the stage when it started ("kge:
+// table "entities" has width 8 but dim = 3"), after the stages before it
+// had run. Now refused at submission, naming the dim line (the params'
+// header when dim is unset: half the entities table's width is the dim).
+func TestKGEDimRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, ents, rels, dim string
+		want                  string // "" : valid
+		line                  int
+	}{
+		{"dim of the tables", "", "", "dim = 4", "", 0},
+		{"dim unset", "", "", "", "", 0},
+		{"dim below", "", "", "dim = 3", `kge: table "entities" has width 8 but dim = 3 (the tables' width is 2*dim: real and imaginary parts)`, 20},
+		{"relations narrower", "", "width = 6", "dim = 4", `kge: table "rels" has width 6 but dim = 4`, 19},
+		{"odd width, dim unset", "width = 7", "width = 7", "", `kge: table "entities" has width 7 but dim = 3`, 17},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("ENTS", tc.ents, "RELS", tc.rels, "KIND", "", "dim = 4", tc.dim).Replace(setupJob)
+			src = strings.ReplaceAll(src, "width = 8\nwidth", "width")
+			jobcheck.Expect(t, src, tc.want, tc.line)
+		})
+	}
+}
