@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 
 	"github.com/flexps/flexps/datastore"
 )
@@ -126,6 +127,13 @@ func (o EvalOptions) dataFormat(m *Model, evFormat string) (string, datastore.Fo
 		if recorded != "" {
 			format = recorded
 		}
+	}
+	// An option of another format was ignored: --label-column 3 on data
+	// read as libsvm scored it without a word. Refused, as a job file's
+	// input refuses it.
+	header := o.Header != nil && *o.Header
+	if key, formats := foreignKey(datastore.CanonicalFormat(format), o.IndexBase != nil, o.LabelColumn != nil, o.Delimiter != "", header); key != "" {
+		return "", opt, fmt.Errorf("--%s applies only to %s data; the data is read as %s (set --format)", strings.ReplaceAll(key, "_", "-"), formats, format)
 	}
 	if recorded != "" && datastore.CanonicalFormat(recorded) == datastore.CanonicalFormat(format) {
 		var err error

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/flexps/flexps/datastore"
@@ -63,6 +64,42 @@ func TestModelMetaRecordsTheTablesParamsName(t *testing.T) {
 		t.Run(tc.param, func(t *testing.T) {
 			if got := m.TableName(tc.param, tc.def); got != tc.want {
 				t.Fatalf("TableName(%q, %q) = %q, want %q (meta %v)", tc.param, tc.def, got, tc.want, m.Meta)
+			}
+		})
+	}
+}
+
+// A flag of another format than the data's was ignored: --label-column 3
+// on data read as libsvm, --index-base 0 on csv, --header on libsvm
+// scored the data without a word, where a job file's input refuses such
+// an option. Now an error naming the flag.
+func TestEvalOptionsRefuseAnotherFormatsFlag(t *testing.T) {
+	zero, three, yes, no := 0, 3, true, false
+	libsvm := &Model{Meta: map[string]string{MetaFormat: "libsvm"}}
+	csv := &Model{Meta: map[string]string{MetaFormat: "csv"}}
+	for _, tc := range []struct {
+		name string
+		m    *Model
+		o    EvalOptions
+		want string // "": accepted
+	}{
+		{"index base on libsvm", libsvm, EvalOptions{IndexBase: &zero}, ""},
+		{"label column on csv", csv, EvalOptions{LabelColumn: &three, Delimiter: ";", Header: &yes}, ""},
+		{"header false on libsvm", libsvm, EvalOptions{Header: &no}, ""},
+		{"header on ratings", libsvm, EvalOptions{Format: "ratings", Header: &yes}, ""},
+		{"label column on libsvm", libsvm, EvalOptions{LabelColumn: &three}, "--label-column applies only to csv data; the data is read as libsvm (set --format)"},
+		{"index base on csv", csv, EvalOptions{IndexBase: &zero}, "--index-base applies only to libsvm data; the data is read as csv"},
+		{"index base on csv by --format", libsvm, EvalOptions{Format: "csv", IndexBase: &zero}, "--index-base applies only to libsvm data"},
+		{"delimiter on svmlight", csv, EvalOptions{Format: "svmlight", Delimiter: ";"}, "--delimiter applies only to csv data; the data is read as svmlight"},
+		{"header on libsvm", libsvm, EvalOptions{Header: &yes}, "--header applies only to csv or ratings data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := tc.o.dataFormat(tc.m, "libsvm")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}

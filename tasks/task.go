@@ -644,6 +644,16 @@ func foreignOption(name, format string, indexBase, label, delimiter, header bool
 	if format == "" {
 		format = "libsvm"
 	}
+	if key, formats := foreignKey(format, indexBase, label, delimiter, header); key != "" {
+		return key, fmt.Errorf("input %q: %s applies only to format %s, not %s", name, key, formats, format)
+	}
+	return "", nil
+}
+
+// foreignKey is foreignOption's finding: the first option set for
+// another format than format, and the formats it applies to ("csv or
+// ratings"); "" when there is none.
+func foreignKey(format string, indexBase, label, delimiter, header bool) (key, formats string) {
 	for _, o := range []struct {
 		key     string
 		set     bool
@@ -655,8 +665,8 @@ func foreignOption(name, format string, indexBase, label, delimiter, header bool
 		{"header", header, []string{"csv", "ratings"}},
 	} {
 		if o.set && !slices.Contains(o.formats, format) {
-			return o.key, fmt.Errorf("input %q: %s applies only to format %s, not %s", name, o.key, strings.Join(o.formats, " or "), format)
+			return o.key, strings.Join(o.formats, " or ")
 		}
 	}
-	return "", nil
+	return "", ""
 }
