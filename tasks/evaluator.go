@@ -21,6 +21,10 @@ type Evaluator struct {
 	// another format (--format text: records without features) is
 	// refused instead of scored.
 	Formats []string
+	// Labeled: the kind scores records against their labels, so csv
+	// data read without a label column (label_column -1: every label 0)
+	// is refused instead of scored.
+	Labeled bool
 	// Eval returns named metrics (e.g. accuracy, logloss, rmse).
 	Eval func(m *Model, data *datastore.Records) (map[string]float64, error)
 }
@@ -114,6 +118,9 @@ func EvaluateWith(ctx context.Context, modelPath, data string, o EvalOptions) (*
 	}
 	if f := strings.ToLower(format); len(ev.Formats) > 0 && !slices.Contains(ev.Formats, f) && !(f == "svmlight" && slices.Contains(ev.Formats, "libsvm")) {
 		return nil, fmt.Errorf("model %s: a %s model scores %s data, not %s", modelPath, m.Kind, strings.Join(ev.Formats, " or "), format)
+	}
+	if ev.Labeled && datastore.CanonicalFormat(format) == "csv" && opt.LabelColumn < 0 {
+		return nil, fmt.Errorf("model %s: a %s model is scored against the data's labels, and label column -1 reads none (every label 0): name the label's column (--label-column)", modelPath, m.Kind)
 	}
 	recs, err := datastore.ReadAllWith(ctx, data, format, opt)
 	if err != nil {

@@ -63,3 +63,52 @@ func TestEvaluateRefusesNonFiniteFigures(t *testing.T) {
 		})
 	}
 }
+
+// A model scored against labels (lr) on csv data read with label column
+// -1 saw every label 0: its accuracy was the share it predicted negative,
+// exit 0. Refused now, for a kind that says it needs labels.
+func TestEvaluateRefusesUnlabeledDataForALabeledKind(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.model")
+	m := &Model{Tables: []ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 1, Width: 1}.WithDefaults(), Count: 1, Dense: true, Vals: []float64{1}}}}
+	data := filepath.Join(dir, "d.csv")
+	if err := os.WriteFile(data, []byte("1,0.5\n0,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	score := func(*Model, *datastore.Records) (map[string]float64, error) {
+		return map[string]float64{"accuracy": 1}, nil
+	}
+	RegisterEvaluator("test.labeled", Evaluator{Format: "libsvm", Labeled: true, Eval: score})
+	RegisterEvaluator("test.unlabeled", Evaluator{Format: "libsvm", Eval: score})
+	none, first := -1, 0
+	for _, tc := range []struct {
+		name, kind string
+		label      *int
+		want       string // "": scored
+	}{
+		{"labeled kind, label column 0", "test.labeled", &first, ""},
+		{"labeled kind, no label column", "test.labeled", &none, "a test.labeled model is scored against the data's labels, and label column -1 reads none"},
+		{"unlabeled kind, no label column", "test.unlabeled", &none, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m.Kind = tc.kind
+			f, err := os.Create(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.WriteTo(f); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_, err = EvaluateWith(context.Background(), model, data, EvalOptions{Format: "csv", LabelColumn: tc.label})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

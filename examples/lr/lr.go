@@ -465,7 +465,7 @@ func applyDecay(info *tasks.Info, w, steps tasks.Table, before float64, mine int
 }
 
 func init() {
-	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Formats: []string{"libsvm", "csv"}, Eval: EvalModel})
+	tasks.RegisterEvaluator("lr", tasks.Evaluator{Format: "libsvm", Formats: []string{"libsvm", "csv"}, Labeled: true, Eval: EvalModel})
 }
 
 // EvalModel scores a saved LR model (table "w", or the one its task's
