@@ -47,6 +47,12 @@ func (f *csvFormat) ParseLine(line []byte, out *Records) error {
 			if f.noNumbers(line) { // "label,age,income": a header
 				hint = headerHint
 			}
+			if len(field) == 0 {
+				// `column 1: "" is not a number` left the user to
+				// find the doubled separator (a space-aligned file
+				// read with delimiter " ") or the one ending the line.
+				return fmt.Errorf("column %d is empty: two delimiters %q in a row, or one at the line's start or end%s", col, f.delim, hint)
+			}
 			return fmt.Errorf("column %d: %s is not a number%s", col, quote(field), hint)
 		}
 		if col == f.label {

@@ -213,6 +213,36 @@ func TestRatingsHeaderHint(t *testing.T) {
 	}
 }
 
+// An empty cell was reported as `column 1: "" is not a number`: the
+// doubled delimiter (a space-aligned file read with delimiter " ") or
+// the one ending the line is named now.
+func TestCSVEmptyCell(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		delim byte
+		want  string
+	}{
+		{"1,,2", ',', `column 1 is empty: two delimiters ',' in a row, or one at the line's start or end`},
+		{"1  2.5   3", ' ', `column 1 is empty: two delimiters ' ' in a row`},
+		{"1\t2.5\t3\t", '\t', `column 3 is empty: two delimiters '\t' in a row, or one at the line's start or end`},
+		{",1,2", ',', "column 0 is empty"},
+		{"1, ,2", ',', "column 1 is empty"},
+		{"1,x,2", ',', `column 1: "x" is not a number`},
+		// pandas' to_csv with its index: the header's first cell is empty.
+		{",f0,f1", ',', "column 0 is empty: two delimiters ',' in a row, or one at the line's start or end (set header = true if the file starts with a header line)"},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			opt := DefaultFormatOptions()
+			opt.Delimiter = tc.delim
+			var r Records
+			err := mustFormat(t, "csv", opt).ParseLine([]byte(tc.line), &r)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestText(t *testing.T) {
 	f := mustFormat(t, "text", DefaultFormatOptions())
 	var r Records
