@@ -2,6 +2,7 @@ package mf
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/flexps/flexps/datastore"
@@ -82,6 +83,12 @@ func prepareCounts(info *tasks.Info, t Tables, train tasks.Input, cfg Config) (f
 				return err
 			}
 			y := r.Labels[i]
+			if math.IsInf(y*y, 0) {
+				// The variance and every error square it: the first
+				// error to overflow failed the stage at another line,
+				// blaming the learning rate.
+				return fmt.Errorf("%s: rating %g: its square overflows a float64 (the errors are squared): rescale the ratings", r.Where(i), y)
+			}
 			add(users, u, y)
 			add(items, it, y)
 			n++

@@ -406,3 +406,48 @@ func TestLaterStageKeepsTablesItDoesNotTrain(t *testing.T) {
 		})
 	}
 }
+
+// A rating whose square overflows (1e200, a corrupt line) made some later
+// error infinite, and the stage failed naming that other line and
+// blaming the learning rate ("non-finite prediction error (train line 46)
+// at lr 0.05: lower lr"). Now the rating's own line is named.
+func TestRatingTooLargeToSquareNamesItsLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, rating string
+		want         []string // none: trains
+	}{
+		{"ordinary", "4.5", nil},
+		{"too large to square", "1e200", []string{"train.tsv line 5: rating 1e+200: its square overflows a float64", "rescale the ratings"}},
+		{"negative", "-2e160", []string{"train.tsv line 5: rating -2e+160"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			trainPath, testPath := filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
+			var b strings.Builder
+			for u := range 5 {
+				for i := range 3 {
+					r := fmt.Sprint(1 + (u+i)%5)
+					if u == 1 && i == 1 {
+						r = tc.rating // line 5
+					}
+					fmt.Fprintf(&b, "%d\t%d\t%s\n", u, i, r)
+				}
+			}
+			if err := os.WriteFile(trainPath, []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(testPath, []byte("1\t1\t3\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := train(t, trainPath, testPath, 5, 3, 2, 1, kvstore.Consistency{Kind: kvstore.BSP}, "ps", tasks.Params{"epochs": 1})
+			if len(tc.want) == 0 && r.err != nil {
+				t.Fatal(r.err)
+			}
+			for _, want := range tc.want {
+				if r.err == nil || !strings.Contains(r.err.Error(), want) {
+					t.Errorf("error %v does not name %q", r.err, want)
+				}
+			}
+		})
+	}
+}
