@@ -144,3 +144,49 @@ func TestBlockingLocalizesAndLearns(t *testing.T) {
 		t.Errorf("test RMSE blocked %.4f / static %.4f not well below the mean baseline %.4f", blocked.rmse, static.rmse, base)
 	}
 }
+
+// A rating beyond the tables, in the training or the test input, failed
+// the stage with "rating (259, 46) is beyond the tables' sizes", naming
+// neither the file nor the line. Now both are named.
+func TestRatingBeyondTheTablesNamesFileAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, train, test string
+		want              string // after the path; "": trains
+	}{
+		{"within", "0\t0\t3\n1\t1\t4\n2\t0\t5\n", "1\t0\t2\n", ""},
+		{"training user beyond", "0\t0\t3\n1\t1\t4\n3\t0\t5\n", "1\t0\t2\n", "train.tsv line 3: rating (3, 0) is beyond the tables' sizes (3 users, 2 items; ids are 0-based keys)"},
+		{"test item beyond", "0\t0\t3\n1\t1\t4\n2\t0\t5\n", "1\t0\t2\n# c\n0\t2\t1\n", "test.tsv line 3: rating (0, 2) is beyond the tables' sizes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			trainPath, testPath := filepath.Join(dir, "train.tsv"), filepath.Join(dir, "test.tsv")
+			if err := os.WriteFile(trainPath, []byte(tc.train), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(testPath, []byte(tc.test), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			task := tasks.NewTask("mfblock-ids").
+				AddTable(kvstore.TableSpec{Name: "users", Size: 3, Width: 2}).
+				AddTable(kvstore.TableSpec{Name: "items", Size: 2, Width: 2}).
+				SetInput("train", tasks.InputSpec{Path: trainPath, Format: "ratings"}).
+				SetInput("test", tasks.InputSpec{Path: testPath, Format: "ratings"}).
+				SetStages(tasks.Stage{Name: "dsgd", Func: mfblock.Func, Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.ASP},
+					Params: tasks.Params{"rank": 2, "epochs": 1}})
+			_, err = local.SubmitAndWait(ctx, task, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatal(err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), filepath.Join(dir, tc.want))):
+				t.Fatalf("error %v, want it to say %q", err, filepath.Join(dir, tc.want))
+			}
+		})
+	}
+}
