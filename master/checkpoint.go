@@ -71,22 +71,12 @@ func (c *checkpointer) requestStop() {
 	c.stop = true
 }
 
-// plannedEpochs is how many epochs stage st runs, as its parameters say
-// ("epochs", or "iterations" for k-means); 0 when unknown. A stage of
-// unknown length is checkpointed only at its end.
-func plannedEpochs(st *tasks.Stage) int {
-	if n := st.Params.Int("epochs", 0); n > 0 {
-		return n
-	}
-	return st.Params.Int("iterations", 0)
-}
-
 // epochBarriers reports whether stage st's workers stop at each epoch's
 // end so the master can checkpoint there: ps stages of known length (a
 // one-slave stage keeps its model in the slave's memory, which the shard
 // scan cannot read mid-stage), never during auto trials.
 func (t *taskRun) epochBarriers(st *tasks.Stage, trial time.Duration) bool {
-	return t.ckpt != nil && st.WorkerKind == tasks.KindPS && trial == 0 && plannedEpochs(st) > 0
+	return t.ckpt != nil && st.WorkerKind == tasks.KindPS && trial == 0 && tasks.PlannedEpochs(st) > 0
 }
 
 // epochWaiter is a worker waiting at the barrier that ends its epoch; the
@@ -123,7 +113,7 @@ func (t *taskRun) epochEnd(k int, st *tasks.Stage, epoch int, waiters []any, liv
 	// stage may still change its tables after it (lr writes its weights
 	// back to raw scale).
 	due, stop := false, false
-	if epoch < plannedEpochs(st) {
+	if epoch < tasks.PlannedEpochs(st) {
 		due, stop = t.ckpt.epochDone(t.m.cfg.Now())
 	}
 	if due {

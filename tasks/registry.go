@@ -110,6 +110,32 @@ var inputHooks hooks[[]InputParam]
 // accepted and failed when it started, after the stages before it ran.
 func RegisterInputs(name string, params ...InputParam) { inputHooks.set(name, params) }
 
+// EpochsFunc is how many epochs (Info.ReportEpoch calls) a stage of a
+// function runs at most, given its params, with the function's defaults
+// applied (0: not known ahead).
+type EpochsFunc func(Params) int
+
+var epochHooks hooks[EpochsFunc]
+
+// RegisterEpochs tells the master how many epochs a stage of function
+// name runs, so that a [checkpoint] every N epochs counts them also when
+// the stage leaves its epochs param at the function's default (before, such
+// a stage was checkpointed only at its end).
+func RegisterEpochs(name string, fn EpochsFunc) { epochHooks.set(name, fn) }
+
+// PlannedEpochs is how many epochs stage st runs, as its function says
+// (RegisterEpochs) or, for a function that does not, as its params
+// "epochs" or "iterations" say; 0 when unknown.
+func PlannedEpochs(st *Stage) int {
+	if fn, ok := epochHooks.get(st.Func); ok {
+		return fn(st.Params)
+	}
+	if n := st.Params.Int("epochs", 0); n > 0 {
+		return n
+	}
+	return st.Params.Int("iterations", 0)
+}
+
 var bspHooks hooks[bool]
 
 // RegisterNeedsBSP makes Validate refuse a stage of function name that

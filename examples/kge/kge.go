@@ -66,6 +66,7 @@ const (
 func init() {
 	tasks.Register("kge.complex", ComplEx)
 	tasks.RegisterParams("kge.complex", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
+	tasks.RegisterEpochs("kge.complex", func(p tasks.Params) int { c, _ := ConfigFrom(p); return c.Epochs })
 	tasks.RegisterInputs("kge.complex", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
 	dense := tasks.DenseInMemory("kge.complex", "entities", "relations")
 	tasks.RegisterTaskParams("kge.complex", func(t *tasks.MultiStageTask) (int, string, error) {

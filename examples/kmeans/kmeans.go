@@ -79,6 +79,7 @@ func init() {
 	tasks.Register("kmeans.init", Init)
 	tasks.Register("kmeans.lloyd", Lloyd)
 	tasks.RegisterNeedsBSP("kmeans.lloyd")
+	tasks.RegisterEpochs("kmeans.lloyd", func(p tasks.Params) int { c, _ := ConfigFrom(p); return c.Iterations })
 	for _, fn := range []string{"kmeans.init", "kmeans.lloyd"} {
 		tasks.RegisterParams(fn, func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true})

@@ -349,3 +349,54 @@ func TestEvalScoresACheckpointAsItsEpoch(t *testing.T) {
 		})
 	}
 }
+
+// A stage that leaves epochs at lr.sgd's default (5) is checkpointed at
+// every epoch's end as [checkpoint] every asks: the master counts the
+// epochs the function says it runs (tasks.RegisterEpochs). Before, it
+// read only an explicit epochs param, and such a stage was checkpointed
+// at its end alone.
+func TestDefaultEpochsAreCheckpointedEachEpoch(t *testing.T) {
+	for _, tc := range []struct {
+		params tasks.Params
+		epochs int
+	}{
+		{tasks.Params{}, 5},
+		{tasks.Params{"epochs": 2}, 2},
+	} {
+		if got := tasks.PlannedEpochs(&tasks.Stage{Func: "lr.sgd", Params: tc.params}); got != tc.epochs {
+			t.Errorf("PlannedEpochs(lr.sgd %v) = %d, want %d", tc.params, got, tc.epochs)
+		}
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "train.libsvm")
+	var b strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&b, "%d 1:%d 2:1\n", i%2, i%2)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	ck := filepath.Join(dir, "ck")
+	task := tasks.NewTask("ckdefault").
+		AddTable(kvstore.TableSpec{Name: "w", Size: 3}).
+		SetInput("train", tasks.InputSpec{Path: path}).
+		SetStages(tasks.Stage{Name: "sgd", Func: "lr.sgd", Workers: 1, Consistency: kvstore.Consistency{Kind: kvstore.BSP}, Params: tasks.Params{"batch": 20}})
+	task.Kind, task.Checkpoint = "lr", tasks.Checkpoint{Dir: ck, Every: "1 epochs", Keep: 10}
+	if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(ck, "ckpt-*.flexps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 5 {
+		t.Fatalf("%d checkpoints %v, want 5: one per epoch of the default 5", len(files), files)
+	}
+}

@@ -80,6 +80,7 @@ func init() {
 	tasks.Register("mf.sgd", SGD)
 	tasks.RegisterTables("mf.sgd", AddTables)
 	tasks.RegisterParams("mf.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
+	tasks.RegisterEpochs("mf.sgd", func(p tasks.Params) int { c, _ := ConfigFrom(p); return c.Epochs })
 	tasks.RegisterInputs("mf.sgd", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
 	dense := tasks.DenseInMemory("mf.sgd", "users", "items", "bias", "user_bias", "item_bias")
 	tasks.RegisterTaskParams("mf.sgd", func(t *tasks.MultiStageTask) (int, string, error) {

@@ -59,6 +59,7 @@ const (
 func init() {
 	tasks.Register(Func, Blocked)
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
+	tasks.RegisterEpochs(Func, func(p tasks.Params) int { c, _ := configFrom(p); return c.epochs })
 	tasks.RegisterInputs(Func, tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
 	tasks.RegisterTaskParams(Func, tasks.DenseInMemory(Func, "users", "items"))
 	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
