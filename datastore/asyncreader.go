@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -78,13 +79,18 @@ type AsyncReader struct {
 	free      []*Records // released batches, to decode into again
 	buffered  int64
 	producers int // still running
-	err       error
-	closed    bool
-	stats     PassStats
-	maxBad    int
-	badFrac   float64 // ReadOptions.MaxBadFraction, checked at the pass's end (skip mode)
-	ahead     int     // blocks taken from Next whose end the consumer has not reached
-	ends      []Block // the blocks of the end markers (nil batches) queued, in order
+	// cols is the number of fields of the csv rows this reader handed
+	// out first (0: none yet) and colsAt where; a block of rows with
+	// another number fails the pass (see Next).
+	cols    int
+	colsAt  string
+	err     error
+	closed  bool
+	stats   PassStats
+	maxBad  int
+	badFrac float64 // ReadOptions.MaxBadFraction, checked at the pass's end (skip mode)
+	ahead   int     // blocks taken from Next whose end the consumer has not reached
+	ends    []Block // the blocks of the end markers (nil batches) queued, in order
 }
 
 // NewAsyncReader starts cfg.Producers producers that run until the blocks
@@ -398,6 +404,9 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 				}
 				continue
 			}
+			if err := r.sameCols(rec); err != nil {
+				return nil, err
+			}
 			return rec, nil
 		case r.producers == 0:
 			if bad, n := r.stats.BadLines, r.stats.Records; bad > 0 && float64(bad) > r.badFrac*float64(bad+n) {
@@ -420,6 +429,34 @@ func (r *AsyncReader) Next(ctx context.Context) (*Records, error) {
 		waited += time.Since(t)
 		r.mu.Lock()
 	}
+}
+
+// sameCols fails the pass when rec's csv rows have another number of
+// fields than the rows handed out before: each block checks its own rows,
+// but the files of a directory or glob input that differ by a column were
+// read with every feature after the missing one shifted, without a word.
+// A worker sees the blocks it reads, which are most of an input's when it
+// is one of a few. Called with r.mu held.
+func (r *AsyncReader) sameCols(rec *Records) error {
+	if rec.cols == 0 || rec.Len() == 0 {
+		return nil
+	}
+	if r.cols == 0 {
+		// The file, not the line: Where counts the lines before a block
+		// that does not start its file, which is for errors only.
+		r.cols, r.colsAt = rec.cols, "earlier rows"
+		if len(rec.Origins) > 0 {
+			r.colsAt = "the rows of " + rec.Origins[0].Path
+		}
+		return nil
+	}
+	if rec.cols == r.cols {
+		return nil
+	}
+	r.err = fmt.Errorf("%s: the row has %d columns, %s %d (every csv file of an input needs the same columns)", rec.Where(0), rec.cols, r.colsAt, r.cols)
+	r.broadcast()
+	r.cancel()
+	return r.err
 }
 
 // Close stops the producers and waits for them. It is idempotent.
