@@ -83,7 +83,13 @@ func init() {
 	for _, fn := range []string{"kmeans.init", "kmeans.lloyd"} {
 		tasks.RegisterParams(fn, func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true})
-		tasks.RegisterTaskParams(fn, tasks.DenseInMemory(fn, "centers"))
+		dense := tasks.DenseInMemory(fn, "centers")
+		tasks.RegisterTaskParams(fn, func(t *tasks.MultiStageTask) (int, string, error) {
+			if i, key, err := kFits(t, fn); err != nil {
+				return i, key, err
+			}
+			return dense(t)
+		})
 	}
 	tasks.RegisterTables("kmeans.init", func(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 		return helperTables(st, declared, false)
@@ -92,6 +98,27 @@ func init() {
 		return helperTables(st, declared, true)
 	})
 	tasks.RegisterEvaluator("kmeans", tasks.Evaluator{Format: "libsvm", Formats: []string{"libsvm", "csv"}, Eval: EvalModel})
+}
+
+// kFits checks, at submission, that k of every stage of function fn is at
+// most its centers table's size, as the stage does when it starts: there a
+// k too large failed after the stages before it had run.
+func kFits(t *tasks.MultiStageTask, fn string) (int, string, error) {
+	for i, s := range t.Stages {
+		if s.Func != fn {
+			continue
+		}
+		cfg, err := ConfigFrom(s.Params)
+		if err != nil || cfg.K == 0 {
+			continue // refused by the params check, or k is the table's size
+		}
+		for _, spec := range t.Tables {
+			if spec.Name == cfg.Centers && uint64(cfg.K) > spec.Size {
+				return i, "k", fmt.Errorf("kmeans: k = %d but table %q has only %d keys (size must be >= k)", cfg.K, cfg.Centers, spec.Size)
+			}
+		}
+	}
+	return 0, "", nil
 }
 
 // Helper table names for centers table c.

@@ -63,3 +63,26 @@ func TestKMeansTakesUnlabeledCSV(t *testing.T) {
 		})
 	}
 }
+
+// k larger than the centers table failed when the stage started, after
+// the stages before it had run. Now refused at submission, naming k's line.
+func TestKMeansKRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, initK, lloydK string
+		want                string // "" : valid
+		line                int
+	}{
+		{"k of the table", "k = 3", "k = 3", "", 0},
+		{"k unset", "", "", "", 0},
+		{"init k too large", "k = 4", "k = 3", `kmeans: k = 4 but table "centers" has only 3 keys`, 14},
+		{"lloyd k too large", "k = 3", "k = 9", `kmeans: k = 9 but table "centers" has only 3 keys`, 21},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("STORAGE", "", "INITKIND", "", "LLOYDKIND", "").Replace(setupJob)
+			src = strings.Replace(src, "[stage.params]\nk = 3\n[[stage]]", "[stage.params]\n"+tc.initK+"\n[[stage]]", 1)
+			src = strings.Replace(src, "LLOYDKIND", "", 1)
+			src = src[:strings.LastIndex(src, "k = 3")] + tc.lloydK + "\n"
+			jobcheck.Expect(t, src, tc.want, tc.line)
+		})
+	}
+}

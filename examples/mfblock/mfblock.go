@@ -61,7 +61,13 @@ func init() {
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
 	tasks.RegisterEpochs(Func, func(p tasks.Params) int { c, _ := configFrom(p); return c.epochs })
 	tasks.RegisterInputs(Func, tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTaskParams(Func, tasks.DenseInMemory(Func, "users", "items"))
+	dense := tasks.DenseInMemory(Func, "users", "items")
+	tasks.RegisterTaskParams(Func, func(t *tasks.MultiStageTask) (int, string, error) {
+		if i, key, err := rankFits(t); err != nil {
+			return i, key, err
+		}
+		return dense(t)
+	})
 	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
 		if c, err := configFrom(s.Params); err == nil && c.localize {
 			return []string{c.users, c.items}
@@ -76,6 +82,39 @@ type config struct {
 	localize            bool
 	users, items        string
 	train, test         string
+}
+
+// rankFits checks, at submission, that the tables of every mf.blocked
+// stage are as wide as its rank (unset: the users table's width), as the
+// stage does when it starts: there a mismatch came after the stages
+// before it had run.
+func rankFits(t *tasks.MultiStageTask) (int, string, error) {
+	for i, s := range t.Stages {
+		if s.Func != Func {
+			continue
+		}
+		cfg, err := configFrom(s.Params)
+		if err != nil {
+			continue // refused by the params check
+		}
+		width := map[string]int{}
+		for _, spec := range t.Tables {
+			width[spec.Name] = spec.WithDefaults().Width
+		}
+		u, uok := width[cfg.users]
+		it, iok := width[cfg.items]
+		if !uok || !iok {
+			continue // a missing table is named when the stage opens it
+		}
+		rank, key := cfg.rank, "rank"
+		if rank == 0 {
+			rank, key = u, ""
+		}
+		if u != rank || it != rank {
+			return i, key, fmt.Errorf("%s: tables %q and %q must have width = rank = %d (got %d and %d)", Func, cfg.users, cfg.items, rank, u, it)
+		}
+	}
+	return 0, "", nil
 }
 
 func configFrom(p tasks.Params) (config, error) {

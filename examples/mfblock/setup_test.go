@@ -49,3 +49,26 @@ func TestBlockedTableSetupRefusedAtSubmission(t *testing.T) {
 		})
 	}
 }
+
+// Tables narrower or wider than rank failed when the stage started, after
+// the stages before it had run. Now refused at submission, naming rank's
+// line (the params' header when rank is unset).
+func TestBlockedRankRefusedAtSubmission(t *testing.T) {
+	for _, tc := range []struct {
+		name, rank, itemsWidth string
+		want                   string // "" : valid
+		line                   int
+	}{
+		{"rank of the tables", "rank = 4", "width = 4", "", 0},
+		{"rank unset", "", "width = 4", "", 0},
+		{"rank below the width", "rank = 3", "width = 4", `mf.blocked: tables "users" and "items" must have width = rank = 3 (got 4 and 4)`, 19},
+		{"items narrower", "rank = 4", "width = 3", `must have width = rank = 4 (got 4 and 3)`, 19},
+		{"rank unset, items narrower", "", "width = 3", `must have width = rank = 4 (got 4 and 3)`, 18},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.NewReplacer("USERS", "", "KIND", "", "rank = 4", tc.rank).Replace(setupJob)
+			src = strings.Replace(src, "size = 10\nwidth = 4\n[input.train]", "size = 10\n"+tc.itemsWidth+"\n[input.train]", 1)
+			jobcheck.Expect(t, src, tc.want, tc.line)
+		})
+	}
+}
