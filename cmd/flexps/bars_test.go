@@ -129,9 +129,11 @@ func TestFailoverIsPrinted(t *testing.T) {
 	task.Results = []status.StageResult{{Index: 0, Name: "sgd", Func: "lr.sgd", Workers: 6, Failovers: []status.Failover{
 		{Slave: "s1", Ranks: []int{2, 3}, Blocks: 4, Survivors: 4},
 		{Slave: "s3", Survivors: 4},
-	}}}
+		{Slave: "s4", Survivors: 4, Left: true},
+	}, Metrics: map[string]float64{tasks.MetricBadLines: 1}, BadLines: []string{"x.libsvm line 3: no label"}}}
 	p.Summary(task)
-	for _, want := range []string{"slave s1 died: its workers 2, 3 left 4 unfinished blocks to the 4 survivors", "slave s3 died (it held only shards)"} {
+	for _, want := range []string{"slave s1 died: its workers 2, 3 left 4 unfinished blocks to the 4 survivors", "slave s3 died (it held only shards)",
+		"slave s4 left (it held only shards)", "skipped 1 malformed line, first:\n        x.libsvm line 3: no label"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("summary lacks %q:\n%s", want, out.String())
 		}

@@ -222,7 +222,7 @@ func (p *Printer) Summary(s status.Task) {
 			fmt.Fprintf(p.Out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics[tasks.MetricReadBlocks])
 		}
 		if n := r.Metrics[tasks.MetricBadLines]; n > 0 {
-			fmt.Fprintf(p.Out, "      skipped %.0f malformed lines, first:\n", n)
+			fmt.Fprintf(p.Out, "      skipped %.0f malformed %s, first:\n", n, plural(int(n), "line"))
 			for _, l := range r.BadLines {
 				fmt.Fprintf(p.Out, "        %s\n", l)
 			}
