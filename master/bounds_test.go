@@ -28,6 +28,13 @@ func TestCheckJoin(t *testing.T) {
 		{proto.JoinRequest{ID: "s1", Slots: 2}, "instance"},
 		{proto.JoinRequest{ID: "s1", Slots: 2, Instance: strings.Repeat("i", MaxInstance+1)}, "instance"},
 		{proto.JoinRequest{ID: "s1", Slots: 1 << 62}, "slots"},
+		// Ids and hosts are printed in status tables and logs.
+		{proto.JoinRequest{ID: "a\tb", Slots: 2, Instance: "i"}, "slave id"},
+		{proto.JoinRequest{ID: "s\x1b[2J", Slots: 2, Instance: "i"}, "control characters"},
+		{proto.JoinRequest{ID: "s1", Host: "h\x1b[31m", Slots: 2, Instance: "i"}, `host "h\x1b[31m"`},
+		{proto.JoinRequest{ID: "s1", Host: "a\nb", Slots: 2, Instance: "i"}, "host"},
+		{proto.JoinRequest{ID: "s1", Host: strings.Repeat("h", 256), Slots: 2, Instance: "i"}, "at most 255 characters"},
+		{proto.JoinRequest{ID: "s1", Host: "node-1.example.org", Slots: 2, Instance: "i"}, ""},
 	} {
 		err := checkJoin(tc.req)
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/master/membership"
@@ -26,12 +27,23 @@ const viewEvery = time.Second
 // MaxInstance bounds the length of a slave's instance name.
 const MaxInstance = 128
 
+// MaxHost bounds the length of a slave's host name (a DNS name's).
+const MaxHost = 255
+
+// hasControl reports whether s holds a control character (a newline, a
+// tab, a terminal escape).
+func hasControl(s string) bool { return strings.IndexFunc(s, unicode.IsControl) >= 0 }
+
 // checkJoin refuses joins that would break subjects or scheduling: a
 // slave id is one NATS subject token, and slots are bounded.
 func checkJoin(req proto.JoinRequest) error {
 	switch {
-	case req.ID == "" || len(req.ID) > 128 || strings.ContainsAny(req.ID, ".*> \t\r\n"):
-		return fmt.Errorf("slave id %q: want 1 to 128 characters without '.', '*', '>' or spaces", req.ID)
+	case req.ID == "" || len(req.ID) > 128 || strings.ContainsAny(req.ID, ".*> ") || hasControl(req.ID):
+		return fmt.Errorf("slave id %q: want 1 to 128 characters without '.', '*', '>', spaces or control characters", req.ID)
+	case len(req.Host) > MaxHost || hasControl(req.Host):
+		// It is printed in status tables and logs: a terminal escape
+		// there was run by the terminal of whoever listed the slaves.
+		return fmt.Errorf("slave %s: host %q: want at most %d characters, none of them a control character", req.ID, req.Host, MaxHost)
 	case req.Slots < 1 || req.Slots > MaxSlots:
 		return fmt.Errorf("slave %s: %d slots, want 1 to %d", req.ID, req.Slots, MaxSlots)
 	case req.Instance == "" || len(req.Instance) > MaxInstance:
