@@ -146,3 +146,72 @@ func TestEndedTasksExpireByAge(t *testing.T) {
 		t.Fatalf("tasks after both expired: %+v", cl.Tasks)
 	}
 }
+
+// A task of many stages whose results outgrow one bus message still has
+// a status answer and events: its oldest stage results are left out and
+// counted. Before, its status answer listed no task at all (flexps status
+// ID printed an empty table, exit 0), every event of it failed to publish,
+// and its follower never saw it end.
+func TestStatusOfATaskOfManyStagesFitsAMessage(t *testing.T) {
+	const stages = 150
+	h := newHarnessWith(t, "sequential", bus.EmbeddedOptions{MaxPayload: 32 << 10}, nil)
+	s := h.slave("s1", 1, nil)
+	task := oneStage("many", 1, nil).RepeatStages(stages)
+	task.ID = "tmany"
+	events, err := h.nc.SubscribeSync(h.subj.TaskEvents(task.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := h.submit(task)
+	for k := range stages {
+		req := h.started(s)
+		if req.Stage != k {
+			t.Fatalf("started stage %d, want %d", req.Stage, k)
+		}
+		h.event(proto.WorkerEvent{Task: id, Stage: k, Rank: req.Ranks[0], Slave: "s1", Kind: proto.WorkerDone})
+	}
+	h.wait(id, "done", inState(status.Done))
+	for _, tc := range []struct {
+		name string
+		req  proto.StatusRequest
+	}{
+		{"the task", proto.StatusRequest{ID: id}},
+		{"every task", proto.StatusRequest{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, _ := json.Marshal(tc.req)
+			msg, err := h.nc.Request(h.subj.Status(), data, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep proto.StatusReply
+			if err := json.Unmarshal(msg.Data, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Tasks) != 1 || rep.Omitted != 0 {
+				t.Fatalf("status answer of %d bytes lists %d tasks (%d omitted), want the task", len(msg.Data), len(rep.Tasks), rep.Omitted)
+			}
+			st := rep.Tasks[0]
+			if st.ResultsOmitted == 0 || st.ResultsOmitted+len(st.Results) != stages || st.Results[len(st.Results)-1].Index != stages-1 {
+				t.Fatalf("%d results after %d omitted, the last of stage %d; want the latest of %d", len(st.Results), st.ResultsOmitted, st.Results[len(st.Results)-1].Index, stages)
+			}
+		})
+	}
+	// The end reached the followers.
+	for {
+		msg, err := events.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no done event: %v", err)
+		}
+		var ev status.Event
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == status.EventDone {
+			if ev.Status.ResultsOmitted == 0 {
+				t.Fatalf("done event of %d bytes with all %d results", len(msg.Data), len(ev.Status.Results))
+			}
+			break
+		}
+	}
+}

@@ -497,9 +497,16 @@ func (m *Master) onStatus(msg *nats.Msg) {
 			rep.Error = err.Error()
 		}
 	}
-	// The answer must fit one NATS message: leave out the oldest tasks
-	// (the reply says how many; each stays readable by its id).
-	limit := int(m.nc.MaxPayload()) - 1024
+	// The answer must fit one NATS message: a task of thousands of
+	// stages leaves out its oldest stage results (one such task filled
+	// the answer, which then listed no task at all: flexps status ID
+	// printed none, and its follower never saw it end), then the oldest
+	// tasks are left out (the reply says how many; each stays readable
+	// by its id).
+	limit := m.messageLimit()
+	for i := range rep.Tasks {
+		rep.Tasks[i] = fitTask(rep.Tasks[i], limit/2)
+	}
 	for len(rep.Tasks) > 0 {
 		data, err := json.Marshal(rep)
 		if err != nil || len(data) <= limit {
@@ -510,6 +517,30 @@ func (m *Master) onStatus(msg *nats.Msg) {
 		rep.Omitted += cut
 	}
 	m.reply(msg, rep)
+}
+
+// messageLimit is the most bytes of a status answer or task event: the
+// bus's max_payload less room for the envelope.
+func (m *Master) messageLimit() int { return int(m.nc.MaxPayload()) - 1024 }
+
+// taskSize is the length of t in JSON.
+func taskSize(t status.Task) int {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return 0
+	}
+	return len(data)
+}
+
+// fitTask leaves out t's oldest stage results, counted in ResultsOmitted,
+// until t takes at most limit bytes of JSON (or has no results left).
+func fitTask(t status.Task, limit int) status.Task {
+	for len(t.Results) > 0 && taskSize(t) > limit {
+		cut := max(1, len(t.Results)/8)
+		t.Results = t.Results[cut:]
+		t.ResultsOmitted += cut
+	}
+	return t
 }
 
 // statusPage is the page of tasks (in submission order) submitted before
@@ -753,6 +784,13 @@ func (m *Master) publishTask(id string, ev status.Event) {
 	if err != nil {
 		m.log.Error().Err(err).Str("task", id).Str("kind", ev.Kind).Msg("cannot encode the task event")
 		return
+	}
+	if limit := m.messageLimit(); len(data) > limit {
+		ev.Status = fitTask(ev.Status, limit-(len(data)-taskSize(ev.Status)))
+		if data, err = json.Marshal(ev); err != nil {
+			m.log.Error().Err(err).Str("task", id).Str("kind", ev.Kind).Msg("cannot encode the task event")
+			return
+		}
 	}
 	if err := m.nc.Publish(m.subj.TaskEvents(id), data); err != nil {
 		m.log.Warn().Err(err).Str("task", id).Str("kind", ev.Kind).Msg("cannot publish the task event")

@@ -60,7 +60,11 @@ type Task struct {
 	Slots     map[string]int `json:"slots,omitempty"` // worker slots held now, per slave
 	Progress  Progress       `json:"progress"`
 	Results   []StageResult  `json:"results,omitempty"`
-	Output    string         `json:"output,omitempty"`
+	// ResultsOmitted counts the first finished stages whose results were
+	// left out of Results so that the task fits one bus message (a task of
+	// thousands of stages); Results are the later ones.
+	ResultsOmitted int    `json:"results_omitted,omitempty"`
+	Output         string `json:"output,omitempty"`
 	// Checkpoint is the task's newest checkpoint file ("" before the
 	// first); Resumed the checkpoint the task was resumed from.
 	Checkpoint string `json:"checkpoint,omitempty"`

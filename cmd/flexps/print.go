@@ -208,6 +208,9 @@ func (p *Printer) Summary(s status.Task) {
 	if len(s.Results) > 0 {
 		fmt.Fprintf(p.Out, "%5s %-12s %-10s %7s %-24s %9s %11s %12s %12s\n", "stage", "name", "func", "workers", "placement", "seconds", "worker-sec", "samples", "samples/s")
 	}
+	if s.ResultsOmitted > 0 {
+		fmt.Fprintf(p.Out, "      (the first %d stages' results are left out: the task's status must fit one bus message)\n", s.ResultsOmitted)
+	}
 	for _, r := range s.Results {
 		rate := 0.0
 		if r.Seconds > 0 {
