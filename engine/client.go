@@ -120,6 +120,12 @@ func (c *Client) Submit(ctx context.Context, t *tasks.MultiStageTask) (string, e
 	}
 	var rep proto.SubmitReply
 	if err := c.request(ctx, c.subj.Submit(), proto.SubmitRequest{Task: *t}, &rep); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// The spec travels whole, in one message (so do the slaves'
+			// start requests): the bare NATS error named neither.
+			return "", fmt.Errorf("task %q: its %d stages do not fit one bus message (max_payload, %d bytes): lower repeat, or split the task: %w",
+				t.Name, len(t.Stages), c.nc.MaxPayload(), err)
+		}
 		return "", err
 	}
 	c.external.Store(rep.ExternalBus)

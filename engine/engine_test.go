@@ -775,3 +775,35 @@ func TestTinyBlocksAreWarnedAbout(t *testing.T) {
 		}
 	}
 }
+
+// A task whose stages do not fit one bus message (a one-stage job
+// repeated thousands of times) is refused at Submit, naming the task, its
+// stage count and repeat. Before, the error was NATS's bare "nats:
+// maximum payload exceeded".
+func TestSubmitOfATaskTooLargeForTheBus(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	for _, tc := range []struct {
+		repeat int
+		want   string // "" = submitted
+	}{
+		{10, ""},
+		{10000, `task "many": its 10000 stages do not fit one bus message (max_payload, 1048576 bytes): lower repeat`},
+	} {
+		t.Run(fmt.Sprint(tc.repeat), func(t *testing.T) {
+			task := tasks.NewTask("many").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Workers: 1, Params: tasks.Params{"iters": 1}}).RepeatStages(tc.repeat)
+			id, err := l.Submit(context.Background(), task)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Cancel(context.Background(), id); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
