@@ -535,8 +535,15 @@ func taskSize(t status.Task) int {
 // fitTask leaves out t's oldest stage results, counted in ResultsOmitted,
 // until t takes at most limit bytes of JSON (or has no results left).
 func fitTask(t status.Task, limit int) status.Task {
-	for len(t.Results) > 0 && taskSize(t) > limit {
-		cut := max(1, len(t.Results)/8)
+	for len(t.Results) > 0 {
+		size := taskSize(t)
+		if size <= limit {
+			break
+		}
+		// Results take about the same room each: cut the share that is
+		// over, and an eighth more, so that one cut nearly always fits.
+		n := len(t.Results)
+		cut := min(n, max(1, int(float64(n)*float64(size-limit)/float64(size))+n/8))
 		t.Results = t.Results[cut:]
 		t.ResultsOmitted += cut
 	}
