@@ -175,7 +175,11 @@ func TestParseJobValidation(t *testing.T) {
 		{"input name with a newline", "!" + strings.Replace(base, "[input.train]", `[input."tr\nain"]`, 1), `input name "tr\nain": holds a control character`, 0},
 		{"stage name with spaces and accents", "!" + strings.Replace(base, `name = "s"`, `name = "étape un"`, 1), "", 0},
 		{"input without a name", "!" + strings.Replace(base, "[input.train]", "[input.\"\"]", 1), "an input needs a name", 6},
-		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "block_size", 7},
+		{"negative block size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = -1", 1), "size -1 is negative", 7},
+		// A job's block_size takes the sizes the cluster's [data] block_size
+		// does: "64KiB" was refused as the wrong type.
+		{"block size with a unit", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = \"64KiB\"", 1), "", 0},
+		{"block size not a size", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nblock_size = \"lots\"", 1), `bad size "lots"`, 7},
 		{"negative table chunk size", "!" + strings.Replace(base, "size = 10", "size = 10\nchunk_size = -5", 1), "chunk_size", 5},
 		{"negative local slots", "[local]\nslots = -1\n", "[local] slots", 12},
 		{"too many local slots", "[local]\nslaves = 2\nslots = 2000\n", "[local] slots: must be in [1, 1024]", 13},
@@ -199,6 +203,9 @@ func TestParseJobValidation(t *testing.T) {
 				src = tc.edit[1:]
 			}
 			_, task, err := tasks.ParseJob("job.toml", []byte(src))
+			if tc.name == "block size with a unit" && err == nil && task.Inputs["train"].BlockSize != 64<<10 {
+				t.Fatalf("block_size = \"64KiB\" read as %d bytes", task.Inputs["train"].BlockSize)
+			}
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)

@@ -57,7 +57,7 @@ type InputFile struct {
 	Header    bool        `toml:"header"`
 	OnError   string      `toml:"on_error"`
 	MaxBad    float64     `toml:"max_bad_fraction"`
-	BlockSize int64       `toml:"block_size"`
+	BlockSize Size        `toml:"block_size"`
 	Generate  *synth.Spec `toml:"generate"` // written by `flexps run` when the file is missing
 }
 
@@ -302,7 +302,7 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 	for _, n := range names {
 		in := jf.Inputs[n]
 		spec := InputSpec{Path: in.Path, Format: in.Format, IndexBase: in.IndexBase, Delimiter: in.Delimiter,
-			Header: in.Header, OnError: in.OnError, MaxBadFraction: in.MaxBad, BlockSize: in.BlockSize}
+			Header: in.Header, OnError: in.OnError, MaxBadFraction: in.MaxBad, BlockSize: int64(in.BlockSize)}
 		if in.Label != nil {
 			spec.Label = *in.Label
 		}
