@@ -359,12 +359,13 @@ func submitCmd(g *globals) *cobra.Command {
 				return submitResume(ctx, c, g, resume, metricsOut)
 			}
 			var jobs []*tasks.MultiStageTask
+			var files []*tasks.JobFile
 			for _, path := range a {
-				_, t, err := tasks.LoadJob(path)
+				jf, t, err := tasks.LoadJob(path)
 				if err != nil {
 					return err
 				}
-				jobs = append(jobs, t)
+				jobs, files = append(jobs, t), append(files, jf)
 			}
 			if detach {
 				// As when following: a job the master refuses is named,
@@ -379,7 +380,7 @@ func submitCmd(g *globals) *cobra.Command {
 							return err
 						}
 						failed++
-						fmt.Fprintf(cmd.ErrOrStderr(), "flexps submit: %s: %v\n", a[i], err)
+						fmt.Fprintf(cmd.ErrOrStderr(), "flexps submit: %s: %v%s\n", a[i], err, generateHint(files[i], err))
 						continue
 					}
 					fmt.Fprintln(cmd.OutOrStdout(), id)
@@ -419,7 +420,7 @@ func submitCmd(g *globals) *cobra.Command {
 				if errs[i] != nil {
 					failed++
 					if results[i].ID == "" {
-						fmt.Fprintf(os.Stderr, "flexps submit: %s: %v\n", a[i], errs[i])
+						fmt.Fprintf(os.Stderr, "flexps submit: %s: %v%s\n", a[i], errs[i], generateHint(files[i], errs[i]))
 					}
 				}
 			}

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
@@ -38,4 +42,22 @@ func ensureInputs(ctx context.Context, jf *tasks.JobFile, log zerolog.Logger) er
 		}
 	}
 	return nil
+}
+
+// generateHint is a hint for a job the master refused (err) for a missing
+// input that the job would have flexps run generate: flexps submit writes
+// no data, and the master's "no such file" said nothing of the generate
+// table. "" when err is about no such input.
+func generateHint(jf *tasks.JobFile, err error) string {
+	if jf == nil || err == nil {
+		return ""
+	}
+	for _, name := range slices.Sorted(maps.Keys(jf.Inputs)) {
+		in := jf.Inputs[name]
+		if in.Generate != nil && strings.Contains(err.Error(), in.Path) {
+			return fmt.Sprintf(" (input %q has a [input.%s.generate] table, which only flexps run follows: write the file first, e.g. with flexps gen %s --out %s)",
+				name, name, cmp.Or(in.Generate.Kind, "libsvm"), in.Path)
+		}
+	}
+	return ""
 }

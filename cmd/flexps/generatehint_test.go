@@ -1,0 +1,38 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/datastore/synth"
+	"github.com/flexps/flexps/tasks"
+)
+
+// flexps submit of a job whose missing input has a generate table: the
+// master's refusal ("no such file") said nothing of the table, which only
+// flexps run follows. The refusal now carries a hint naming the input.
+func TestGenerateHint(t *testing.T) {
+	jf := &tasks.JobFile{Inputs: map[string]tasks.InputFile{
+		"train": {Path: "/data/train.libsvm", Generate: &synth.Spec{Rows: 10}},
+		"test":  {Path: "/data/test.libsvm"},
+	}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // "" : no hint
+	}{
+		{"the generated input is missing", errors.New(`task "x": input "train": datastore: input stat /data/train.libsvm: no such file or directory`),
+			`(input "train" has a [input.train.generate] table, which only flexps run follows: write the file first, e.g. with flexps gen libsvm --out /data/train.libsvm)`},
+		{"an input without a generate table is missing", errors.New(`task "x": input "test": datastore: input stat /data/test.libsvm: no such file or directory`), ""},
+		{"another refusal", errors.New(`task "x": stage 0: no stage function registered as "t.nope"`), ""},
+		{"no error", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := generateHint(jf, tc.err)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Fatalf("hint %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
