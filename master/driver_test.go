@@ -529,7 +529,16 @@ func TestStallLeavesADeadSlaveToItsDeath(t *testing.T) {
 	h.m.lastTick = time.Now().Add(-2 * deadAfter)
 	h.m.mu.Unlock()
 	h.eventually("s1 asked", func() bool { return slices.Contains(s1.seen(), proto.OpHoldsTask) })
-	h.clk.Advance(deadAfter + time.Second) // no heartbeats: declared dead
+	// No heartbeats: both silent at once, the detector suspects itself
+	// first (one more timeout each), then declares them dead.
+	h.clk.Advance(deadAfter + time.Second)
+	h.eventually("the detector's suspicion", func() bool {
+		h.m.mu.Lock()
+		defer h.m.mu.Unlock()
+		last, _ := h.m.mem.LastSeen("s2")
+		return !last.Before(h.clk.Now())
+	})
+	h.clk.Advance(deadAfter + time.Second)
 	st := h.wait(id, "failed", inState(status.Failed))
 	if !strings.Contains(st.Reason, "died") || strings.Contains(st.Reason, "did not run for") {
 		t.Fatalf("reason %q, want the dead slave named, not the stall", st.Reason)

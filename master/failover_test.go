@@ -337,6 +337,20 @@ func (h *harness) doneWithoutS2(id string, s1 *scriptedSlave) {
 	}
 }
 
+// beat sends a heartbeat of scripted slave id (of slots slots) and gives
+// the master a moment to read it.
+func (h *harness) beat(id string, slots int) {
+	h.t.Helper()
+	data, _ := json.Marshal(proto.Heartbeat{ID: id, Join: proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7, Instance: "inst-" + id}})
+	if err := h.nc.Publish(h.subj.Heartbeat(), data); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		h.t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
 // A slave killed a moment before its stage starts (nothing answers its
 // control subject; the failure detector has not declared it dead yet):
 // the start waits for the detector's verdict, and the stage goes on
@@ -351,21 +365,11 @@ func TestStartToAJustKilledSlaveAwaitsItsDeath(t *testing.T) {
 	}
 	id := h.submit(tasks.NewTask("k").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
 	h.eventually("the tables asked for", func() bool { return slices.Contains(s1.seen(), proto.OpCreateTables) })
-	beat := func() {
-		data, _ := json.Marshal(proto.Heartbeat{ID: "s1", Join: proto.JoinRequest{ID: "s1", Host: "host-s1", Slots: 2, PID: 7, Instance: "inst-s1"}})
-		if err := h.nc.Publish(h.subj.Heartbeat(), data); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	for range 3 { // s1 beats, s2 stays silent past the failure timeout
-		beat()
+		h.beat("s1", 2)
 		h.clk.Advance(deadAfter / 2)
 	}
-	beat()
+	h.beat("s1", 2)
 	h.eventually("s2 declared dead", func() bool { return !h.m.isAlive("s2") })
 	h.doneWithoutS2(id, s1)
 }

@@ -283,6 +283,9 @@ func (m *Master) applyLocked(acts []membership.Action, req proto.JoinRequest) []
 				// Tell the fenced slave now, not at the next periodic view.
 				m.publishViewLocked(m.cfg.Now())
 			}
+		case membership.SuspectSelf:
+			m.log.Warn().Dur("silent", a.Silent.Round(time.Millisecond)).Int("slaves", len(m.mem.View().Members)).Dur("failure_timeout", m.mem.Timeout()).
+				Msg("every slave went silent at once: more likely this master's own delay (a starved host, a slow bus) than all of them dead; each gets one more failure timeout")
 		}
 	}
 	if changed {

@@ -44,6 +44,11 @@ const (
 	DeclareDead                       // Slave's Instance is dead as of Epoch (silent for Silent)
 	Left                              // Slave's Instance left cleanly as of Epoch
 	Refuse                            // the message from Slave's Instance is refused (Reason)
+	// SuspectSelf: every live member (two or more) went silent at once,
+	// for Silent at most: more likely the detector's own delay (a starved
+	// host, a lagging bus) than that many deaths in one tick, so each got
+	// one more timeout (see Tick).
+	SuspectSelf
 )
 
 func (k ActionKind) String() string {
@@ -56,6 +61,8 @@ func (k ActionKind) String() string {
 		return "left"
 	case Refuse:
 		return "refuse"
+	case SuspectSelf:
+		return "suspect_self"
 	}
 	return fmt.Sprintf("ActionKind(%d)", int(k))
 }
@@ -128,6 +135,9 @@ type Machine struct {
 	retired map[incarnation]*retired // dead or left incarnations
 	known   map[string]bool          // ids that ever had an incarnation
 	deaf    bool                     // the detector's own link is down (Deaf)
+	// suspect: Tick gave every member one more timeout (SuspectSelf)
+	// and no member was heard from since.
+	suspect bool
 }
 
 type member struct {
@@ -178,6 +188,7 @@ func (m *Machine) Join(slave, instance string, now time.Time) []Action {
 			if now.After(cur.last) {
 				cur.last = now
 			}
+			m.suspect = false
 			return []Action{{Kind: Admit, Slave: slave, Instance: instance, Epoch: m.epoch, Incarnation: cur.inc}}
 		}
 		first := cur.refused != instance
@@ -186,6 +197,7 @@ func (m *Machine) Join(slave, instance string, now time.Time) []Action {
 			Reason: fmt.Sprintf("slave %s: id in use by live instance %s (incarnation %d); a restarted slave may rejoin once the old one is declared dead", slave, cur.instance, cur.inc)}}
 	}
 	m.epoch++
+	m.suspect = false
 	rejoined := m.known[slave]
 	m.known[slave] = true
 	m.live[slave] = &member{instance: instance, inc: m.epoch, last: now}
@@ -203,6 +215,7 @@ func (m *Machine) Heartbeat(slave, instance string, now time.Time) []Action {
 		if now.After(cur.last) {
 			cur.last = now
 		}
+		m.suspect = false
 		return nil
 	}
 	return m.Join(slave, instance, now)
@@ -235,10 +248,30 @@ func (m *Machine) Leave(slave, instance string) []Action {
 }
 
 // Tick declares dead every member silent for longer than the timeout at
-// now, in id order, each death its own epoch; nobody while Deaf.
+// now, in id order, each death its own epoch; nobody while Deaf. When
+// every member, two or more, is silent at once, Tick suspects the
+// detector itself the first time: it gives each one more timeout and
+// reports SuspectSelf; they are declared dead at the next such tick
+// unless one of them is heard from meanwhile. A master whose intake of
+// heartbeats lagged (its host starved, its bus slow) declared every slave
+// dead in one tick, each silent just past the timeout, before it noticed
+// its own stall; a real death of them all is declared one timeout later.
 func (m *Machine) Tick(now time.Time) []Action {
 	if m.deaf {
 		return nil
+	}
+	silent, longest := 0, time.Duration(0)
+	for _, cur := range m.live {
+		if d := now.Sub(cur.last); d > m.timeout {
+			silent, longest = silent+1, max(longest, d)
+		}
+	}
+	if silent >= 2 && silent == len(m.live) && !m.suspect {
+		m.suspect = true
+		for _, cur := range m.live {
+			cur.last = now
+		}
+		return []Action{{Kind: SuspectSelf, Epoch: m.epoch, Silent: longest}}
 	}
 	var out []Action
 	for _, id := range slices.Sorted(maps.Keys(m.live)) {

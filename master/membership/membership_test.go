@@ -42,6 +42,8 @@ func show(acts []Action) string {
 			if a.First {
 				s += " first"
 			}
+		case SuspectSelf:
+			s = fmt.Sprintf("suspect self e%d silent %v", a.Epoch, a.Silent)
 		}
 		out = append(out, s)
 	}
@@ -106,7 +108,23 @@ func TestMachine(t *testing.T) {
 		}},
 		{"deaths in id order, one epoch each", []step{
 			{"join", "c", "k", 0, "admit c/k e1 #1"}, {"join", "a", "i", 0, "admit a/i e2 #2"}, {"join", "b", "j", 0, "admit b/j e3 #3"},
-			{"tick", "", "", 5, "dead a/i e4 #2; dead b/j e5 #3; dead c/k e6 #1"},
+			// Everyone silent at once: the detector suspects itself first
+			// and gives each one more timeout.
+			{"tick", "", "", 5, "suspect self e3 silent 5s"},
+			{"tick", "", "", 7, ""},
+			{"tick", "", "", 8.5, "dead a/i e4 #2; dead b/j e5 #3; dead c/k e6 #1"},
+		}},
+		{"one member heard after a suspicion: the next silence of all is suspected again", []step{
+			{"join", "a", "i", 0, "admit a/i e1 #1"}, {"join", "b", "j", 0, "admit b/j e2 #2"},
+			{"tick", "", "", 4, "suspect self e2 silent 4s"},
+			{"beat", "a", "i", 5, ""},
+			{"tick", "", "", 7.5, "dead b/j e3 #2"}, // a was heard: only b's silence counts
+			{"join", "c", "k", 8, "admit c/k e4 #4"},
+			{"tick", "", "", 12, "suspect self e4 silent 7s"}, // the longest silence (a, heard at 5)
+		}},
+		{"a lone member's silence is its own", []step{
+			{"join", "a", "i", 0, "admit a/i e1 #1"},
+			{"tick", "", "", 4, "dead a/i e2 #1"},
 		}},
 		{"a dead incarnation is fenced and must rejoin fresh", []step{
 			{"join", "a", "i1", 0, "admit a/i1 e1 #1"},

@@ -16,6 +16,9 @@ type model struct {
 	deaf    bool
 	live    map[string]modelMember
 	retired map[[2]string]bool
+	// suspect: a tick found every member (two or more) silent and gave
+	// each one more timeout; cleared when a live member is heard.
+	suspect bool
 }
 
 type modelMember struct {
@@ -33,6 +36,9 @@ type modelMember struct {
 //   - a live member heard from within the timeout is never declared dead,
 //     and one silent for longer is, at the first tick while the detector
 //     hears (not Deaf); after Hearing every member's silence counts anew;
+//   - but when every member, two or more, is silent at one tick, the
+//     first such tick since a member was last heard suspects the detector
+//     (SuspectSelf) and gives each one more timeout;
 //   - the view lists exactly the model's live members, and fences exactly
 //     the incarnations that are no longer live.
 func TestMachineMatchesModel(t *testing.T) {
@@ -83,12 +89,14 @@ func TestMachineMatchesModel(t *testing.T) {
 						cur.last = now
 						md.live[id] = cur
 					}
+					md.suspect = false
 				case isLive:
 					want(t, i, acts, Refuse)
 				default:
 					want(t, i, acts, Admit)
 					md.epoch++
 					md.live[id] = modelMember{instance: inst, inc: md.epoch, last: now}
+					md.suspect = false
 				}
 			case 2: // the live instance beats
 				if cur, ok := md.live[id]; ok {
@@ -97,6 +105,7 @@ func TestMachineMatchesModel(t *testing.T) {
 						cur.last = now
 						md.live[id] = cur
 					}
+					md.suspect = false
 				}
 			case 3: // check a message
 				inst := pick()
@@ -138,6 +147,21 @@ func TestMachineMatchesModel(t *testing.T) {
 				}
 			case 5: // tick
 				acts = m.Tick(now)
+				silent := 0
+				for _, cur := range md.live {
+					if now.Sub(cur.last) > timeout {
+						silent++
+					}
+				}
+				if !md.deaf && silent >= 2 && silent == len(md.live) && !md.suspect {
+					want(t, i, acts, SuspectSelf)
+					md.suspect = true
+					for mid, cur := range md.live {
+						cur.last = now
+						md.live[mid] = cur
+					}
+					break
+				}
 				var kinds []ActionKind
 				for _, mid := range []string{"a", "b", "c"} {
 					cur, ok := md.live[mid]
