@@ -33,7 +33,7 @@
 // Stage function registered here:
 //
 //	kge.complex  params: dim (the tables' width / 2), epochs (50), batch (256), neg (16),
-//	             lr (0.1), l2 (0.0001), decay (0: lr/(1+decay*epoch)), seed (1),
+//	             lr (0.1), l2 (0.0001), decay (0: lr/(1+decay*(epoch-1))), seed (1),
 //	             entities ("entities"), relations ("relations"), train ("train"),
 //	             test ("test", optional input), filter (paths of triple files whose
 //	             triples are filtered from the test ranking, e.g. train and valid),

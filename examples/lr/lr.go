@@ -60,7 +60,7 @@
 //
 // Stage functions registered here:
 //
-//	lr.sgd   params: epochs (5), batch (100), lr (0.5), l2 (0), decay (0: lr/(1+decay*epoch)),
+//	lr.sgd   params: epochs (5), batch (100), lr (0.5), l2 (0), decay (0: lr/(1+decay*(epoch-1))),
 //	         standardize (true for dense tables), intercept (true), read_ahead (false),
 //	         table ("w"), train ("train"), test ("test", optional input)
 //

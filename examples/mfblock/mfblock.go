@@ -17,7 +17,7 @@
 // Stage function registered here:
 //
 //	mf.blocked  params: rank (the tables' width), epochs (10), batch (1000),
-//	            lr (0.01), l2 (0.05), decay (0: lr/(1+decay*epoch)),
+//	            lr (0.01), l2 (0.05), decay (0: lr/(1+decay*(epoch-1))),
 //	            localize (true: false runs the same schedule on the static
 //	            directory, for comparison), users ("users"), items ("items"),
 //	            train ("train"), test ("test", optional input)
