@@ -643,6 +643,14 @@ func (p *trackedPass) Close() error {
 	if !p.done {
 		p.done = true
 		st := p.AsyncReader.Stats()
+		if p.epoch > 0 {
+			// The first pass handed every block of the input to one
+			// worker, which counted its malformed lines. A later pass
+			// parses a block again only when this slave's cache does
+			// not replay it (it is full, or another slave read the
+			// block before): the same lines, counted once already.
+			st.BadLines = 0
+		}
 		p.w.reads = append(p.w.reads, st)
 		s := p.w.s
 		if cs := s.cache.Stats(); !s.cacheLogged.Load() {
