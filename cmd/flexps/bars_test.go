@@ -157,3 +157,29 @@ func TestWaitingIsShown(t *testing.T) {
 		t.Fatalf("status:\n%s", b.String())
 	}
 }
+
+// The line under a status page that left out older tasks said "1 older
+// tasks not shown" for one.
+func TestPrintOmitted(t *testing.T) {
+	page := []status.Task{{ID: "tA"}, {ID: "tB"}} // oldest first
+	for _, tc := range []struct {
+		name    string
+		omitted int
+		tasks   []status.Task
+		limit   int
+		want    string
+	}{
+		{"none left out", 0, page, 2, ""},
+		{"one", 1, page, 2, "1 older task not shown: flexps status --limit 2 --before tA\n"},
+		{"several, no --limit", 7, page, 0, "7 older tasks not shown: flexps status --limit 2 --before tA\n"},
+		{"an empty page", 3, nil, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printOmitted(&b, status.Cluster{Tasks: tc.tasks, Omitted: tc.omitted}, tc.limit)
+			if b.String() != tc.want {
+				t.Fatalf("got %q, want %q", b.String(), tc.want)
+			}
+		})
+	}
+}

@@ -469,9 +469,7 @@ func statusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			printStatus(cmd.OutOrStdout(), rep)
-			if rep.Omitted > 0 && len(rep.Tasks) > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d older tasks not shown: flexps status --limit %d --before %s\n", rep.Omitted, max(limit, len(rep.Tasks)), rep.Tasks[0].ID)
-			}
+			printOmitted(cmd.OutOrStdout(), rep, limit)
 			return nil
 		},
 	}

@@ -38,3 +38,11 @@ func printStatus(w io.Writer, rep status.Cluster) {
 		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, done, reason)
 	}
 }
+
+// printOmitted says how many older tasks a status page left out, and the
+// command that lists them (limit: the page's --limit, 0 for none).
+func printOmitted(w io.Writer, rep status.Cluster, limit int) {
+	if rep.Omitted > 0 && len(rep.Tasks) > 0 {
+		fmt.Fprintf(w, "%d older %s not shown: flexps status --limit %d --before %s\n", rep.Omitted, plural(rep.Omitted, "task"), max(limit, len(rep.Tasks)), rep.Tasks[0].ID)
+	}
+}
