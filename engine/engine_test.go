@@ -367,7 +367,7 @@ func TestAutoParallelismMeasuresAndChooses(t *testing.T) {
 	}
 	res := st.Results[0]
 	t.Logf("note: %s", res.Note)
-	if res.Workers != 4 || !strings.Contains(res.Note, "1 workers") || !strings.Contains(res.Note, "chose 4 workers") {
+	if res.Workers != 4 || !strings.Contains(res.Note, "1 worker ") || !strings.Contains(res.Note, "chose 4 workers") {
 		t.Fatalf("auto chose %d workers: %s", res.Workers, res.Note)
 	}
 	if res.Samples != 4*1000 {

@@ -578,11 +578,11 @@ func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageRe
 			return 0, "", nil, err
 		}
 		if !stopped {
-			parts = append(parts, fmt.Sprintf("%d workers finished the stage during the trial", w))
+			parts = append(parts, trialNote(w, 0, true))
 			return w, "auto: " + strings.Join(parts, ", "), &res, nil
 		}
 		rate := float64(res.Samples) / max(res.Seconds, 1e-9)
-		parts = append(parts, fmt.Sprintf("%d workers %.0f samples/s", w, rate))
+		parts = append(parts, trialNote(w, rate, false))
 		t.m.log.Info().Str("task", t.spec.ID).Int("stage", k).Int("workers", w).Float64("samples_per_sec", rate).Msg("auto parallelism trial")
 		tried, rates[w] = append(tried, w), rate
 	}
@@ -600,7 +600,24 @@ func (t *taskRun) autoTune(k int, st *tasks.Stage) (int, string, *status.StageRe
 			why = fmt.Sprintf("highest measured throughput the live slaves have the slots for: %d", limit)
 		}
 	}
-	return best, fmt.Sprintf("auto: measured %s over %v trials; chose %d workers (%s)", strings.Join(parts, ", "), trial, best, why), nil, nil
+	return best, fmt.Sprintf("auto: measured %s over %v trials; chose %s (%s)", strings.Join(parts, ", "), trial, workerCount(best), why), nil, nil
+}
+
+// trialNote is an auto trial's part of the stage's note: its
+// parallelism and throughput, or that it finished the stage.
+func trialNote(w int, rate float64, finished bool) string {
+	if finished {
+		return workerCount(w) + " finished the stage during the trial"
+	}
+	return fmt.Sprintf("%s %.0f samples/s", workerCount(w), rate)
+}
+
+// workerCount is "1 worker" or "N workers".
+func workerCount(n int) string {
+	if n == 1 {
+		return "1 worker"
+	}
+	return fmt.Sprintf("%d workers", n)
 }
 
 func (t *taskRun) placements() []kvstore.Placement {
