@@ -77,7 +77,7 @@ func (s *Stage) slaveDead(ev SlaveDead) []Action {
 	case len(workers) == 0 && !sv.Shards:
 		return s.finish(fmt.Errorf("%w; the stage cannot go on without its shards: %s", err, sv.Why))
 	case len(workers) > 0 && !sv.Workers:
-		return s.finish(fmt.Errorf("%w; stage %d (%s) cannot go on without its %d workers there: %s", err, s.cfg.Stage, s.cfg.Name, len(workers), sv.Why))
+		return s.finish(fmt.Errorf("%w; stage %d (%s) cannot go on without its %d %s there: %s", err, s.cfg.Stage, s.cfg.Name, len(workers), plural(len(workers), "worker"), sv.Why))
 	case len(workers) >= s.live:
 		return s.finish(fmt.Errorf("%w; no worker of stage %d (%s) is left alive", err, s.cfg.Stage, s.cfg.Name))
 	}

@@ -55,7 +55,7 @@ func TestSlaveDeathFailsWhatCannotSurvive(t *testing.T) {
 	}{
 		{"unreplicated table, worker slave", Survivability("train", tasks.KindPS, []kvstore.TableSpec{{Name: "w", Replicas: 1}}), "s2", "table w has replicas = 1: set replicas = 2 to survive a slave's death"},
 		{"unreplicated table, shard host", Survivability("train", tasks.KindPS, []kvstore.TableSpec{{Name: "w", Replicas: 1}}), "s3", "cannot go on without its shards: table w has replicas = 1"},
-		{"local stage", Survivability("train", tasks.KindLocal, nil), "s2", "cannot go on without its 1 workers there: stage train runs local workers"},
+		{"local stage", Survivability("train", tasks.KindLocal, nil), "s2", "cannot go on without its 1 worker there: stage train runs local workers"},
 		{"zero value", Survival{}, "s2", "died"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
