@@ -88,6 +88,20 @@ var taskParamHooks hooks[TaskParamsFunc]
 // submission, naming the stage and the param.
 func RegisterTaskParams(name string, fn TaskParamsFunc) { taskParamHooks.set(name, fn) }
 
+// AllOf is the TaskParamsFunc that runs checks in order and reports the
+// first refusal (one hook per function name: a function with several
+// checks registers AllOf them).
+func AllOf(checks ...TaskParamsFunc) TaskParamsFunc {
+	return func(t *MultiStageTask) (int, string, error) {
+		for _, check := range checks {
+			if i, key, err := check(t); err != nil {
+				return i, key, err
+			}
+		}
+		return 0, "", nil
+	}
+}
+
 // InputParam is a stage param naming an input the stage function reads
 // (Info.Input, or Info.OptionalInput when not Required); the param's
 // default is its own name ("train", "test").

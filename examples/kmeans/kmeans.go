@@ -83,13 +83,7 @@ func init() {
 	for _, fn := range []string{"kmeans.init", "kmeans.lloyd"} {
 		tasks.RegisterParams(fn, func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 		tasks.RegisterInputs(fn, tasks.InputParam{Param: "train", Required: true})
-		dense := tasks.DenseInMemory(fn, "centers")
-		tasks.RegisterTaskParams(fn, func(t *tasks.MultiStageTask) (int, string, error) {
-			if i, key, err := kFits(t, fn); err != nil {
-				return i, key, err
-			}
-			return dense(t)
-		})
+		tasks.RegisterTaskParams(fn, tasks.AllOf(kFits(fn), tasks.DenseInMemory(fn, "centers")))
 	}
 	tasks.RegisterTables("kmeans.init", func(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 		return helperTables(st, declared, false)
@@ -103,7 +97,11 @@ func init() {
 // kFits checks, at submission, that k of every stage of function fn is at
 // most its centers table's size, as the stage does when it starts: there a
 // k too large failed after the stages before it had run.
-func kFits(t *tasks.MultiStageTask, fn string) (int, string, error) {
+func kFits(fn string) tasks.TaskParamsFunc {
+	return func(t *tasks.MultiStageTask) (int, string, error) { return kFitsIn(t, fn) }
+}
+
+func kFitsIn(t *tasks.MultiStageTask, fn string) (int, string, error) {
 	for i, s := range t.Stages {
 		if s.Func != fn {
 			continue

@@ -87,12 +87,7 @@ func init() {
 	tasks.RegisterParams("lr.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 	tasks.RegisterEpochs("lr.sgd", func(p tasks.Params) int { c, _ := ConfigFrom(p); return c.Epochs })
 	tasks.RegisterInputs("lr.sgd", tasks.InputParam{Param: "train", Required: true, Labeled: true}, tasks.InputParam{Param: "test", Labeled: true})
-	tasks.RegisterTaskParams("lr.sgd", func(t *tasks.MultiStageTask) (int, string, error) {
-		if i, key, err := tableSetup(t); err != nil {
-			return i, key, err
-		}
-		return readAheadOnPS(t)
-	})
+	tasks.RegisterTaskParams("lr.sgd", tasks.AllOf(tableSetup, readAheadOnPS))
 }
 
 // readAheadOnPS refuses read_ahead on a stage whose model is in the

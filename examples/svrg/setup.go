@@ -42,9 +42,4 @@ func tableSetup(t *tasks.MultiStageTask) (int, string, error) {
 
 // sgdTaskParams are svrg.sgd's task checks: the objective it shares with
 // the full stage, and its tables.
-func sgdTaskParams(t *tasks.MultiStageTask) (int, string, error) {
-	if i, key, err := sharedParams(t); err != nil {
-		return i, key, err
-	}
-	return tableSetup(t)
-}
+var sgdTaskParams = tasks.AllOf(sharedParams, tableSetup)
