@@ -21,17 +21,15 @@ func DenseInMemory(fn string, params ...string) TaskParamsFunc {
 				continue
 			}
 			for _, key := range params {
-				name := s.Params.String(key, key)
-				for _, spec := range t.Tables {
-					if spec.Name != name || spec.WithDefaults().Storage == kvstore.Dense {
-						continue
-					}
-					param := key
-					if _, set := s.Params[key]; !set {
-						param = ""
-					}
-					return i, param, SparseInMemory(fn, s, spec)
+				spec, ok := t.TableSpec(s.Params.String(key, key))
+				if !ok || spec.Storage == kvstore.Dense {
+					continue
 				}
+				param := key
+				if _, set := s.Params[key]; !set {
+					param = ""
+				}
+				return i, param, SparseInMemory(fn, s, spec)
 			}
 		}
 		return -1, "", nil

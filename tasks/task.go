@@ -207,12 +207,21 @@ func (t *MultiStageTask) Normalize() {
 }
 
 func (t *MultiStageTask) hasTable(name string) bool {
+	_, ok := t.TableSpec(name)
+	return ok
+}
+
+// TableSpec is the declared table name with its defaults filled in
+// (kvstore.TableSpec.WithDefaults); ok is false when the task declares
+// no such table. For task checks (RegisterTaskParams) that compare a
+// stage's params with the tables they name.
+func (t *MultiStageTask) TableSpec(name string) (spec kvstore.TableSpec, ok bool) {
 	for _, s := range t.Tables {
 		if s.Name == name {
-			return true
+			return s.WithDefaults(), true
 		}
 	}
-	return false
+	return kvstore.TableSpec{}, false
 }
 
 // Validate reports the first problem, naming the stage and the field,

@@ -154,17 +154,15 @@ func dimFits(t *tasks.MultiStageTask) (int, string, error) {
 			key = ""
 		}
 		for _, name := range []string{c.Entities, c.Relations} {
-			for _, spec := range t.Tables {
-				if spec.Name != name {
-					continue
-				}
-				w := spec.WithDefaults().Width
-				if dim == 0 {
-					dim = w / 2
-				}
-				if w != 2*dim || w == 0 {
-					return i, key, fmt.Errorf("kge: table %q has width %d but dim = %d (the tables' width is 2*dim: real and imaginary parts)", name, w, dim)
-				}
+			spec, ok := t.TableSpec(name)
+			if !ok {
+				continue // a missing table is named when the stage opens it
+			}
+			if dim == 0 {
+				dim = spec.Width / 2
+			}
+			if spec.Width != 2*dim || spec.Width == 0 {
+				return i, key, fmt.Errorf("kge: table %q has width %d but dim = %d (the tables' width is 2*dim: real and imaginary parts)", name, spec.Width, dim)
 			}
 		}
 	}

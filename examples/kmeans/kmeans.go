@@ -98,25 +98,21 @@ func init() {
 // most its centers table's size, as the stage does when it starts: there a
 // k too large failed after the stages before it had run.
 func kFits(fn string) tasks.TaskParamsFunc {
-	return func(t *tasks.MultiStageTask) (int, string, error) { return kFitsIn(t, fn) }
-}
-
-func kFitsIn(t *tasks.MultiStageTask, fn string) (int, string, error) {
-	for i, s := range t.Stages {
-		if s.Func != fn {
-			continue
-		}
-		cfg, err := ConfigFrom(s.Params)
-		if err != nil || cfg.K == 0 {
-			continue // refused by the params check, or k is the table's size
-		}
-		for _, spec := range t.Tables {
-			if spec.Name == cfg.Centers && uint64(cfg.K) > spec.Size {
+	return func(t *tasks.MultiStageTask) (int, string, error) {
+		for i, s := range t.Stages {
+			if s.Func != fn {
+				continue
+			}
+			cfg, err := ConfigFrom(s.Params)
+			if err != nil || cfg.K == 0 {
+				continue // refused by the params check, or k is the table's size
+			}
+			if spec, ok := t.TableSpec(cfg.Centers); ok && uint64(cfg.K) > spec.Size {
 				return i, "k", fmt.Errorf("kmeans: k = %d but table %q has only %d keys (size must be >= k)", cfg.K, cfg.Centers, spec.Size)
 			}
 		}
+		return 0, "", nil
 	}
-	return 0, "", nil
 }
 
 // Helper table names for centers table c.

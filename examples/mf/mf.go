@@ -103,17 +103,15 @@ func rankFits(t *tasks.MultiStageTask) (int, string, error) {
 			key = ""
 		}
 		for _, name := range []string{cfg.Users, cfg.Items} {
-			for _, spec := range t.Tables {
-				if spec.Name != name {
-					continue
-				}
-				w := spec.WithDefaults().Width
-				if rank == 0 {
-					rank = w
-				}
-				if w != rank {
-					return i, key, fmt.Errorf("mf: table %q has width %d but rank = %d (the factor tables' width is the rank)", name, w, rank)
-				}
+			spec, ok := t.TableSpec(name)
+			if !ok {
+				continue // a missing table is named when the stage opens it
+			}
+			if rank == 0 {
+				rank = spec.Width
+			}
+			if spec.Width != rank {
+				return i, key, fmt.Errorf("mf: table %q has width %d but rank = %d (the factor tables' width is the rank)", name, spec.Width, rank)
 			}
 		}
 	}

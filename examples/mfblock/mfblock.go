@@ -91,21 +91,17 @@ func rankFits(t *tasks.MultiStageTask) (int, string, error) {
 		if err != nil {
 			continue // refused by the params check
 		}
-		width := map[string]int{}
-		for _, spec := range t.Tables {
-			width[spec.Name] = spec.WithDefaults().Width
-		}
-		u, uok := width[cfg.users]
-		it, iok := width[cfg.items]
+		u, uok := t.TableSpec(cfg.users)
+		it, iok := t.TableSpec(cfg.items)
 		if !uok || !iok {
 			continue // a missing table is named when the stage opens it
 		}
 		rank, key := cfg.rank, "rank"
 		if rank == 0 {
-			rank, key = u, ""
+			rank, key = u.Width, ""
 		}
-		if u != rank || it != rank {
-			return i, key, fmt.Errorf("%s: tables %q and %q must have width = rank = %d (got %d and %d)", Func, cfg.users, cfg.items, rank, u, it)
+		if u.Width != rank || it.Width != rank {
+			return i, key, fmt.Errorf("%s: tables %q and %q must have width = rank = %d (got %d and %d)", Func, cfg.users, cfg.items, rank, u.Width, it.Width)
 		}
 	}
 	return 0, "", nil
