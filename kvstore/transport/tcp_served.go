@@ -124,7 +124,7 @@ func (s *tcpServed) stop(t *TCP) error {
 
 // Request frames are read into pooled buffers of a few size classes, so a
 // steady stream of requests allocates nothing.
-var bufClasses = [...]int{4 << 10, 64 << 10, 1<<20 + 1<<17}
+var bufClasses = [...]int{4 << 10, 64 << 10, bulkSize}
 
 var bufPools [len(bufClasses)]sync.Pool
 
@@ -132,6 +132,11 @@ var bufPools [len(bufClasses)]sync.Pool
 func getBuf(n int) *[]byte {
 	for i, c := range bufClasses {
 		if n <= c {
+			if i == bulkClass {
+				if b := bulk.get(); b != nil {
+					return b
+				}
+			}
 			if b, ok := bufPools[i].Get().(*[]byte); ok {
 				return b
 			}
@@ -149,6 +154,9 @@ func putBuf(b *[]byte) {
 	}
 	for i, c := range bufClasses {
 		if cap(*b) == c {
+			if i == bulkClass && bulk.put(b) {
+				return
+			}
 			bufPools[i].Put(b)
 			return
 		}
