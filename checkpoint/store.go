@@ -24,8 +24,20 @@ type Store interface {
 }
 
 // List returns the paths of the checkpoint files in dir (none when dir
-// does not exist yet).
+// does not exist yet), empty ones included when st can list them
+// (datastore.Lister): Blocks skips empty files, and a 0-byte checkpoint
+// must reach Latest to be skipped with a warning naming it, not vanish.
 func List(ctx context.Context, st Store, dir string) ([]string, error) {
+	if l, ok := st.(datastore.Lister); ok {
+		out, err := l.Files(ctx, join(dir, pattern))
+		if errors.Is(err, datastore.ErrNoInput) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list %s: %w", dir, err)
+		}
+		return out, nil
+	}
 	blocks, err := st.Blocks(ctx, join(dir, pattern), 1<<62)
 	if errors.Is(err, datastore.ErrNoInput) {
 		return nil, nil

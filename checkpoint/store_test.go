@@ -247,3 +247,55 @@ func TestLatestNamesAMissingDirectory(t *testing.T) {
 		}
 	}
 }
+
+// A 0-byte or torn checkpoint file is never passed over in silence: as
+// the newest file it is skipped with its name and why, and as the only
+// one the error names it (an empty file once vanished from the listing,
+// so resuming went back to an older checkpoint without a word, or said
+// the directory held no checkpoint files at all).
+func TestLatestNamesAnEmptyOrTornCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	st := datastore.NewSources()
+	for _, tc := range []struct {
+		name      string
+		valid     bool   // an older valid checkpoint 1 is there too
+		bad       []byte // the content of the newest file, checkpoint 2
+		wantEpoch int    // resumed from, when valid
+		wantWhy   string
+	}{
+		{"empty newest", true, []byte{}, 1, "empty"},
+		{"torn newest", true, []byte("{\"format\":"), 1, "checkpoint"},
+		{"empty only", false, []byte{}, 0, "empty"},
+		{"torn only", false, []byte("{\"format\":"), 0, "checkpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.valid {
+				c := sample()
+				c.Progress.Epoch = 1
+				if _, err := Write(ctx, st, dir, c, 5, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			badPath := filepath.Join(dir, Name(2))
+			writeFile(t, badPath, tc.bad)
+			c, path, skipped, err := Latest(ctx, st, dir)
+			if len(skipped) != 1 || skipped[0].Path != badPath ||
+				!strings.Contains(skipped[0].Err.Error(), badPath) || !strings.Contains(skipped[0].Err.Error(), tc.wantWhy) {
+				t.Fatalf("skipped %v, want %s with %q", skipped, badPath, tc.wantWhy)
+			}
+			if !tc.valid {
+				if !errors.Is(err, ErrNone) || !strings.Contains(err.Error(), badPath) || !strings.Contains(err.Error(), tc.wantWhy) {
+					t.Fatalf("Latest: %v, want ErrNone naming %s and %q", err, badPath, tc.wantWhy)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if path != filepath.Join(dir, Name(1)) || c.Progress.Epoch != tc.wantEpoch {
+				t.Fatalf("resumed from %s epoch %d", path, c.Progress.Epoch)
+			}
+		})
+	}
+}

@@ -77,6 +77,20 @@ func (s *LocalSource) Blocks(ctx context.Context, pattern string, blockSize int6
 	return blocks, nil
 }
 
+// Files lists the files pattern matches, as Blocks expands it, empty
+// ones included.
+func (s *LocalSource) Files(ctx context.Context, pattern string) ([]string, error) {
+	files, err := s.expand(pattern)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.path
+	}
+	return out, nil
+}
+
 type localFile struct {
 	path string
 	size int64

@@ -199,6 +199,48 @@ func (s *Sources) Create(ctx context.Context, path string) (io.WriteCloser, erro
 	return c.Create(ctx, path)
 }
 
+// Lister is implemented by sources that can list the files a pattern
+// matches, empty ones included (Blocks skips empty files, which is right
+// for input but would hide a 0-byte checkpoint from the resume that
+// should warn about it).
+type Lister interface {
+	Files(ctx context.Context, pattern string) ([]string, error)
+}
+
+// Files lists the files pattern matches on its source, empty ones
+// included; a source that cannot list them falls back to the files of
+// its Blocks.
+func (s *Sources) Files(ctx context.Context, pattern string) ([]string, error) {
+	if err := s.Check(pattern); err != nil {
+		return nil, err
+	}
+	src, err := s.For(pattern)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	if l, ok := src.(Lister); ok {
+		files, err = l.Files(ctx, pattern)
+	} else {
+		var blocks []Block
+		blocks, err = src.Blocks(ctx, pattern, 1<<62)
+		for _, b := range blocks {
+			if len(files) == 0 || files[len(files)-1] != b.Path {
+				files = append(files, b.Path)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := s.Check(f); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
 // Remover is implemented by sources that can delete files (old
 // checkpoints).
 type Remover interface {

@@ -485,6 +485,28 @@ func (s *Source) Blocks(ctx context.Context, pattern string, blockSize int64) ([
 	return blocks, nil
 }
 
+// Files lists the hdfs:// URLs of the files pattern matches, as Blocks
+// expands it, empty ones included.
+func (s *Source) Files(ctx context.Context, pattern string) ([]string, error) {
+	u, err := s.parse(pattern)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	files, err := s.expand(ctx, c, u, pattern)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = u.url(f.path)
+	}
+	return out, nil
+}
+
 // appendBlocks turns one file's HDFS blocks into Blocks.
 func appendBlocks(blocks []datastore.Block, url string, size int64, locs []blockLoc, blockSize int64) []datastore.Block {
 	if strings.HasSuffix(url, ".gz") {
