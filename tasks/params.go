@@ -95,11 +95,26 @@ func (p Params) Bool(key string, def bool) bool {
 
 // Check reports a parameter of the wrong type; stage functions call it for
 // the keys they read so that a typo'd value is an error, not a default.
+// A number written as a string (epochs = "3" in a job file) is refused
+// too: the getters would read it, but a quoted number is most often a
+// value meant for another key or a file edited by a program, and the
+// README documents these params as numbers.
 func (p Params) Check(numeric ...string) error {
 	for _, k := range numeric {
+		if err := p.notString(k, "a number"); err != nil {
+			return err
+		}
 		if _, _, err := p.num(k); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// notString refuses a numeric param given as a string.
+func (p Params) notString(key, want string) error {
+	if s, ok := p[key].(string); ok {
+		return fmt.Errorf("param %q: want %s, got the string %q (write it without quotes)", key, want, s)
 	}
 	return nil
 }
@@ -132,9 +147,12 @@ func (p Params) Known(known ...string) error {
 }
 
 // CheckInt reports a param of keys that is not an integer (Int would
-// fall back to its default).
+// fall back to its default), a string among them.
 func (p Params) CheckInt(keys ...string) error {
 	for _, k := range keys {
+		if err := p.notString(k, "an integer"); err != nil {
+			return err
+		}
 		f, ok, err := p.num(k)
 		if err != nil {
 			return err

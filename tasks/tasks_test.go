@@ -21,9 +21,16 @@ func init() {
 	tasks.Register("t.moves", func(*tasks.Info) error { return nil })
 	tasks.Register("t.bsp", func(*tasks.Info) error { return nil })
 	tasks.RegisterNeedsBSP("t.bsp")
-	// t.noop checks two params as the built-in functions do: the message
-	// starts with the function, then the param.
+	// t.noop checks two params as the built-in functions do: their types,
+	// then their ranges, the message starting with the function, then
+	// the param.
 	tasks.RegisterParams("t.noop", func(p tasks.Params) error {
+		if err := p.CheckInt("epochs"); err != nil {
+			return err
+		}
+		if err := p.Check("lr"); err != nil {
+			return err
+		}
 		if e := p.Int("epochs", 5); e < 1 {
 			return fmt.Errorf("t.noop: epochs must be >= 1, got %d", e)
 		}
@@ -674,4 +681,41 @@ func TestModelFill(t *testing.T) {
 			t.Fatal("a table with both Fill and Vals was written")
 		}
 	})
+}
+
+// A number written as a string in [stage.params] (epochs = "3") was
+// accepted: Check and CheckInt parsed the string. It is refused at
+// submission now, naming the file, the line, the stage and the key;
+// params that are strings (table names) stay strings.
+func TestParseJobRefusesANumberWrittenAsAString(t *testing.T) {
+	for _, tc := range []struct {
+		name, params string
+		want         string // "" = valid
+		line         int
+	}{
+		{"integer", "epochs = 3\nlr = 0.5\n", "", 0},
+		{"string table name", "table = \"w\"\nepochs = 3\n", "", 0},
+		{"quoted integer", "lr = 0.5\nepochs = \"3\"\n", `param "epochs": want an integer, got the string "3"`, 13},
+		{"quoted float", "lr = \"0.5\"\n", `param "lr": want a number, got the string "0.5"`, 12},
+		{"word", "epochs = \"three\"\n", `param "epochs": want an integer, got the string "three"`, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := base + "[stage.params]\n" + tc.params
+			_, _, err := tasks.ParseJob("job.toml", []byte(src))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error containing %q", tc.want)
+			}
+			for _, w := range []string{tc.want, fmt.Sprintf("job.toml line %d:", tc.line), "stage 0 (s)"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
 }
