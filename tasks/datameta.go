@@ -1,8 +1,11 @@
 package tasks
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +23,12 @@ const (
 	MetaLabelColumn = "data.label_column"
 	MetaDelimiter   = "data.delimiter"
 	MetaHeader      = "data.header"
+	// MetaHeaderPaths lists (a JSON array) the paths of the task's inputs
+	// read with header = true: the recorded header applies to those
+	// files only. Another file given to eval is read without skipping a
+	// line unless --header says so; before, a headerless test file lost
+	// its first record to a header its training file had.
+	MetaHeaderPaths = "data.header_paths"
 )
 
 // MetaTablePrefix starts the Meta keys that record which table a stage
@@ -63,7 +72,53 @@ func ModelMeta(t *MultiStageTask) map[string]string {
 	m[MetaLabelColumn] = strconv.Itoa(opt.LabelColumn)
 	m[MetaDelimiter] = string([]byte{opt.Delimiter})
 	m[MetaHeader] = strconv.FormatBool(opt.Header)
+	var headed []string
+	for _, name := range slices.Sorted(maps.Keys(t.Inputs)) {
+		if in := t.Inputs[name]; in.Header && in.Path != "" {
+			headed = append(headed, in.Path)
+		}
+	}
+	if headed == nil {
+		headed = []string{}
+	}
+	b, _ := json.Marshal(headed) // strings always marshal
+	m[MetaHeaderPaths] = string(b)
 	return m
+}
+
+// recordedHeader is whether data starts with a header line as the model's
+// task read it: data is one of its inputs read with header = true
+// (MetaHeaderPaths). ok is false for a model that predates that record.
+func recordedHeader(meta map[string]string, data string) (header, ok bool) {
+	v, ok := meta[MetaHeaderPaths]
+	if !ok {
+		return false, false
+	}
+	var paths []string
+	if err := json.Unmarshal([]byte(v), &paths); err != nil {
+		return false, false
+	}
+	for _, p := range paths {
+		if samePath(p, data) {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// samePath reports whether a and b name the same file: equal, or local
+// paths that are equal made absolute (the job's path may be relative to
+// another directory than eval's, which this cannot see).
+func samePath(a, b string) bool {
+	if a == b {
+		return true
+	}
+	if datastore.Scheme(a) != "" || datastore.Scheme(b) != "" {
+		return false
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
 }
 
 // TableName is the table the model's task named with stage param param
@@ -117,9 +172,9 @@ type EvalOptions struct {
 	Header      *bool  // CSV, ratings
 }
 
-// dataFormat resolves the format and its options for model m, whose
-// evaluator reads evFormat by default.
-func (o EvalOptions) dataFormat(m *Model, evFormat string) (string, datastore.FormatOptions, error) {
+// dataFormat resolves the format and its options for reading data with
+// model m, whose evaluator reads evFormat by default.
+func (o EvalOptions) dataFormat(m *Model, data, evFormat string) (string, datastore.FormatOptions, error) {
 	format, opt := o.Format, datastore.DefaultFormatOptions()
 	recorded := m.Meta[MetaFormat]
 	if format == "" {
@@ -139,6 +194,9 @@ func (o EvalOptions) dataFormat(m *Model, evFormat string) (string, datastore.Fo
 		var err error
 		if opt, err = metaOptions(m.Meta); err != nil {
 			return "", opt, err
+		}
+		if h, ok := recordedHeader(m.Meta, data); ok {
+			opt.Header = h
 		}
 	}
 	if o.IndexBase != nil {

@@ -30,7 +30,7 @@ func TestEvalOptionsTakeTheRecordedFormat(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f, opt, err := tc.o.dataFormat(m, "libsvm")
+			f, opt, err := tc.o.dataFormat(m, "x", "libsvm")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +94,7 @@ func TestEvalOptionsRefuseAnotherFormatsFlag(t *testing.T) {
 		{"header on libsvm", libsvm, EvalOptions{Header: &yes}, "--header applies only to csv or ratings data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := tc.o.dataFormat(tc.m, "libsvm")
+			_, _, err := tc.o.dataFormat(tc.m, "x", "libsvm")
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatal(err)

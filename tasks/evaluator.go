@@ -112,7 +112,7 @@ func EvaluateWith(ctx context.Context, modelPath, data string, o EvalOptions) (*
 	if !ok {
 		return nil, fmt.Errorf("model %s is of kind %q, which no evaluator knows (known: %s)", modelPath, m.Kind, strings.Join(EvaluatorKinds(), ", "))
 	}
-	format, opt, err := o.dataFormat(m, ev.Format)
+	format, opt, err := o.dataFormat(m, data, ev.Format)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", modelPath, err)
 	}

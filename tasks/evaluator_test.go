@@ -112,3 +112,79 @@ func TestEvaluateRefusesUnlabeledDataForALabeledKind(t *testing.T) {
 		})
 	}
 }
+
+// A model records that its training input had a header line; eval
+// applied that to whatever file it was given, so a headerless test file
+// lost its first record (records=2 for a file of 3). The recorded header
+// now applies to the job's inputs read with header = true only; --header
+// wins either way.
+func TestEvaluateAppliesTheRecordedHeaderToItsFileOnly(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	train := write("train.csv", "label,x\n1,0.5\n0,2\n1,3\n")
+	valid := write("valid.csv", "label,x\n1,0.5\n0,2\n1,3\n")
+	plain := write("plain.csv", "1,0.5\n0,2\n1,3\n")
+	task := NewTask("t").
+		AddTable(kvstore.TableSpec{Name: "w", Size: 1}).
+		SetInput("train", InputSpec{Path: train, Format: "csv", Header: true}).
+		SetInput("valid", InputSpec{Path: valid, Format: "csv", Header: true})
+	model := filepath.Join(dir, "m.model")
+	m := &Model{Kind: "test.header", Meta: ModelMeta(task), Tables: []ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 1, Width: 1}.WithDefaults(), Count: 1, Dense: true, Vals: []float64{1}}}}
+	f, err := os.Create(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	RegisterEvaluator("test.header", Evaluator{Format: "csv", Eval: func(*Model, *datastore.Records) (map[string]float64, error) {
+		return map[string]float64{"accuracy": 1}, nil
+	}})
+	yes, no := true, false
+	rel, err := filepath.Rel(must(os.Getwd()), train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		data   string
+		header *bool
+		want   int    // records scored
+		err    string // "": scored
+	}{
+		{"the training file", train, nil, 3, ""},
+		{"the training file, relative", rel, nil, 3, ""},
+		{"another input read with a header", valid, nil, 3, ""},
+		{"a headerless file", plain, nil, 3, ""},
+		{"a headerless file, --header", plain, &yes, 2, ""},
+		{"the training file, --header=false", train, &no, 0, "set header = true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := EvaluateWith(context.Background(), model, tc.data, EvalOptions{Header: tc.header})
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatal(err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			case tc.err == "" && ev.Records != tc.want:
+				t.Fatalf("records=%d, want %d", ev.Records, tc.want)
+			}
+		})
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

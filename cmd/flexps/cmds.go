@@ -565,7 +565,9 @@ func evalCmd(g *globals) *cobra.Command {
 
 The data is read as the task read its training input (format, LIBSVM
 index_base, CSV label column, delimiter and header, recorded in the model);
-the flags override that.`,
+the flags override that. The recorded header applies only to the job's
+inputs read with header = true: another file is read from its first line
+unless --header is given.`,
 		Args: args(func(n int) bool { return n == 0 }, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || data == "" {
@@ -613,7 +615,7 @@ the flags override that.`,
 	fs.IntVar(&indexBase, "index-base", 0, "libsvm: feature ids start at 1 or 0 (default: the training input's)")
 	fs.IntVar(&labelColumn, "label-column", 0, "csv: label column, -1 for none (default: the training input's)")
 	fs.StringVar(&o.Delimiter, "delimiter", "", "csv: field separator (default: the training input's)")
-	fs.BoolVar(&header, "header", false, "csv, ratings: files start with a header line (default: the training input's)")
+	fs.BoolVar(&header, "header", false, "csv, ratings: files start with a header line (default: as the job read this file, else no)")
 	return c
 }
 
