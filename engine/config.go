@@ -42,6 +42,17 @@ type ClusterConfig struct {
 // status page (with /metrics and /api/status). Empty: off.
 type ListenSect struct {
 	Listen string `toml:"listen"`
+	// Flag is the command-line flag that set Listen ("--http"), if one
+	// did: errors name it rather than the TOML key the user never wrote.
+	Flag string `toml:"-" json:"-"`
+}
+
+// setting names what chose the address: Flag, else key ("[http] listen").
+func (l ListenSect) setting(key string) string {
+	if l.Flag != "" {
+		return l.Flag
+	}
+	return key
 }
 
 // NATSConfig says where the bus is.

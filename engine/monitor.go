@@ -44,13 +44,13 @@ func (c *ClusterConfig) startMasterMonitors(m *master.Master, log zerolog.Logger
 	}
 	var err error
 	if c.HTTP.Listen != "" {
-		if ms.Page, err = monitor.Listen(c.HTTP.Listen, "[http] listen", monitor.MasterHandler(m.Status, reg)); err != nil {
+		if ms.Page, err = monitor.Listen(c.HTTP.Listen, c.HTTP.setting("[http] listen"), monitor.MasterHandler(m.Status, reg)); err != nil {
 			return nil, err
 		}
 		log.Info().Str("url", ms.Page.URL()).Msg("status page")
 	}
 	if c.Metrics.Listen != "" {
-		if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, "[metrics] listen", monitor.MetricsHandler(reg)); err != nil {
+		if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, c.Metrics.setting("[metrics] listen"), monitor.MetricsHandler(reg)); err != nil {
 			ms.Close()
 			return nil, err
 		}
@@ -68,7 +68,7 @@ func (c *ClusterConfig) startSlaveMonitors(log zerolog.Logger, s *slave.Slave) (
 	reg := monitor.NewRegistry()
 	reg.MustRegister(s.Collector())
 	var err error
-	if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, "[metrics] listen", monitor.MetricsHandler(reg)); err != nil {
+	if ms.Metrics, err = monitor.Listen(c.Metrics.Listen, c.Metrics.setting("[metrics] listen"), monitor.MetricsHandler(reg)); err != nil {
 		return nil, err
 	}
 	log.Info().Str("url", ms.Metrics.URL()+"/metrics").Msg("metrics")

@@ -422,3 +422,44 @@ func TestRunTakesTheConfigsSlots(t *testing.T) {
 		}
 	}
 }
+
+// A busy status page or metrics port is named by what set it: the flag
+// when a flag did (until now always by the TOML key, "[http] listen",
+// which a user who typed --http never wrote), else the TOML key.
+func TestBusyMonitorPortNamesItsSetting(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	config := func(section string) string {
+		p := filepath.Join(t.TempDir(), "cluster.toml")
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("[%s]\nlisten = %q\n", section, addr)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name          string
+		args          []string
+		want, notWant string
+	}{
+		{"--http", []string{"--http", addr}, "--http " + addr, "[http] listen"},
+		{"[http] listen", []string{"--config", config("http")}, "[http] listen " + addr, "--http"},
+		{"--metrics-listen", []string{"--metrics-listen", addr}, "--metrics-listen " + addr, "[metrics] listen"},
+		{"[metrics] listen", []string{"--config", config("metrics")}, "[metrics] listen " + addr, "--metrics-listen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			args := append([]string{"master", "--listen", "127.0.0.1:0", "--log-level", "error"}, tc.args...)
+			code := runIO(args, &bytes.Buffer{}, &stderr)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) || !strings.Contains(stderr.String(), "address already in use") || strings.Contains(stderr.String(), tc.notWant) {
+				t.Fatalf("stderr names the setting wrong: want %q, not %q:\n%s", tc.want, tc.notWant, stderr.String())
+			}
+		})
+	}
+}

@@ -294,10 +294,10 @@ func (cf *clusterFlags) load() (*engine.ClusterConfig, error) {
 		cfg.NATS.URL = cf.nats
 	}
 	if cf.httpListen != "" {
-		cfg.HTTP.Listen = cf.httpListen
+		cfg.HTTP = engine.ListenSect{Listen: cf.httpListen, Flag: "--http"}
 	}
 	if cf.metricsListen != "" {
-		cfg.Metrics.Listen = cf.metricsListen
+		cfg.Metrics = engine.ListenSect{Listen: cf.metricsListen, Flag: "--metrics-listen"}
 	}
 	return cfg, nil
 }
