@@ -72,6 +72,10 @@ func TestCommandLine(t *testing.T) {
 		{name: "gen negative --rows", args: []string{"gen", "libsvm", "--rows", "-5", "--out", filepath.Join(dir, "r.libsvm")}, exit: 2, stderr: []string{"--rows: want >= 0, got -5"}},
 		{name: "gen NaN --zipf", args: []string{"gen", "libsvm", "--rows", "5", "--zipf", "NaN", "--out", filepath.Join(dir, "z.libsvm")}, exit: 2, stderr: []string{"--zipf:", "got NaN"}},
 		{name: "gen negative --rank", args: []string{"gen", "ratings", "--rows", "5", "--rank", "-2", "--out", filepath.Join(dir, "k.ratings")}, exit: 2, stderr: []string{"--rank: want >= 1"}},
+		// The held-out file named as the training file was a usage error
+		// that exited 1, as if generating had failed.
+		{name: "gen --test-out the same as --out", args: []string{"gen", "libsvm", "--rows", "5", "--out", filepath.Join(dir, "same.libsvm"), "--test-out", filepath.Join(dir, "same.libsvm")}, exit: 2, stderr: []string{"--test-out:", "is the training file"}},
+		{name: "gen --test-out the same as --out, spelled otherwise", args: []string{"gen", "libsvm", "--rows", "5", "--out", filepath.Join(dir, "same.libsvm"), "--test-out", dir + "/./same.libsvm"}, exit: 2, stderr: []string{"is the training file"}},
 		{name: "gen negative --test-rows", args: []string{"gen", "libsvm", "--rows", "5", "--test-rows", "-3", "--out", filepath.Join(dir, "t.libsvm"), "--test-out", filepath.Join(dir, "t.test")}, exit: 2, stderr: []string{"--test-rows: want >= 0"}},
 		{name: "run --slots above the bound", args: []string{"run", "--slots", "2000", "x.toml"}, exit: 2, stderr: []string{"--slots 2000: at most 1024"}},
 		{name: "run --slaves above the bound", args: []string{"run", "--slaves", "300", "x.toml"}, exit: 2, stderr: []string{"--slaves 300: at most 256"}},

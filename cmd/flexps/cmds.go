@@ -531,6 +531,10 @@ func genCmd(g *globals) *cobra.Command {
 				return usageError{fmt.Sprintf("--%s: %v", strings.ReplaceAll(key, "_", "-"), strings.TrimPrefix(err.Error(), key+": "))}
 			}
 			if err := synth.GenerateContext(cmd.Context(), out, spec); err != nil {
+				if errors.Is(err, synth.ErrSameFile) {
+					// Found before anything is written: the arguments are wrong.
+					return usageError{fmt.Sprintf("--test-out: %v", err)}
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -72,6 +73,10 @@ func (gs Spec) Check() (key string, err error) {
 	return "", nil
 }
 
+// ErrSameFile is wrapped when the held-out file is the training file: a
+// mistake in the arguments, which a command reports as a usage error.
+var ErrSameFile = errors.New("is the training file")
+
 // Generate writes the data gs describes to path (and gs.TestPath): train
 // and test rows come from one seeded stream, so they share the hidden
 // model. Files are written to a temporary name and renamed when complete.
@@ -120,7 +125,7 @@ func GenerateContext(ctx context.Context, path string, gs Spec) error {
 	}
 	if len(files) == 2 && samePath(files[0], files[1]) {
 		// The held-out rows would be renamed over the training rows.
-		return fmt.Errorf("gen %s: the held-out file %s is the training file: give it another name", path, gs.TestPath)
+		return fmt.Errorf("gen %s: the held-out file %s %w: give it another name", path, gs.TestPath, ErrSameFile)
 	}
 	var outs []*os.File
 	cleanup := func() {
