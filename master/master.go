@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -386,38 +383,17 @@ const (
 )
 
 // overwritesInput is the name of the input one of whose files is output
-// (the same file by any path), or "". The output's own path is what the
-// model replaces: a link there is replaced, not the file it points to.
+// (tasks.OverwrittenInput), or "".
 func overwritesInput(output string, blocks map[string][]datastore.Block) string {
-	if output == "" {
-		return ""
-	}
-	url := strings.Contains(output, "://")
-	var out os.FileInfo
-	if !url {
-		fi, err := os.Lstat(output)
-		if err != nil {
-			return "" // no file there to write over
-		}
-		out = fi
-	}
-	for _, name := range slices.Sorted(maps.Keys(blocks)) {
-		seen := map[string]bool{}
-		for _, b := range blocks[name] {
-			if seen[b.Path] {
-				continue
-			}
-			seen[b.Path] = true
-			if url {
-				if strings.TrimRight(b.Path, "/") == strings.TrimRight(output, "/") {
-					return name
-				}
-			} else if fi, err := os.Stat(b.Path); err == nil && os.SameFile(fi, out) {
-				return name
+	files := make(map[string][]string, len(blocks))
+	for name, bs := range blocks {
+		for _, b := range bs {
+			if n := len(files[name]); n == 0 || files[name][n-1] != b.Path {
+				files[name] = append(files[name], b.Path)
 			}
 		}
 	}
-	return ""
+	return tasks.OverwrittenInput(output, files)
 }
 
 // sameDir reports whether two checkpoint dirs are one (local paths

@@ -124,3 +124,50 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		})
 	}
 }
+
+// An output that is a file of one of the task's inputs was refused by the
+// master without a line number, unlike the job file's other mistakes;
+// flexps run now refuses it before starting a cluster, naming the line
+// of output.
+func TestOutputOverAnInputNamesItsLine(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	train := filepath.Join(data, "train.libsvm")
+	if err := os.WriteFile(train, []byte("1 1:0.5 3:1\n0 2:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, input, output string
+	}{
+		{"the train file", train, train},
+		{"by a relative path", train, rel},
+		{"a file of an input directory", data, train},
+		{"a file of a glob", filepath.Join(data, "*.libsvm"), train},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := strings.Replace(strings.ReplaceAll(goodJob, "TRAIN", tc.input), "kind = \"lr\"\n", fmt.Sprintf("kind = \"lr\"\noutput = %q\n", tc.output), 1)
+			path := filepath.Join(t.TempDir(), "job.toml")
+			if err := os.WriteFile(path, []byte(job), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			code := run([]string{"run", "--log-level", "error", path}, &stderr)
+			msg := stderr.String()
+			want := fmt.Sprintf("%s line 3: task \"bad\": output %s is a file of its input \"train\"", path, tc.output)
+			if code != 1 || !strings.Contains(msg, want) {
+				t.Fatalf("exit %d, want 1 and %q; stderr:\n%s", code, want, msg)
+			}
+		})
+	}
+}

@@ -77,6 +77,9 @@ func runCmd(g *globals) *cobra.Command {
 				if err := ensureInputs(cmd.Context(), jf, log); err != nil {
 					return err
 				}
+				if err := checkOutput(cmd.Context(), a[0], task); err != nil {
+					return err
+				}
 			}
 			mw, err := openMetricsOut(metricsOut)
 			if err != nil {
@@ -363,6 +366,9 @@ func submitCmd(g *globals) *cobra.Command {
 			for _, path := range a {
 				jf, t, err := tasks.LoadJob(path)
 				if err != nil {
+					return err
+				}
+				if err := checkOutput(cmd.Context(), path, t); err != nil {
 					return err
 				}
 				jobs, files = append(jobs, t), append(files, jf)

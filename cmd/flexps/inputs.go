@@ -61,3 +61,34 @@ func generateHint(jf *tasks.JobFile, err error) string {
 	}
 	return ""
 }
+
+// checkOutput refuses a job whose output is a file of one of its local
+// inputs (by any path) before it is submitted, naming the line of
+// output: the master refuses it too, but its error cannot name a line
+// of a file it never saw. Inputs on another filesystem (hdfs://) are
+// left to the master.
+func checkOutput(ctx context.Context, path string, t *tasks.MultiStageTask) error {
+	if t == nil || t.Output == "" {
+		return nil
+	}
+	src := datastore.NewSources()
+	files := map[string][]string{}
+	for name, in := range t.Inputs {
+		if s := datastore.Scheme(in.Path); s != "" && s != "file" {
+			continue
+		}
+		if fs, err := src.Files(ctx, in.Path); err == nil {
+			files[name] = fs
+		}
+	}
+	name := tasks.OverwrittenInput(t.Output, files)
+	if name == "" {
+		return nil
+	}
+	line := 0
+	if data, err := os.ReadFile(path); err == nil {
+		line = tasks.KeyLine(data, "output")
+	}
+	return &tasks.ConfigError{File: path, Line: line,
+		Msg: fmt.Sprintf("task %q: output %s is a file of its input %q: the model would be written over it; name another output", t.Name, t.Output, name)}
+}
