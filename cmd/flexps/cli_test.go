@@ -20,6 +20,15 @@ func TestCommandLine(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f.txt"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	emptyCkpt, otherCkpt := filepath.Join(dir, "ckpt-empty"), filepath.Join(dir, "ckpt-other")
+	for _, d := range []string{emptyCkpt, otherCkpt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(otherCkpt, "notes.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name      string
 		args      []string
@@ -52,6 +61,10 @@ func TestCommandLine(t *testing.T) {
 		{name: "plot without -o", args: []string{"plot", "m.jsonl"}, exit: 2, stderr: []string{"-o/--out"}},
 		{name: "plot unknown format", args: []string{"plot", "m.jsonl", "-o", "x.gif"}, exit: 2, stderr: []string{`"gif"`}},
 		{name: "memprofile path checked first", args: []string{"run", "--memprofile", filepath.Join(dir, "no", "such", "dir", "h.prof"), "x.toml"}, exit: 1, stderr: []string{"memprofile"}},
+		// An empty checkpoint dir started a cluster, then said there was
+		// nothing to resume: now refused before anything starts.
+		{name: "resume dir empty", args: []string{"run", "--resume", emptyCkpt}, exit: 1, stderr: []string{"--resume " + emptyCkpt + ": nothing to resume", "holds no checkpoint"}},
+		{name: "resume dir of other files", args: []string{"run", "--resume", otherCkpt}, exit: 1, stderr: []string{"--resume " + otherCkpt + ": nothing to resume"}},
 		{name: "resume dir missing", args: []string{"run", "--resume", filepath.Join(dir, "no-such-ckpt")}, exit: 1, stderr: []string{"--resume", "no-such-ckpt: no such directory"}},
 		{name: "resume dir is a file", args: []string{"run", "--resume", filepath.Join(dir, "f.txt")}, exit: 1, stderr: []string{"not a directory"}},
 		{name: "cpuprofile path checked first", args: []string{"run", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "c.prof"), "x.toml"}, exit: 1, stderr: []string{"cpu profile", "c.prof"}},

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flexps/flexps/checkpoint"
 	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/datastore/synth"
 	"github.com/flexps/flexps/engine"
@@ -44,7 +45,7 @@ func runCmd(g *globals) *cobra.Command {
 			if err := atMost("slots", slots, engine.MaxSlots); err != nil {
 				return err
 			}
-			if err := checkResumeDir(resume); err != nil {
+			if err := checkResumeDir(cmd.Context(), resume); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -646,11 +647,11 @@ func writeHeapProfile(path string) error {
 	return nil
 }
 
-// startCPUProfile starts a CPU profile to path ("" profiles nothing) and
-// returns what stops it and closes the file.
 // checkResumeDir refuses a local --resume directory that does not exist
-// (a typo) before a cluster starts; an hdfs:// one is checked when read.
-func checkResumeDir(dir string) error {
+// (a typo), or that holds no checkpoint file, before a cluster starts:
+// flexps run started one, then said there was nothing to resume. An
+// hdfs:// one is checked when read.
+func checkResumeDir(ctx context.Context, dir string) error {
 	if dir == "" || strings.Contains(dir, "://") {
 		return nil
 	}
@@ -663,9 +664,18 @@ func checkResumeDir(dir string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("--resume %s: not a directory (give the job's [checkpoint] dir, not a file in it)", dir)
 	}
+	paths, err := checkpoint.List(ctx, datastore.NewSources(), dir)
+	if err != nil {
+		return fmt.Errorf("--resume %s: %w", dir, err)
+	}
+	if len(checkpoint.Newest(paths)) == 0 {
+		return fmt.Errorf("--resume %s: nothing to resume: the directory holds no checkpoint (ckpt-NNNNNN.flexps files, which a task writes when its job has a [checkpoint] table)", dir)
+	}
 	return nil
 }
 
+// startCPUProfile starts a CPU profile to path ("" profiles nothing) and
+// returns what stops it and closes the file.
 func startCPUProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
