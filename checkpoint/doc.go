@@ -19,5 +19,7 @@
 // so a reader sees either the whole file or none; the checksum catches
 // what the disk or a user did to it afterwards. Latest loads the newest
 // file that decodes and passes its checksum, warning about each newer one
-// it skips; Write keeps the newest Keep files and deletes older ones.
+// it skips; Write keeps the newest keep of its task's own files (those
+// recording its id or one of its lineage, the tasks it was resumed from)
+// and deletes its older ones, never another task's.
 package checkpoint

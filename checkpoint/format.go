@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/flexps/flexps/status"
@@ -40,6 +41,29 @@ type Record struct {
 	Created  time.Time            `json:"created"`
 	Progress Progress             `json:"progress"`
 	Task     tasks.MultiStageTask `json:"task"`
+	// Lineage are the ids of the tasks whose checkpoints Task continues
+	// (it was resumed from one of theirs), oldest first: their files in
+	// the dir are its own as much as those recording Task.ID, and Write
+	// prunes them with its own. Any other task's files are left alone.
+	Lineage []string `json:"lineage,omitempty"`
+}
+
+// Owns reports whether a checkpoint written by task id is one of r's
+// task's own: its id or one of its lineage.
+func (r *Record) Owns(id string) bool {
+	return id == r.Task.ID || slices.Contains(r.Lineage, id)
+}
+
+// Continue is the lineage of a task resumed from c: c's lineage and the
+// task that wrote c (each once, without id, the resumed task's own).
+func (r *Record) Continue(id string) []string {
+	var out []string
+	for _, l := range append(slices.Clip(r.Lineage), r.Task.ID) {
+		if l != id && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Checkpoint is one checkpoint: its record and every table of the task.

@@ -182,3 +182,38 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A task resumed from a checkpoint continues the task that wrote it and
+// that task's own lineage; its own id is never in it.
+func TestContinueIsTheLineageOfAResumedTask(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		writer  string
+		lineage []string
+		id      string
+		want    []string
+	}{
+		{"a first resume", "t0", nil, "t1", []string{"t0"}},
+		{"a second", "t1", []string{"t0"}, "t2", []string{"t0", "t1"}},
+		{"under the same id (a master restart)", "t1", []string{"t0"}, "t1", []string{"t0"}},
+		{"of its own first task", "t0", []string{"t0"}, "t3", []string{"t0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Record{Lineage: tc.lineage}
+			r.Task.ID = tc.writer
+			if got := r.Continue(tc.id); !slices.Equal(got, tc.want) {
+				t.Fatalf("Continue(%s) = %v, want %v", tc.id, got, tc.want)
+			}
+			next := Record{Lineage: r.Continue(tc.id)}
+			next.Task.ID = tc.id
+			for _, id := range append(tc.want, tc.id) {
+				if !next.Owns(id) {
+					t.Fatalf("the resumed task does not own %s's checkpoints", id)
+				}
+			}
+			if next.Owns("stranger") {
+				t.Fatal("it owns a stranger's checkpoints")
+			}
+		})
+	}
+}

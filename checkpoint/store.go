@@ -1,7 +1,9 @@
 package checkpoint
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,8 +68,14 @@ type Written struct {
 }
 
 // Write stores c in dir as the newest checkpoint (its Seq is set here),
-// atomically, then deletes all but the newest keep. A failure to delete
-// an old checkpoint is not an error of the write (Written.RemoveErrs).
+// atomically, then deletes all but the newest keep of its task's own
+// (c.Owns the task each records): the checkpoints of another task left in
+// the dir (one interrupted, the dir reused) are neither counted nor
+// deleted; before, a new task deleted them once it had written keep of
+// its own. Seq follows the highest in the dir, whoever wrote it, so no
+// name is reused and the newest file is the last written. A failure to
+// delete an old checkpoint is not an error of the write
+// (Written.RemoveErrs).
 func Write(ctx context.Context, st Store, dir string, c *Checkpoint, keep int, now time.Time) (Written, error) {
 	start := time.Now()
 	paths, err := List(ctx, st, dir)
@@ -94,7 +102,16 @@ func Write(ctx context.Context, st Store, dir string, c *Checkpoint, keep int, n
 		return Written{}, err
 	}
 	out := Written{Path: p, Bytes: n, Seconds: time.Since(start).Seconds()}
-	for _, e := range Stale(append(paths, p), keep) {
+	own := []string{p}
+	if len(Newest(paths)) >= max(keep, 1) {
+		// Only then can one be stale: read who wrote each.
+		for _, e := range Newest(paths) {
+			if id, err := writerOf(ctx, st, e.Path); err == nil && c.Owns(id) {
+				own = append(own, e.Path)
+			}
+		}
+	}
+	for _, e := range Stale(own, keep) {
 		if err := st.Remove(ctx, e.Path); err != nil {
 			out.RemoveErrs = append(out.RemoveErrs, fmt.Errorf("checkpoint: delete old %s: %w", e.Path, err))
 			continue
@@ -119,6 +136,37 @@ func writeOnce(ctx context.Context, st Store, p string, c *Checkpoint) (int64, e
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
 	return n, nil
+}
+
+// maxHeader bounds the header line writerOf reads: a file without one in
+// that much is not a checkpoint.
+const maxHeader = 64 << 20
+
+// writerOf returns the id of the task that wrote the checkpoint at path,
+// from its header line alone (the tables are not read). A file whose
+// header cannot be read (empty, torn, not a checkpoint) is an error: no
+// task owns it, and Write leaves it alone.
+func writerOf(ctx context.Context, st Store, path string) (string, error) {
+	r, err := st.Open(ctx, path, 0)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	defer r.Close()
+	line, err := bufio.NewReaderSize(io.LimitReader(r, maxHeader), 64<<10).ReadBytes('\n')
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w: no header line", path, ErrFormat)
+	}
+	var hdr struct {
+		Checkpoint *struct {
+			Task struct {
+				ID string `json:"id"`
+			} `json:"task"`
+		} `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(line, &hdr); err != nil || hdr.Checkpoint == nil {
+		return "", fmt.Errorf("checkpoint %s: %w: no checkpoint record in its header", path, ErrFormat)
+	}
+	return hdr.Checkpoint.Task.ID, nil
 }
 
 // Load reads the checkpoint at path.

@@ -299,3 +299,69 @@ func TestLatestNamesAnEmptyOrTornCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A task prunes only its own checkpoints (those recording its id or a task
+// it was resumed from): another task's left in the dir, an interrupted
+// run of the job before, are neither counted nor deleted, and the new
+// task's numbers follow theirs, so no name is reused. Before, Write
+// counted every ckpt-* file, and a new task deleted the earlier task's
+// once it had written keep of its own.
+func TestWritePrunesOnlyItsTasksOwnCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	st := datastore.NewSources()
+	by := func(id string, lineage ...string) *Checkpoint {
+		c := sample()
+		c.Task.ID, c.Lineage = id, lineage
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		before  []*Checkpoint // written first, in order (nil: a file that is no checkpoint)
+		writer  *Checkpoint   // then writes `writes` checkpoints, keep 2
+		writes  int
+		want    []int  // the checkpoint numbers left
+		wantIDs string // the tasks that wrote them, in order
+	}{
+		{"an earlier task's", []*Checkpoint{by("t0"), by("t0")}, by("t1"), 3, []int{1, 2, 4, 5}, "t0 t0 t1 t1"},
+		{"an earlier task's, one write", []*Checkpoint{by("t0"), by("t0")}, by("t1"), 1, []int{1, 2, 3}, "t0 t0 t1"},
+		{"its own, after a restart", []*Checkpoint{by("t1"), by("t1")}, by("t1"), 1, []int{2, 3}, "t1 t1"},
+		{"the task it was resumed from", []*Checkpoint{by("t0"), by("t0")}, by("t1", "t0"), 1, []int{2, 3}, "t0 t1"},
+		{"resumed twice", []*Checkpoint{by("t0"), by("t1", "t0")}, by("t2", "t0", "t1"), 2, []int{3, 4}, "t2 t2"},
+		{"resumed, beside another task's", []*Checkpoint{by("t9"), by("t0"), by("t0")}, by("t1", "t0"), 2, []int{1, 4, 5}, "t9 t1 t1"},
+		{"a file that is no checkpoint", []*Checkpoint{nil, by("t1")}, by("t1"), 2, []int{1, 3, 4}, "? t1 t1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i, c := range tc.before {
+				if c == nil {
+					writeFile(t, filepath.Join(dir, Name(i+1)), []byte("not a checkpoint\n"))
+					continue
+				}
+				if _, err := Write(ctx, st, dir, c, 100, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range tc.writes {
+				if _, err := Write(ctx, st, dir, tc.writer, 2, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var want []string
+			for _, n := range tc.want {
+				want = append(want, Name(n))
+			}
+			got := files(t, dir)
+			var ids []string
+			for _, f := range got {
+				id, err := writerOf(ctx, st, filepath.Join(dir, f))
+				if err != nil {
+					id = "?"
+				}
+				ids = append(ids, id)
+			}
+			if !slices.Equal(got, want) || strings.Join(ids, " ") != tc.wantIDs {
+				t.Fatalf("files %v written by %v, want %v by %s", got, ids, want, tc.wantIDs)
+			}
+		})
+	}
+}

@@ -28,6 +28,10 @@ type checkpointer struct {
 	dir   string
 	keep  int
 	sched checkpoint.Schedule
+	// lineage are the tasks whose checkpoints this one continues (it was
+	// resumed from them): their files in dir are pruned with its own,
+	// any other task's are left (checkpoint.Record.Lineage).
+	lineage []string
 
 	mu          sync.Mutex
 	last        time.Time // last checkpoint, or the task's start
@@ -217,7 +221,7 @@ func (t *taskRun) takeCheckpoint(p checkpoint.Progress, st *tasks.Stage) (string
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	gathered := time.Since(start)
-	ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Progress: p, Task: *t.spec}, Tables: tables}
+	ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Progress: p, Task: *t.spec, Lineage: c.lineage}, Tables: tables}
 	w, err := checkpoint.Write(t.ctx, t.m.sources, c.dir, ck, c.keep, t.m.cfg.Now())
 	if err != nil {
 		return "", err

@@ -354,6 +354,9 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 	tr := newTaskRun(m, spec, blocks)
 	tr.seq = m.seq
 	tr.ckpt, tr.resume = ckpt, resume
+	if ckpt != nil && resume != nil {
+		ckpt.lineage = resume.Continue(spec.ID)
+	}
 	tr.status.Resumed = resumePath
 	if resume != nil && resume.Progress.Stage > 0 {
 		tr.first = nil // the first stage to run is not stage 0

@@ -136,3 +136,43 @@ func TestRestartResumesOnlyATasksOwnCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// A resumed task's checkpoints record the tasks it continues (lineage):
+// theirs in the dir are its own, pruned with its own by keep; any other
+// task's are left. Resumed under its own id (a master restart from its
+// own checkpoint), the lineage is the one its checkpoint recorded.
+func TestResumedTaskContinuesTheLineageOfItsCheckpoint(t *testing.T) {
+	const writer = "t-earlier"
+	for _, tc := range []struct {
+		name    string
+		lineage []string // the checkpoint's
+		id      string   // resumed under ("": a new id)
+		want    []string
+	}{
+		{"a job's task resumed", nil, "", []string{writer}},
+		{"a resumed task resumed", []string{"t-first"}, "", []string{"t-first", writer}},
+		{"its own, after a master restart", []string{"t-first"}, writer, []string{"t-first"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ckdir := t.TempDir()
+			spec := tasks.NewTask("lr").SetStages(tasks.Stage{Name: "s", Func: "test.none", Workers: 1})
+			spec.ID, spec.Checkpoint = writer, tasks.Checkpoint{Dir: ckdir}
+			spec.Normalize()
+			ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Task: *spec, Lineage: tc.lineage}}
+			if _, err := checkpoint.Write(context.Background(), datastore.NewSources(), ckdir, ck, 2, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, "sequential")
+			id, _, err := h.m.Resume(context.Background(), ckdir, tc.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.m.mu.Lock()
+			got := h.m.tasks[id].ckpt.lineage
+			h.m.mu.Unlock()
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("task %s continues %v, want %v", id, got, tc.want)
+			}
+		})
+	}
+}
