@@ -21,5 +21,8 @@
 // file that decodes and passes its checksum, warning about each newer one
 // it skips; Write keeps the newest keep of its task's own files (those
 // recording its id or one of its lineage, the tasks it was resumed from)
-// and deletes its older ones, never another task's.
+// and deletes its older ones, never another task's. A local dir is held
+// by one process at a time (LockDir: an flock on its .flexps-lock, which
+// the kernel releases when the process ends); hdfs:// dirs are not
+// locked.
 package checkpoint

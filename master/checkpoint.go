@@ -32,6 +32,9 @@ type checkpointer struct {
 	// resumed from them): their files in dir are pruned with its own,
 	// any other task's are left (checkpoint.Record.Lineage).
 	lineage []string
+	// lock is dir's, held from submission until the task ends (nil: not
+	// a local dir).
+	lock *checkpoint.DirLock
 
 	mu          sync.Mutex
 	last        time.Time // last checkpoint, or the task's start

@@ -349,6 +349,17 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 				return "", fmt.Errorf("task %q: checkpoint dir %s: task %s (%s), still running, writes its checkpoints there: wait for it to end or cancel it (flexps cancel %s), or give this task another dir", spec.Name, ckpt.dir, id, o.spec.Name, id)
 			}
 		}
+		// The same across processes (two flexps run, two masters): a
+		// local dir is locked until the task ends or the process does.
+		lock, err := checkpoint.LockDir(ckpt.dir)
+		if errors.Is(err, checkpoint.ErrLockUnsupported) {
+			m.log.Warn().Err(err).Str("task", spec.ID).Msg("checkpoint dir not locked: another process writing checkpoints there is not detected")
+			err = nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("task %q: %w", spec.Name, err)
+		}
+		ckpt.lock = lock
 	}
 	m.pruneLocked()
 	tr := newTaskRun(m, spec, blocks)

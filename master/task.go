@@ -253,6 +253,11 @@ func (t *taskRun) run() {
 		t.m.log.Error().Err(err).Str("task", t.spec.ID).Msg("task record not written: a restarted master will not resume this task")
 	}
 	err := t.execute()
+	if t.ckpt != nil {
+		// No checkpoint is written after this: the dir is free for the
+		// next task (or a resume) before this one is seen ended.
+		t.ckpt.lock.Unlock()
+	}
 	if cause := context.Cause(t.ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(err, cause) && errors.Is(err, context.Canceled) {
 		// A step that failed only because the task was stopped ("slave s1
 		// did not answer create_tables: context canceled") reports why:

@@ -48,6 +48,12 @@ func runCmd(g *globals) *cobra.Command {
 			if err := checkResumeDir(cmd.Context(), resume); err != nil {
 				return err
 			}
+			// Another process writing checkpoints into the dir is named
+			// now, not once the cluster started (its master takes the
+			// dir's lock for the task).
+			if err := checkpoint.CheckFree(resume); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			stop, err := startCPUProfile(cpuprofile)
 			if err != nil {
@@ -73,6 +79,9 @@ func runCmd(g *globals) *cobra.Command {
 			jf, task := &tasks.JobFile{}, (*tasks.MultiStageTask)(nil)
 			if resume == "" {
 				if jf, task, err = tasks.LoadJob(a[0]); err != nil {
+					return err
+				}
+				if err := checkpoint.CheckFree(task.Checkpoint.Dir); err != nil {
 					return err
 				}
 				if err := ensureInputs(cmd.Context(), jf, log); err != nil {
