@@ -117,9 +117,12 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		}
 		c.Filter = paths
 	}
+	_, dimSet := p["dim"]
 	switch {
-	case c.Dim < 0:
-		return c, fmt.Errorf("kge: dim must be >= 1, got %d", c.Dim)
+	case dimSet && c.Dim < 1:
+		// 0 is the unset dim (half the tables' width): written out,
+		// it was taken for that without a word.
+		return c, fmt.Errorf("kge: dim must be >= 1 (unset: half the tables' width), got %d", c.Dim)
 	case c.Epochs < 1:
 		return c, fmt.Errorf("kge: epochs must be >= 1, got %d", c.Epochs)
 	case c.Batch < 1:

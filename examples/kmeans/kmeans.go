@@ -198,9 +198,12 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		Centers: p.String("centers", "centers"), Train: p.String("train", "train")}
 	c.Acc = p.String("acc", AccTable(c.Centers))
 	_, hasSample := p["sample"]
+	_, hasK := p["k"]
 	switch {
-	case c.K < 0:
-		return c, fmt.Errorf("kmeans: k must be >= 1, got %d", c.K)
+	case hasK && c.K < 1:
+		// 0 is the unset k (the centers table's size): written
+		// out, it was taken for that without a word.
+		return c, fmt.Errorf("kmeans: k must be >= 1 (unset: the centers table's size), got %d", c.K)
 	case c.Iterations < 1:
 		return c, fmt.Errorf("kmeans: iterations must be >= 1, got %d", c.Iterations)
 	case c.Sample < 1:

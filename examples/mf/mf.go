@@ -166,17 +166,22 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 		UserBias: p.String("user_bias", "user_bias"), ItemBias: p.String("item_bias", "item_bias"),
 		Train: p.String("train", "train"), Test: p.String("test", "test")}
 	c.L2Bias = p.Float("l2_bias", 12)
+	_, rankSet := p["rank"]
 	switch {
-	case c.Rank < 0:
-		return c, fmt.Errorf("mf: rank must be >= 1, got %d", c.Rank)
+	case rankSet && c.Rank < 1:
+		// 0 is the unset rank (the tables' width): written out, it
+		// was taken for that without a word.
+		return c, fmt.Errorf("mf: rank must be >= 1 (unset: the factor tables' width), got %d", c.Rank)
 	case c.Epochs < 1:
 		return c, fmt.Errorf("mf: epochs must be >= 1, got %d", c.Epochs)
 	case c.Batch < 1:
 		return c, fmt.Errorf("mf: batch must be >= 1, got %d", c.Batch)
 	case !(c.LR > 0) || math.IsInf(c.LR, 0):
 		return c, fmt.Errorf("mf: lr must be a finite number > 0, got %v", c.LR)
-	case c.L2 < 0 || c.L2Bias < 0:
-		return c, fmt.Errorf("mf: l2 and l2_bias must be >= 0, got %v and %v", c.L2, c.L2Bias)
+	case c.L2 < 0:
+		return c, fmt.Errorf("mf: l2 must be >= 0, got %v", c.L2)
+	case c.L2Bias < 0:
+		return c, fmt.Errorf("mf: l2_bias must be >= 0, got %v", c.L2Bias)
 	case c.Decay < 0:
 		return c, fmt.Errorf("mf: decay must be >= 0, got %v", c.Decay)
 	}

@@ -225,7 +225,7 @@ func TestConfigFrom(t *testing.T) {
 		{"defaults", tasks.Params{}, ""},
 		{"zero lr", tasks.Params{"lr": 0}, "lr must be"},
 		{"infinite lr", tasks.Params{"lr": math.Inf(1)}, `param "lr": want a finite number`},
-		{"negative l2", tasks.Params{"l2": -1}, "l2 and l2_bias"},
+		{"negative l2", tasks.Params{"l2": -1}, "l2 must be >= 0"},
 		{"negative decay", tasks.Params{"decay": -0.1}, "decay"},
 		{"zero epochs", tasks.Params{"epochs": 0}, "epochs"},
 		{"string lr", tasks.Params{"lr": "fast"}, `param "lr"`},

@@ -120,15 +120,23 @@ func configFrom(p tasks.Params) (config, error) {
 	c := config{rank: p.Int("rank", 0), epochs: p.Int("epochs", 10), batch: p.Int("batch", 1000),
 		lr: p.Float("lr", 0.01), l2: p.Float("l2", 0.05), decay: p.Float("decay", 0), localize: p.Bool("localize", true),
 		users: p.String("users", "users"), items: p.String("items", "items"), train: p.String("train", "train"), test: p.String("test", "test")}
+	_, rankSet := p["rank"]
 	switch {
+	case rankSet && c.rank < 1:
+		// 0 is the unset rank (the tables' width): written out, it
+		// was taken for that without a word, and a negative one was
+		// refused only as a width mismatch.
+		return c, fmt.Errorf("%s: rank must be >= 1 (unset: the factor tables' width), got %d", Func, c.rank)
 	case c.epochs < 1:
 		return c, fmt.Errorf("%s: epochs must be >= 1, got %d", Func, c.epochs)
 	case c.batch < 1:
 		return c, fmt.Errorf("%s: batch must be >= 1, got %d", Func, c.batch)
 	case !(c.lr > 0) || math.IsInf(c.lr, 0):
 		return c, fmt.Errorf("%s: lr must be a positive number, got %v", Func, c.lr)
-	case c.l2 < 0 || c.decay < 0:
-		return c, fmt.Errorf("%s: l2 and decay must be >= 0", Func)
+	case c.l2 < 0:
+		return c, fmt.Errorf("%s: l2 must be >= 0, got %v", Func, c.l2)
+	case c.decay < 0:
+		return c, fmt.Errorf("%s: decay must be >= 0, got %v", Func, c.decay)
 	}
 	return c, nil
 }
