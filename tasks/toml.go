@@ -42,9 +42,23 @@ const (
 )
 
 // LocalSection sizes the in-process cluster that `flexps run` starts.
+// Pointers tell a key left out (the default) from one written as 0, which
+// is refused: it was taken for the default without a word.
 type LocalSection struct {
-	Slaves int `toml:"slaves"` // default 2
-	Slots  int `toml:"slots"`  // worker slots per slave, default 2
+	Slaves *int `toml:"slaves"` // default 2
+	Slots  *int `toml:"slots"`  // worker slots per slave, default 2 (or the cluster file's)
+}
+
+// Size is the cluster the section asks for, 0 for a key left out (the
+// caller's default; engine.LocalOptions reads 0 so).
+func (l LocalSection) Size() (slaves, slots int) {
+	if l.Slaves != nil {
+		slaves = *l.Slaves
+	}
+	if l.Slots != nil {
+		slots = *l.Slots
+	}
+	return slaves, slots
 }
 
 // InputFile is an [input.<name>] table.
@@ -66,9 +80,9 @@ type StageFile struct {
 	Name        string         `toml:"name"`
 	Func        string         `toml:"func"`
 	Workers     any            `toml:"workers"`            // an integer or "auto"
-	MaxWorkers  int            `toml:"max_workers"`        // with workers = "auto": the largest parallelism tried
-	AutoTrial   float64        `toml:"auto_trial_seconds"` // with workers = "auto": seconds per trial (default 2)
-	MaxSlaves   int            `toml:"max_slaves"`
+	MaxWorkers  *int           `toml:"max_workers"`        // with workers = "auto": the largest parallelism tried (default: all slots)
+	AutoTrial   *float64       `toml:"auto_trial_seconds"` // with workers = "auto": seconds per trial (default 2)
+	MaxSlaves   *int           `toml:"max_slaves"`         // default: any number
 	Slaves      []string       `toml:"slaves"`
 	Consistency string         `toml:"consistency"`
 	Staleness   int            `toml:"staleness"`
@@ -76,7 +90,7 @@ type StageFile struct {
 	WorkerKind  string         `toml:"worker_kind"`
 	Cache       string         `toml:"cache"`
 	CacheSize   int            `toml:"cache_size"`
-	ChunkSize   int            `toml:"chunk_size"`
+	ChunkSize   *int           `toml:"chunk_size"` // local, hogwild, single: default 4096
 	Inputs      []string       `toml:"inputs"`
 	Params      map[string]any `toml:"params"`
 }
@@ -329,9 +343,29 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		t.SetInput(n, spec)
 	}
 	for i, sf := range jf.Stages {
-		s := Stage{Name: sf.Name, Func: sf.Func, MaxSlaves: sf.MaxSlaves, Slaves: sf.Slaves,
+		// A count written as 0 where the Go API reads 0 as "the
+		// default" was taken for the default without a word
+		// (max_slaves = 0 spread the stage over any number of slaves,
+		// chunk_size = 0 took 4096, auto_trial_seconds = 0 two
+		// seconds).
+		for _, k := range []struct {
+			key, unset string
+			n          *int
+		}{
+			{"max_workers", "all slots", sf.MaxWorkers},
+			{"max_slaves", "any number", sf.MaxSlaves},
+			{"chunk_size", "4096", sf.ChunkSize},
+		} {
+			if k.n != nil && *k.n < 1 {
+				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{k.key}, Err: fmt.Errorf("stage %d (%s): %s: must be >= 1 (unset: %s), got %d", i, sf.Name, k.key, k.unset, *k.n)}
+			}
+		}
+		if sf.AutoTrial != nil && !(*sf.AutoTrial > 0) {
+			return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"auto_trial_seconds"}, Err: fmt.Errorf("stage %d (%s): auto_trial_seconds: must be > 0 (unset: 2), got %v", i, sf.Name, *sf.AutoTrial)}
+		}
+		s := Stage{Name: sf.Name, Func: sf.Func, MaxSlaves: deref(sf.MaxSlaves), Slaves: sf.Slaves,
 			Consistency: kvstore.Consistency{Kind: kvstore.ConsistencyKind(strings.ToLower(sf.Consistency)), Staleness: sf.Staleness, Speculation: sf.Speculation},
-			WorkerKind:  sf.WorkerKind, Cache: sf.Cache, CacheSize: sf.CacheSize, ChunkSize: sf.ChunkSize, Inputs: sf.Inputs, Params: Params(sf.Params)}
+			WorkerKind:  sf.WorkerKind, Cache: sf.Cache, CacheSize: sf.CacheSize, ChunkSize: deref(sf.ChunkSize), Inputs: sf.Inputs, Params: Params(sf.Params)}
 		switch w := sf.Workers.(type) {
 		case nil:
 			s.Workers = 1
@@ -344,12 +378,9 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 			if w != "auto" {
 				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %q", i, sf.Name, w)}
 			}
-			if sf.MaxWorkers < 0 {
-				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"max_workers"}, Err: fmt.Errorf("stage %d (%s): max_workers: must be >= 1 (0 or unset: all slots), got %d", i, sf.Name, sf.MaxWorkers)}
-			}
 			s.Auto = true
-			s.Workers = sf.MaxWorkers
-			s.AutoTrialSeconds = sf.AutoTrial
+			s.Workers = deref(sf.MaxWorkers)
+			s.AutoTrialSeconds = deref(sf.AutoTrial)
 		default:
 			return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"workers"}, Err: fmt.Errorf("stage %d (%s): workers: want an integer or \"auto\", got %v", i, sf.Name, w)}
 		}
@@ -360,7 +391,7 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 			for _, k := range []struct {
 				key string
 				set bool
-			}{{"max_workers", sf.MaxWorkers != 0}, {"auto_trial_seconds", sf.AutoTrial != 0}} {
+			}{{"max_workers", sf.MaxWorkers != nil}, {"auto_trial_seconds", sf.AutoTrial != nil}} {
 				if k.set {
 					return nil, &FieldError{Section: "stage", Index: i, Keys: []string{k.key}, Err: fmt.Errorf("stage %d (%s): %s: applies only with workers = \"auto\" (workers is %d)", i, sf.Name, k.key, s.Workers)}
 				}
@@ -368,11 +399,13 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		}
 		t.Stages = append(t.Stages, s)
 	}
-	if jf.Local.Slaves < 0 || jf.Local.Slaves > MaxLocalSlaves {
-		return nil, &FieldError{Section: "local", Keys: []string{"slaves"}, Err: fmt.Errorf("[local] slaves: must be in [1, %d] (0 or unset: 2; a larger cluster runs `flexps master` and `flexps slave` processes), got %d", MaxLocalSlaves, jf.Local.Slaves)}
+	// Written as 0 they were taken for unset (2 slaves; 2 slots, or the
+	// cluster file's) without a word.
+	if n := jf.Local.Slaves; n != nil && (*n < 1 || *n > MaxLocalSlaves) {
+		return nil, &FieldError{Section: "local", Keys: []string{"slaves"}, Err: fmt.Errorf("[local] slaves: must be in [1, %d] (unset: 2; a larger cluster runs `flexps master` and `flexps slave` processes), got %d", MaxLocalSlaves, *n)}
 	}
-	if jf.Local.Slots < 0 || jf.Local.Slots > MaxLocalSlots {
-		return nil, &FieldError{Section: "local", Keys: []string{"slots"}, Err: fmt.Errorf("[local] slots: must be in [1, %d] (0 or unset: 2), got %d", MaxLocalSlots, jf.Local.Slots)}
+	if n := jf.Local.Slots; n != nil && (*n < 1 || *n > MaxLocalSlots) {
+		return nil, &FieldError{Section: "local", Keys: []string{"slots"}, Err: fmt.Errorf("[local] slots: must be in [1, %d] (unset: 2, or the --config file's [slave] slots), got %d", MaxLocalSlots, *n)}
 	}
 	if jf.Repeat < 0 || jf.Repeat > 10000 {
 		return nil, &FieldError{Keys: []string{"repeat"}, Err: fmt.Errorf("repeat: must be in [1, 10000] (0 or unset: 1), got %d", jf.Repeat)}
@@ -383,4 +416,13 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// deref is *p, or the zero value (the Go API's "default") for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }

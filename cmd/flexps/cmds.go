@@ -95,7 +95,8 @@ func runCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opt := engine.LocalOptions{Slaves: jf.Local.Slaves, Slots: jf.Local.Slots, Config: *cfg, Log: log}
+			jobSlaves, jobSlots := jf.Local.Size()
+			opt := engine.LocalOptions{Slaves: jobSlaves, Slots: jobSlots, Config: *cfg, Log: log}
 			if opt.Slots == 0 {
 				// The cluster config's slots per slave, when the job
 				// names none (it was ignored: run used 2).

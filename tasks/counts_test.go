@@ -1,0 +1,85 @@
+package tasks_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flexps/flexps/tasks"
+)
+
+// A stage or [local] count written as 0 (or below) where the Go API reads
+// 0 as "the default" is refused, naming the file, the line, the stage and
+// the range: it was taken for the default without a word (max_slaves = 0
+// spread the stage over any number of slaves, chunk_size = 0 took 4096,
+// max_workers = 0 all slots, auto_trial_seconds = 0 two seconds, [local]
+// slots = 0 two slots). A key left out keeps its default, and a 0 that
+// means something (staleness under ssp, speculation, priority, repeat and
+// [checkpoint] keep, whose 0 the README documents) is taken.
+func TestParseJobRefusesZeroCountsThatMeantTheDefault(t *testing.T) {
+	auto := func(extra string) string {
+		return "!" + strings.Replace(base, "workers = 2", "workers = \"auto\"\n"+extra, 1)
+	}
+	for _, tc := range []struct {
+		name, edit string // appended to base, or replacing it when it starts with "!"
+		want       string // "" : valid
+		line       int
+	}{
+		{"max_slaves unset", "", "", 0},
+		{"max_slaves 1", "max_slaves = 1\n", "", 0},
+		{"max_slaves 0", "max_slaves = 0\n", "stage 0 (s): max_slaves: must be >= 1 (unset: any number), got 0", 11},
+		{"max_slaves negative", "max_slaves = -1\n", "max_slaves: must be >= 1 (unset: any number), got -1", 11},
+		{"chunk_size local", "worker_kind = \"local\"\nchunk_size = 64\n", "", 0},
+		{"chunk_size 0 local", "worker_kind = \"local\"\nchunk_size = 0\n", "stage 0 (s): chunk_size: must be >= 1 (unset: 4096), got 0", 12},
+		{"chunk_size 0 ps", "chunk_size = 0\n", "chunk_size: must be >= 1 (unset: 4096), got 0", 11},
+		{"chunk_size negative", "worker_kind = \"hogwild\"\nchunk_size = -8\n", "chunk_size: must be >= 1 (unset: 4096), got -8", 12},
+		{"max_workers auto", auto("max_workers = 3"), "", 0},
+		{"max_workers 0", auto("max_workers = 0"), "stage 0 (s): max_workers: must be >= 1 (unset: all slots), got 0", 11},
+		{"max_workers 0 without auto", "max_workers = 0\n", "max_workers: must be >= 1 (unset: all slots), got 0", 11},
+		{"auto_trial_seconds auto", auto("auto_trial_seconds = 0.5"), "", 0},
+		{"auto_trial_seconds 0", auto("auto_trial_seconds = 0"), "stage 0 (s): auto_trial_seconds: must be > 0 (unset: 2), got 0", 11},
+		{"auto_trial_seconds 0.0", auto("auto_trial_seconds = 0.0"), "auto_trial_seconds: must be > 0 (unset: 2), got 0", 11},
+		{"auto_trial_seconds negative", auto("auto_trial_seconds = -1.5"), "auto_trial_seconds: must be > 0 (unset: 2), got -1.5", 11},
+		{"local slots 1", "[local]\nslaves = 1\nslots = 1\n", "", 0},
+		{"local slaves 0", "[local]\nslaves = 0\n", "[local] slaves: must be in [1, 256] (unset: 2;", 12},
+		{"local slots 0", "[local]\nslots = 0\n", "[local] slots: must be in [1, 1024] (unset: 2, or the --config file's [slave] slots), got 0", 12},
+		{"workers 0", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers", 10},
+		{"staleness 0 under ssp", "consistency = \"ssp\"\nstaleness = 0\n", "", 0},
+		{"speculation 0", "consistency = \"sparse_ssp\"\nstaleness = 1\nspeculation = 0\n", "", 0},
+		{"cache_size 0 without a cache", "cache_size = 0\n", "", 0},
+		{"priority 0", "!priority = 0\n" + base, "", 0},
+		{"repeat 0", "!repeat = 0\n" + base, "", 0},
+		{"checkpoint keep 0", "[checkpoint]\ndir = \"ck\"\nkeep = 0\n", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := base + tc.edit
+			if strings.HasPrefix(tc.edit, "!") {
+				src = tc.edit[1:]
+			}
+			_, _, err := tasks.ParseJob("job.toml", []byte(src))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("no error, want one containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q lacks %q", err, tc.want)
+			}
+			var ce *tasks.ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.File != "job.toml" || ce.Line != tc.line) {
+				t.Fatalf("error %q: want it in job.toml on line %d", err, tc.line)
+			}
+		})
+	}
+}
+
+// LocalSection.Size reads a key left out as 0, the caller's default.
+func TestLocalSectionSize(t *testing.T) {
+	jf, _, err := tasks.ParseJob("job.toml", []byte(base+"[local]\nslots = 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slaves, slots := jf.Local.Size(); slaves != 0 || slots != 3 {
+		t.Fatalf("Size() = %d, %d, want 0, 3", slaves, slots)
+	}
+}
