@@ -8,17 +8,22 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-// A stage or [local] count written as 0 (or below) where the Go API reads
-// 0 as "the default" is refused, naming the file, the line, the stage and
-// the range: it was taken for the default without a word (max_slaves = 0
-// spread the stage over any number of slaves, chunk_size = 0 took 4096,
-// max_workers = 0 all slots, auto_trial_seconds = 0 two seconds, [local]
-// slots = 0 two slots). A key left out keeps its default, and a 0 that
-// means something (staleness under ssp, speculation, priority, repeat and
+// A stage, [local] or input count written as 0 (or below) where the Go
+// API reads 0 as "the default" is refused, naming the file, the line, the
+// stage or input and the range: it was taken for the default without a
+// word (max_slaves = 0 spread the stage over any number of slaves,
+// chunk_size = 0 took 4096, max_workers = 0 all slots, auto_trial_seconds
+// = 0 two seconds, [local] slots = 0 two slots, an input's
+// max_bad_fraction = 0 allowed 1% of malformed lines, block_size = 0 took
+// the cluster's). A key left out keeps its default, and a 0 that means
+// something (staleness under ssp, speculation, priority, repeat and
 // [checkpoint] keep, whose 0 the README documents) is taken.
 func TestParseJobRefusesZeroCountsThatMeantTheDefault(t *testing.T) {
 	auto := func(extra string) string {
 		return "!" + strings.Replace(base, "workers = 2", "workers = \"auto\"\n"+extra, 1)
+	}
+	input := func(extra string) string {
+		return "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n"+extra, 1)
 	}
 	for _, tc := range []struct {
 		name, edit string // appended to base, or replacing it when it starts with "!"
@@ -43,6 +48,14 @@ func TestParseJobRefusesZeroCountsThatMeantTheDefault(t *testing.T) {
 		{"local slots 1", "[local]\nslaves = 1\nslots = 1\n", "", 0},
 		{"local slaves 0", "[local]\nslaves = 0\n", "[local] slaves: must be in [1, 256] (unset: 2;", 12},
 		{"local slots 0", "[local]\nslots = 0\n", "[local] slots: must be in [1, 1024] (unset: 2, or the --config file's [slave] slots), got 0", 12},
+		{"max_bad_fraction", input("on_error = \"skip\"\nmax_bad_fraction = 0.05"), "", 0},
+		{"max_bad_fraction 1", input("on_error = \"skip\"\nmax_bad_fraction = 1"), "", 0},
+		{"max_bad_fraction 0", input("on_error = \"skip\"\nmax_bad_fraction = 0"), `input "train": max_bad_fraction must be in (0, 1] (unset: 0.01; to allow no malformed line, on_error = "fail"), got 0`, 8},
+		{"max_bad_fraction 0 without skip", input("max_bad_fraction = 0.0"), "max_bad_fraction must be in (0, 1]", 7},
+		{"max_bad_fraction negative", input("on_error = \"skip\"\nmax_bad_fraction = -0.5"), "max_bad_fraction must be in (0, 1] (unset: 0.01; to allow no malformed line, on_error = \"fail\"), got -0.5", 8},
+		{"block_size", input("block_size = 4096"), "", 0},
+		{"block_size 0", input("block_size = 0"), `input "train": block_size must be > 0 bytes (unset: the cluster's), got 0`, 7},
+		{"block_size 0 with a unit", input(`block_size = "0KiB"`), "block_size must be > 0 bytes (unset: the cluster's), got 0", 7},
 		{"workers 0", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers", 10},
 		{"staleness 0 under ssp", "consistency = \"ssp\"\nstaleness = 0\n", "", 0},
 		{"speculation 0", "consistency = \"sparse_ssp\"\nstaleness = 1\nspeculation = 0\n", "", 0},

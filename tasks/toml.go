@@ -70,9 +70,9 @@ type InputFile struct {
 	Delimiter string      `toml:"delimiter"`
 	Header    bool        `toml:"header"`
 	OnError   string      `toml:"on_error"`
-	MaxBad    float64     `toml:"max_bad_fraction"`
-	BlockSize Size        `toml:"block_size"`
-	Generate  *synth.Spec `toml:"generate"` // written by `flexps run` when the file is missing
+	MaxBad    *float64    `toml:"max_bad_fraction"` // default 0.01
+	BlockSize *Size       `toml:"block_size"`       // default: the cluster's
+	Generate  *synth.Spec `toml:"generate"`         // written by `flexps run` when the file is missing
 }
 
 // StageFile is a [[stage]] table.
@@ -315,8 +315,19 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 	sort.Strings(names)
 	for _, n := range names {
 		in := jf.Inputs[n]
+		// Written as 0 they were taken for unset without a word: a
+		// max_bad_fraction = 0 meant to allow no malformed line
+		// allowed 1%, a block_size = 0 took the cluster's.
+		if f := in.MaxBad; f != nil && !(*f > 0) {
+			return nil, &FieldError{Section: "input", Name: n, Keys: []string{"max_bad_fraction"},
+				Err: fmt.Errorf("input %q: max_bad_fraction must be in (0, 1] (unset: 0.01; to allow no malformed line, on_error = \"fail\"), got %v", n, *f)}
+		}
+		if b := in.BlockSize; b != nil && *b < 1 {
+			return nil, &FieldError{Section: "input", Name: n, Keys: []string{"block_size"},
+				Err: fmt.Errorf("input %q: block_size must be > 0 bytes (unset: the cluster's), got %d", n, *b)}
+		}
 		spec := InputSpec{Path: in.Path, Format: in.Format, IndexBase: in.IndexBase, Delimiter: in.Delimiter,
-			Header: in.Header, OnError: in.OnError, MaxBadFraction: in.MaxBad, BlockSize: int64(in.BlockSize)}
+			Header: in.Header, OnError: in.OnError, MaxBadFraction: deref(in.MaxBad), BlockSize: int64(deref(in.BlockSize))}
 		if in.Label != nil {
 			spec.Label = *in.Label
 		}
