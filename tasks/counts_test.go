@@ -8,19 +8,24 @@ import (
 	"github.com/flexps/flexps/tasks"
 )
 
-// A stage, [local] or input count written as 0 (or below) where the Go
-// API reads 0 as "the default" is refused, naming the file, the line, the
-// stage or input and the range: it was taken for the default without a
-// word (max_slaves = 0 spread the stage over any number of slaves,
-// chunk_size = 0 took 4096, max_workers = 0 all slots, auto_trial_seconds
-// = 0 two seconds, [local] slots = 0 two slots, an input's
-// max_bad_fraction = 0 allowed 1% of malformed lines, block_size = 0 took
-// the cluster's). A key left out keeps its default, and a 0 that means
-// something (staleness under ssp, speculation, priority, repeat and
-// [checkpoint] keep, whose 0 the README documents) is taken.
+// A table, stage, [local] or input count written as 0 (or below) where
+// the Go API reads 0 as "the default" is refused, naming the file, the
+// line, the table, stage or input and the range: it was taken for the
+// default without a word ([[table]] width = 0 took 1, chunk_size = 0
+// 1024, replicas = 0 the cluster's default; a stage's max_slaves = 0
+// spread it over any number of slaves, chunk_size = 0 took 4096,
+// max_workers = 0 all slots, auto_trial_seconds = 0 two seconds; [local]
+// slots = 0 two slots; an input's max_bad_fraction = 0 allowed 1% of
+// malformed lines, block_size = 0 took the cluster's). A key left out
+// keeps its default, and a 0 that means something (staleness under ssp,
+// speculation, priority, repeat and [checkpoint] keep, whose 0 the README
+// documents) is taken.
 func TestParseJobRefusesZeroCountsThatMeantTheDefault(t *testing.T) {
 	auto := func(extra string) string {
 		return "!" + strings.Replace(base, "workers = 2", "workers = \"auto\"\n"+extra, 1)
+	}
+	table := func(extra string) string {
+		return "!" + strings.Replace(base, "size = 10", "size = 10\n"+extra, 1)
 	}
 	input := func(extra string) string {
 		return "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n"+extra, 1)
@@ -56,6 +61,13 @@ func TestParseJobRefusesZeroCountsThatMeantTheDefault(t *testing.T) {
 		{"block_size", input("block_size = 4096"), "", 0},
 		{"block_size 0", input("block_size = 0"), `input "train": block_size must be > 0 bytes (unset: the cluster's), got 0`, 7},
 		{"block_size 0 with a unit", input(`block_size = "0KiB"`), "block_size must be > 0 bytes (unset: the cluster's), got 0", 7},
+		{"table width", table("width = 2"), "", 0},
+		{"table width 0", table("width = 0"), `table "w": width: must be in [1, 65535] (unset: 1), got 0`, 5},
+		{"table chunk_size", table("chunk_size = 64"), "", 0},
+		{"table chunk_size 0", table("chunk_size = 0"), `table "w": chunk_size: must be >= 1 (unset: 1024), got 0`, 5},
+		{"table replicas", table("replicas = 1"), "", 0},
+		{"table replicas 0", table("replicas = 0"), `table "w": replicas: must be in [1, 8] (unset: the cluster's default), got 0`, 5},
+		{"second table width 0", "!" + strings.Replace(base, "[input.train]", "[[table]]\nname = \"v\"\nsize = 3\nwidth = 0\n[input.train]", 1), `table "v": width: must be in [1, 65535]`, 8},
 		{"workers 0", "!" + strings.Replace(base, "workers = 2", "workers = 0", 1), "workers", 10},
 		{"staleness 0 under ssp", "consistency = \"ssp\"\nstaleness = 0\n", "", 0},
 		{"speculation 0", "consistency = \"sparse_ssp\"\nstaleness = 1\nspeculation = 0\n", "", 0},

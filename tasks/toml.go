@@ -177,6 +177,9 @@ func ParseJob(path string, data []byte) (*JobFile, *MultiStageTask, error) {
 		return nil, nil, err
 	}
 	t, err := jf.Task()
+	if err == nil {
+		err = writtenTableZeros(data, jf.Tables)
+	}
 	if err != nil {
 		line := 0
 		if fe := (*FieldError)(nil); errors.As(err, &fe) {
@@ -185,6 +188,43 @@ func ParseJob(path string, data []byte) (*JobFile, *MultiStageTask, error) {
 		return nil, nil, &ConfigError{File: path, Line: line, Msg: err.Error(), Err: err}
 	}
 	return &jf, t, nil
+}
+
+// writtenTableZeros refuses a [[table]] width, chunk_size or replicas
+// written as 0, which kvstore.TableSpec reads as its default (1, 1024, the
+// cluster's): a user who wrote one got the default without a word. The
+// spec is kvstore's, a plain struct shared with the Go API and the wire,
+// so the file is read again for the keys it writes.
+func writtenTableZeros(data []byte, specs []kvstore.TableSpec) error {
+	var written struct {
+		Tables []struct {
+			Width     *int64 `toml:"width"`
+			ChunkSize *int64 `toml:"chunk_size"`
+			Replicas  *int64 `toml:"replicas"`
+		} `toml:"table"`
+	}
+	if _, err := toml.Decode(string(data), &written); err != nil {
+		return nil // decoded strictly before: cannot happen
+	}
+	for i, w := range written.Tables {
+		if i >= len(specs) {
+			break
+		}
+		for _, k := range []struct {
+			key, want string
+			n         *int64
+		}{
+			{"width", "in [1, 65535] (unset: 1)", w.Width},
+			{"chunk_size", ">= 1 (unset: 1024)", w.ChunkSize},
+			{"replicas", fmt.Sprintf("in [1, %d] (unset: the cluster's default)", kvstore.MaxReplicas), w.Replicas},
+		} {
+			if k.n != nil && *k.n == 0 {
+				return &FieldError{Section: "table", Index: i, Name: specs[i].Name, Keys: []string{k.key},
+					Err: fmt.Errorf("%w: table %q: %s: must be %s, got 0", ErrInvalid, specs[i].Name, k.key, k.want)}
+			}
+		}
+	}
+	return nil
 }
 
 // fieldLine is the line of data (the file jf was decoded from) holding
