@@ -208,3 +208,49 @@ func TestRefusedCredentialsNameTheSetting(t *testing.T) {
 		}
 	}
 }
+
+// A slave whose credentials the cluster refuses says so within seconds,
+// naming the bus and the setting, instead of waiting its join_timeout:
+// refused at connect (a wrong token or user), or let onto the bus but
+// refused the slaves' subjects (another role's key, another cluster's).
+func TestSlaveRefusedCredentialsFailFast(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	m, err := engine.StartMaster(context.Background(), engine.ClusterConfig{NATS: engine.NATSConfig{Listen: freeAddr(t), StateDir: state}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, tc := range []struct {
+		name    string
+		cluster string
+		nats    engine.NATSConfig
+		want    []string
+	}{
+		{"wrong token", "", engine.NATSConfig{Token: "nope"}, []string{"[nats] token", "refused the connection"}},
+		{"wrong user", "", engine.NATSConfig{User: "u", Password: "p"}, []string{`[nats] user "u"`, "refused the connection"}},
+		{"submitter key", "", engine.NATSConfig{NkeyFile: bus.KeyFile(state, bus.RoleSubmitter)},
+			[]string{"submitter.nk", "not as a slave", "Permissions Violation", `cluster "default"`}},
+		{"another cluster", "other", engine.NATSConfig{NkeyFile: bus.KeyFile(state, bus.RoleSlave)},
+			[]string{"slave.nk", `cluster "other"`, "Permissions Violation"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.nats.URL = m.URL
+			cfg := engine.ClusterConfig{Cluster: tc.cluster, NATS: tc.nats}
+			cfg.Slave.ID, cfg.Slave.JoinTimeout = "s1", engine.Duration(30*time.Second)
+			start := time.Now()
+			n, err := engine.StartSlave(context.Background(), cfg, zerolog.Nop())
+			if err == nil {
+				n.Close()
+				t.Fatal("the slave joined")
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("refused after %v, want within 5s", took)
+			}
+			for _, w := range append(tc.want, m.URL[len("nats://"):]) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v\nwant it to name %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -128,6 +128,35 @@ func (c *ClusterConfig) connectHint(err error, role bus.Role) error {
 		err, dir, role)
 }
 
+// permissionHint names the credentials behind a permissions violation:
+// the server accepted them, but not for role's subjects of this cluster.
+func (c *ClusterConfig) permissionHint(err error, role bus.Role) error {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	n := c.NATS
+	var which string
+	switch {
+	case n.CredsFile != "":
+		which = fmt.Sprintf("[nats] creds_file (%s)", n.CredsFile)
+	case n.Token != "":
+		which = "[nats] token"
+	case n.User != "":
+		which = fmt.Sprintf("[nats] user %q", n.User)
+	case n.NkeyFile != "":
+		which = fmt.Sprintf("the key in [nats] nkey_file (%s)", n.NkeyFile)
+	default:
+		dir, _ := c.stateDir()
+		which = fmt.Sprintf("the key found in %s", dir)
+	}
+	cluster := c.Cluster
+	if cluster == "" {
+		cluster = "default"
+	}
+	return fmt.Errorf("%w\n  the server accepts %s but not as a %s of cluster %q: use %s.nk from the master's state directory, and the master's cluster name",
+		err, which, role, cluster, role)
+}
+
 // Bounds on what one process starts: each slave of a local cluster is a
 // full slave (its own connection, shards and readers), and each slot a
 // worker goroutine with its own buffers.
@@ -453,7 +482,12 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, bus.ErrUnauthorized) || opts.NkeyFile != "" || time.Now().After(deadline) {
+		// Only a slave that found no credentials waits for the keys its
+		// master is about to generate: configured credentials that the
+		// server refuses will not be accepted later (a wrong token or
+		// user waited the whole join_timeout, 30 s, before it said so).
+		if !errors.Is(err, bus.ErrUnauthorized) || opts.NkeyFile != "" || opts.User != "" || opts.Token != "" ||
+			opts.CredsFile != "" || time.Now().After(deadline) {
 			return nil, cfg.connectHint(err, bus.RoleSlave)
 		}
 		select {
@@ -470,7 +504,7 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 	s := slave.New(nc, cfg.slaveConfig(log, paths))
 	if err := s.Start(ctx); err != nil {
 		nc.Close()
-		return nil, err
+		return nil, cfg.permissionHint(err, bus.RoleSlave)
 	}
 	ms, err := cfg.startSlaveMonitors(log, s)
 	if err != nil {

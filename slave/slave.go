@@ -248,6 +248,13 @@ func (s *Slave) Start(ctx context.Context) error {
 		}
 		s.subs = append(s.subs, sub)
 	}
+	// The server answers a refused subscription asynchronously: a round
+	// trip makes sure its answer has arrived before the join.
+	_ = s.nc.FlushTimeout(5 * time.Second)
+	if err := s.refused(); err != nil {
+		s.Close()
+		return err
+	}
 	rep, err := s.join()
 	if err != nil {
 		s.Close()
@@ -320,6 +327,9 @@ func (s *Slave) join() (proto.JoinReply, error) {
 		if s.ctx.Err() != nil {
 			return proto.JoinReply{}, s.ctx.Err()
 		}
+		if err := s.refused(); err != nil {
+			return proto.JoinReply{}, err
+		}
 		if time.Now().After(deadline) {
 			return proto.JoinReply{}, fmt.Errorf("slave %s: no master of cluster %q answered within %v on %s", s.cfg.ID, s.cfg.Cluster, s.cfg.JoinTimeout, s.nc.ConnectedUrlRedacted())
 		}
@@ -332,6 +342,20 @@ func (s *Slave) join() (proto.JoinReply, error) {
 			return proto.JoinReply{}, s.ctx.Err()
 		}
 	}
+}
+
+// refused reports a permissions violation the server sent this
+// connection. Credentials that are not a slave's of this cluster (another
+// role's key, another cluster's) are let onto the bus but refused on the
+// slave's subjects; the join then looked like a master that never
+// answered, and the slave said so only after join_timeout (30 s).
+func (s *Slave) refused() error {
+	err := s.nc.LastError()
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	return fmt.Errorf("slave %s: the NATS server at %s refused this connection the subjects a slave of cluster %q uses: %w",
+		s.cfg.ID, s.nc.ConnectedUrlRedacted(), s.cfg.Cluster, err)
 }
 
 func (s *Slave) heartbeat(every time.Duration) {
