@@ -220,7 +220,7 @@ func (m *Master) unfitQueuedLocked() []queueNotice {
 		switch fits := scheduler.Fits(w.req, cluster); {
 		case !fits && !w.unfit:
 			w.unfit = true
-			out = append(out, queueNotice{tr, fmt.Sprintf("%v; it waits until enough slaves are back (flexps cancel %s stops it)", fitError(w.req, cluster), w.req.Task)})
+			out = append(out, queueNotice{tr, waitNotice(w.req, cluster)})
 		case fits && w.unfit:
 			w.unfit = false
 			out = append(out, queueNotice{tr, ""})

@@ -12,14 +12,9 @@ import (
 // scheduling policy (a pure function of queue and free slots) whenever
 // slots or the queue change.
 
-// request grants slots: it queues a stage and returns the channel on which
-// the scheduler's placement arrives.
-func (m *Master) request(r scheduler.Request) (chan []scheduler.Assignment, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.requestLocked(r)
-}
-
+// requestLocked grants slots: it queues a stage and returns the channel
+// on which the scheduler's placement arrives; a stage that does not fit
+// the live cluster is an error.
 func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment, error) {
 	cluster := m.schedSlavesLocked()
 	if !scheduler.Fits(r, cluster) {
@@ -29,6 +24,41 @@ func (m *Master) requestLocked(r scheduler.Request) (chan []scheduler.Assignment
 	m.queue = append(m.queue, w)
 	m.scheduleLocked()
 	return w.grant, nil
+}
+
+// requestOrWait is how a task's goroutine asks for slots: a stage the live
+// cluster cannot run, but would with its dead slaves back (a slave it is
+// pinned to died, or the cluster shrank below it), is queued all the same
+// and waits for them, as a queued stage does when its slaves die
+// (unfitQueuedLocked); why says so. Before, such a stage failed its task
+// at once when pinned to a dead slave, while an unpinned stage that lost
+// slots while queued waited. A stage that could not run even with every
+// known slave back (a slave never seen, more workers than the cluster
+// ever had) is still an error.
+func (m *Master) requestOrWait(r scheduler.Request) (grant chan []scheduler.Assignment, why string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cluster := m.schedSlavesLocked()
+	if scheduler.Fits(r, cluster) {
+		grant, err = m.requestLocked(r)
+		return grant, "", err
+	}
+	revived := slices.Clone(cluster)
+	for i := range revived {
+		revived[i].Alive = true
+	}
+	if !scheduler.Fits(r, revived) {
+		return nil, "", fitError(r, cluster)
+	}
+	w := waiting{req: r, grant: make(chan []scheduler.Assignment, 1), unfit: true}
+	m.queue = append(m.queue, w)
+	m.scheduleLocked()
+	return w.grant, waitNotice(r, cluster), nil
+}
+
+// waitNotice is what a stage waiting for dead slaves to come back says.
+func waitNotice(r scheduler.Request, cluster []scheduler.Slave) string {
+	return fmt.Sprintf("%v; it waits until enough slaves are back (flexps cancel %s stops it)", fitError(r, cluster), r.Task)
 }
 
 // fitError says why r cannot run on cluster even when every slot is

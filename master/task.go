@@ -464,14 +464,18 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 	}
 	grant := t.first
 	t.first = nil
+	why := ""
 	if k != 0 || grant == nil {
 		var err error
-		grant, err = t.m.request(t.slotRequest(k, st, workers, pinned))
+		grant, why, err = t.m.requestOrWait(t.slotRequest(k, st, workers, pinned))
 		if err != nil {
 			return nil, fmt.Errorf("stage %d (%s): %w", k, st.Name, err)
 		}
 	}
 	t.publish(status.EventStatus, nil)
+	if why != "" {
+		t.waitsFor(why)
+	}
 	var placement []scheduler.Assignment
 	select {
 	case placement = <-grant:
