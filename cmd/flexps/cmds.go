@@ -90,6 +90,9 @@ func runCmd(g *globals) *cobra.Command {
 				if err := checkOutput(cmd.Context(), a[0], task); err != nil {
 					return err
 				}
+				if err := checkFormats(cmd.Context(), a[0], task); err != nil {
+					return err
+				}
 			}
 			mw, err := openMetricsOut(metricsOut)
 			if err != nil {
@@ -380,6 +383,9 @@ func submitCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if err := checkOutput(cmd.Context(), path, t); err != nil {
+					return err
+				}
+				if err := checkFormats(cmd.Context(), path, t); err != nil {
 					return err
 				}
 				jobs, files = append(jobs, t), append(files, jf)
