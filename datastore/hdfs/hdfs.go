@@ -440,15 +440,7 @@ type hdfsFile struct {
 // further, and each piece keeps the block's hosts. A .gz file is one Whole
 // block. Files are taken in name order and empty files are skipped.
 func (s *Source) Blocks(ctx context.Context, pattern string, blockSize int64) ([]datastore.Block, error) {
-	u, err := s.parse(pattern)
-	if err != nil {
-		return nil, err
-	}
-	c, err := s.client(ctx, u)
-	if err != nil {
-		return nil, err
-	}
-	files, err := s.expand(ctx, c, u, pattern)
+	u, files, err := s.files(ctx, pattern)
 	if err != nil {
 		return nil, err
 	}
@@ -488,15 +480,7 @@ func (s *Source) Blocks(ctx context.Context, pattern string, blockSize int64) ([
 // Files lists the hdfs:// URLs of the files pattern matches, as Blocks
 // expands it, empty ones included.
 func (s *Source) Files(ctx context.Context, pattern string) ([]string, error) {
-	u, err := s.parse(pattern)
-	if err != nil {
-		return nil, err
-	}
-	c, err := s.client(ctx, u)
-	if err != nil {
-		return nil, err
-	}
-	files, err := s.expand(ctx, c, u, pattern)
+	u, files, err := s.files(ctx, pattern)
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +489,21 @@ func (s *Source) Files(ctx context.Context, pattern string) ([]string, error) {
 		out[i] = u.url(f.path)
 	}
 	return out, nil
+}
+
+// files parses pattern and expands it into the files it matches, on the
+// client of its namenode.
+func (s *Source) files(ctx context.Context, pattern string) (hdfsURL, []hdfsFile, error) {
+	u, err := s.parse(pattern)
+	if err != nil {
+		return u, nil, err
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return u, nil, err
+	}
+	files, err := s.expand(ctx, c, u, pattern)
+	return u, files, err
 }
 
 // appendBlocks turns one file's HDFS blocks into Blocks.
