@@ -92,17 +92,8 @@ func TestEvaluateRefusesUnlabeledDataForALabeledKind(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m.Kind = tc.kind
-			f, err := os.Create(model)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := m.WriteTo(f); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			_, err = EvaluateWith(context.Background(), model, data, EvalOptions{Format: "csv", LabelColumn: tc.label})
+			writeModelFile(t, model, m)
+			_, err := EvaluateWith(context.Background(), model, data, EvalOptions{Format: "csv", LabelColumn: tc.label})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatal(err)
@@ -136,16 +127,7 @@ func TestEvaluateAppliesTheRecordedHeaderToItsFileOnly(t *testing.T) {
 		SetInput("valid", InputSpec{Path: valid, Format: "csv", Header: true})
 	model := filepath.Join(dir, "m.model")
 	m := &Model{Kind: "test.header", Meta: ModelMeta(task), Tables: []ModelTable{{Spec: kvstore.TableSpec{Name: "w", Size: 1, Width: 1}.WithDefaults(), Count: 1, Dense: true, Vals: []float64{1}}}}
-	f, err := os.Create(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WriteTo(f); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeModelFile(t, model, m)
 	RegisterEvaluator("test.header", Evaluator{Format: "csv", Eval: func(*Model, *datastore.Records) (map[string]float64, error) {
 		return map[string]float64{"accuracy": 1}, nil
 	}})
@@ -187,4 +169,19 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// writeModelFile writes m to path.
+func writeModelFile(t *testing.T, path string, m *Model) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
