@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -143,7 +144,66 @@ func DecodeStrict(path string, data []byte, v any) error {
 		k := und[0]
 		return &ConfigError{File: path, Line: keyLine(data, k), Msg: fmt.Sprintf("unknown key %q", k.String())}
 	}
+	// The decoder leaves a map field unset without a word when the file
+	// gives it a value that is no table: params = 5 in a [[stage]] ran
+	// with the default params.
+	for _, k := range md.Keys() {
+		if t := md.Type(k...); t != "Hash" && destKind(reflect.TypeOf(v), k) == reflect.Map {
+			return &ConfigError{File: path, Line: keyLine(data, k),
+				Msg: fmt.Sprintf("key %q: want a table, got %s", k.String(), strings.ToLower(t))}
+		}
+	}
 	return nil
+}
+
+// destKind is the kind of the Go value key decodes into in a value of
+// type t (Invalid when no field takes it, Interface below a free-form
+// value).
+func destKind(t reflect.Type, key toml.Key) reflect.Kind {
+	for _, name := range key {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Map:
+			t = t.Elem()
+		case reflect.Struct:
+			f, ok := tomlField(t, name)
+			if !ok {
+				return reflect.Invalid
+			}
+			t = f.Type
+		default:
+			return t.Kind()
+		}
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind()
+}
+
+// tomlField is the field of struct type t that the decoder fills from
+// key name: by its toml tag, else by its name, ignoring case.
+func tomlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	var byName reflect.StructField
+	found := false
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		switch {
+		case tag == "-":
+		case tag == name:
+			return f, true
+		case f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct:
+			if ef, ok := tomlField(f.Type, name); ok && !found {
+				byName, found = ef, true
+			}
+		case tag == "" && strings.EqualFold(f.Name, name) && !found:
+			byName, found = f, true
+		}
+	}
+	return byName, found
 }
 
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)

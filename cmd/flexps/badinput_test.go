@@ -52,6 +52,9 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "unknown key", job: job(strings.Replace(goodJob, "workers = 1", "workers = 1\nwrokers = 2", 1)),
 			wants: []string{"job.toml line 15", `unknown key "stage.wrokers"`}},
 		{name: "wrong type", job: job(strings.Replace(goodJob, `size = 100`, `size = "big"`, 1)), wants: []string{"job.toml line 8", `key "table.size"`, "incompatible types"}},
+		// It ran with the default params: the decoder leaves a map unset for a value that is no table.
+		{name: "params not a table", job: job(strings.Replace(goodJob, "[stage.params]\nepochs = 1", "params = 5", 1)),
+			wants: []string{"job.toml line 15", `key "stage.params"`, "want a table, got integer"}},
 		{name: "workers not a number", job: job(strings.Replace(goodJob, "workers = 1", `workers = "many"`, 1)), wants: []string{"workers", `"many"`}},
 		{name: "missing func", job: job(strings.Replace(goodJob, `func = "lr.sgd"`, "", 1)), wants: []string{"stage 0 (sgd)", "func"}},
 		{name: "unregistered stage function", job: job(strings.Replace(goodJob, `"lr.sgd"`, `"lr.nope"`, 1)),
