@@ -37,6 +37,8 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 	os.WriteFile(badData, []byte("1 1:0.5\n0 2:1\n1 3:x\n"), 0o644)
 	commentsOnly := filepath.Join(dir, "comments.libsvm")
 	os.WriteFile(commentsOnly, []byte("# a header comment\n\n   \n# nothing else\n"), 0o644)
+	zero := filepath.Join(dir, "zero.libsvm")
+	os.WriteFile(zero, []byte("1 0:1\n"), 0o644)
 	wide := filepath.Join(dir, "wide.libsvm")
 	os.WriteFile(wide, []byte("1 1:0.5\n0 2:1 150:1\n"), 0o644)
 	job := func(s string) string { return strings.ReplaceAll(s, "TRAIN", train) }
@@ -70,6 +72,9 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 			wants: []string{"stage 0 (sgd) epoch 1", "no worker trained on a record"}},
 		{name: "feature id beyond the table", job: strings.ReplaceAll(goodJob, "TRAIN", wide),
 			wants: []string{"wide.libsvm line 2", "feature key 149", `table "w" (size 100`}},
+		// It said the line "reads as ratings: set format = \"ratings\"".
+		{name: "feature id 0 in a 1-based file", job: strings.ReplaceAll(goodJob, "TRAIN", zero),
+			wants: []string{"zero.libsvm line 1", "feature id 0 is below index_base 1", "set index_base = 0"}},
 		{name: "typo in a param name", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlearning_rat = 0.1", 1)),
 			wants: []string{"stage 0 (sgd)", `unknown param "learning_rat"`, "lr"}},
 		{name: "fractional epochs", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1.5", 1)),

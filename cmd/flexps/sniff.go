@@ -58,6 +58,11 @@ func checkFormats(ctx context.Context, path string, t *tasks.MultiStageTask) err
 		if perr == nil {
 			continue
 		}
+		if zeroBased(line, format, in.FormatOptions()) {
+			// "1 0:1": LIBSVM with ids from 0, which a ratings line also
+			// reads; the workers name index_base, not format = "ratings".
+			continue
+		}
 		looks, _ := readAs(line, format)
 		if looks == "" {
 			continue
@@ -126,6 +131,21 @@ func firstRecordLine(file string, f datastore.Format) (string, int, string, erro
 		}
 	}
 	return file, 0, "", nil
+}
+
+// zeroBased reports that line, refused as a LIBSVM record with ids from
+// opt's index_base, is one with ids from 0.
+func zeroBased(line, format string, opt datastore.FormatOptions) bool {
+	if format != "libsvm" || opt.IndexBase == 0 {
+		return false
+	}
+	opt.IndexBase = 0
+	f, err := datastore.NewFormat(format, opt)
+	if err != nil {
+		return false
+	}
+	var recs datastore.Records
+	return f.ParseLine([]byte(line), &recs) == nil && recs.Len() > 0
 }
 
 // readAs names another format than declared, of those that are not free

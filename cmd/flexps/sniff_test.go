@@ -43,6 +43,8 @@ func TestInputFormatMismatchRefusedAtSubmission(t *testing.T) {
 			[]string{"job.toml line 11", `"1 1:0.5"`, `set format = "libsvm"`}},
 		{"csv header then rows", "h.csv", "label,a,b\n1,0.5,2\n", "format = \"csv\"\nheader = true", nil},
 		{"a line malformed in every format", "bad.libsvm", "1 3:x\n", "", nil},
+		// It said "reads as ratings: set format = \"ratings\"" of a 0-based LIBSVM file.
+		{"libsvm with a feature id 0", "zero.libsvm", "1 0:1\n", "", nil},
 		{"an ambiguous line: a label only", "l.csv", "1\n1 1:2\n", `format = "csv"`, nil},
 		{"skipped lines are not fatal", "s.libsvm", "1 1:0.5\n", "format = \"csv\"\non_error = \"skip\"", nil},
 		{"text reads anything", "t.libsvm", "1 1:0.5\n", `format = "text"`, nil},
