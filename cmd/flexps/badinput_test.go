@@ -98,6 +98,11 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		{name: "unknown command", args: []string{"trian"}, wants: []string{`unknown command "trian"`}},
 		{name: "eval a file that is no model", args: []string{"eval", "--model", train, "--data", train}, wants: []string{"train.libsvm", "not a flexps model file"}},
 		{name: "gen without output", args: []string{"gen", "libsvm"}, wants: []string{"--out is required"}},
+		// It wrote the file as if the flag were not there.
+		{name: "gen ratings with a libsvm flag", args: []string{"gen", "ratings", "--rows", "10", "--dim", "50", "--out", filepath.Join(dir, "r.tsv")},
+			wants: []string{"--dim: a libsvm setting, not read by kind ratings"}},
+		{name: "gen libsvm with a ratings flag", args: []string{"gen", "libsvm", "--rows", "10", "--rank", "3", "--out", filepath.Join(dir, "l.libsvm")},
+			wants: []string{"--rank: a ratings setting, not read by kind libsvm"}},
 		// It used to write ./hdfs:/nn:8020/x.libsvm and say "wrote hdfs://nn:8020/x.libsvm".
 		{name: "gen to an hdfs URL", args: []string{"gen", "libsvm", "--rows", "10", "--out", "hdfs://127.0.0.1:1/x.libsvm"},
 			wants: []string{"hdfs://127.0.0.1:1/x.libsvm", "writes local files only"}},

@@ -550,6 +550,19 @@ func genCmd(g *globals) *cobra.Command {
 				return usageError{"--out is required"}
 			}
 			spec.Kind = a[0]
+			// The other kind's flags count when given: Check refuses them.
+			other := map[string]*int{"users": &spec.Users, "items": &spec.Items, "rank": &spec.Rank}
+			if spec.Kind == "ratings" {
+				other = map[string]*int{"dim": &spec.Dim, "nnz": &spec.NNZ}
+				if !cmd.Flags().Changed("zipf") {
+					spec.Zipf = 0
+				}
+			}
+			for name, v := range other {
+				if !cmd.Flags().Changed(name) {
+					*v = 0
+				}
+			}
 			if key, err := spec.Check(); err != nil {
 				return usageError{fmt.Sprintf("--%s: %v", strings.ReplaceAll(key, "_", "-"), strings.TrimPrefix(err.Error(), key+": "))}
 			}

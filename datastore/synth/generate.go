@@ -67,6 +67,23 @@ func (gs Spec) Check() (key string, err error) {
 	default:
 		return "kind", fmt.Errorf("kind: want libsvm or ratings, got %q", gs.Kind)
 	}
+	// A setting of the other kind was ignored without a word: dim = 50 on
+	// kind = "ratings" wrote the ratings it always writes.
+	kind, otherKind, other := "libsvm", "ratings", []struct {
+		key string
+		set bool
+	}{{"users", gs.Users != 0}, {"items", gs.Items != 0}, {"rank", gs.Rank != 0}}
+	if gs.Kind == "ratings" {
+		kind, otherKind, other = "ratings", "libsvm", []struct {
+			key string
+			set bool
+		}{{"dim", gs.Dim != 0}, {"nnz", gs.NNZ != 0}, {"zipf", gs.Zipf != 0}}
+	}
+	for _, o := range other {
+		if o.set {
+			return o.key, fmt.Errorf("%s: a %s setting, not read by kind %s", o.key, otherKind, kind)
+		}
+	}
 	if gs.TestRows < 0 {
 		return "test_rows", fmt.Errorf("test_rows: want >= 0 (0: rows/5), got %d", gs.TestRows)
 	}
