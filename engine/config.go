@@ -95,6 +95,9 @@ type MembershipSect struct {
 	FailureTimeout    Duration `toml:"failure_timeout"`    // default 3 heartbeat intervals (900ms); at least 2
 }
 
+// MinHeartbeat is the shortest heartbeat interval a cluster file may set.
+const MinHeartbeat = time.Millisecond
+
 // Heartbeat is the effective heartbeat interval ([membership], or the older
 // [master] heartbeat); 0 means the default.
 func (c *ClusterConfig) Heartbeat() time.Duration {
@@ -302,6 +305,15 @@ func (c *ClusterConfig) Validate() error {
 	}
 	if c.Membership.FailureTimeout > 0 && c.Master.DeadAfter > 0 {
 		return errors.New("membership.failure_timeout and master.dead_after are the same setting; keep only [membership] failure_timeout")
+	}
+	if hb := c.Heartbeat(); hb > 0 && hb < MinHeartbeat {
+		// "1ns" panicked the master: it checks every quarter beat, and a
+		// ticker of 0 is refused by the runtime.
+		key := "membership.heartbeat_interval"
+		if c.Membership.HeartbeatInterval == 0 {
+			key = "master.heartbeat"
+		}
+		return fmt.Errorf("%s: %v is below the least heartbeat interval, %v", key, hb, MinHeartbeat)
 	}
 	hb := c.Heartbeat()
 	if hb == 0 {

@@ -22,6 +22,10 @@ func TestMembershipConfig(t *testing.T) {
 		{"timeout shorter than two beats", "[membership]\nheartbeat_interval = \"300ms\"\nfailure_timeout = \"500ms\"\n", 0, 0, "line 3: membership.failure_timeout"},
 		{"timeout shorter than two default beats", "[membership]\nfailure_timeout = \"500ms\"\n", 0, 0, "at least twice"},
 		{"older timeout shorter than two beats", "[master]\npolicy = \"greedy\"\ndead_after = \"100ms\"\n", 0, 0, "line 3: master.dead_after: 100ms must be at least twice the heartbeat interval (300ms)"},
+		// It panicked the master: "non-positive interval for NewTicker".
+		{"heartbeat of a nanosecond", "[membership]\nheartbeat_interval = \"1ns\"\n", 0, 0, "line 2: membership.heartbeat_interval: 1ns is below the least heartbeat interval, 1ms"},
+		{"older heartbeat of a nanosecond", "[master]\nheartbeat = \"3ns\"\n", 0, 0, "line 2: master.heartbeat: 3ns is below"},
+		{"heartbeat of a millisecond", "[membership]\nheartbeat_interval = \"1ms\"\n", time.Millisecond, 0, ""},
 		{"unknown key", "[membership]\ntimeout = \"1s\"\n", 0, 0, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
