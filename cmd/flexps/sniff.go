@@ -58,9 +58,10 @@ func checkFormats(ctx context.Context, path string, t *tasks.MultiStageTask) err
 		if perr == nil {
 			continue
 		}
-		if zeroBased(line, format, in.FormatOptions()) {
-			// "1 0:1": LIBSVM with ids from 0, which a ratings line also
-			// reads; the workers name index_base, not format = "ratings".
+		if readsWithOtherOptions(line, format, in.FormatOptions()) {
+			// "1 0:1" under index_base = 1, "1,2,3" under label_column =
+			// 7: the format is right and a key of the input is wrong, and
+			// a ratings line reads both; the workers name that key.
 			continue
 		}
 		looks, _ := readAs(line, format)
@@ -133,19 +134,24 @@ func firstRecordLine(file string, f datastore.Format) (string, int, string, erro
 	return file, 0, "", nil
 }
 
-// zeroBased reports that line, refused as a LIBSVM record with ids from
-// opt's index_base, is one with ids from 0.
-func zeroBased(line, format string, opt datastore.FormatOptions) bool {
-	if format != "libsvm" || opt.IndexBase == 0 {
-		return false
+// readsWithOtherOptions reports that line, refused as a record of format
+// under opt, is one under other values of the format's keys: LIBSVM ids
+// from 0, a CSV label in column 0 or ',' between the cells.
+func readsWithOtherOptions(line, format string, opt datastore.FormatOptions) bool {
+	def := datastore.DefaultFormatOptions()
+	zero, col0, comma := opt, opt, opt
+	zero.IndexBase, col0.LabelColumn, comma.Delimiter = 0, def.LabelColumn, def.Delimiter
+	for _, o := range []datastore.FormatOptions{zero, col0, comma} {
+		f, err := datastore.NewFormat(format, o)
+		if err != nil {
+			continue
+		}
+		var recs datastore.Records
+		if f.ParseLine([]byte(line), &recs) == nil && recs.Len() > 0 {
+			return true
+		}
 	}
-	opt.IndexBase = 0
-	f, err := datastore.NewFormat(format, opt)
-	if err != nil {
-		return false
-	}
-	var recs datastore.Records
-	return f.ParseLine([]byte(line), &recs) == nil && recs.Len() > 0
+	return false
 }
 
 // readAs names another format than declared, of those that are not free

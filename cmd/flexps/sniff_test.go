@@ -45,6 +45,8 @@ func TestInputFormatMismatchRefusedAtSubmission(t *testing.T) {
 		{"a line malformed in every format", "bad.libsvm", "1 3:x\n", "", nil},
 		// It said "reads as ratings: set format = \"ratings\"" of a 0-based LIBSVM file.
 		{"libsvm with a feature id 0", "zero.libsvm", "1 0:1\n", "", nil},
+		{"csv with a label column past the row", "c.csv", "1,2,3\n", "format = \"csv\"\nlabel_column = 7", nil},
+		{"csv with another delimiter", "c.csv", "1,2,3\n", "format = \"csv\"\ndelimiter = \";\"", nil},
 		{"an ambiguous line: a label only", "l.csv", "1\n1 1:2\n", `format = "csv"`, nil},
 		{"skipped lines are not fatal", "s.libsvm", "1 1:0.5\n", "format = \"csv\"\non_error = \"skip\"", nil},
 		{"text reads anything", "t.libsvm", "1 1:0.5\n", `format = "text"`, nil},
