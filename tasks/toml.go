@@ -474,6 +474,19 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 		if sf.AutoTrial != nil && !(*sf.AutoTrial > 0) {
 			return nil, &FieldError{Section: "stage", Index: i, Keys: []string{"auto_trial_seconds"}, Err: fmt.Errorf("stage %d (%s): auto_trial_seconds: must be > 0 (unset: 2), got %v", i, sf.Name, *sf.AutoTrial)}
 		}
+		// An empty list is nil to the Go API, its default: inputs = []
+		// read every input, slaves = [] ran on any slave.
+		for _, k := range []struct {
+			key, unset string
+			list       []string
+		}{
+			{"inputs", "every input of the task", sf.Inputs},
+			{"slaves", "any slave", sf.Slaves},
+		} {
+			if k.list != nil && len(k.list) == 0 {
+				return nil, &FieldError{Section: "stage", Index: i, Keys: []string{k.key}, Err: fmt.Errorf("stage %d (%s): %s: empty (unset: %s)", i, sf.Name, k.key, k.unset)}
+			}
+		}
 		s := Stage{Name: sf.Name, Func: sf.Func, MaxSlaves: deref(sf.MaxSlaves), Slaves: sf.Slaves,
 			Consistency: kvstore.Consistency{Kind: kvstore.ConsistencyKind(strings.ToLower(sf.Consistency)), Staleness: sf.Staleness, Speculation: sf.Speculation},
 			WorkerKind:  sf.WorkerKind, Cache: sf.Cache, CacheSize: sf.CacheSize, ChunkSize: deref(sf.ChunkSize), Inputs: sf.Inputs, Params: Params(sf.Params)}

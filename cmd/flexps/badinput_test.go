@@ -57,6 +57,11 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 		// It ran with the default params: the decoder leaves a map unset for a value that is no table.
 		{name: "params not a table", job: job(strings.Replace(goodJob, "[stage.params]\nepochs = 1", "params = 5", 1)),
 			wants: []string{"job.toml line 15", `key "stage.params"`, "want a table, got integer"}},
+		// Both ran as if unset: every input, any slave.
+		{name: "empty inputs", job: job(strings.Replace(goodJob, "workers = 1", "workers = 1\ninputs = []", 1)),
+			wants: []string{"job.toml line 15", "stage 0 (sgd): inputs: empty (unset: every input of the task)"}},
+		{name: "empty slaves", job: job(strings.Replace(goodJob, "workers = 1", "workers = 1\nslaves = []", 1)),
+			wants: []string{"job.toml line 15", "stage 0 (sgd): slaves: empty (unset: any slave)"}},
 		{name: "workers not a number", job: job(strings.Replace(goodJob, "workers = 1", `workers = "many"`, 1)), wants: []string{"workers", `"many"`}},
 		{name: "missing func", job: job(strings.Replace(goodJob, `func = "lr.sgd"`, "", 1)), wants: []string{"stage 0 (sgd)", "func"}},
 		{name: "unregistered stage function", job: job(strings.Replace(goodJob, `"lr.sgd"`, `"lr.nope"`, 1)),
