@@ -66,10 +66,18 @@ func (p Params) Float(key string, def float64) float64 {
 // Int returns an integer parameter.
 func (p Params) Int(key string, def int) int {
 	f, ok, err := p.num(key)
-	if !ok || err != nil || f != math.Trunc(f) {
+	if !ok || err != nil || f != math.Trunc(f) || !inIntRange(f) {
 		return def
 	}
 	return int(f)
+}
+
+// maxIntFloat is 2^63, the least float64 above every int64.
+const maxIntFloat = float64(1 << 63)
+
+// inIntRange reports that int(f) keeps f's value.
+func inIntRange(f float64) bool {
+	return f >= -maxIntFloat && f < maxIntFloat
 }
 
 // String returns a string parameter.
@@ -159,6 +167,11 @@ func (p Params) CheckInt(keys ...string) error {
 		}
 		if ok && f != math.Trunc(f) {
 			return fmt.Errorf("param %q: want an integer, got %v", k, f)
+		}
+		if ok && !inIntRange(f) {
+			// int(f) wrapped: epochs = 1e300 was refused as "epochs
+			// must be >= 1, got -9223372036854775808".
+			return fmt.Errorf("param %q: %v is beyond the integers (at most 2^63 - 1024)", k, f)
 		}
 	}
 	return nil

@@ -299,7 +299,8 @@ func TestParamsRefuseWhatWouldBeIgnored(t *testing.T) {
 	for _, tc := range []struct {
 		v    any
 		want string
-	}{{2.5, "want an integer, got 2.5"}, {"2.5", "want an integer"}, {math.Inf(1), "want a finite number"}, {math.NaN(), "want a finite number"}} {
+	}{{2.5, "want an integer, got 2.5"}, {"2.5", "want an integer"}, {math.Inf(1), "want a finite number"}, {math.NaN(), "want a finite number"},
+		{1e300, "1e+300 is beyond the integers"}, {int64(math.MaxInt64), "is beyond the integers"}} {
 		q := tasks.Params{"epochs": tc.v}
 		if err := q.CheckInt("epochs"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CheckInt(%v): %v, want %q", tc.v, err, tc.want)

@@ -84,6 +84,9 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 			wants: []string{"stage 0 (sgd)", `unknown param "learning_rat"`, "lr"}},
 		{name: "fractional epochs", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1.5", 1)),
 			wants: []string{"stage 0 (sgd)", `param "epochs": want an integer, got 1.5`}},
+		// It said "epochs must be >= 1, got -9223372036854775808".
+		{name: "epochs beyond the integers", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1e300", 1)),
+			wants: []string{"job.toml line 16", `param "epochs": 1e+300 is beyond the integers`}},
 		{name: "infinite learning rate", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = inf", 1)),
 			wants: []string{"stage 0 (sgd)", `param "lr": want a finite number`}},
 		{name: "bad lr parameter", job: job(strings.Replace(goodJob, "epochs = 1", "epochs = 1\nlr = -1", 1)), wants: []string{"lr must be > 0"}},
