@@ -461,8 +461,12 @@ func (t *MultiStageTask) validate(registry bool) error {
 		}
 		checked[s.Func] = true
 		if i, key, err := fn(t); err != nil {
-			return &FieldError{Section: "stage", Index: i, Keys: []string{"params." + key, "params"},
-				Err: fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, t.Stages[i].Name, err)}
+			at := &FieldError{Section: "stage", Index: i, Keys: []string{"params." + key, "params"}}
+			if fe := (*FieldError)(nil); errors.As(err, &fe) { // about another section (a table)
+				at = &FieldError{Section: fe.Section, Index: fe.Index, Name: fe.Name, Keys: fe.Keys}
+			}
+			at.Err = fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, t.Stages[i].Name, err)
+			return at
 		}
 	}
 	return nil

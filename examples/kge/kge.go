@@ -68,7 +68,7 @@ func init() {
 	tasks.RegisterParams("kge.complex", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 	tasks.RegisterEpochs("kge.complex", func(p tasks.Params) int { c, _ := ConfigFrom(p); return c.Epochs })
 	tasks.RegisterInputs("kge.complex", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTaskParams("kge.complex", tasks.AllOf(dimFits, tasks.DenseInMemory("kge.complex", "entities", "relations")))
+	tasks.RegisterTaskParams("kge.complex", tasks.AllOf(dimFits, tasks.DenseInMemory("kge.complex", "entities", "relations"), tasks.FactorsStartRandom("kge.complex", "entities")))
 	tasks.RegisterRelocates("kge.complex", func(s tasks.Stage) []string {
 		if c, err := ConfigFrom(s.Params); err == nil && c.Localize {
 			return []string{c.Entities}

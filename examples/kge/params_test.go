@@ -34,7 +34,7 @@ func TestKGEParamRangesRefusedAtSubmission(t *testing.T) {
 			src := strings.NewReplacer("ENTS", "", "RELS", "", "KIND", "", "dim = 4", tc.param).Replace(setupJob)
 			line := 0
 			if tc.want != "" {
-				line = 20
+				line = 21
 			}
 			jobcheck.Expect(t, src, tc.want, line)
 		})

@@ -14,6 +14,7 @@ name = "entities"
 size = 10
 width = 8
 ENTS
+init = "uniform:0.1"
 [[table]]
 name = "rels"
 size = 3
@@ -44,8 +45,8 @@ func TestKGETableSetupRefusedAtSubmission(t *testing.T) {
 	}{
 		{"dense, local", "", "", `worker_kind = "local"`, "", 0},
 		{"sparse, ps", `storage = "sparse"`, `storage = "sparse"`, "", "", 0},
-		{"sparse entities, local", `storage = "sparse"`, "", `worker_kind = "local"`, `kge.complex: table "entities" is sparse, but local stages hold the model in memory and need dense tables`, 19},
-		{"sparse relations named by a param, single", "", `storage = "sparse"`, `worker_kind = "single"`, `kge.complex: table "rels" is sparse, but single stages hold the model in memory`, 21},
+		{"sparse entities, local", `storage = "sparse"`, "", `worker_kind = "local"`, `kge.complex: table "entities" is sparse, but local stages hold the model in memory and need dense tables`, 20},
+		{"sparse relations named by a param, single", "", `storage = "sparse"`, `worker_kind = "single"`, `kge.complex: table "rels" is sparse, but single stages hold the model in memory`, 22},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.NewReplacer("ENTS", tc.ents, "RELS", tc.rels, "KIND", tc.kind).Replace(setupJob)
@@ -66,9 +67,9 @@ func TestKGEDimRefusedAtSubmission(t *testing.T) {
 	}{
 		{"dim of the tables", "", "", "dim = 4", "", 0},
 		{"dim unset", "", "", "", "", 0},
-		{"dim below", "", "", "dim = 3", `kge: table "entities" has width 8 but dim = 3 (the tables' width is 2*dim: real and imaginary parts)`, 20},
-		{"relations narrower", "", "width = 6", "dim = 4", `kge: table "rels" has width 6 but dim = 4`, 19},
-		{"odd width, dim unset", "width = 7", "width = 7", "", `kge: table "entities" has width 7 but dim = 3`, 17},
+		{"dim below", "", "", "dim = 3", `kge: table "entities" has width 8 but dim = 3 (the tables' width is 2*dim: real and imaginary parts)`, 21},
+		{"relations narrower", "", "width = 6", "dim = 4", `kge: table "rels" has width 6 but dim = 4`, 20},
+		{"odd width, dim unset", "width = 7", "width = 7", "", `kge: table "entities" has width 7 but dim = 3`, 18},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.NewReplacer("ENTS", tc.ents, "RELS", tc.rels, "KIND", "", "dim = 4", tc.dim).Replace(setupJob)

@@ -82,7 +82,7 @@ func init() {
 	tasks.RegisterParams("mf.sgd", func(p tasks.Params) error { _, err := ConfigFrom(p); return err })
 	tasks.RegisterEpochs("mf.sgd", func(p tasks.Params) int { c, _ := ConfigFrom(p); return c.Epochs })
 	tasks.RegisterInputs("mf.sgd", tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTaskParams("mf.sgd", tasks.AllOf(rankFits, tasks.DenseInMemory("mf.sgd", "users", "items", "bias", "user_bias", "item_bias")))
+	tasks.RegisterTaskParams("mf.sgd", tasks.AllOf(rankFits, tasks.DenseInMemory("mf.sgd", "users", "items", "bias", "user_bias", "item_bias"), tasks.FactorsStartRandom("mf.sgd", "users", "items")))
 }
 
 // rankFits checks, at submission, that the factor tables of every mf.sgd

@@ -36,7 +36,7 @@ func TestMFParamRangesRefusedAtSubmission(t *testing.T) {
 			src := strings.NewReplacer("USERS", "", "ITEMS", "", "KIND", "", "rank = 4", tc.param).Replace(setupJob)
 			line := 0
 			if tc.want != "" {
-				line = 20
+				line = 21
 			}
 			jobcheck.Expect(t, src, tc.want, line)
 		})

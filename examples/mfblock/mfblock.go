@@ -61,7 +61,7 @@ func init() {
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
 	tasks.RegisterEpochs(Func, func(p tasks.Params) int { c, _ := configFrom(p); return c.epochs })
 	tasks.RegisterInputs(Func, tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTaskParams(Func, tasks.AllOf(rankFits, tasks.DenseInMemory(Func, "users", "items")))
+	tasks.RegisterTaskParams(Func, tasks.AllOf(rankFits, tasks.DenseInMemory(Func, "users", "items"), tasks.FactorsStartRandom(Func, "users", "items")))
 	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
 		if c, err := configFrom(s.Params); err == nil && c.localize {
 			return []string{c.users, c.items}

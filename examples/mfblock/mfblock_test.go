@@ -174,7 +174,7 @@ func TestRatingBeyondTheTablesNamesFileAndLine(t *testing.T) {
 			}
 			defer local.Close()
 			task := tasks.NewTask("mfblock-ids").
-				AddTable(kvstore.TableSpec{Name: "users", Size: 3, Width: 2}).
+				AddTable(kvstore.TableSpec{Name: "users", Size: 3, Width: 2, Init: "uniform:0.1"}).
 				AddTable(kvstore.TableSpec{Name: "items", Size: 2, Width: 2}).
 				SetInput("train", tasks.InputSpec{Path: trainPath, Format: "ratings"}).
 				SetInput("test", tasks.InputSpec{Path: testPath, Format: "ratings"}).

@@ -33,7 +33,7 @@ func TestBlockedParamRangesRefusedAtSubmission(t *testing.T) {
 			src := strings.NewReplacer("USERS", "", "KIND", "", "rank = 4", tc.param).Replace(setupJob)
 			line := 0
 			if tc.want != "" {
-				line = 19
+				line = 20
 			}
 			jobcheck.Expect(t, src, tc.want, line)
 		})

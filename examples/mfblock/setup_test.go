@@ -13,6 +13,7 @@ const setupJob = `name = "mfb"
 name = "users"
 size = 10
 width = 4
+init = "uniform:0.1"
 USERS
 [[table]]
 name = "items"
@@ -41,7 +42,7 @@ func TestBlockedTableSetupRefusedAtSubmission(t *testing.T) {
 	}{
 		{"dense, local", "", `worker_kind = "local"`, "", 0},
 		{"sparse, ps", `storage = "sparse"`, "", "", 0},
-		{"sparse, local", `storage = "sparse"`, `worker_kind = "local"`, `mf.blocked: table "users" is sparse, but local stages hold the model in memory`, 18},
+		{"sparse, local", `storage = "sparse"`, `worker_kind = "local"`, `mf.blocked: table "users" is sparse, but local stages hold the model in memory`, 19},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.NewReplacer("USERS", tc.users, "KIND", tc.kind).Replace(setupJob)
@@ -61,9 +62,9 @@ func TestBlockedRankRefusedAtSubmission(t *testing.T) {
 	}{
 		{"rank of the tables", "rank = 4", "width = 4", "", 0},
 		{"rank unset", "", "width = 4", "", 0},
-		{"rank below the width", "rank = 3", "width = 4", `mf.blocked: tables "users" and "items" must have width = rank = 3 (got 4 and 4)`, 19},
-		{"items narrower", "rank = 4", "width = 3", `must have width = rank = 4 (got 4 and 3)`, 19},
-		{"rank unset, items narrower", "", "width = 3", `must have width = rank = 4 (got 4 and 3)`, 18},
+		{"rank below the width", "rank = 3", "width = 4", `mf.blocked: tables "users" and "items" must have width = rank = 3 (got 4 and 4)`, 20},
+		{"items narrower", "rank = 4", "width = 3", `must have width = rank = 4 (got 4 and 3)`, 20},
+		{"rank unset, items narrower", "", "width = 3", `must have width = rank = 4 (got 4 and 3)`, 19},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := strings.NewReplacer("USERS", "", "KIND", "", "rank = 4", tc.rank).Replace(setupJob)
