@@ -335,14 +335,14 @@ func (s *Stage) epochDone(epoch int) []Action {
 		return nil
 	}
 	if n, ok := e.Metrics[tasks.MetricSamples]; ok && n == 0 {
-		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker trained on a record (%w): the stage's training input holds no data lines (only blank or comment lines?)",
+		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker trained on a record (%w): the stage's training input holds no data lines (only blank or comment lines, or every line malformed and skipped under on_error = \"skip\"?)",
 			s.cfg.Task, s.cfg.Stage, s.cfg.Name, epoch, ErrNoRecords))
 	}
 	if n, ok := e.Metrics[tasks.MetricTestSamples]; ok && n == 0 {
 		// The stage measured its test figures on nothing: they were
 		// left out of the table and the task reported success, as if
 		// no test input had been asked for.
-		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker scored a test record (%w): the stage's test input holds no data lines (only blank or comment lines?)",
+		return s.finish(fmt.Errorf("task %s stage %d (%s) epoch %d: no worker scored a test record (%w): the stage's test input holds no data lines (only blank or comment lines, or every line malformed and skipped under on_error = \"skip\"?)",
 			s.cfg.Task, s.cfg.Stage, s.cfg.Name, epoch, ErrNoRecords))
 	}
 	s.res.Epochs = append(s.res.Epochs, *e)
