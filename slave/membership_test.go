@@ -313,3 +313,41 @@ func admittedSlave(t *testing.T, srv *bus.Embedded, mnc *nats.Conn, onJoin func(
 	t.Cleanup(s.Close)
 	return s, logs
 }
+
+// A second process started with the id of a live slave subscribes to the
+// id's subjects and asks to join until it is refused for good; meanwhile
+// it must leave the live slave's requests to the live slave. Before, it
+// answered them too, and its answer to a stage's create_tables, when it
+// came first, was refused by the master ("slave s2 instance ... is not a
+// member"), failing a task on a healthy cluster.
+func TestSlaveRefusedItsIdAnswersNoRequests(t *testing.T) {
+	srv, mnc, _ := fakeMaster(t)
+	subj := bus.For("default")
+	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
+		data, _ := json.Marshal(proto.JoinReply{InUse: true, Heartbeat: 100 * time.Millisecond, DeadAfter: 600 * time.Millisecond,
+			Error: "slave s1: id in use by live instance X (incarnation 1)"})
+		msg.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer js.Unsubscribe()
+	nc, err := srv.Connect(bus.Options{Name: "duplicate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(&syncBuf{})})
+	started := make(chan error, 1)
+	go func() { started <- s.Start(context.Background()) }()
+	time.Sleep(300 * time.Millisecond) // subscribed, asking to join
+	req, _ := json.Marshal(proto.SlaveCtl{Op: "drop_task", ReqID: "r1", Task: "t1"})
+	for _, subject := range []string{subj.SlaveCtl("s1"), subj.SlaveModelInfo("s1")} {
+		if msg, err := mnc.Request(subject, req, 500*time.Millisecond); err == nil {
+			t.Errorf("%s: a slave refused its id answered %q", subject, msg.Data)
+		}
+	}
+	if err := <-started; err == nil || !strings.Contains(err.Error(), "id in use") {
+		t.Fatalf("start of a slave whose id is held: %v", err)
+	}
+}

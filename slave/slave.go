@@ -143,6 +143,7 @@ type Slave struct {
 	fence       atomic.Pointer[fenceView]
 	pendingView atomic.Pointer[proto.Membership] // the latest view heard while joining
 	rejoining   atomic.Bool
+	joined      chan struct{} // closed once the first join is answered OK (awaitJoin)
 
 	metrics *metrics
 
@@ -172,7 +173,8 @@ func New(nc *nats.Conn, cfg Config) *Slave {
 	s := &Slave{cfg: cfg, nc: nc, subj: bus.For(cfg.Cluster), ctl: NewControl(cfg.Slots), tasks: map[string]*slaveTask{}, retained: map[string]*retainedModel{},
 		release: releaser{pending: map[string]bool{}, kick: make(chan struct{}, 1)},
 		log:     cfg.Log.With().Str("node", cfg.ID).Logger(), sources: hdfs.NewSources(cfg.HDFS).Restrict(cfg.Paths),
-		cache: datastore.NewBlockCache(max(cfg.DataCache, 0)), inc: incarnation{instance: nuid.Next()}}
+		cache: datastore.NewBlockCache(max(cfg.DataCache, 0)), inc: incarnation{instance: nuid.Next()},
+		joined: make(chan struct{})}
 	s.metrics = newMetrics(cfg.ID, func() int {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -268,6 +270,7 @@ func (s *Slave) Start(ctx context.Context) error {
 	}
 	s.amu.Unlock()
 	s.admitted(rep)
+	close(s.joined)
 	s.wg.Add(3)
 	go s.heartbeat(rep.Heartbeat)
 	go s.releaseLoop()
@@ -432,6 +435,9 @@ func (s *Slave) Close() {
 // subscription), so a repeat (the same ReqID) comes after the first was
 // answered: it gets the same answer and is not done again.
 func (s *Slave) onCtl(msg *nats.Msg) {
+	if !s.awaitJoin() {
+		return
+	}
 	var req proto.SlaveCtl
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		s.respond(msg, fmt.Errorf("malformed control request: %w", err))
@@ -445,6 +451,29 @@ func (s *Slave) onCtl(msg *nats.Msg) {
 	err := s.control(req)
 	s.ctlDone.add(req.ReqID, err)
 	s.respond(msg, err)
+}
+
+// awaitJoin holds a request to this slave's own subjects (control,
+// transfers) until its first join is answered: true once it is admitted,
+// false when it stops instead, and the request is left unanswered. The
+// slave subscribes to its id's subjects before it asks to join, so a
+// second process started with the id of a live slave, asking to join
+// until it is refused for good, would otherwise answer requests the
+// master or a peer meant for the live one: its answer to a stage's
+// create_tables came first and was refused, "slave s2 instance ... is not
+// a member", failing a task on a healthy cluster.
+func (s *Slave) awaitJoin() bool {
+	select {
+	case <-s.joined:
+		return true
+	default:
+	}
+	select {
+	case <-s.joined:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
 }
 
 // answered remembers the outcome of the latest control requests by ReqID.

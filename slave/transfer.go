@@ -107,6 +107,9 @@ func (s *Slave) retainedTable(task, table string) (*localEntry, uint32, bool) {
 
 // serveXfer answers chunk reads of retained tables (OpGetRange).
 func (s *Slave) serveXfer(msg *nats.Msg) {
+	if !s.awaitJoin() {
+		return
+	}
 	var m kvstore.Message
 	reply := func(r *kvstore.Message) {
 		if err := msg.Respond(kvstore.AppendMessage(nil, r)); err != nil {
@@ -142,6 +145,9 @@ func (s *Slave) serveXfer(msg *nats.Msg) {
 
 // serveModelInfo lists what this slave retains for a task.
 func (s *Slave) serveModelInfo(msg *nats.Msg) {
+	if !s.awaitJoin() {
+		return
+	}
 	var req proto.SlaveCtl
 	var info proto.ModelInfo
 	s.xmu.Lock()

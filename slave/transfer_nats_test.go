@@ -31,6 +31,7 @@ func transferPair(t *testing.T) (a, b *Slave) {
 		}
 		t.Cleanup(nc.Close)
 		s := New(nc, Config{Cluster: "x", ID: id, Slots: 1, Log: zerolog.Nop()})
+		close(s.joined) // serves as an admitted slave, without a master
 		for subject, h := range map[string]nats.MsgHandler{s.subj.SlaveXfer(id): s.serveXfer, s.subj.SlaveModelInfo(id): s.serveModelInfo} {
 			sub, err := nc.Subscribe(subject, h)
 			if err != nil {
