@@ -183,3 +183,31 @@ func TestPrintOmitted(t *testing.T) {
 		})
 	}
 }
+
+// A master killed and restarted mid-task resumes a task with a
+// [checkpoint] dir under its id; `flexps submit` follows it on, and the
+// epochs after the checkpoint come again. The printer says why, once,
+// between the rows; a task followed from its resume on (submit --resume)
+// gets no such line. Before, the table showed an epoch twice with no word.
+func TestResumeByARestartedMasterIsPrinted(t *testing.T) {
+	var out, progress bytes.Buffer
+	p := newPrinter(&out, &progress, false)
+	task := status.Task{ID: "t1", Name: "lr", State: status.Running, Stages: 1}
+	row := func(epoch int) {
+		p.Event(status.Event{Kind: status.EventEpoch, Status: task, Epoch: &status.Epoch{Stage: 0, Epoch: epoch, Metrics: map[string]float64{"logloss": 0.3}}})
+	}
+	row(25)
+	row(26)
+	task.Resumed = "out/lr.ckpt/ckpt-000005.flexps"
+	row(26)
+	row(27)
+	if got := strings.Count(out.String(), "resumed: the master resumed task t1 from checkpoint out/lr.ckpt/ckpt-000005.flexps"); got != 1 {
+		t.Fatalf("the resume is said %d times (want 1):\n%s", got, out.String())
+	}
+	out.Reset()
+	q := newPrinter(&out, &progress, false)
+	q.Event(status.Event{Kind: status.EventEpoch, Status: task, Epoch: &status.Epoch{Stage: 0, Epoch: 26}})
+	if strings.Contains(out.String(), "resumed:") {
+		t.Fatalf("a task followed from its resume on is said to be resumed:\n%s", out.String())
+	}
+}

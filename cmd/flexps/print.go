@@ -33,6 +33,7 @@ type Printer struct {
 	bars       *stageBars
 	lastHeader string              // task whose header was printed last
 	columns    map[string][]string // per task: the metric columns of its table
+	resumed    map[string]string   // per task: the checkpoint its events said it was resumed from
 }
 
 // newPrinter prints tables to out and progress to progress.
@@ -45,6 +46,7 @@ func (p *Printer) Event(ev status.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := ev.Status
+	p.noteResume(s)
 	switch ev.Kind {
 	case status.EventProgress, status.EventStatus:
 		if s.State != status.Running || !p.TTY {
@@ -79,6 +81,27 @@ func (p *Printer) Event(ev status.Event) {
 			p.bars.endTask(s.ID)
 		}
 	}
+}
+
+// noteResume says, between the epoch rows, that a followed task was
+// resumed from a checkpoint while it was followed: a master killed and
+// restarted on the same state_dir resumes it under its id, and the epochs
+// after the checkpoint are run, and printed, again. Without the line the
+// table showed those epochs twice with no word why.
+func (p *Printer) noteResume(s status.Task) {
+	if s.ID == "" {
+		return
+	}
+	if p.resumed == nil {
+		p.resumed = map[string]string{}
+	}
+	was, seen := p.resumed[s.ID]
+	p.resumed[s.ID] = s.Resumed
+	if !seen || s.Resumed == "" || s.Resumed == was {
+		return
+	}
+	p.emit([]byte("resumed: the master resumed task " + s.ID + " from checkpoint " + s.Resumed +
+		" (it restarted); the epochs after that checkpoint run again\n"))
 }
 
 // emit prints table text: above the bars when they share the terminal,
