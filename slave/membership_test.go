@@ -317,14 +317,16 @@ func admittedSlave(t *testing.T, srv *bus.Embedded, mnc *nats.Conn, onJoin func(
 // A second process started with the id of a live slave subscribes to the
 // id's subjects and asks to join until it is refused for good; meanwhile
 // it must leave the live slave's requests to the live slave. Before, it
-// answered them too, and its answer to a stage's create_tables, when it
-// came first, was refused by the master ("slave s2 instance ... is not a
-// member"), failing a task on a healthy cluster.
+// answered them too: its answer to a stage's create_tables, when it came
+// first, was refused by the master ("slave s2 instance ... is not a
+// member"), failing a task on a healthy cluster; and its answer to a
+// peer's data-plane hello sent that peer's KV reads to it ("task ... has
+// no shards on this slave"), failing the task's output.
 func TestSlaveRefusedItsIdAnswersNoRequests(t *testing.T) {
 	srv, mnc, _ := fakeMaster(t)
 	subj := bus.For("default")
 	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
-		data, _ := json.Marshal(proto.JoinReply{InUse: true, Heartbeat: 100 * time.Millisecond, DeadAfter: 600 * time.Millisecond,
+		data, _ := json.Marshal(proto.JoinReply{InUse: true, Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second,
 			Error: "slave s1: id in use by live instance X (incarnation 1)"})
 		msg.Respond(data)
 	})
@@ -337,12 +339,12 @@ func TestSlaveRefusedItsIdAnswersNoRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	s := New(nc, Config{ID: "s1", Slots: 1, Log: zerolog.New(&syncBuf{})})
+	s := New(nc, Config{ID: "s1", Slots: 1, KVTransport: "tcp", Log: zerolog.New(&syncBuf{})})
 	started := make(chan error, 1)
 	go func() { started <- s.Start(context.Background()) }()
 	time.Sleep(300 * time.Millisecond) // subscribed, asking to join
 	req, _ := json.Marshal(proto.SlaveCtl{Op: "drop_task", ReqID: "r1", Task: "t1"})
-	for _, subject := range []string{subj.SlaveCtl("s1"), subj.SlaveModelInfo("s1")} {
+	for _, subject := range []string{subj.SlaveCtl("s1"), subj.SlaveModelInfo("s1"), subj.SlaveDP("s1")} {
 		if msg, err := mnc.Request(subject, req, 500*time.Millisecond); err == nil {
 			t.Errorf("%s: a slave refused its id answered %q", subject, msg.Data)
 		}

@@ -212,7 +212,8 @@ func (s *Slave) Start(ctx context.Context) error {
 	case "", "nats":
 	case "tcp":
 		tcp, err := transport.NewTCP(transport.NewNATS(s.nc, s.subj.SlaveKV), transport.TCPConfig{Self: s.cfg.ID,
-			Listen: s.cfg.KVListen, Advertise: s.cfg.KVAdvertise, Hello: s.subj.SlaveDP, TLS: s.cfg.KVTLS, Log: s.log})
+			Listen: s.cfg.KVListen, Advertise: s.cfg.KVAdvertise, Hello: s.subj.SlaveDP, TLS: s.cfg.KVTLS, Log: s.log,
+			Ready: s.joined})
 		if err != nil {
 			// Name the settings: several slaves on one host each need
 			// their own port.

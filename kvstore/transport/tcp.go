@@ -62,7 +62,8 @@ type TCP struct {
 	key  []byte
 	tls  *tlsIdentity // nil: connections in the clear
 	ln   net.Listener
-	addr string // what hello answers: where peers dial
+	addr string        // what hello answers: where peers dial
+	done chan struct{} // closed by Close: releases handlers waiting for cfg.Ready
 
 	mu      sync.Mutex
 	peers   map[string]*tcpPeer // route of requests, by node
@@ -135,7 +136,16 @@ type TCPConfig struct {
 	// others are reached over the bus). Connections to a peer that
 	// encrypts are encrypted whatever this is.
 	TLS bool
-	Log zerolog.Logger
+	// Ready, when set, holds discovery and the requests that come over
+	// NATS until it is closed (those received meanwhile are answered
+	// then; once the endpoint closes first, never). A slave sets it to
+	// its admission: a second process started with the id of a live slave
+	// listens under that id while it asks to join, and must draw none of
+	// the live one's peers (its hello answer, when it came first, sent
+	// them to an endpoint that then answered "task ... has no shards on
+	// this slave").
+	Ready <-chan struct{}
+	Log   zerolog.Logger
 }
 
 // DefaultTCPListen is where an endpoint listens unless told otherwise.
@@ -274,7 +284,7 @@ func NewTCP(fallback *NATS, cfg TCPConfig) (*TCP, error) {
 	t := &TCP{cfg: cfg, fb: fallback, nc: fallback.nc, log: cfg.Log.With().Str("component", "dataplane").Logger(),
 		key: make([]byte, 32), peers: map[string]*tcpPeer{}, inbound: map[string]*tcpConn{}, conns: map[*tcpConn]struct{}{},
 		hellos: map[string]*nats.Subscription{}, warned: map[string]bool{}, served: map[string]*tcpServed{},
-		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}}
+		inboxes: map[string]*natsInbox{}, pending: map[string][]*tcpConn{}, done: make(chan struct{})}
 	if _, err := rand.Read(t.key); err != nil {
 		return nil, fmt.Errorf("transport: data-plane key: %w", err)
 	}
@@ -334,6 +344,7 @@ func (t *TCP) Close() error {
 		return nil
 	}
 	t.closed = true
+	close(t.done)
 	var conns []*tcpConn
 	for c := range t.conns {
 		conns = append(conns, c)
@@ -362,6 +373,24 @@ func (t *TCP) Close() error {
 	return err
 }
 
+// awaitReady waits for cfg.Ready: false when the endpoint closed first.
+func (t *TCP) awaitReady() bool {
+	if t.cfg.Ready == nil {
+		return true
+	}
+	select {
+	case <-t.cfg.Ready:
+		return true
+	default:
+	}
+	select {
+	case <-t.cfg.Ready:
+		return true
+	case <-t.done:
+		return false
+	}
+}
+
 // Serve delivers node's requests, from connections and from NATS, to h
 // one at a time.
 func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
@@ -375,6 +404,9 @@ func (t *TCP) Serve(node string, h Handler) (io.Closer, error) {
 	t.smu.Unlock()
 	subj := t.fb.subject(node)
 	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		if !t.awaitReady() {
+			return
+		}
 		if m.Header != nil && m.Header.Get(drainHeader) != "" {
 			// Every request published before it by its sender is queued.
 			m.Respond(nil)

@@ -30,6 +30,9 @@ type helloReply struct {
 func (t *TCP) answerHello(name string) error {
 	subj := t.cfg.Hello(name)
 	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		if !t.awaitReady() {
+			return
+		}
 		hr := helloReply{Addr: t.addr, Key: t.key}
 		if t.tls != nil {
 			hr.Cert = t.tls.pin
