@@ -323,10 +323,16 @@ func admittedSlave(t *testing.T, srv *bus.Embedded, mnc *nats.Conn, onJoin func(
 // peer's data-plane hello sent that peer's KV reads to it ("task ... has
 // no shards on this slave"), failing the task's output.
 func TestSlaveRefusedItsIdAnswersNoRequests(t *testing.T) {
+	for _, kv := range []string{"tcp", "nats"} {
+		t.Run(kv, func(t *testing.T) { refusedAnswersNoRequests(t, kv) })
+	}
+}
+
+func refusedAnswersNoRequests(t *testing.T, kv string) {
 	srv, mnc, _ := fakeMaster(t)
 	subj := bus.For("default")
 	js, err := mnc.Subscribe(subj.Join(), func(msg *nats.Msg) {
-		data, _ := json.Marshal(proto.JoinReply{InUse: true, Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second,
+		data, _ := json.Marshal(proto.JoinReply{InUse: true, Heartbeat: 100 * time.Millisecond, DeadAfter: 1500 * time.Millisecond,
 			Error: "slave s1: id in use by live instance X (incarnation 1)"})
 		msg.Respond(data)
 	})
@@ -339,12 +345,12 @@ func TestSlaveRefusedItsIdAnswersNoRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	s := New(nc, Config{ID: "s1", Slots: 1, KVTransport: "tcp", Log: zerolog.New(&syncBuf{})})
+	s := New(nc, Config{ID: "s1", Slots: 1, KVTransport: kv, Log: zerolog.New(&syncBuf{})})
 	started := make(chan error, 1)
 	go func() { started <- s.Start(context.Background()) }()
 	time.Sleep(300 * time.Millisecond) // subscribed, asking to join
 	req, _ := json.Marshal(proto.SlaveCtl{Op: "drop_task", ReqID: "r1", Task: "t1"})
-	for _, subject := range []string{subj.SlaveCtl("s1"), subj.SlaveModelInfo("s1"), subj.SlaveDP("s1")} {
+	for _, subject := range []string{subj.SlaveCtl("s1"), subj.SlaveModelInfo("s1"), subj.SlaveDP("s1"), subj.SlaveKV("s1")} {
 		if msg, err := mnc.Request(subject, req, 500*time.Millisecond); err == nil {
 			t.Errorf("%s: a slave refused its id answered %q", subject, msg.Data)
 		}

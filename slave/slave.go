@@ -207,7 +207,7 @@ func (s *Slave) Start(ctx context.Context) error {
 	// Requests to the master in flight when the bus drops are asked
 	// again once it is back (askMaster).
 	s.reconnects = bus.WatchReconnects(s.nc)
-	s.tr = transport.NewNATS(s.nc, s.subj.SlaveKV)
+	s.tr = transport.NewNATS(s.nc, s.subj.SlaveKV).Gated(s.awaitJoin)
 	switch s.cfg.KVTransport {
 	case "", "nats":
 	case "tcp":

@@ -17,6 +17,7 @@ import (
 type NATS struct {
 	nc      *nats.Conn
 	subject func(node string) string
+	gate    func() bool // see Gated
 }
 
 // NewNATS returns the transport over nc addressing node n at subject(n).
@@ -24,9 +25,23 @@ func NewNATS(nc *nats.Conn, subject func(node string) string) *NATS {
 	return &NATS{nc: nc, subject: subject}
 }
 
+// Gated makes Serve hold each request until gate returns: true to deliver
+// it, false to leave it unanswered. A slave gates on its admission (see
+// TCPConfig.Ready).
+func (t *NATS) Gated(gate func() bool) *NATS {
+	t.gate = gate
+	return t
+}
+
 func (t *NATS) Serve(node string, h Handler) (io.Closer, error) {
 	subj := t.subject(node)
-	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) { h(m.Data, m.Reply) })
+	gate := t.gate
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		if gate != nil && !gate() {
+			return
+		}
+		h(m.Data, m.Reply)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("transport: subscribe %s: %w", subj, err)
 	}
