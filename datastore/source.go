@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -311,6 +312,39 @@ func (s *LocalSource) Create(ctx context.Context, path string) (io.WriteCloser, 
 		return nil, fmt.Errorf("datastore: create %s: %w", path, err)
 	}
 	return &atomicFile{File: f, final: path}, nil
+}
+
+// RemoveStaleTemps removes the temporary files Create left next to the
+// local file path (".NAME.tmp*") when the process writing it died before
+// it renamed or removed them (kill -9 of the master while it wrote a
+// model): a restarted master calls it before it writes the file again.
+// It returns the paths removed; a path on another file system
+// (hdfs://) is left alone.
+func RemoveStaleTemps(path string) ([]string, error) {
+	if sc := Scheme(path); sc != "" && sc != "file" {
+		return nil, nil
+	}
+	path = trimFileScheme(path)
+	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)+".tmp"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("datastore: %s: %w", dir, err)
+	}
+	var removed []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, fmt.Errorf("datastore: %w", err)
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
 }
 
 // Aborter is implemented by writers from Create: Abort discards what was

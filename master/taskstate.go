@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/checkpoint"
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -151,6 +152,17 @@ func (m *Master) recoverTasks() {
 	}
 	for _, r := range recs {
 		id, dir := r.Task.ID, r.Task.Checkpoint.Dir
+		if r.Task.Output != "" {
+			// The previous master may have died writing the model: its
+			// temporary file would stay beside the output for ever.
+			removed, err := datastore.RemoveStaleTemps(r.Task.Output)
+			for _, p := range removed {
+				m.log.Info().Str("task", id).Str("path", p).Msg("removed the temporary output file of the previous master")
+			}
+			if err != nil {
+				m.log.Warn().Err(err).Str("task", id).Msg("temporary output files of the previous master not removed")
+			}
+		}
 		paths, err := checkpoint.List(m.ctx, m.sources, dir)
 		fresh := err == nil
 		if err == nil && len(checkpoint.Newest(paths)) > 0 {

@@ -176,3 +176,43 @@ func TestResumedTaskContinuesTheLineageOfItsCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A master killed while it wrote a task's model leaves the temporary file
+// beside the output (".m.model.tmp123"); the restarted master that
+// resumes the task removes it, and nothing else there. Before, it stayed
+// for ever (by hand: kill -9 of the master mid-write of a 96 MB model,
+// the resumed task wrote the model, the temporary file stayed).
+func TestRestartRemovesTheDeadMastersTemporaryOutput(t *testing.T) {
+	state, ckdir, outdir := t.TempDir(), t.TempDir(), t.TempDir()
+	spec := tasks.NewTask("lr").SetStages(tasks.Stage{Name: "s", Func: "test.none", Workers: 1})
+	spec.ID, spec.Checkpoint, spec.Output = "t1", tasks.Checkpoint{Dir: ckdir}, filepath.Join(outdir, "m.model")
+	spec.Normalize()
+	stale, keep := filepath.Join(outdir, ".m.model.tmp123"), []string{filepath.Join(outdir, ".other.model.tmp9"), filepath.Join(outdir, "m.model.tmp1")}
+	for _, p := range append([]string{stale}, keep...) {
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := json.Marshal(taskRecord{Task: *spec, Submitted: time.Unix(100, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileAtomic(filepath.Join(state, "tasks", "t1.json"), data); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessWith(t, "sequential", bus.EmbeddedOptions{}, func(c *Config) {
+		c.StateDir, c.DeadAfter = state, 100*time.Millisecond
+	})
+	s := h.slave("s1", 1, nil)
+	if start := h.started(s); start.Task != "t1" {
+		t.Fatalf("the restarted master started task %s, want t1", start.Task)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the dead master's temporary output %s is still there (%v)", stale, err)
+	}
+	for _, p := range keep {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s was removed: %v", p, err)
+		}
+	}
+}
