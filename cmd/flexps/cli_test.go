@@ -44,6 +44,14 @@ func TestCommandLine(t *testing.T) {
 		{name: "eval --help names every model kind", args: []string{"eval", "--help"}, exit: 0, stdout: []string{"lr, kmeans, mf, kge"}},
 		{name: "exit codes documented", args: []string{"--help"}, exit: 0, stdout: []string{"130 interrupted", "plot"}},
 		{name: "completion", args: []string{"completion", "bash"}, exit: 0, stdout: []string{"__start_flexps"}},
+		// A shell cobra has no script for, or none, printed the completion
+		// command's help on stdout and exited 0: "source <(flexps
+		// completion tcsh)" sourced a help text. So did a help topic that
+		// names no command.
+		{name: "completion of an unknown shell", args: []string{"completion", "tcsh"}, exit: 2, stderr: []string{`unknown command "tcsh" for "flexps completion"`}},
+		{name: "completion without a shell", args: []string{"completion"}, exit: 2, stderr: []string{"want a shell: flexps completion bash|zsh|fish|powershell"}},
+		{name: "help of an unknown command", args: []string{"help", "nosuch"}, exit: 2, stderr: []string{`no command "nosuch"`, `"flexps help" lists the commands`}},
+		{name: "help of a subcommand", args: []string{"help", "completion", "zsh"}, exit: 0, stdout: []string{"zsh"}},
 		{name: "flags after the argument", args: []string{"gen", "libsvm", "--rows", "20", "--dim", "50", "--out", out}, exit: 0,
 			afterwith: func(t *testing.T) {
 				b, err := os.ReadFile(out)

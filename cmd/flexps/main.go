@@ -180,7 +180,39 @@ Exit codes: 0 ok, 1 the task or command failed, 2 usage error, 130 interrupted.`
 	})
 	root.AddCommand(runCmd(g), masterCmd(g), slaveCmd(g), submitCmd(g), statusCmd(g), cancelCmd(g),
 		genCmd(g), evalCmd(g), plotCmd(g))
+	strictBuiltins(root)
 	return root
+}
+
+// strictBuiltins makes cobra's own help and completion commands refuse what
+// they cannot do with a usage error (exit 2). Cobra's completion command is
+// not runnable, so a shell it has no script for (or none) printed its help
+// on stdout and exited 0, and "source <(flexps completion tcsh)" sourced
+// that; its help command printed "Unknown help topic" and exited 0.
+func strictBuiltins(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "completion":
+			// Args (cobra.NoArgs) now applies: "completion tcsh" is an
+			// unknown command, which runIO reports as a usage error.
+			c.RunE = func(c *cobra.Command, _ []string) error {
+				return usageError{"want a shell: " + c.CommandPath() + " bash|zsh|fish|powershell"}
+			}
+		case "help":
+			c.Run = nil
+			c.RunE = func(c *cobra.Command, a []string) error {
+				cmd, _, err := c.Root().Find(a)
+				if cmd == nil || err != nil {
+					return usageError{fmt.Sprintf("no command %q (\"flexps help\" lists the commands)", strings.Join(a, " "))}
+				}
+				cmd.InitDefaultHelpFlag()
+				cmd.InitDefaultVersionFlag()
+				return cmd.Help()
+			}
+		}
+	}
 }
 
 // args checks the positional arguments; a mismatch is a usage error.
