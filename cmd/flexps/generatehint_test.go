@@ -14,8 +14,10 @@ import (
 // flexps run follows. The refusal now carries a hint naming the input.
 func TestGenerateHint(t *testing.T) {
 	jf := &tasks.JobFile{Inputs: map[string]tasks.InputFile{
-		"train": {Path: "/data/train.libsvm", Generate: &synth.Spec{Rows: 10}},
-		"test":  {Path: "/data/test.libsvm"},
+		"train":   {Path: "/data/train.libsvm", Generate: &synth.Spec{Rows: 10}},
+		"test":    {Path: "/data/test.libsvm"},
+		"gen":     {Path: "/data/gen.tsv", Format: "ratings", Generate: &synth.Spec{Kind: "ratings", Rows: 10, TestPath: "/data/gen.test"}},
+		"gentest": {Path: "/data/gen.test", Format: "ratings"},
 	}}
 	for _, tc := range []struct {
 		name string
@@ -25,6 +27,13 @@ func TestGenerateHint(t *testing.T) {
 		{"the generated input is missing", errors.New(`task "x": input "train": datastore: input stat /data/train.libsvm: no such file or directory`),
 			`(input "train" has a [input.train.generate] table, which only flexps run follows: write the file first, e.g. with flexps gen libsvm --out /data/train.libsvm)`},
 		{"an input without a generate table is missing", errors.New(`task "x": input "test": datastore: input stat /data/test.libsvm: no such file or directory`), ""},
+		// The shipped configs write their test file through the train
+		// input's test_path: the master refused the missing test input
+		// first, and with no hint.
+		{"a generated test_path is missing", errors.New(`task "x": input "gentest": datastore: input stat /data/gen.test: no such file or directory`),
+			`(the file of input "gentest" is the test_path of [input.gen.generate], which only flexps run follows: write the files first, e.g. with flexps gen ratings --out /data/gen.tsv --test-out /data/gen.test)`},
+		{"a generated train file with a test_path is missing", errors.New(`task "x": input "gen": datastore: input stat /data/gen.tsv: no such file or directory`),
+			`(input "gen" has a [input.gen.generate] table, which only flexps run follows: write the files first, e.g. with flexps gen ratings --out /data/gen.tsv --test-out /data/gen.test)`},
 		{"another refusal", errors.New(`task "x": stage 0: no stage function registered as "t.nope"`), ""},
 		{"no error", nil, ""},
 	} {

@@ -47,16 +47,39 @@ func ensureInputs(ctx context.Context, jf *tasks.JobFile, log zerolog.Logger) er
 // generateHint is a hint for a job the master refused (err) for a missing
 // input that the job would have flexps run generate: flexps submit writes
 // no data, and the master's "no such file" said nothing of the generate
-// table. "" when err is about no such input.
+// table. The file may also be a generate table's test_path, read by
+// another input (the shipped configs' test inputs): the master may name
+// that input first. "" when err is about no such input.
 func generateHint(jf *tasks.JobFile, err error) string {
 	if jf == nil || err == nil {
 		return ""
 	}
-	for _, name := range slices.Sorted(maps.Keys(jf.Inputs)) {
+	names := slices.Sorted(maps.Keys(jf.Inputs))
+	for _, name := range names {
 		in := jf.Inputs[name]
-		if in.Generate != nil && strings.Contains(err.Error(), in.Path) {
-			return fmt.Sprintf(" (input %q has a [input.%s.generate] table, which only flexps run follows: write the file first, e.g. with flexps gen %s --out %s)",
-				name, name, cmp.Or(in.Generate.Kind, "libsvm"), in.Path)
+		if in.Generate == nil {
+			continue
+		}
+		cmd := fmt.Sprintf("flexps gen %s --out %s", cmp.Or(in.Generate.Kind, "libsvm"), in.Path)
+		what := "file"
+		if in.Generate.TestPath != "" {
+			cmd += " --test-out " + in.Generate.TestPath
+			what = "files"
+		}
+		if strings.Contains(err.Error(), in.Path) {
+			return fmt.Sprintf(" (input %q has a [input.%s.generate] table, which only flexps run follows: write the %s first, e.g. with %s)",
+				name, name, what, cmd)
+		}
+		if tp := in.Generate.TestPath; tp != "" && strings.Contains(err.Error(), tp) {
+			reader := "the file " + tp
+			for _, other := range names {
+				if jf.Inputs[other].Path == tp {
+					reader = fmt.Sprintf("the file of input %q", other)
+					break
+				}
+			}
+			return fmt.Sprintf(" (%s is the test_path of [input.%s.generate], which only flexps run follows: write the files first, e.g. with %s)",
+				reader, name, cmd)
 		}
 	}
 	return ""
