@@ -478,9 +478,12 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 		// as for the master, and on the master's host for the keys it is
 		// about to generate.
 		opts.RetryFor = time.Until(deadline)
-		nc, err = bus.Connect(opts)
+		nc, err = bus.ConnectContext(ctx, opts)
 		if err == nil {
 			break
+		}
+		if ctx.Err() != nil {
+			return nil, err
 		}
 		// Only a slave that found no credentials waits for the keys its
 		// master is about to generate: configured credentials that the

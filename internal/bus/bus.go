@@ -6,6 +6,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -169,7 +170,12 @@ func (e *Embedded) Shutdown() {
 }
 
 // Connect opens a connection to o.URL.
-func Connect(o Options) (*nats.Conn, error) {
+func Connect(o Options) (*nats.Conn, error) { return ConnectContext(context.Background(), o) }
+
+// ConnectContext is Connect whose wait for an unreachable server (up to
+// o.RetryFor) ends when ctx does, with ctx's error: a slave started before
+// its bus stops waiting at Ctrl-C.
+func ConnectContext(ctx context.Context, o Options) (*nats.Conn, error) {
 	if o.URL == "" {
 		return nil, errors.New("bus: no NATS URL given")
 	}
@@ -185,7 +191,11 @@ func Connect(o Options) (*nats.Conn, error) {
 	deadline := time.Now().Add(o.RetryFor)
 	nc, err := nats.Connect(o.URL, opts...)
 	for err != nil && time.Now().Before(deadline) && (errors.Is(err, nats.ErrNoServers) || isDialError(err)) {
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: stopped waiting for %s: %w", o.URL, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
 		nc, err = nats.Connect(o.URL, opts...)
 	}
 	if err != nil {
