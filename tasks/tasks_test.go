@@ -176,7 +176,14 @@ func TestParseJobValidation(t *testing.T) {
 		// Ignored until now: the file was written without them.
 		{"generate dim on ratings", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"ratings\"\n[input.train.generate]\nkind = \"ratings\"\nusers = 3\nitems = 3\ndim = 50", 1), "generate: dim: a libsvm setting, not read by kind ratings", 12},
 		{"generate users on libsvm", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\ndim = 5\nnnz = 2\nusers = 3", 1), "generate: users: a ratings setting, not read by kind libsvm", 10},
-		{"generate negative rank", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nkind = \"ratings\"\nusers = 3\nitems = 3\nrank = -1", 1), "generate: rank:", 11},
+		// The held-out rows were written over the training rows: refused
+		// only once the file was missing and written, naming no line, and
+		// never when it existed.
+		{"generate test_path the input's path", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"d/x\"\n[input.train.generate]\ndim = 5\nnnz = 2\ntest_path = \"./d//x\"", 1), `input "train": generate: test_path "./d//x" is the input's own file`, 10},
+		// A ratings spec under a libsvm input: the first refusal was of the
+		// ratings keys it lacks, not of the kind.
+		{"generate ratings into libsvm without ratings keys", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\n[input.train.generate]\nkind = \"ratings\"", 1), `kind = "ratings" writes a ratings file, but the input is read as libsvm`, 8},
+		{"generate negative rank", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"ratings\"\n[input.train.generate]\nkind = \"ratings\"\nusers = 3\nitems = 3\nrank = -1", 1), "generate: rank:", 12},
 		{"task name with a newline", "!" + strings.Replace(base, `name = "job"`, `name = "a\nb"`, 1), "holds a control character", 1},
 		{"task name with a terminal escape", "!" + strings.Replace(base, `name = "job"`, `name = "a\u001b[2Jb"`, 1), `task name "a\x1b[2Jb": holds a control character`, 1},
 		{"stage name with a terminal escape", "!" + strings.Replace(base, `name = "s"`, `name = "s\u001b[0m"`, 1), "stage name", 8},

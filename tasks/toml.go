@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -435,6 +436,17 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 			return nil, &FieldError{Section: "input", Name: n, Keys: []string{key}, Err: err}
 		}
 		if in.Generate != nil {
+			// The file is written in the generator's format: under
+			// another, the task failed on its first line, once the
+			// file was written (format = "csv" with kind = "libsvm").
+			// Checked before the kind's own keys, which a spec of the
+			// wrong kind lacks (kind = "ratings" under a libsvm input
+			// was refused for its users).
+			kind, format := cmp.Or(in.Generate.Kind, "libsvm"), cmp.Or(in.Format, "libsvm")
+			if (kind == "libsvm" || kind == "ratings") && kind != format {
+				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate.kind", "format"},
+					Err: fmt.Errorf("input %q: generate: kind = %q writes a %s file, but the input is read as %s: set format = %q, or another kind", n, kind, kind, format, kind)}
+			}
 			// Checked here, not only when `flexps run` writes the
 			// file: that error named no line, and a file already
 			// there hid the mistake.
@@ -442,13 +454,12 @@ func (jf *JobFile) Task() (*MultiStageTask, error) {
 				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate." + key},
 					Err: fmt.Errorf("input %q: generate: %w", n, err)}
 			}
-			// The file is written in the generator's format: under
-			// another, the task failed on its first line, once the
-			// file was written (format = "csv" with kind = "libsvm").
-			kind, format := cmp.Or(in.Generate.Kind, "libsvm"), cmp.Or(in.Format, "libsvm")
-			if kind != format {
-				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate.kind", "format"},
-					Err: fmt.Errorf("input %q: generate: kind = %q writes a %s file, but the input is read as %s: set format = %q, or another kind", n, kind, kind, format, kind)}
+			// The held-out rows would be written over the training
+			// rows, as `flexps gen --test-out` refuses: that was found
+			// only once the file was missing, naming no line.
+			if tp := in.Generate.TestPath; tp != "" && filepath.Clean(tp) == filepath.Clean(in.Path) {
+				return nil, &FieldError{Section: "input", Name: n, Keys: []string{"generate.test_path"},
+					Err: fmt.Errorf("input %q: generate: test_path %q is the input's own file (path = %q): the held-out rows would be written over the training rows; give it another name", n, tp, in.Path)}
 			}
 		}
 		t.SetInput(n, spec)
