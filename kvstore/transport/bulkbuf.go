@@ -11,12 +11,13 @@ import (
 // and bulk traffic allocates enough to collect often: each lost buffer
 // came back as a fresh allocation whose pages fault in as they are first
 // written (converting float64 deltas into a fresh 1 MB buffer runs at
-// about 4 GB/s, into a reused one at 10; bench/kv -procs, 62,500 keys x
-// 64: Add 1.08-1.26x, Get 1.02-1.10x with the list). The largest class therefore
-// keeps up to bulkKeep buffers, a queue's worth, on a free list the
-// collector does not empty. An idle process does not hold them for long:
-// each collection that finds the list unused since the one before gives
-// half of it back (the runtime collects at least every two minutes).
+// about 4 GB/s, into a reused one at 10; with the list, bench/kv -procs
+// on 62,500 keys x 64 measured Add 1.08-1.26x, Get 1.02-1.10x). The
+// largest class therefore keeps up to bulkKeep buffers, a queue's worth,
+// on a free list the collector does not empty. An idle process does not
+// hold them for long: each collection that finds the list unused since
+// the one before gives half of it back (the runtime collects at least
+// every two minutes).
 
 // bulkSize is the largest class: a frame of the largest payload.
 const bulkSize = 1<<20 + 1<<17
