@@ -120,7 +120,7 @@ func (t *taskRun) betweenStages(slave string) string {
 	}
 	for _, tb := range t.tablesLocked() {
 		if tb.Replicas < 2 {
-			return fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death (a table a stage localizes must keep replicas = 1: with a [checkpoint] dir, flexps submit --resume DIR continues the task)", tb.Name, max(tb.Replicas, 1))
+			return lifecycle.UnreplicatedWhy(tb.Name, tb.Replicas)
 		}
 	}
 	return ""

@@ -25,12 +25,20 @@ type Survival struct {
 	Why string
 }
 
+// UnreplicatedWhy is why the death of a slave holding a shard of table
+// (of replicas copies, 0 read as 1) ends its task, and what to change.
+// The two remedies are separate sentences: run together, a task without
+// a [checkpoint] table read as told to resume from one.
+func UnreplicatedWhy(table string, replicas int) string {
+	return fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death. A table a stage localizes must keep replicas = 1; such a task survives through its checkpoints instead ([checkpoint] dir, then flexps submit --resume DIR)", table, max(replicas, 1))
+}
+
 // Survivability is the Survival of a stage of kind (tasks.KindPS, ...)
 // named stage over tables, whose Replicas are resolved (never 0).
 func Survivability(stage, kind string, tables []kvstore.TableSpec) Survival {
 	for _, t := range tables {
 		if t.Replicas < 2 {
-			return Survival{Why: fmt.Sprintf("table %s has replicas = %d: set replicas = 2 to survive a slave's death (a table a stage localizes must keep replicas = 1: with a [checkpoint] dir, flexps submit --resume DIR continues the task)", t.Name, max(t.Replicas, 1))}
+			return Survival{Why: UnreplicatedWhy(t.Name, t.Replicas)}
 		}
 	}
 	if kind != tasks.KindPS {

@@ -286,3 +286,21 @@ func TestSlaveLeaveIsWordedLeft(t *testing.T) {
 		}
 	}
 }
+
+// The two remedies of an unreplicated table are two sentences: run
+// together ("... replicas = 1: with a [checkpoint] dir, flexps submit
+// --resume DIR continues the task"), a task without checkpoints read as
+// told to resume.
+func TestUnreplicatedWhy(t *testing.T) {
+	for _, tc := range []struct {
+		replicas int
+		want     string
+	}{
+		{0, "table w has replicas = 1: set replicas = 2 to survive a slave's death. A table a stage localizes must keep replicas = 1; such a task survives through its checkpoints instead"},
+		{1, "table w has replicas = 1: set replicas = 2 to survive a slave's death. "},
+	} {
+		if got := UnreplicatedWhy("w", tc.replicas); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("replicas %d: %q, want it to start %q", tc.replicas, got, tc.want)
+		}
+	}
+}
