@@ -102,6 +102,7 @@ func TestCommandLine(t *testing.T) {
 		{name: "run --slaves above the bound", args: []string{"run", "--slaves", "300", "x.toml"}, exit: 2, stderr: []string{"--slaves 300: at most 256"}},
 		// Checked before the slave dials the bus: a negative one was
 		// ignored and the slave joined with the config's.
+		{name: "slave --master and --nats of two buses", args: []string{"slave", "--master", "nats://127.0.0.1:1", "--nats", "nats://127.0.0.1:2"}, exit: 2, stderr: []string{"--master nats://127.0.0.1:1 and --nats nats://127.0.0.1:2 name two buses"}},
 		{name: "slave negative --slots", args: []string{"slave", "--slots", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--slots -1: want 1 to 1024"}},
 		{name: "slave negative --procs", args: []string{"slave", "--procs", "-1", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--procs -1: want 1 to 1024"}},
 		{name: "slave --slots above the bound", args: []string{"slave", "--slots", "2000", "--nats", "nats://127.0.0.1:1"}, exit: 2, stderr: []string{"--slots 2000: at most 1024"}},

@@ -265,8 +265,13 @@ func slaveCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			if cf.nats == "" {
+			switch {
+			case cf.nats == "":
 				cf.nats = masterURL
+			case masterURL != "" && masterURL != cf.nats:
+				// Two names of one setting: the slave joined --nats's bus
+				// without a word about --master's.
+				return usageError{fmt.Sprintf("--master %s and --nats %s name two buses: --master is another name of --nats; give one", masterURL, cf.nats)}
 			}
 			cfg, err := cf.load()
 			if err != nil {
