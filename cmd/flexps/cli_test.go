@@ -52,6 +52,9 @@ func TestCommandLine(t *testing.T) {
 		{name: "completion without a shell", args: []string{"completion"}, exit: 2, stderr: []string{"want a shell: flexps completion bash|zsh|fish|powershell"}},
 		{name: "help of an unknown command", args: []string{"help", "nosuch"}, exit: 2, stderr: []string{`no command "nosuch"`, `"flexps help" lists the commands`}},
 		{name: "help of a subcommand", args: []string{"help", "completion", "zsh"}, exit: 0, stdout: []string{"zsh"}},
+		// The held-out file went unnamed: "wrote g.libsvm" only.
+		{name: "gen names both files it wrote", args: []string{"gen", "libsvm", "--rows", "20", "--dim", "50", "--out", filepath.Join(dir, "h.libsvm"), "--test-out", filepath.Join(dir, "h.test")}, exit: 0,
+			stderr: []string{"wrote " + filepath.Join(dir, "h.libsvm") + " and " + filepath.Join(dir, "h.test") + " (held out)"}},
 		{name: "flags after the argument", args: []string{"gen", "libsvm", "--rows", "20", "--dim", "50", "--out", out}, exit: 0,
 			afterwith: func(t *testing.T) {
 				b, err := os.ReadFile(out)

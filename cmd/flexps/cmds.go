@@ -578,7 +578,11 @@ func genCmd(g *globals) *cobra.Command {
 				}
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)
+			if spec.TestPath != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s and %s (held out)\n", out, spec.TestPath)
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)
+			}
 			return nil
 		},
 	}
