@@ -116,7 +116,11 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 	if r.OneSlave {
 		return fmt.Errorf("stage %d asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Stage, r.Workers, largest)
 	}
-	return fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d live slaves: lower workers or start more slaves", r.Stage, r.Workers, total, live)
+	slaves := "live slaves"
+	if live == 1 {
+		slaves = "live slave"
+	}
+	return fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d %s: lower workers or start more slaves (flexps run: --slaves, --slots)", r.Stage, r.Workers, total, live, slaves)
 }
 
 func sumInts(v []int) int {
