@@ -121,3 +121,11 @@ func localDir(dir string) (string, bool) {
 	}
 	return "", false
 }
+
+// RemoveStaleTemps removes the temporary checkpoint files (".ckpt-....tmp*")
+// a writer that died left in local dir (a master killed while it wrote a
+// checkpoint), and returns their paths. The caller holds the dir's lock:
+// nothing else writes there.
+func RemoveStaleTemps(dir string) ([]string, error) {
+	return datastore.RemoveStaleTempsOf(dir, pattern)
+}

@@ -325,7 +325,27 @@ func RemoveStaleTemps(path string) ([]string, error) {
 		return nil, nil
 	}
 	path = trimFileScheme(path)
-	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)+".tmp"
+	base := filepath.Base(path)
+	return removeTemps(filepath.Dir(path), func(name string) bool { return name == base })
+}
+
+// RemoveStaleTempsOf is RemoveStaleTemps of every file in local dir whose
+// name matches glob (filepath.Match): a restarted master's checkpoint dir,
+// where its predecessor may have died writing any checkpoint. The caller
+// must know that nothing writes there now (it holds the dir's lock).
+func RemoveStaleTempsOf(dir, glob string) ([]string, error) {
+	if sc := Scheme(dir); sc != "" && sc != "file" {
+		return nil, nil
+	}
+	return removeTemps(trimFileScheme(dir), func(name string) bool {
+		ok, _ := filepath.Match(glob, name)
+		return ok
+	})
+}
+
+// removeTemps removes the temporary files (".NAME.tmp*") in dir of the
+// names match accepts, and returns their paths.
+func removeTemps(dir string, match func(name string) bool) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -335,10 +355,12 @@ func RemoveStaleTemps(path string) ([]string, error) {
 	}
 	var removed []string
 	for _, e := range entries {
-		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), prefix) {
+		name := e.Name()
+		i := strings.LastIndex(name, ".tmp")
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, ".") || i < 1 || !match(name[1:i]) {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
+		p := filepath.Join(dir, name)
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return removed, fmt.Errorf("datastore: %w", err)
 		}

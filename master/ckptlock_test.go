@@ -55,3 +55,33 @@ func TestCheckpointDirOfAnotherProcessIsRefused(t *testing.T) {
 	}
 	l.Unlock()
 }
+
+// A master killed while it wrote a checkpoint leaves its temporary file
+// in the dir (".ckpt-000003.flexps.tmp77"), there for good until now; the
+// next task to take the dir's lock removes such files, and nothing else.
+func TestLockedCheckpointDirLosesDeadWritersTemps(t *testing.T) {
+	h := newHarness(t, "sequential")
+	s := h.slave("s1", 2, nil)
+	dir := t.TempDir()
+	stale := dir + "/." + checkpoint.Name(3) + ".tmp77"
+	keep := []string{dir + "/.other.model.tmp1", dir + "/" + checkpoint.Name(2), dir + "/notes.tmp"}
+	for _, p := range append([]string{stale}, keep...) {
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task := oneStage("t", 1, nil)
+	task.Checkpoint = tasks.Checkpoint{Dir: dir, Every: "1 epochs"}
+	id := h.submit(task)
+	h.started(s)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the dead writer's temporary checkpoint %s is still there (%v)", stale, err)
+	}
+	for _, p := range keep {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s was removed: %v", p, err)
+		}
+	}
+	h.cancel(id)
+	h.wait(id, "cancelled", inState(status.Cancelled))
+}

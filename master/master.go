@@ -360,6 +360,18 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 			return "", fmt.Errorf("task %q: %w", spec.Name, err)
 		}
 		ckpt.lock = lock
+		if lock != nil {
+			// Held, the lock says nothing writes there: a temporary
+			// checkpoint file is one a writer left when it died (a master
+			// killed mid-write), there for good until now.
+			removed, err := checkpoint.RemoveStaleTemps(ckpt.dir)
+			for _, p := range removed {
+				m.log.Info().Str("task", spec.ID).Str("path", p).Msg("removed a temporary checkpoint file a dead writer left")
+			}
+			if err != nil {
+				m.log.Warn().Err(err).Str("task", spec.ID).Msg("temporary checkpoint files of a dead writer not removed")
+			}
+		}
 	}
 	m.pruneLocked()
 	tr := newTaskRun(m, spec, blocks)
