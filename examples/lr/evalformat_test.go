@@ -1,20 +1,15 @@
 package lr_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
-	"github.com/rs/zerolog"
 )
 
 // The written model is scored as the task read its training input: a
@@ -48,16 +43,8 @@ func TestEvalReadsDataAsTrainingDid(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
-			if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			writeText(t, path, c.body)
+			ctx, local := localCluster(t, 1, 1)
 			out := path + ".model"
 			in := c.in
 			in.Path = path
@@ -111,19 +98,11 @@ func TestTestFeaturesBeyondTheTableWeighZero(t *testing.T) {
 	}
 	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
 	for p, body := range map[string]string{trainPath: train.String(), testPath: test.String()} {
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeText(t, p, body)
 	}
 	for _, kind := range []string{tasks.KindPS, tasks.KindLocal} {
 		t.Run(kind, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 2, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := localCluster(t, 1, 2)
 			out := filepath.Join(dir, kind+".model")
 			task := tasks.NewTask("beyond").
 				AddTable(kvstore.TableSpec{Name: "w", Size: 2}).
@@ -172,19 +151,11 @@ func TestStageWithoutInterceptKeepsAnEarlierOne(t *testing.T) {
 	}
 	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
 	for p, body := range map[string]string{trainPath: train.String(), testPath: test.String()} {
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeText(t, p, body)
 	}
 	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindSingle} {
 		t.Run(kind, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 2, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := localCluster(t, 1, 2)
 			workers := 2
 			if kind == tasks.KindSingle {
 				workers = 1
@@ -238,18 +209,10 @@ func TestEvalFindsARenamedWeightTable(t *testing.T) {
 		fmt.Fprintf(&b, "%d 1:%.6f 2:%.6f\n", y, x1, x2)
 	}
 	path := filepath.Join(dir, "train.libsvm")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeText(t, path, b.String())
 	for _, table := range []string{"w", "weights"} {
 		t.Run(table, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := localCluster(t, 1, 1)
 			out := filepath.Join(dir, table+".model")
 			task := tasks.NewTask("renamed").
 				AddTable(kvstore.TableSpec{Name: table, Size: 2}).
@@ -300,9 +263,7 @@ func TestEvalScoresACheckpointAsItsEpoch(t *testing.T) {
 		}
 	}
 	path := filepath.Join(dir, "train.libsvm")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeText(t, path, b.String())
 	for _, tc := range []struct {
 		name   string
 		params tasks.Params
@@ -313,13 +274,7 @@ func TestEvalScoresACheckpointAsItsEpoch(t *testing.T) {
 		{"raw", tasks.Params{"standardize": false, "lr": 0.001}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := localCluster(t, 1, 1)
 			ck := filepath.Join(t.TempDir(), "ck")
 			params := tasks.Params{"epochs": 3, "batch": 20, "lr": 0.5}
 			for k, v := range tc.params {
@@ -373,16 +328,8 @@ func TestDefaultEpochsAreCheckpointedEachEpoch(t *testing.T) {
 	for i := range 200 {
 		fmt.Fprintf(&b, "%d 1:%d 2:1\n", i%2, i%2)
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
+	writeText(t, path, b.String())
+	ctx, local := localCluster(t, 1, 1)
 	ck := filepath.Join(dir, "ck")
 	task := tasks.NewTask("ckdefault").
 		AddTable(kvstore.TableSpec{Name: "w", Size: 3}).

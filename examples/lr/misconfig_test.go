@@ -24,17 +24,31 @@ func misconfigRig(t *testing.T) (context.Context, *engine.Local, string) {
 		fmt.Fprintf(&b, "%d 1:%d 2:1\n", i%2, i%5)
 	}
 	path := filepath.Join(t.TempDir(), "train.libsvm")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeText(t, path, b.String())
+	ctx, local := localCluster(t, 1, 1)
+	return ctx, local, path
+}
+
+// localCluster is an in-process cluster of slaves with slots each, closed
+// when the test ends, and a context that bounds the test to 2 minutes.
+func localCluster(t *testing.T, slaves, slots int) (context.Context, *engine.Local) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: slaves, Slots: slots, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(local.Close)
-	return ctx, local, path
+	return ctx, local
+}
+
+// writeText writes body to path.
+func writeText(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // lr.sgd keeps one weight per feature. A table declared with a larger
