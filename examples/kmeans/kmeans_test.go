@@ -2,7 +2,6 @@ package kmeans_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -12,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexps/flexps/engine"
 	_ "github.com/flexps/flexps/examples/kmeans"
+	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
-	"github.com/rs/zerolog"
 )
 
 // configBlobs is what testdata/blobs.libsvm holds (configs/kmeans.toml
@@ -64,13 +62,7 @@ func train(t *testing.T, data string, k, dims, workers, iterations int) run {
 // bytes.
 func trainOn(t *testing.T, data string, k, dims, workers, iterations, slaves, replicas int, block int64) run {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: slaves, Slots: 2, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
+	ctx, local := clustertest.Local(t, slaves, 2, 3*time.Minute)
 	out := filepath.Join(t.TempDir(), "kmeans.model")
 	bsp := kvstore.Consistency{Kind: kvstore.BSP}
 	// tol 0: every iteration runs, so runs compare iteration by iteration.
@@ -245,26 +237,7 @@ func checkRun(t *testing.T, r run, n, workers int) {
 // A point kmeans cannot take (a feature beyond the centers' width) stops
 // the task with an error naming its file and line.
 func TestBadPointNamesFileAndLine(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "bad.libsvm")
-	if err := os.WriteFile(data, []byte("0 1:1 2:2\n0 1:2 2:1\n0 1:1 3:1\n0 2:5\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	bsp := kvstore.Consistency{Kind: kvstore.BSP}
-	params := tasks.Params{"k": 2, "restarts": 1}
-	task := tasks.NewTask("kmeans-bad").
-		AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: 2}).
-		SetInput("train", tasks.InputSpec{Path: data}).
-		SetStages(
-			tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
-			tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
-	_, err = local.SubmitAndWait(ctx, task, nil)
+	err := trainFile(t, "bad.libsvm", "0 1:1 2:2\n0 1:2 2:1\n0 1:1 3:1\n0 2:5\n", tasks.Params{"k": 2, "restarts": 1})
 	if err == nil || !strings.Contains(err.Error(), "bad.libsvm line 3") || !strings.Contains(err.Error(), "feature key 2, width 2") {
 		t.Fatalf("error %v, want it to name bad.libsvm line 3 and the feature", err)
 	}
@@ -293,13 +266,7 @@ func TestRepeatedLloydStartsFromEmptySums(t *testing.T) {
 		{"converged", 2, 100, 1e-6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := clustertest.Local(t, 2, 2, 2*time.Minute)
 			bsp := kvstore.Consistency{Kind: kvstore.BSP}
 			params := tasks.Params{"k": configBlobs.K, "iterations": tc.iterations, "tol": tc.tol, "restarts": 3}
 			const rounds = 3
@@ -371,19 +338,13 @@ func TestInitNamesWhatItCannotSeedFrom(t *testing.T) {
 			[]string{`kmeans.init: input "train" is read as text; kmeans.init reads libsvm or csv`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := clustertest.Local(t, 1, 1, time.Minute)
 			bsp := kvstore.Consistency{Kind: kvstore.BSP}
 			task := tasks.NewTask("kmeans-few").
 				AddTable(kvstore.TableSpec{Name: "centers", Size: tc.size, Width: 2}).
 				SetInput("train", tasks.InputSpec{Path: rows, Format: tc.format}).
 				SetStages(tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: tc.params})
-			_, err = local.SubmitAndWait(ctx, task, nil)
+			_, err := local.SubmitAndWait(ctx, task, nil)
 			if len(tc.wants) == 0 && err != nil {
 				t.Fatal(err)
 			}
@@ -412,26 +373,7 @@ func TestValueTooLargeToSquareNamesItsLine(t *testing.T) {
 		{"standardized", "0 1:-1e160 2:1", true, "big.libsvm line 3: feature value is not finite: feature key 0 is -1e+160"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data := filepath.Join(t.TempDir(), "big.libsvm")
-			if err := os.WriteFile(data, []byte("0 1:1 2:2\n0 1:2 2:1\n"+tc.row+"\n0 2:5\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
-			bsp := kvstore.Consistency{Kind: kvstore.BSP}
-			params := tasks.Params{"k": 2, "restarts": 1, "standardize": tc.standardize}
-			task := tasks.NewTask("kmeans-big").
-				AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: 2}).
-				SetInput("train", tasks.InputSpec{Path: data}).
-				SetStages(
-					tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
-					tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
-			_, err = local.SubmitAndWait(ctx, task, nil)
+			err := trainFile(t, "big.libsvm", "0 1:1 2:2\n0 1:2 2:1\n"+tc.row+"\n0 2:5\n", tasks.Params{"k": 2, "restarts": 1, "standardize": tc.standardize})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatal(err)
@@ -461,13 +403,7 @@ func TestEvalScoresALloydCheckpointByItsCenters(t *testing.T) {
 		{"three restarts", 3, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Close()
+			ctx, local := clustertest.Local(t, 1, 1, 2*time.Minute)
 			ck := filepath.Join(t.TempDir(), "ck")
 			bsp := kvstore.Consistency{Kind: kvstore.BSP}
 			params := tasks.Params{"k": 5, "iterations": 6, "tol": 0, "seed": 2, "restarts": tc.restarts, "standardize": tc.standardize}
@@ -518,4 +454,25 @@ func TestEvalScoresALloydCheckpointByItsCenters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// trainFile runs kmeans.init and kmeans.lloyd (k = 2, 2-wide centers) on
+// a one-slave cluster over a file name holding body, and returns the
+// task's error.
+func trainFile(t *testing.T, name, body string, params tasks.Params) error {
+	t.Helper()
+	data := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(data, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, local := clustertest.Local(t, 1, 1, time.Minute)
+	bsp := kvstore.Consistency{Kind: kvstore.BSP}
+	task := tasks.NewTask("kmeans-file").
+		AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: 2}).
+		SetInput("train", tasks.InputSpec{Path: data}).
+		SetStages(
+			tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
+			tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
+	_, err := local.SubmitAndWait(ctx, task, nil)
+	return err
 }

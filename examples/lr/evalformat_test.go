@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
@@ -44,7 +46,7 @@ func TestEvalReadsDataAsTrainingDid(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
 			writeText(t, path, c.body)
-			ctx, local := localCluster(t, 1, 1)
+			ctx, local := clustertest.Local(t, 1, 1, 2*time.Minute)
 			out := path + ".model"
 			in := c.in
 			in.Path = path
@@ -102,7 +104,7 @@ func TestTestFeaturesBeyondTheTableWeighZero(t *testing.T) {
 	}
 	for _, kind := range []string{tasks.KindPS, tasks.KindLocal} {
 		t.Run(kind, func(t *testing.T) {
-			ctx, local := localCluster(t, 1, 2)
+			ctx, local := clustertest.Local(t, 1, 2, 2*time.Minute)
 			out := filepath.Join(dir, kind+".model")
 			task := tasks.NewTask("beyond").
 				AddTable(kvstore.TableSpec{Name: "w", Size: 2}).
@@ -155,7 +157,7 @@ func TestStageWithoutInterceptKeepsAnEarlierOne(t *testing.T) {
 	}
 	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindSingle} {
 		t.Run(kind, func(t *testing.T) {
-			ctx, local := localCluster(t, 1, 2)
+			ctx, local := clustertest.Local(t, 1, 2, 2*time.Minute)
 			workers := 2
 			if kind == tasks.KindSingle {
 				workers = 1
@@ -212,7 +214,7 @@ func TestEvalFindsARenamedWeightTable(t *testing.T) {
 	writeText(t, path, b.String())
 	for _, table := range []string{"w", "weights"} {
 		t.Run(table, func(t *testing.T) {
-			ctx, local := localCluster(t, 1, 1)
+			ctx, local := clustertest.Local(t, 1, 1, 2*time.Minute)
 			out := filepath.Join(dir, table+".model")
 			task := tasks.NewTask("renamed").
 				AddTable(kvstore.TableSpec{Name: table, Size: 2}).
@@ -274,7 +276,7 @@ func TestEvalScoresACheckpointAsItsEpoch(t *testing.T) {
 		{"raw", tasks.Params{"standardize": false, "lr": 0.001}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, local := localCluster(t, 1, 1)
+			ctx, local := clustertest.Local(t, 1, 1, 2*time.Minute)
 			ck := filepath.Join(t.TempDir(), "ck")
 			params := tasks.Params{"epochs": 3, "batch": 20, "lr": 0.5}
 			for k, v := range tc.params {
@@ -329,7 +331,7 @@ func TestDefaultEpochsAreCheckpointedEachEpoch(t *testing.T) {
 		fmt.Fprintf(&b, "%d 1:%d 2:1\n", i%2, i%2)
 	}
 	writeText(t, path, b.String())
-	ctx, local := localCluster(t, 1, 1)
+	ctx, local := clustertest.Local(t, 1, 1, 2*time.Minute)
 	ck := filepath.Join(dir, "ck")
 	task := tasks.NewTask("ckdefault").
 		AddTable(kvstore.TableSpec{Name: "w", Size: 3}).

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/engine"
+	"github.com/flexps/flexps/internal/clustertest"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
-	"github.com/rs/zerolog"
 )
 
 // misconfigRig is a one-slave cluster and a small 1-based LIBSVM file of
@@ -25,22 +25,8 @@ func misconfigRig(t *testing.T) (context.Context, *engine.Local, string) {
 	}
 	path := filepath.Join(t.TempDir(), "train.libsvm")
 	writeText(t, path, b.String())
-	ctx, local := localCluster(t, 1, 1)
+	ctx, local := clustertest.Local(t, 1, 1, 2*time.Minute)
 	return ctx, local, path
-}
-
-// localCluster is an in-process cluster of slaves with slots each, closed
-// when the test ends, and a context that bounds the test to 2 minutes.
-func localCluster(t *testing.T, slaves, slots int) (context.Context, *engine.Local) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	local, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: slaves, Slots: slots, Log: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(local.Close)
-	return ctx, local
 }
 
 // writeText writes body to path.

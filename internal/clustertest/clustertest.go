@@ -3,6 +3,8 @@
 // log in the test's temp dir (printed when the test fails), killed and
 // reaped at cleanup. The command that plays flexps is given by the caller,
 // usually the test binary itself re-executed as the CLI (see Reexec).
+// Local starts the in-process kind (engine.StartLocal) for tests that need
+// no separate processes.
 package clustertest
 
 import (
