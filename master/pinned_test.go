@@ -27,8 +27,8 @@ func TestStageWaitsForDeadSlavesPinnedOrNot(t *testing.T) {
 	}{
 		{"pinned to a dead slave", 2, []string{"s2"}, []string{"stage 0 asks for 2 workers", "its slaves [s2] have 0 worker slots", "[s2] not alive", "it waits until enough slaves are back"}, ""},
 		{"unpinned, more than the live slaves have", 4, nil, []string{"stage 0 asks for 4 workers", "the cluster has 2 worker slots on 1 live slave:", "it waits until enough slaves are back"}, ""},
-		{"pinned to a slave never seen", 2, []string{"nobody"}, nil, "no slave is called [nobody]"},
-		{"more than every slave has", 9, nil, nil, "the cluster has 2 worker slots on 1 live slave:"},
+		{"pinned to a slave never seen", 2, []string{"nobody"}, nil, "stage 0 (train): asks for 2 workers but its slaves [nobody] have 0 worker slots; no slave is called [nobody]"},
+		{"more than every slave has", 9, nil, nil, "stage 0 (train): asks for 9 workers but the cluster has 2 worker slots on 1 live slave:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "sequential")

@@ -58,12 +58,16 @@ func (m *Master) requestOrWait(r scheduler.Request) (grant chan []scheduler.Assi
 
 // waitNotice is what a stage waiting for dead slaves to come back says.
 func waitNotice(r scheduler.Request, cluster []scheduler.Slave) string {
-	return fmt.Sprintf("%v; it waits until enough slaves are back (flexps cancel %s stops it)", fitError(r, cluster), r.Task)
+	return fmt.Sprintf("stage %d %v; it waits until enough slaves are back (flexps cancel %s stops it)", r.Stage, fitError(r, cluster), r.Task)
 }
 
 // fitError says why r cannot run on cluster even when every slot is
 // free: too few slots, a one-slave stage larger than every slave, or
-// slaves it is pinned to that are unknown or dead; and what to do.
+// slaves it is pinned to that are unknown or dead; and what to do. It
+// starts at the verb ("asks for ..."): the caller names the stage (a
+// task's error "stage 0 (sgd): asks for ...", a wait notice "stage 0 asks
+// for ..."); it named the stage itself, and the task's error read "stage
+// 0 (sgd): stage 0 asks for ...".
 func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 	total, live, largest := 0, 0, 0
 	byID := map[string]scheduler.Slave{}
@@ -87,8 +91,12 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 		}
 		slices.SortFunc(totals, func(a, b int) int { return b - a })
 		if all := sumInts(totals); all >= r.Workers && len(totals) > r.MaxSlaves {
-			return fmt.Errorf("stage %d asks for %d workers on at most %d slaves (max_slaves) but the %d largest of its live slaves have %d worker slots: lower workers or raise max_slaves",
-				r.Stage, r.Workers, r.MaxSlaves, r.MaxSlaves, sumInts(totals[:r.MaxSlaves]))
+			slaves := "slaves"
+			if r.MaxSlaves == 1 {
+				slaves = "slave"
+			}
+			return fmt.Errorf("asks for %d workers on at most %d %s (max_slaves) but the %d largest of its live slaves have %d worker slots: lower workers or raise max_slaves",
+				r.Workers, r.MaxSlaves, slaves, r.MaxSlaves, sumInts(totals[:r.MaxSlaves]))
 		}
 	}
 	if len(r.Pinned) > 0 {
@@ -111,16 +119,16 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 		if len(dead) > 0 {
 			where += fmt.Sprintf("; %v not alive", dead)
 		}
-		return fmt.Errorf("stage %d asks for %d workers but %s: lower workers or name live slaves", r.Stage, r.Workers, where)
+		return fmt.Errorf("asks for %d workers but %s: lower workers or name live slaves", r.Workers, where)
 	}
 	if r.OneSlave {
-		return fmt.Errorf("stage %d asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Stage, r.Workers, largest)
+		return fmt.Errorf("asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Workers, largest)
 	}
 	slaves := "live slaves"
 	if live == 1 {
 		slaves = "live slave"
 	}
-	return fmt.Errorf("stage %d asks for %d workers but the cluster has %d worker slots on %d %s: lower workers or start more slaves (flexps run: --slaves, --slots)", r.Stage, r.Workers, total, live, slaves)
+	return fmt.Errorf("asks for %d workers but the cluster has %d worker slots on %d %s: lower workers or start more slaves (flexps run: --slaves, --slots)", r.Workers, total, live, slaves)
 }
 
 func sumInts(v []int) int {
