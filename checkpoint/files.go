@@ -20,6 +20,24 @@ const (
 // Name is the file name of checkpoint seq.
 func Name(seq int) string { return fmt.Sprintf("%s%06d%s", namePrefix, seq, nameSuffix) }
 
+// FileDir is the directory of a checkpoint file's path (DIR/ckpt-NNNNNN.flexps,
+// local or an hdfs:// URL); ok is false for any other path, a directory.
+// A task resumed from one file (an older checkpoint than the newest)
+// writes its own checkpoints into that directory.
+func FileDir(p string) (dir string, ok bool) {
+	if _, ok := ParseName(p); !ok {
+		return "", false
+	}
+	switch i := strings.LastIndexByte(p, '/'); {
+	case i < 0:
+		return ".", true
+	case i == 0:
+		return "/", true
+	default:
+		return p[:i], true
+	}
+}
+
 // ParseName returns the sequence number of a checkpoint file name (the
 // last element of p), and false for any other name.
 func ParseName(p string) (int, bool) {

@@ -179,3 +179,25 @@ func TestScheduleDue(t *testing.T) {
 		}
 	}
 }
+
+func TestFileDir(t *testing.T) {
+	for _, tc := range []struct {
+		path, dir string
+		ok        bool
+	}{
+		{"out/lr.ckpt/ckpt-000003.flexps", "out/lr.ckpt", true},
+		{"/ck/ckpt-000001.flexps", "/ck", true},
+		{"ckpt-000001.flexps", ".", true},
+		{"hdfs://127.0.0.1:9000/ck/lr/ckpt-000012.flexps", "hdfs://127.0.0.1:9000/ck/lr", true},
+		{"out/lr.ckpt", "", false},
+		{"out/lr.ckpt/", "", false},
+		{"hdfs://127.0.0.1:9000/ck/lr", "", false},
+		{"out/ckpt-00000x.flexps", "", false},
+		{"out/.ckpt-000001.flexps.tmp-1", "", false},
+	} {
+		dir, ok := FileDir(tc.path)
+		if dir != tc.dir || ok != tc.ok {
+			t.Errorf("FileDir(%q) = %q, %v; want %q, %v", tc.path, dir, ok, tc.dir, tc.ok)
+		}
+	}
+}

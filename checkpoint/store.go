@@ -183,6 +183,29 @@ func Load(ctx context.Context, st Store, path string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// LoadFile reads the checkpoint file at path (DIR/ckpt-NNNNNN.flexps): the
+// one to resume from when it is not the newest in its directory.
+func LoadFile(ctx context.Context, st Store, path string) (*Checkpoint, error) {
+	seq, ok := ParseName(path)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s: %w: not a checkpoint file name (%s)", path, ErrFormat, pattern)
+	}
+	return loadEntry(ctx, st, Entry{Path: path, Seq: seq})
+}
+
+// loadEntry loads e and checks that it records the sequence number its
+// name gives.
+func loadEntry(ctx context.Context, st Store, e Entry) (*Checkpoint, error) {
+	c, err := Load(ctx, st, e.Path)
+	if err != nil {
+		return nil, err
+	}
+	if c.Seq != e.Seq {
+		return nil, fmt.Errorf("checkpoint %s: %w: it records sequence number %d (renamed?)", e.Path, ErrFormat, c.Seq)
+	}
+	return c, nil
+}
+
 // ErrNone is wrapped when a directory holds no usable checkpoint.
 var ErrNone = errors.New("no usable checkpoint")
 
@@ -202,16 +225,9 @@ func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []S
 		return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: the directory holds no %s files", dir, ErrNone, pattern)
 	}
 	var got *Checkpoint
-	i, skipped := Pick(entries, func(e Entry) error {
-		c, err := Load(ctx, st, e.Path)
-		if err != nil {
-			return err
-		}
-		if c.Seq != e.Seq {
-			return fmt.Errorf("checkpoint %s: %w: it records sequence number %d (renamed?)", e.Path, ErrFormat, c.Seq)
-		}
-		got = c
-		return nil
+	i, skipped := Pick(entries, func(e Entry) (err error) {
+		got, err = loadEntry(ctx, st, e)
+		return err
 	})
 	if i < 0 {
 		var why []string

@@ -399,12 +399,18 @@ func (t *taskRun) stopAtCheckpoint() {
 }
 
 // Resume resumes the task of the newest valid checkpoint in dir under the
-// id given ("" : a new one); its checkpoints go on in dir. The warnings
-// name the newer checkpoint files that were skipped as torn or corrupt.
+// id given ("" : a new one); its checkpoints go on in dir. dir may also
+// name one checkpoint file in it (DIR/ckpt-NNNNNN.flexps: an older one
+// than the newest, or one of another task's left in the dir), which is
+// resumed as it is. The warnings name the newer checkpoint files that
+// were skipped as torn or corrupt.
 func (m *Master) Resume(ctx context.Context, dir, id string) (string, []string, error) {
 	ck, path, warnings, err := m.resumeFrom(ctx, dir)
 	if err != nil {
 		return "", warnings, err
+	}
+	if d, ok := checkpoint.FileDir(dir); ok {
+		dir = d
 	}
 	tid, err := m.resumeLoaded(ctx, ck, path, dir, id)
 	return tid, warnings, err
@@ -419,9 +425,17 @@ func (m *Master) resumeLoaded(ctx context.Context, ck *checkpoint.Checkpoint, pa
 	return m.submit(ctx, &spec, ck, path)
 }
 
-// resumeFrom loads the newest valid checkpoint in dir for a resumed task.
-// Newer files that are torn or corrupt are skipped; warnings names each.
+// resumeFrom loads the newest valid checkpoint in dir for a resumed task,
+// or the checkpoint file dir names. Newer files that are torn or corrupt
+// are skipped; warnings names each.
 func (m *Master) resumeFrom(ctx context.Context, dir string) (ck *checkpoint.Checkpoint, path string, warnings []string, err error) {
+	if _, ok := checkpoint.FileDir(dir); ok {
+		ck, err := checkpoint.LoadFile(ctx, m.sources, dir)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return ck, dir, nil, nil
+	}
 	ck, path, skipped, err := checkpoint.Latest(ctx, m.sources, dir)
 	for _, s := range skipped {
 		msg := fmt.Sprintf("skipping checkpoint %s: %v", s.Path, s.Err)

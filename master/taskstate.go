@@ -172,6 +172,12 @@ func (m *Master) recoverTasks() {
 			}
 			err = lerr
 			fresh = err == nil && ck.Task.ID != id && r.Resumed == ""
+			if err == nil && ck.Task.ID != id && r.Resumed != "" && r.Resumed != path {
+				// A resumed task that wrote no checkpoint of its own yet
+				// goes on from the one it was resumed from, which need not
+				// be the newest in the dir (flexps run --resume DIR/ckpt-N).
+				ck, path, _, err = m.resumeFrom(m.ctx, r.Resumed)
+			}
 			if err == nil && !fresh {
 				_, err = m.resumeLoaded(m.ctx, ck, path, dir, id)
 			} else if fresh {

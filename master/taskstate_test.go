@@ -85,12 +85,16 @@ func TestRestartResumesOnlyATasksOwnCheckpoints(t *testing.T) {
 		name      string
 		ckptOf    string // the task id the checkpoint in the dir records
 		resumed   bool   // the record's task was resumed from a checkpoint
+		newer     bool   // the earlier task wrote a newer checkpoint after it (epoch 4)
 		wantStage string // the stage the restarted master starts
 		wantEpoch int
 	}{
-		{"an earlier task's checkpoint", earlier, false, "mine", 0},
-		{"its own checkpoint", id, false, "earlier", 2},
-		{"resumed from the earlier task's, none of its own yet", earlier, true, "earlier", 2},
+		{"an earlier task's checkpoint", earlier, false, false, "mine", 0},
+		{"its own checkpoint", id, false, false, "earlier", 2},
+		{"resumed from the earlier task's, none of its own yet", earlier, true, false, "earlier", 2},
+		// flexps run --resume DIR/ckpt-000001.flexps: the one it was
+		// resumed from, not the newest in the dir.
+		{"resumed from an older one of the earlier task's", earlier, true, true, "earlier", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state, ckdir := t.TempDir(), t.TempDir()
@@ -105,6 +109,12 @@ func TestRestartResumesOnlyATasksOwnCheckpoints(t *testing.T) {
 			w, err := checkpoint.Write(context.Background(), datastore.NewSources(), ckdir, ck, 2, time.Now())
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.newer {
+				ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Task: *task(tc.ckptOf, "earlier"), Progress: checkpoint.Progress{Epoch: 4}}}
+				if _, err := checkpoint.Write(context.Background(), datastore.NewSources(), ckdir, ck, 2, time.Now()); err != nil {
+					t.Fatal(err)
+				}
 			}
 			rec := taskRecord{Task: *task(id, "mine"), Submitted: time.Unix(100, 0)}
 			if tc.resumed {
@@ -172,6 +182,62 @@ func TestResumedTaskContinuesTheLineageOfItsCheckpoint(t *testing.T) {
 			h.m.mu.Unlock()
 			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
 				t.Fatalf("task %s continues %v, want %v", id, got, tc.want)
+			}
+		})
+	}
+}
+
+// Resume takes one checkpoint file as well as a dir: that checkpoint is
+// resumed, not the newest in its dir, and the task's checkpoints go on in
+// the file's dir. Before, --resume took only a dir, and a user could not
+// go back to an earlier epoch (the model diverged after it) or resume
+// another task's checkpoints left in the dir without moving files.
+func TestResumeFromOneCheckpointFile(t *testing.T) {
+	ckdir := t.TempDir()
+	spec := tasks.NewTask("lr").SetStages(tasks.Stage{Name: "s", Func: "test.none", Workers: 1})
+	spec.ID, spec.Checkpoint = "t-earlier", tasks.Checkpoint{Dir: ckdir}
+	spec.Normalize()
+	var paths []string
+	for _, epoch := range []int{2, 4} {
+		ck := &checkpoint.Checkpoint{Record: checkpoint.Record{Task: *spec, Progress: checkpoint.Progress{Epoch: epoch}}}
+		w, err := checkpoint.Write(context.Background(), datastore.NewSources(), ckdir, ck, 2, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, w.Path)
+	}
+	for _, tc := range []struct {
+		name      string
+		resume    string
+		wantEpoch int
+		wantErr   string
+	}{
+		{"the dir: the newest", ckdir, 4, ""},
+		{"the older file", paths[0], 2, ""},
+		{"the newest file", paths[1], 4, ""},
+		{"a file not there", filepath.Join(ckdir, checkpoint.Name(7)), 0, checkpoint.Name(7)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "sequential")
+			s := h.slave("s1", 1, nil)
+			id, _, err := h.m.Resume(context.Background(), tc.resume, "")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Resume(%s): %v, want an error naming %s", tc.resume, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if start := h.started(s); start.Task != id || start.StartEpoch != tc.wantEpoch {
+				t.Fatalf("started task %s at epoch %d, want %s at epoch %d", start.Task, start.StartEpoch, id, tc.wantEpoch)
+			}
+			h.m.mu.Lock()
+			dir := h.m.tasks[id].spec.Checkpoint.Dir
+			h.m.mu.Unlock()
+			if dir != ckdir {
+				t.Fatalf("the resumed task writes its checkpoints to %s, want %s", dir, ckdir)
 			}
 		})
 	}

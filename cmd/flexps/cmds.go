@@ -29,7 +29,7 @@ func runCmd(g *globals) *cobra.Command {
 		mon                                                clusterFlags
 	)
 	c := &cobra.Command{
-		Use:   "run JOB.toml | run --resume DIR",
+		Use:   "run JOB.toml | run --resume DIR|FILE",
 		Short: "Train in local mode (embedded NATS, master and slaves in-process)",
 		Args:  args(func(n int) bool { return n <= 1 }, "exactly one job file, or --resume DIR"),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -51,7 +51,7 @@ func runCmd(g *globals) *cobra.Command {
 			// Another process writing checkpoints into the dir is named
 			// now, not once the cluster started (its master takes the
 			// dir's lock for the task).
-			if err := checkpoint.CheckFree(resume); err != nil {
+			if err := checkpoint.CheckFree(resumeDir(resume)); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -113,7 +113,7 @@ func runCmd(g *globals) *cobra.Command {
 			}
 			// With checkpoints the first Ctrl-C must not take the cluster
 			// down: the task stops at its next checkpoint first.
-			ckDir := resume
+			ckDir := resumeDir(resume)
 			if task != nil {
 				ckDir = task.Checkpoint.Dir
 			}
@@ -170,7 +170,7 @@ func runCmd(g *globals) *cobra.Command {
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&memprofile, "memprofile", "", "write a heap profile (live objects at the end of each epoch, the last one kept) to this file")
 	fs.StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
-	fs.StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (the job's [checkpoint] dir) instead of running a job file")
+	fs.StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (the job's [checkpoint] dir), or of one checkpoint file in it (DIR/ckpt-NNNNNN.flexps), instead of running a job file")
 	mon.registerMonitor(fs, true)
 	return c
 }
@@ -352,7 +352,7 @@ func submitCmd(g *globals) *cobra.Command {
 		metricsOut, resume string
 	)
 	c := &cobra.Command{
-		Use:   "submit JOB.toml... | submit --resume DIR",
+		Use:   "submit JOB.toml... | submit --resume DIR|FILE",
 		Short: "Submit tasks to a running master and follow them",
 		Args:  args(func(n int) bool { return true }, "one or more job files"),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -463,7 +463,7 @@ func submitCmd(g *globals) *cobra.Command {
 	}
 	cf.register(c.Flags(), clientNATSHelp)
 	c.Flags().BoolVar(&detach, "detach", false, "submit and print the task ids without following")
-	c.Flags().StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (as the master sees it: local to it, or hdfs://)")
+	c.Flags().StringVar(&resume, "resume", "", "resume the task of the newest valid checkpoint in this directory (as the master sees it: local to it, or hdfs://), or of one checkpoint file in it (DIR/ckpt-NNNNNN.flexps)")
 	c.Flags().StringVar(&metricsOut, "metrics-out", "", "append one JSON object per epoch and per finished stage to this file (JSON lines; see flexps plot)")
 	return c
 }
@@ -687,20 +687,26 @@ func writeHeapProfile(path string) error {
 
 // checkResumeDir refuses a local --resume directory that does not exist
 // (a typo), or that holds no checkpoint file, before a cluster starts:
-// flexps run started one, then said there was nothing to resume. An
-// hdfs:// one is checked when read.
+// flexps run started one, then said there was nothing to resume. A
+// checkpoint file (DIR/ckpt-NNNNNN.flexps) must exist. An hdfs:// one is
+// checked when read.
 func checkResumeDir(ctx context.Context, dir string) error {
 	if dir == "" || strings.Contains(dir, "://") {
 		return nil
 	}
+	_, file := checkpoint.FileDir(dir)
 	fi, err := os.Stat(dir)
 	switch {
+	case errors.Is(err, os.ErrNotExist) && file:
+		return fmt.Errorf("--resume %s: no such checkpoint file", dir)
 	case errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("--resume %s: no such directory (give the job's [checkpoint] dir)", dir)
 	case err != nil:
 		return fmt.Errorf("--resume %s: %w", dir, err)
+	case file && fi.Mode().IsRegular():
+		return nil
 	case !fi.IsDir():
-		return fmt.Errorf("--resume %s: not a directory (give the job's [checkpoint] dir, not a file in it)", dir)
+		return fmt.Errorf("--resume %s: neither a directory nor a checkpoint file (give the job's [checkpoint] dir, or a ckpt-NNNNNN.flexps file in it)", dir)
 	}
 	paths, err := checkpoint.List(ctx, datastore.NewSources(), dir)
 	if err != nil {
@@ -710,6 +716,15 @@ func checkResumeDir(ctx context.Context, dir string) error {
 		return fmt.Errorf("--resume %s: nothing to resume: the directory holds no checkpoint (ckpt-NNNNNN.flexps files, which a task writes when its job has a [checkpoint] table)", dir)
 	}
 	return nil
+}
+
+// resumeDir is the checkpoint directory of a --resume value: the value, or
+// the directory of the checkpoint file it names.
+func resumeDir(resume string) string {
+	if d, ok := checkpoint.FileDir(resume); ok {
+		return d
+	}
+	return resume
 }
 
 // startCPUProfile starts a CPU profile to path ("" profiles nothing) and
