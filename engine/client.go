@@ -136,7 +136,8 @@ func (c *Client) Submit(ctx context.Context, t *tasks.MultiStageTask) (string, e
 }
 
 // ResumeAndWait resumes the task of the newest valid checkpoint in dir (a
-// directory the master can read: local to it, or hdfs://) and follows it
+// directory the master can read: local to it, or hdfs://), or of the one
+// checkpoint file dir names (DIR/ckpt-NNNNNN.flexps), and follows it
 // to its end, like SubmitAndWait, as task id ("": a new one). warn (may be nil) hears, before the
 // task starts, each newer checkpoint file that was skipped as torn or
 // corrupt.
@@ -156,8 +157,8 @@ func (c *Client) ResumeAndWait(ctx context.Context, dir, id string, warn func(st
 	return c.wait(ctx, id, f, fn, false)
 }
 
-// Resume resumes the task of the newest valid checkpoint in dir as task
-// id ("": the master picks one) and returns its id without following it;
+// Resume resumes the task of the newest valid checkpoint in dir (or of
+// the checkpoint file dir names, as for ResumeAndWait) as task id ("": the master picks one) and returns its id without following it;
 // warn as for ResumeAndWait.
 func (c *Client) Resume(ctx context.Context, dir, id string, warn func(string)) (string, error) {
 	var rep proto.SubmitReply
