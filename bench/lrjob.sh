@@ -5,9 +5,10 @@
 #                            any process still running), builds $F (flexps)
 #                            into it and generates the data (lr_data)
 #   lr_data                  generates $DATA/{train,test}.libsvm once (200k rows x 1M
-#                            features, 20 non-zeros, Zipf 1.1, seed 1; 20k test rows)
+#                            features, 20 non-zeros, Zipf 1.1, seed 1; 20k test rows;
+#                            $DIM features instead of 1M, in a DATA dir of its own)
 #   lr_job NAME KIND EPOCHS [TABLE_LINES [PARAM_LINES]]
-#                            writes $W/NAME.toml: table w (1M float32), 2 workers of
+#                            writes $W/NAME.toml: table w ($DIM float32), 2 workers of
 #                            KIND under SSP(2), batch 100, lr 0.5, model $W/NAME.model;
 #                            the extra lines go into [[table]] and [stage.params]
 #   epoch_rate FILE          samples/s over epochs 2+ of a --metrics-out file
@@ -17,7 +18,8 @@
 #   lr_cluster_start         starts a master and slaves s1, s2 from those (pids MP, S1, S2)
 #   lr_cluster_stop          stops them
 #   lr_submit NAME           submits $W/NAME.toml and prints its epoch_rate
-DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}
+DIM=${DIM:-1000000}
+if [ "$DIM" = 1000000 ]; then DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3}; else DATA=${DATA:-${TMPDIR:-/tmp}/flexps-lr3-d$DIM}; fi
 
 lr_prepare() {
   W=$(mktemp -d)
@@ -29,13 +31,13 @@ lr_prepare() {
 
 lr_data() {
   mkdir -p "$DATA"
-  [ -f "$DATA/train.libsvm" ] || "$F" gen libsvm --out "$DATA/train.libsvm" --rows 200000 --dim 1000000 --nnz 20 --zipf 1.1 --seed 1 \
+  [ -f "$DATA/train.libsvm" ] || "$F" gen libsvm --out "$DATA/train.libsvm" --rows 200000 --dim "$DIM" --nnz 20 --zipf 1.1 --seed 1 \
     --test-out "$DATA/test.libsvm" --test-rows 20000 >/dev/null
 }
 
 lr_job() {
-  printf 'name = "%s"\nkind = "lr"\noutput = "%s/%s.model"\n[[table]]\nname = "w"\nsize = 1000000\ndtype = "float32"\n%b[input.train]\npath = "%s/train.libsvm"\n[input.test]\npath = "%s/test.libsvm"\n[[stage]]\nname = "sgd"\nfunc = "lr.sgd"\nworkers = 2\nconsistency = "ssp"\nstaleness = 2\nworker_kind = "%s"\n[stage.params]\nepochs = %s\nbatch = 100\nlr = 0.5\n%b' \
-    "$1" "$W" "$1" "${4:-}" "$DATA" "$DATA" "$2" "$3" "${5:-}" > "$W/$1.toml"
+  printf 'name = "%s"\nkind = "lr"\noutput = "%s/%s.model"\n[[table]]\nname = "w"\nsize = %s\ndtype = "float32"\n%b[input.train]\npath = "%s/train.libsvm"\n[input.test]\npath = "%s/test.libsvm"\n[[stage]]\nname = "sgd"\nfunc = "lr.sgd"\nworkers = 2\nconsistency = "ssp"\nstaleness = 2\nworker_kind = "%s"\n[stage.params]\nepochs = %s\nbatch = 100\nlr = 0.5\n%b' \
+    "$1" "$W" "$1" "$DIM" "${4:-}" "$DATA" "$DATA" "$2" "$3" "${5:-}" > "$W/$1.toml"
 }
 
 epoch_rate() {

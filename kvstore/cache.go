@@ -47,6 +47,9 @@ const maxCacheKeys = 1 << 30
 // cache did not pay (see cacheGovernor).
 type CacheStats struct {
 	Hits, Misses, Evictions, Stale, Bypassed int64
+	// Refreshed counts cached keys a read fetched ahead, beside its own
+	// (see CachedTable.refreshAhead).
+	Refreshed int64
 }
 
 // HitRate is Hits / (Hits + Misses), 0 before any read.
@@ -117,6 +120,13 @@ type CachedTable struct {
 	miss    []uint64  // keys of the current read that go to the table
 	missAt  []int32   // their positions in the caller's keys
 	missOut []float64 // their values
+
+	// Refreshed along with a read's misses (see refreshAhead): the slots
+	// of cached keys the read does not ask for, and a mark per slot of
+	// the current read's (mark[s] == gen).
+	ahead []int32
+	mark  []uint32
+	gen   uint32
 
 	// The last Get's keys and the slot each ended in (-1: not cached). A
 	// training step adds to the keys it just read, so Add finds their
@@ -280,17 +290,81 @@ func (ct *CachedTable) get(keys []uint64, out []float64) error {
 	return ct.fetch(out, clock)
 }
 
+// refreshAhead adds to the current read's misses (ct.miss) every cached
+// key it does not ask for whose value could not serve the worker's next
+// clock, and returns how many it added (their slots: ct.ahead). It does
+// so only when every remote key the read missed was cached (stale), and
+// while the cache has never been full, i.e. while every remote key the
+// worker has read fits in it: then a read that goes to the shards
+// anyway (one stale or new key is enough) brings the whole cached working
+// set up to date in the same message, and the reads of the next clocks,
+// up to the staleness bound, find every remote key fresh and send none.
+// Before, each read refreshed only its own keys, so the next read nearly
+// always found one of its keys stale (fetched clocks ago by another
+// batch) and paid a round trip: LR on 1,000 features across 3 processes,
+// 30.7% hits, 252,109 of 254,110 misses stale. A full cache (it evicts,
+// or its doorkeeper turns keys away) holds a part of a larger working set
+// (a Zipf tail of cold keys): its reads
+// go to the shards for the keys it lacks whatever it holds, and
+// refreshing it would only add keys to each read. Under BSP a value
+// never serves the next clock, so nothing is refreshed.
+func (ct *CachedTable) refreshAhead(clock int64) int {
+	cc := ct.core
+	ct.ahead = ct.ahead[:0]
+	if ct.bound == 0 || cc.evictions > 0 || cc.n == 0 || cc.n == cc.cap {
+		return 0
+	}
+	if len(ct.mark) < cc.cap {
+		ct.mark = make([]uint32, cc.cap)
+	}
+	if ct.gen++; ct.gen == 0 {
+		clear(ct.mark)
+		ct.gen = 1
+	}
+	for _, i := range ct.missAt {
+		switch s := ct.lastSlot[i]; {
+		case s >= 0:
+			ct.mark[s] = ct.gen // a stale key of the read: fetched already
+		case s == slotNone:
+			// A key the cache never held: the worker's working set is
+			// still growing past what is cached (a cold tail), so its
+			// next reads will go to the shards for new keys whatever is
+			// refreshed now.
+			return 0
+		}
+	}
+	for s := range cc.n {
+		if ct.mark[s] != ct.gen && !ct.fresh(cc.stamp[s], clock+1) {
+			ct.ahead = append(ct.ahead, int32(s))
+			ct.miss = append(ct.miss, cc.keys[s])
+		}
+	}
+	return len(ct.ahead)
+}
+
 // fetch reads the current Get's misses (ct.miss) from the table into the
-// caller's out and caches the remote ones.
+// caller's out and caches the remote ones, refreshing cached keys ahead
+// along with them (refreshAhead).
 func (ct *CachedTable) fetch(out []float64, clock int64) error {
 	cc, w := ct.core, ct.w
+	own := len(ct.miss)
+	ahead := ct.refreshAhead(clock)
 	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
 	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
 	if ct.asp {
 		stamp = clock
 	}
+	ct.miss = ct.miss[:own]
 	if err != nil {
 		return err
+	}
+	ct.stats.Refreshed += int64(ahead)
+	// The keys refreshed ahead first: a key of the read inserted below
+	// may fill the cache and evict one of theirs, which must not then be
+	// overwritten with their values.
+	for j, s := range ct.ahead {
+		copy(cc.row(int(s)), ct.missOut[(own+j)*w:(own+j+1)*w])
+		cc.stamp[s] = stamp
 	}
 	inserted := false // slots found by Get still hold their keys until an insert
 	for j, k := range ct.miss {

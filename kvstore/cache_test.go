@@ -334,7 +334,7 @@ func TestCacheCoreModel(t *testing.T) {
 
 // cacheHits counts hits over the staleness property's runs, so the test
 // can tell it exercised the cache at all.
-var cacheHits, cacheStale, cacheBypassed int64
+var cacheHits, cacheStale, cacheBypassed, cacheRefreshed int64
 
 // TestCacheStalenessProperty runs 2-3 workers with process caches under
 // SSP(s) against 2 shards, interleaving Get, Add and Clock at random.
@@ -347,7 +347,7 @@ func TestCacheStalenessProperty(t *testing.T) {
 	r := newRig(t, 2)
 	conns := []transport.Transport{r.conn(), r.conn(), r.conn(), r.conn()}
 	run := 0
-	cacheHits, cacheStale, cacheBypassed = 0, 0, 0
+	cacheHits, cacheStale, cacheBypassed, cacheRefreshed = 0, 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		task := fmt.Sprintf("prop%d", run)
@@ -541,6 +541,7 @@ func TestCacheStalenessProperty(t *testing.T) {
 			cacheHits += st.Hits
 			cacheStale += st.Stale
 			cacheBypassed += st.Bypassed
+			cacheRefreshed += st.Refreshed
 		}
 		// Every Add landed exactly once.
 		dump := r.client(conns[n], task, -1, -1, cons)
@@ -562,7 +563,8 @@ func TestCacheStalenessProperty(t *testing.T) {
 	check(t, cacheHits > 0, "no read was ever served from a cache")
 	check(t, cacheStale > 0, "no cached value was ever too old")
 	check(t, cacheBypassed > 0, "no read ever went straight to the table")
-	t.Logf("hits %d, stale %d, bypassed %d", cacheHits, cacheStale, cacheBypassed)
+	check(t, cacheRefreshed > 0, "no cached key was ever refreshed ahead")
+	t.Logf("hits %d, stale %d, bypassed %d, refreshed ahead %d", cacheHits, cacheStale, cacheBypassed, cacheRefreshed)
 }
 
 func TestCacheBSPNeverAcrossClock(t *testing.T) {
@@ -607,6 +609,63 @@ func TestCacheSSPServesWithinBound(t *testing.T) {
 	equal(t, []int64{0, 2, 4, 4, 6}, hits)
 	equal(t, int64(2), tc.Stats().Stale)
 	noErr(t, cl.Finish())
+}
+
+// A read that goes to the shards refreshes, in the same messages, the
+// cached keys it does not ask for that could not serve the next clock,
+// while the cache has never been full (it holds the worker's whole remote
+// working set): a worker reading two alternating batches under SSP(2)
+// then sends messages at clocks 0, 1, 4 and 7, where it sent them at
+// 0, 1, 4, 5, 8 and 9 (each batch fetched alone went stale one clock
+// before the other). A full cache (its doorkeeper turns the fourth key
+// away), a read with a key never cached (a working set still growing),
+// and BSP refresh nothing.
+func TestCacheRefreshesItsWorkingSetAhead(t *testing.T) {
+	alternate := func(c int) []uint64 { return [][]uint64{{1, 8}, {2, 9}}[c%2] } // one key per shard each
+	for _, tc := range []struct {
+		name      string
+		cons      Consistency
+		capacity  int
+		batch     func(clock int) []uint64
+		msgClocks []int // clocks whose read sent messages (nil: not checked)
+		refreshed int64
+	}{
+		{"ssp(2), the working set fits", Consistency{Kind: SSP, Staleness: 2}, 8, alternate, []int{0, 1, 4, 7}, 4},
+		{"ssp(2), a full cache", Consistency{Kind: SSP, Staleness: 2}, 3, alternate, nil, 0},
+		{"ssp(2), a new key every read", Consistency{Kind: SSP, Staleness: 2}, 10, func(c int) []uint64 { return []uint64{uint64(c)} }, nil, 0},
+		{"bsp", Consistency{Kind: BSP}, 8, alternate, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 2)
+			ps := r.task("ahead", tc.cons, 1, TableSpec{Name: "w", Size: 10}.WithDefaults())
+			cl := r.client(r.conn(), "ahead", -1, 0, tc.cons)
+			t.Cleanup(cl.Close)
+			ct := r.cached(cl, ps[0], CacheLRU, tc.capacity)
+			ct.gov = newCacheGovernor(0, 0) // always through the cache
+			var sent []int
+			adds := map[uint64]float64{}
+			for c := range 10 {
+				keys := tc.batch(c)
+				out := make([]float64, len(keys))
+				before := cl.Stats().Requests
+				noErr(t, ct.Get(keys, out))
+				for i, k := range keys {
+					equal(t, adds[k], out[i], "clock %d key %d: the worker's own adds", c, k)
+					adds[k]++
+				}
+				if cl.Stats().Requests > before {
+					sent = append(sent, c)
+				}
+				noErr(t, ct.Add(keys, slices.Repeat([]float64{1}, len(keys))))
+				noErr(t, cl.Clock())
+			}
+			if tc.msgClocks != nil {
+				equal(t, tc.msgClocks, sent, "clocks whose read sent messages")
+			}
+			equal(t, tc.refreshed, ct.Stats().Refreshed, "keys refreshed ahead")
+			noErr(t, cl.Finish())
+		})
+	}
 }
 
 func TestCacheASPAndReadYourWrites(t *testing.T) {

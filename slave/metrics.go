@@ -30,6 +30,7 @@ var counted = map[string]string{
 	tasks.MetricCacheEvictions:   "Process cache evictions.",
 	tasks.MetricCacheStale:       "Process cache entries too stale for the consistency bound.",
 	tasks.MetricCacheBypassed:    "Reads sent past the process cache because it measured slower than the table.",
+	tasks.MetricCacheRefreshed:   "Cached keys a read fetched ahead beside its own (a cached working set kept fresh).",
 	tasks.MetricKVLocalKeys:      "Keys read or written in this slave's memory.",
 	tasks.MetricKVRemoteKeys:     "Keys read or written on other slaves.",
 	tasks.MetricKVRequests:       "KV data-plane messages sent.",

@@ -361,6 +361,7 @@ func (w *worker) readMetrics() map[string]float64 {
 		m[tasks.MetricCacheEvictions] += float64(st.Evictions)
 		m[tasks.MetricCacheStale] += float64(st.Stale)
 		m[tasks.MetricCacheBypassed] += float64(st.Bypassed)
+		m[tasks.MetricCacheRefreshed] += float64(st.Refreshed)
 	}
 	if w.client != nil {
 		st := w.client.Stats()

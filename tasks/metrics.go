@@ -53,7 +53,8 @@ const (
 	MetricCacheMisses    = "cache_misses"
 	MetricCacheEvictions = "cache_evictions"
 	MetricCacheStale     = "cache_stale"
-	MetricCacheBypassed  = "cache_bypassed" // reads sent straight to the table: the cache did not pay
+	MetricCacheBypassed  = "cache_bypassed"  // reads sent straight to the table: the cache did not pay
+	MetricCacheRefreshed = "cache_refreshed" // cached keys fetched ahead beside a read's own
 
 	MetricKVLocalKeys  = "kv_local_keys"  // keys read or written in this slave's memory
 	MetricKVRemoteKeys = "kv_remote_keys" // keys read or written on other slaves

@@ -264,8 +264,8 @@ func (p *Printer) Summary(s status.Task) {
 				r.Metrics[tasks.MetricConsistencyWaits], reads, r.Metrics[tasks.MetricBlockedSeconds])
 		}
 		if h, ms := r.Metrics[tasks.MetricCacheHits], r.Metrics[tasks.MetricCacheMisses]; h+ms > 0 {
-			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions), %.0f reads past it\n",
-				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions], r.Metrics[tasks.MetricCacheBypassed])
+			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions), %.0f reads past it, %.0f keys refreshed ahead\n",
+				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions], r.Metrics[tasks.MetricCacheBypassed], r.Metrics[tasks.MetricCacheRefreshed])
 		}
 		p.printKV(r)
 		for _, f := range r.Failovers {
