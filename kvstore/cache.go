@@ -287,7 +287,7 @@ func (ct *CachedTable) get(keys []uint64, out []float64) error {
 	if len(ct.miss) == 0 {
 		return nil
 	}
-	return ct.fetch(out, clock)
+	return ct.fetch(out, clock, remote)
 }
 
 // refreshAhead adds to the current read's misses (ct.miss) every cached
@@ -306,9 +306,12 @@ func (ct *CachedTable) get(keys []uint64, out []float64) error {
 // or its doorkeeper turns keys away) holds a part of a larger working set
 // (a Zipf tail of cold keys): its reads
 // go to the shards for the keys it lacks whatever it holds, and
-// refreshing it would only add keys to each read. Under BSP a value
-// never serves the next clock, so nothing is refreshed.
-func (ct *CachedTable) refreshAhead(clock int64) int {
+// refreshing it would only add keys to each read. Nor is a cached set
+// more than maxAheadPerKey times the read's remote keys (a large cache
+// still filling, whose next reads will likely bring new keys again): one
+// read would carry all of it for little. Under BSP a value never serves
+// the next clock, so nothing is refreshed.
+func (ct *CachedTable) refreshAhead(clock int64, remote int) int {
 	cc := ct.core
 	ct.ahead = ct.ahead[:0]
 	if ct.bound == 0 || cc.evictions > 0 || cc.n == 0 || cc.n == cc.cap {
@@ -333,8 +336,13 @@ func (ct *CachedTable) refreshAhead(clock int64) int {
 			return 0
 		}
 	}
+	own := len(ct.miss)
 	for s := range cc.n {
 		if ct.mark[s] != ct.gen && !ct.fresh(cc.stamp[s], clock+1) {
+			if len(ct.ahead) == maxAheadPerKey*remote {
+				ct.ahead, ct.miss = ct.ahead[:0], ct.miss[:own]
+				return 0
+			}
 			ct.ahead = append(ct.ahead, int32(s))
 			ct.miss = append(ct.miss, cc.keys[s])
 		}
@@ -342,13 +350,18 @@ func (ct *CachedTable) refreshAhead(clock int64) int {
 	return len(ct.ahead)
 }
 
+// maxAheadPerKey bounds the keys a read refreshes ahead, per remote key
+// it reads (refreshAhead).
+const maxAheadPerKey = 16
+
 // fetch reads the current Get's misses (ct.miss) from the table into the
 // caller's out and caches the remote ones, refreshing cached keys ahead
-// along with them (refreshAhead).
-func (ct *CachedTable) fetch(out []float64, clock int64) error {
+// along with them (refreshAhead); remote is how many of the read's keys
+// are remote.
+func (ct *CachedTable) fetch(out []float64, clock int64, remote int) error {
 	cc, w := ct.core, ct.w
 	own := len(ct.miss)
-	ahead := ct.refreshAhead(clock)
+	ahead := ct.refreshAhead(clock, remote)
 	ct.missOut = grow(ct.missOut, len(ct.miss)*w)
 	stamp, err := ct.t.GetStamped(ct.miss, ct.missOut)
 	if ct.asp {

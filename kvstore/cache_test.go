@@ -668,6 +668,40 @@ func TestCacheRefreshesItsWorkingSetAhead(t *testing.T) {
 	}
 }
 
+// A read refreshes at most maxAheadPerKey cached keys ahead per remote
+// key it reads, all or none: n keys read one per clock, all stale three
+// clocks later, then key 0 read again would refresh the n-1 others.
+func TestCacheRefreshAheadIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		keys      int
+		refreshed int64
+	}{
+		{maxAheadPerKey + 1, maxAheadPerKey},
+		{maxAheadPerKey + 2, 0},
+	} {
+		t.Run(fmt.Sprint(tc.keys, " keys"), func(t *testing.T) {
+			r := newRig(t, 2)
+			cons := Consistency{Kind: SSP, Staleness: 2}
+			ps := r.task("bounded", cons, 1, TableSpec{Name: "w", Size: 64}.WithDefaults())
+			cl := r.client(r.conn(), "bounded", -1, 0, cons)
+			t.Cleanup(cl.Close)
+			ct := r.cached(cl, ps[0], CacheLRU, 64)
+			ct.gov = newCacheGovernor(0, 0) // always through the cache
+			out := make([]float64, 1)
+			for k := range tc.keys {
+				noErr(t, ct.Get([]uint64{uint64(k)}, out))
+				noErr(t, cl.Clock())
+			}
+			for range 3 {
+				noErr(t, cl.Clock())
+			}
+			noErr(t, ct.Get([]uint64{0}, out))
+			equal(t, tc.refreshed, ct.Stats().Refreshed, "keys refreshed ahead")
+			noErr(t, cl.Finish())
+		})
+	}
+}
+
 func TestCacheASPAndReadYourWrites(t *testing.T) {
 	r := newRig(t, 2)
 	spec := TableSpec{Name: "w", Size: 100, Width: 2, DType: Float32, ChunkSize: 10}.WithDefaults()
