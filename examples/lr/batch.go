@@ -74,6 +74,9 @@ type MiniBatch struct {
 	// update. Centered training keeps exact distinct keys.
 	Merge bool
 	merge mergeFilter
+	// trainLabels and testLabels are where Step's and Eval's records
+	// had their first 0 and -1 labels (both in one data set: refused).
+	trainLabels, testLabels Negatives
 }
 
 // mergeFilter is Merge's direct-mapped filter: slot h holds the key tag[h]
@@ -511,7 +514,7 @@ func (m *MiniBatch) Step(r *datastore.Records, lo, hi int, lr, l2 float64) (Stat
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
 		vals := r.Vals[a:b]
-		y, err := labelOf(r, i)
+		y, err := labelOf(r, i, &m.trainLabels)
 		if err != nil {
 			return st, err
 		}
@@ -591,7 +594,7 @@ func (m *MiniBatch) Eval(r *datastore.Records, lo, hi int) (Stats, error) {
 	var st Stats
 	for i := lo; i < hi; i++ {
 		a, b := r.Offsets[i], r.Offsets[i+1]
-		y, err := labelOf(r, i)
+		y, err := labelOf(r, i, &m.testLabels)
 		if err != nil {
 			return st, err
 		}

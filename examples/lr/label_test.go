@@ -91,3 +91,62 @@ func TestEvalModelOfAKeyedTable(t *testing.T) {
 		t.Fatalf("keyed model: %v, want accuracy %v logloss %v", got, float64(want.Correct)/4, want.LossSum/4)
 	}
 }
+
+// Labels 1, 0 and -1 in one data set are three classes: training, the
+// stage's test figures and flexps eval refuse them, naming the lines of
+// both negative labels (until now 0 and -1 were both read as negative and
+// a 1-against-the-rest model was trained and scored, exit 0). Either
+// negative label alone, and a train set of 0/1 with a test set of -1/1,
+// are binary.
+func TestThreeClassLabelsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		train, test []float64
+		trainErr    string // "" none
+		testErr     string
+	}{
+		{"0 and 1", []float64{1, 0, 1, 0}, []float64{0, 1}, "", ""},
+		{"-1 and 1", []float64{-1, 1, -1}, []float64{1, -1}, "", ""},
+		{"0/1 train, -1/1 test", []float64{0, 1}, []float64{-1, 1}, "", ""},
+		{"only 0", []float64{0, 0}, []float64{0}, "", ""},
+		{"-1, 0, 1 in train", []float64{1, -1, 1, 0}, []float64{1}, "record 4: label 0, and record 2 has label -1: labels 1, 0 and -1 are three classes", ""},
+		{"0 then -1", []float64{0, -1}, []float64{1}, "record 2: label -1, and record 1 has label 0", ""},
+		{"-1, 0, 1 in test", []float64{1, 0}, []float64{-1, 1, 0}, "", "record 3: label 0, and record 1 has label -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			records := func(labels []float64) *datastore.Records {
+				var r datastore.Records
+				for i, l := range labels {
+					r.Append(l, []uint64{uint64(i % 2)}, []float64{1})
+				}
+				return &r
+			}
+			check := func(what string, err error, want string) {
+				t.Helper()
+				if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+					t.Errorf("%s: %v, want %q", what, err, want)
+				}
+			}
+			train, test := records(tc.train), records(tc.test)
+			m := NewMiniBatch(memTable{})
+			_, err := m.Step(train, 0, train.Len(), 0.1, 0)
+			check("Step", err, tc.trainErr)
+			// A worker's batches: the labels of earlier batches count.
+			m = NewMiniBatch(memTable{})
+			for i := range train.Len() {
+				if _, err = m.Step(train, i, i+1, 0.1, 0); err != nil {
+					break
+				}
+			}
+			check("Step by record", err, tc.trainErr)
+			_, err = m.Eval(test, 0, test.Len())
+			check("Eval", err, tc.testErr)
+			model := &tasks.Model{Tables: []tasks.ModelTable{{Vals: []float64{0, 0}}}}
+			model.Tables[0].Spec.Name, model.Tables[0].Spec.Size, model.Tables[0].Spec.Width = "w", 2, 1
+			_, err = EvalModel(model, train)
+			check("EvalModel train", err, tc.trainErr)
+			_, err = EvalModel(model, test)
+			check("EvalModel test", err, tc.testErr)
+		})
+	}
+}

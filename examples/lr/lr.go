@@ -499,8 +499,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		b = bt.Lookup(0, buf[:])[0]
 	}
 	var st Stats
+	var seen Negatives
 	for i := 0; i < data.Len(); i++ {
-		label, keys, vals := data.Row(i)
+		_, keys, vals := data.Row(i)
 		z := b
 		for j, k := range keys {
 			switch {
@@ -512,9 +513,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 				z += t.Lookup(k, buf[:])[0] * vals[j]
 			}
 		}
-		y, err := binaryLabel(label)
+		y, err := labelOf(data, i, &seen)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", data.Where(i), err)
+			return nil, err
 		}
 		st.N++
 		st.LossSum += LogLoss(z, y)

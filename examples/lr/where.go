@@ -24,11 +24,47 @@ func KeyOutside(r *datastore.Records, lo, hi int, spec kvstore.TableSpec) error 
 }
 
 // labelOf is record i's label as binaryLabel maps it, or an error naming
-// the record's file and line.
-func labelOf(r *datastore.Records, i int) (float64, error) {
+// the record's file and line; seen checks that the data's negative labels
+// are all 0 or all -1.
+func labelOf(r *datastore.Records, i int, seen *Negatives) (float64, error) {
 	y, err := binaryLabel(r.Labels[i])
+	if err == nil {
+		err = seen.Check(r, i)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", r.Where(i), err)
 	}
 	return y, nil
+}
+
+// Negatives remembers where one data set's first 0 and first -1 label
+// were. Both in one data set are three classes (-1, 0, 1: negative,
+// neutral, positive), which binary logistic regression, taking either as
+// the negative label, trained silently as 1 against the rest. Each worker
+// checks the records it reads (train and test apart), flexps eval the
+// whole file.
+type Negatives struct {
+	zero, minus string // where the first 0 and -1 were; "" none yet
+}
+
+// Check records record i's label when it is 0 or -1 and returns an error
+// (naming the line of the other one, not record i's) once both occurred.
+func (n *Negatives) Check(r *datastore.Records, i int) error {
+	var first, other *string
+	switch r.Labels[i] {
+	case 0:
+		first, other = &n.zero, &n.minus
+	case -1:
+		first, other = &n.minus, &n.zero
+	default:
+		return nil
+	}
+	if *first == "" {
+		*first = r.Where(i)
+	}
+	if *other == "" {
+		return nil
+	}
+	return fmt.Errorf("label %v, and %s has label %v: labels 1, 0 and -1 are three classes, and binary logistic regression takes 1 (positive) against 0 or against -1 (negative), not both (make the labels binary, e.g. 1 for one class and 0 for the rest)",
+		r.Labels[i], *other, -1-r.Labels[i])
 }

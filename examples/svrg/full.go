@@ -159,6 +159,7 @@ func Full(info *tasks.Info) error {
 		}
 		return sum.Flush()
 	}
+	var seen lr.Negatives // the first 0 and -1 labels
 	err = tasks.EachRecordsCommit(info.Ctx, train, func(r *datastore.Records) error {
 		var rs lr.Stats
 		for i := 0; i < r.Len(); i++ {
@@ -172,6 +173,9 @@ func Full(info *tasks.Info) error {
 				z += wv[k] * vs[j]
 			}
 			y, err := label(r.Labels[i])
+			if err == nil {
+				err = seen.Check(r, i)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", r.Where(i), err)
 			}

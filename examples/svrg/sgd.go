@@ -391,6 +391,8 @@ type step struct {
 	// finite is false once a step's update was not finite (and so not
 	// sent): the caller stops the stage.
 	finite bool
+	// labels is where the records had their first 0 and -1 labels.
+	labels lr.Negatives
 }
 
 // maxGrowth bounds a^-t over a stage, so v keeps w's precision.
@@ -557,6 +559,9 @@ func (s *step) run(r *datastore.Records, lo, hi int, t float64) (lr.Stats, error
 			zs += s.snap[k] * vs[j]
 		}
 		y, err := label(r.Labels[i])
+		if err == nil {
+			err = s.labels.Check(r, i)
+		}
 		if err != nil {
 			return st, fmt.Errorf("%s: %w", r.Where(i), err)
 		}

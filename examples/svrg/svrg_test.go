@@ -503,8 +503,8 @@ func TestDivergenceStopsWithError(t *testing.T) {
 	}
 }
 
-// A record svrg cannot take (a label not in {1, 0, -1}, a feature outside
-// the tables) stops the task with an error naming its file and line, with
+// A record svrg cannot take (a label not in {1, 0, -1}, labels 0 and -1
+// in one file, a feature outside the tables) stops the task with an error naming its file and line, with
 // and without standardization (whose statistics pass reads it first).
 func TestBadRecordNamesFileAndLine(t *testing.T) {
 	dir := t.TempDir()
@@ -515,6 +515,9 @@ func TestBadRecordNamesFileAndLine(t *testing.T) {
 	}{
 		{"label", "1 1:1\n0 2:1\n2 3:1\n", false, []string{"bad.libsvm line 3", "label 2"}},
 		{"label raw", "1 1:1\n2 2:1\n", true, []string{"bad.libsvm line 2", "label 2"}},
+		// -1, 0 and 1 are three classes, not a binary 1 against the rest.
+		{"three classes", "1 1:1\n0 2:1\n-1 3:1\n", false, []string{"bad.libsvm line 3: label -1, and ", "bad.libsvm line 2 has label 0", "three classes"}},
+		{"three classes raw", "-1 1:1\n1 2:1\n0 3:1\n", true, []string{"bad.libsvm line 3: label 0, and ", "bad.libsvm line 1 has label -1", "three classes"}},
 		{"feature raw", "1 1:1\n0 2:1 40:1\n", true, []string{"bad.libsvm line 2", "feature key 39", `table "w" (size 10`}},
 		{"feature", "1 1:1\n0 40:1\n", false, []string{"bad.libsvm line 2", "feature key 39", `table "w" (size 10`}},
 	} {
