@@ -122,7 +122,7 @@ func fitError(r scheduler.Request, cluster []scheduler.Slave) error {
 		return fmt.Errorf("asks for %d workers but %s: lower workers or name live slaves", r.Workers, where)
 	}
 	if r.OneSlave {
-		return fmt.Errorf("asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots", r.Workers, largest)
+		return fmt.Errorf("asks for %d workers on one slave (its worker kind keeps the model in one slave's memory) but the largest live slave has %d worker slots: lower workers or start a slave with more slots (flexps run: --slots)", r.Workers, largest)
 	}
 	slaves := "live slaves"
 	if live == 1 {

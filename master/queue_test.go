@@ -31,7 +31,7 @@ func TestFitErrorNamesWhatIsMissing(t *testing.T) {
 		{"too many workers for every slave", scheduler.Request{Stage: 1, Workers: 5, MaxSlaves: 1},
 			[]string{"4 worker slots on 2 live slaves", "start more slaves"}},
 		{"one slave too small", scheduler.Request{Stage: 1, Workers: 3, OneSlave: true},
-			[]string{"3 workers on one slave", "the largest live slave has 2 worker slots", "start a slave with more slots"}},
+			[]string{"3 workers on one slave", "the largest live slave has 2 worker slots", "start a slave with more slots (flexps run: --slots)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
