@@ -80,6 +80,15 @@ func Init(info *tasks.Info) error {
 	if err := tasks.CheckFormat(train, cfg.Train, "kmeans.init", "libsvm", "csv"); err != nil {
 		return err
 	}
+	// A csv row holds every feature, zeros too: a row of fewer than the
+	// centers' width is a file whose first column was taken for a label
+	// (label_column defaults to 0), and k-means ran on the others
+	// (iris without its label column: objective 47.9 for scikit-learn's
+	// 78.9, exit 0).
+	csv := false
+	if f, ok := train.(tasks.FormatNamer); ok {
+		csv = f.FormatName() == "csv"
+	}
 	var h sampleHeap
 	n := int64(0)
 	var sum, sumSq []float64
@@ -89,6 +98,9 @@ func Init(info *tasks.Info) error {
 	err = tasks.EachRecords(info.Ctx, train, func(r *datastore.Records) error {
 		for i := 0; i < r.Len(); i++ {
 			_, keys, vals := r.Row(i)
+			if csv && len(keys) < dims {
+				return fmt.Errorf("kmeans.init: %s: the row has %d features (its csv columns less the label column), table %q has width %d (the number of features): a file without a label column needs label_column = -1 (the default, 0, reads column 0 as the label)", r.Where(i), len(keys), cfg.Centers, dims)
+			}
 			x2 := 0.0
 			for t, k := range keys {
 				if k >= uint64(dims) {
