@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -78,9 +79,24 @@ func (e *Evaluation) String() string {
 	sort.Strings(keys)
 	parts := []string{fmt.Sprintf("model=%s kind=%s records=%d", e.Model, e.Kind, e.Records)}
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%.4f", k, e.Metrics[k]))
+		parts = append(parts, k+"="+FormatMetric(e.Metrics[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// FormatMetric writes a metric with 4 decimals, as flexps eval and the
+// per-epoch table print it, unless that would hide it: a magnitude of 1e7
+// or more in 6 significant digits (k-means on raw features in the
+// billions printed a 300-digit objective that broke the table), one below
+// 1e-4 but not 0 in 4 (it printed 0.0000).
+func FormatMetric(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e7 && !math.IsInf(a, 0):
+		return strconv.FormatFloat(v, 'g', 6, 64)
+	case a > 0 && a < 1e-4:
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	}
+	return fmt.Sprintf("%.4f", v)
 }
 
 // Evaluate scores the model file on data with the evaluator of the model's

@@ -185,3 +185,29 @@ func writeModelFile(t *testing.T, path string, m *Model) {
 		t.Fatal(err)
 	}
 }
+
+// Metrics print with 4 decimals unless that hides them: k-means on raw
+// features in the billions printed a 300-digit objective (and broke the
+// per-epoch table's columns), and a tiny non-zero figure printed 0.0000.
+func TestEvaluationPrintsMetricsReadably(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{
+		{0, "0.0000"},
+		{78.851441426146, "78.8514"},
+		{1165188.96229, "1165188.9623"},
+		{-0.5, "-0.5000"},
+		{2.370689686782969e+306, "2.37069e+306"},
+		{-1.5e12, "-1.5e+12"},
+		{2.3706896873e-314, "2.371e-314"},
+		{3.12345e-5, "3.123e-05"},
+		{math.NaN(), "NaN"},
+		{math.Inf(1), "+Inf"},
+	} {
+		e := &Evaluation{Model: "m", Kind: "kmeans", Records: 3, Metrics: map[string]float64{"objective": tc.v}}
+		if got, want := e.String(), "model=m kind=kmeans records=3 objective="+tc.want; got != want {
+			t.Errorf("%v: %q, want %q", tc.v, got, want)
+		}
+	}
+}

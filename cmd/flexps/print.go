@@ -162,7 +162,7 @@ func (p *Printer) epochRow(w io.Writer, s status.Task, e status.Epoch) {
 		cell := "-"
 		for _, c := range cols {
 			if c.Name == name {
-				cell = fmt.Sprintf("%.4f", c.Value)
+				cell = tasks.FormatMetric(c.Value)
 			}
 		}
 		fmt.Fprintf(w, " %12s", cell)
