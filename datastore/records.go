@@ -52,8 +52,16 @@ func (r *Records) Where(i int) string {
 	return fmt.Sprintf("%s line %d", o.Path, r.LineNo[i])
 }
 
+// Columns is the number of fields (the label's included) of the csv rows
+// the records were parsed from, 0 for records of another format or built
+// by hand.
+func (r *Records) Columns() int { return r.cols }
+
 // appendRows appends src's records, with their origins, to r.
 func (r *Records) appendRows(src *Records) {
+	if r.cols == 0 {
+		r.cols = src.cols
+	}
 	located := len(src.LineNo) == src.Len() && len(src.Origins) > 0 && len(r.LineNo) == r.Len()
 	base := r.Len()
 	for i := 0; i < src.Len(); i++ {

@@ -11,7 +11,11 @@ import (
 // EvalModel scores a saved k-means model (table "centers", or the one its
 // task's centers param named) on records:
 // mse is the mean squared distance of a record to its nearest center,
-// objective the sum. Features beyond the centers' width count in full.
+// objective the sum. Features beyond the centers' width count in full,
+// except in csv rows, which hold every feature: a row of another width
+// than the centers' is an error naming its line (a file with a label
+// column scored as one without, or with a column less, was scored
+// misaligned: iris at an mse of 43.1 for the model's 0.53, exit 0).
 // A model trained with standardize measures distances in its units (the
 // scale table it carries).
 func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64, error) {
@@ -36,8 +40,12 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 		cs.Update()
 	}
 	obj := 0.0
+	csv := data.Columns() > 0
 	for i := 0; i < data.Len(); i++ {
 		_, keys, vals := data.Row(i)
+		if csv && len(keys) != dims {
+			return nil, fmt.Errorf("%s: the row has %d features (its csv columns less the label column), the model's table %q has width %d (the number of features it was trained on): score csv data of the training's columns (--label-column: the label column, -1 for none)", data.Where(i), len(keys), name, dims)
+		}
 		_, d, _ := cs.Nearest(keys, vals, false)
 		obj += d
 	}
