@@ -385,6 +385,9 @@ func SGD(info *tasks.Info) error {
 			var ts Stats
 			var within datastore.Records
 			err := tasks.EachBatch(info.Ctx, test, 1000, func(r *datastore.Records, lo, hi int) error {
+				if err := CSVWider(r, lo, hi, w.Spec()); err != nil {
+					return err
+				}
 				r, lo, hi = withinTable(r, lo, hi, w.Spec().Size, &within)
 				bs, err := m.Eval(r, lo, hi)
 				ts.Add(bs)
@@ -497,6 +500,9 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	b := 0.0
 	if bt, ok := model.Table(BiasTable(name)); ok && bt.Spec.Size > 0 {
 		b = bt.Lookup(0, buf[:])[0]
+	}
+	if err := CSVWider(data, 0, data.Len(), t.Spec); err != nil {
+		return nil, err
 	}
 	var st Stats
 	var seen Negatives
