@@ -210,7 +210,9 @@ func TestNonFiniteLossNamesTheStageOnce(t *testing.T) {
 
 // Scaling sums each feature's squares: a value beyond 1.3e154 made the
 // sum infinite, the feature's scale NaN, and training stopped with a NaN
-// loss blamed on the learning rate. The record and feature are named now.
+// loss blamed on the learning rate. The record and feature are named now,
+// with how a key maps to the file's id: "feature key 0" for the id 1 on the
+// named line sent the user looking for an id 0.
 func TestAFeatureWhoseSquareOverflowsIsNamed(t *testing.T) {
 	ctx, local, _ := misconfigRig(t)
 	path := filepath.Join(t.TempDir(), "huge.libsvm")
@@ -220,7 +222,7 @@ func TestAFeatureWhoseSquareOverflowsIsNamed(t *testing.T) {
 		want string // "" : trains
 	}{
 		{"1e150 squares to a float64", "1 1:1 2:3\n0 1:2 2:1e150\n1 1:1 2:-2\n0 1:3\n", ""},
-		{"-2e200 does not", "1 1:1 2:3\n0 1:2 2:1e150\n1 1:1 2:-2e200\n0 1:3\n", "line 3: feature key 1 is -2e+200, whose square overflows a float64"},
+		{"-2e200 does not", "1 1:1 2:3\n0 1:2 2:1e150\n1 1:1 2:-2e200\n0 1:3\n", "line 3: feature key 1 (a LIBSVM feature id is its key + index_base, 1 by default) is -2e+200, whose square overflows a float64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {

@@ -167,7 +167,7 @@ const ScaleWidth = 3
 // learning rate.
 func squareOverflows(r *datastore.Records, j int) error {
 	i := sort.Search(r.Len(), func(i int) bool { return r.Offsets[i+1] > j })
-	return fmt.Errorf("%s: feature key %d is %g, whose square overflows a float64 (scaling sums the squares): rescale the feature", r.Where(i), r.Keys[j], r.Vals[j])
+	return fmt.Errorf("%s: feature key %d (a LIBSVM feature id is its key + index_base, 1 by default) is %g, whose square overflows a float64 (scaling sums the squares): rescale the feature", r.Where(i), r.Keys[j], r.Vals[j])
 }
 
 // PrepareScale gathers the feature statistics of input train into st
