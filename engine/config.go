@@ -58,7 +58,7 @@ func (l ListenSect) setting(key string) string {
 // NATSConfig says where the bus is.
 type NATSConfig struct {
 	URL       string   `toml:"url"`    // external nats:// URL(s); empty: the master embeds a server
-	Listen    string   `toml:"listen"` // embedded server's listen address (master); default 127.0.0.1:4222
+	Listen    string   `toml:"listen"` // embedded server's listen address (master); default 127.0.0.1:4222; port 0: any free port
 	User      string   `toml:"user"`
 	Password  string   `toml:"password"`
 	Token     string   `toml:"token"`

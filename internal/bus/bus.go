@@ -60,8 +60,8 @@ type Embedded struct {
 // EmbeddedOptions configure the embedded server.
 type EmbeddedOptions struct {
 	// Listen is "host:port" for a TCP listener; empty means in-process
-	// only (no port at all). Host must be a loopback address unless the
-	// caller knows better.
+	// only (no port at all); port 0 is any free port (URL names it).
+	// Host must be a loopback address unless the caller knows better.
 	Listen string
 	// User/Password or Token, if set, are required from every client.
 	User, Password, Token string
@@ -124,6 +124,11 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		p, err := strconv.Atoi(port)
 		if err != nil {
 			return nil, fmt.Errorf("bus: listen address %q: bad port", o.Listen)
+		}
+		if p == 0 {
+			// Port 0 is any free port, as for every other listen address
+			// of flexps; NATS reads 0 as its default, 4222.
+			p = server.RANDOM_PORT
 		}
 		opts.Host, opts.Port = host, p
 	}

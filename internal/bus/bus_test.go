@@ -160,3 +160,37 @@ func waitFor(t *testing.T, buf *syncBuffer, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Port 0 is any free port, as for [kv] listen and [metrics] listen: NATS
+// itself reads 0 as 4222, so two masters given "127.0.0.1:0" collided, and
+// one shared 4222 with whatever else ran there.
+func TestEmbeddedListenPortZeroIsAnyFreePort(t *testing.T) {
+	for _, tc := range []struct{ name, listen string }{
+		{"loopback v4", "127.0.0.1:0"},
+		{"loopback name", "localhost:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var urls []string
+			for range 2 {
+				srv, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: tc.listen})
+				if err != nil {
+					t.Fatalf("a second server on %s: %v", tc.listen, err)
+				}
+				defer srv.Shutdown()
+				u := srv.URL()
+				if strings.HasSuffix(u, ":4222") || strings.HasSuffix(u, ":0") {
+					t.Fatalf("listen %s: URL %s, want a free port", tc.listen, u)
+				}
+				nc, err := bus.Connect(bus.Options{URL: u})
+				if err != nil {
+					t.Fatal(err)
+				}
+				nc.Close()
+				urls = append(urls, u)
+			}
+			if urls[0] == urls[1] {
+				t.Fatalf("both servers at %s", urls[0])
+			}
+		})
+	}
+}
