@@ -660,6 +660,40 @@ func TestBarrierSeesEveryWorkersAdds(t *testing.T) {
 	}
 }
 
+func init() {
+	// test.returns-early: rank 0 returns at once, the others call Barrier.
+	tasks.Register("test.returns-early", func(info *tasks.Info) error {
+		if info.Rank == 0 {
+			return nil
+		}
+		return info.Barrier()
+	})
+}
+
+// A worker that returns while the others wait at a Barrier it never calls
+// fails the stage, naming it; the others waited for good, and the task
+// hung until cancelled.
+func TestWorkerReturningBeforeABarrierFailsTheStage(t *testing.T) {
+	l := startLocal(t, 2, 2)
+	for _, kind := range []string{tasks.KindPS, tasks.KindLocal, tasks.KindHogwild} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			task := tasks.NewTask("early-" + kind).AddTable(kvstore.TableSpec{Name: "t", Size: 4}).
+				SetStages(tasks.Stage{Name: "gather", Func: "test.returns-early", Workers: 2, WorkerKind: kind})
+			st, err := l.SubmitAndWait(ctx, task, nil)
+			if !errors.Is(err, engine.ErrTaskFailed) || st.State != status.Failed {
+				t.Fatalf("err %v, state %q: want the task failed", err, st.State)
+			}
+			for _, want := range []string{"stage 0 (gather)", "worker 0 returned before its barrier 1", "every worker of a stage must call Barrier"} {
+				if !strings.Contains(st.Reason, want) {
+					t.Fatalf("reason %q does not say %q", st.Reason, want)
+				}
+			}
+		})
+	}
+}
+
 func TestStartLocalBadStartNoPanic(t *testing.T) {
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()

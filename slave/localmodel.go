@@ -3,6 +3,8 @@ package slave
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +49,14 @@ type localModel struct {
 	left   int           // workers still running
 	done   chan struct{} // closed once written back
 	err    error         // the write-back's error
+
+	// returned holds, for each worker whose function returned, the
+	// Barriers it had called; returnedCh is closed (and replaced) at each
+	// return. A worker of a one-slave stage reports its end only once
+	// every worker ended, so the master cannot see that a barrier waits
+	// for one that returned: the slave does (abandoned).
+	returned   map[int]int
+	returnedCh chan struct{}
 }
 
 type localEntry struct {
@@ -63,7 +73,7 @@ const DefaultChunkSize = 4096
 func newLocalModel(s *Slave, req proto.SlaveCtl, st tasks.Stage, workers int) *localModel {
 	m := &localModel{s: s, req: req, stage: st, workers: workers, left: workers,
 		tables: map[string]*localEntry{}, done: make(chan struct{}), chunk: st.ChunkSize,
-		retain: req.Retain, from: req.TransferFrom}
+		retain: req.Retain, from: req.TransferFrom, returned: map[int]int{}, returnedCh: make(chan struct{})}
 	if m.chunk <= 0 {
 		m.chunk = DefaultChunkSize
 	}
@@ -180,11 +190,16 @@ func (m *localModel) load(ctx context.Context, name string, e *localEntry) error
 // finish is called by each worker when its function returned (err nil)
 // or failed. The last worker writes the model back; every worker waits for
 // that so none reports done before the KV-store holds the result.
-func (m *localModel) finish(ctx context.Context, rank int, failed bool) error {
+func (m *localModel) finish(ctx context.Context, rank int, failed bool, barriers int) error {
 	if m.gate != nil {
 		m.gate.Finish(rank)
 	}
 	m.mu.Lock()
+	if !failed {
+		m.returned[rank] = barriers
+		close(m.returnedCh)
+		m.returnedCh = make(chan struct{})
+	}
 	m.left--
 	last := m.left == 0
 	m.mu.Unlock()
@@ -208,6 +223,31 @@ func (m *localModel) finish(ctx context.Context, rank int, failed bool) error {
 		return m.err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// watchBarrier cancels ctx, a worker's wait at its barrier seq, with why
+// the barrier can never be released as soon as a worker of the stage
+// returned before calling it (its other workers waited for good). It
+// returns when ctx ends.
+func (m *localModel) watchBarrier(ctx context.Context, seq int, cancel context.CancelCauseFunc) {
+	for {
+		m.mu.Lock()
+		ch := m.returnedCh
+		for _, rank := range slices.Sorted(maps.Keys(m.returned)) {
+			if m.returned[rank] < seq {
+				m.mu.Unlock()
+				cancel(fmt.Errorf("worker %d returned before its barrier %d, where this worker waits for it: "+
+					"every worker of a stage must call Barrier as often as the others", rank, seq))
+				return
+			}
+		}
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

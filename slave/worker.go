@@ -59,7 +59,7 @@ func (w *worker) run() {
 		w.epochStart, w.lastReport = time.Now(), time.Now()
 		err = call(w.fn, info)
 		if w.local != nil {
-			if ferr := w.local.finish(w.ctx, w.rank, err != nil); err == nil {
+			if ferr := w.local.finish(w.ctx, w.rank, err != nil, w.barriers); err == nil {
 				err = ferr
 			}
 		}
@@ -68,7 +68,7 @@ func (w *worker) run() {
 			err = w.client.Finish()
 		}
 	} else if w.local != nil {
-		w.local.finish(w.ctx, w.rank, true)
+		w.local.finish(w.ctx, w.rank, true, w.barriers)
 	}
 	if w.client != nil {
 		w.client.Close()
@@ -265,9 +265,16 @@ func (w *worker) barrier(epoch int) error {
 	if err != nil {
 		return err
 	}
-	msg, err := w.s.askMaster(w.ctx, w.s.subj.Barrier(), req, 0) // as long as the slowest worker takes
+	ctx := w.ctx
+	if w.local != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(w.ctx)
+		defer cancel(nil)
+		go w.local.watchBarrier(ctx, w.barriers, cancel)
+	}
+	msg, err := w.s.askMaster(ctx, w.s.subj.Barrier(), req, 0) // as long as the slowest worker takes
 	if err != nil {
-		if cause := context.Cause(w.ctx); cause != nil {
+		if cause := context.Cause(ctx); cause != nil {
 			return fmt.Errorf("barrier %d: %w", w.barriers, cause)
 		}
 		return fmt.Errorf("barrier %d: asking the master: %w", w.barriers, err)

@@ -172,8 +172,9 @@ func (i *Info) Clock() error { return i.Runtime.Clock() }
 // worker reads the same model until one writes again: use it before
 // measuring the model a stage leaves behind (a final test evaluation),
 // or between the phases of an algorithm. A worker that fails or a stage
-// that ends makes the others' Barrier return an error. Costs one round
-// trip to the master.
+// that ends makes the others' Barrier return an error, and so does one
+// that returns before a Barrier the others wait at (it fails the stage,
+// naming that worker). Costs one round trip to the master.
 func (i *Info) Barrier() error { return i.Runtime.Barrier() }
 
 // Share is this worker's part of collective work among the stage's live

@@ -279,6 +279,13 @@ func TestPropertyDeathsAgainstModel(t *testing.T) {
 				if len(done) > 0 && countLive(done, live) == len(live) {
 					wantEnd = true
 				}
+				// A live worker waits at a barrier that a live worker
+				// which returned never called (done ranks wait nowhere).
+				for _, w := range waiting {
+					if len(w) > 0 && countLive(done, live) > 0 {
+						wantEnd, wantErr = true, true
+					}
+				}
 			}
 			// Compare.
 			gotRelease := 0

@@ -401,6 +401,9 @@ func (s *Stage) workerDone(ev WorkerDone) []Action {
 	for key, v := range m {
 		s.res.Metrics[key] += v
 	}
+	if out := s.abandonedBarrier(); out != nil {
+		return out
+	}
 	return s.maybeComplete()
 }
 
@@ -453,7 +456,37 @@ func (s *Stage) barrier(ev BarrierArrived) []Action {
 		out = append(out, ReleaseBarrier{Waiters: []any{old}, Err: fmt.Sprintf("worker %d arrived at barrier %d again", ev.Rank, ev.Seq)})
 	}
 	b[ev.Rank] = ev.Waiter
-	return append(out, s.releaseBarrier(ev.Seq)...)
+	if rel := s.releaseBarrier(ev.Seq); rel != nil {
+		return append(out, rel...)
+	}
+	return append(out, s.abandonedBarrier()...)
+}
+
+// abandonedBarrier fails the stage when a worker still running waits at a
+// barrier that a worker which returned never called: it would wait
+// forever (a stage function whose rank 0 returned early while the others
+// called Barrier hung its task until cancelled).
+func (s *Stage) abandonedBarrier() []Action {
+	if s.stopped {
+		return nil
+	}
+	for _, seq := range slices.Sorted(maps.Keys(s.barriers)) {
+		b := s.barriers[seq]
+		waiting := false
+		for r := range b {
+			waiting = waiting || (!s.out[r] && !s.deadRank[r])
+		}
+		if !waiting {
+			continue
+		}
+		for _, r := range slices.Sorted(maps.Keys(s.out)) {
+			if _, arrived := b[r]; !arrived && !s.deadRank[r] {
+				return s.finish(s.stageErr(fmt.Errorf("worker %d returned before its barrier %d, where other workers wait for it: "+
+					"every worker of a stage must call Barrier (and, in a task that takes checkpoints, ReportEpoch) as often as the others", r, seq)))
+			}
+		}
+	}
+	return nil
 }
 
 // releaseBarrier answers barrier seq's waiters once every live rank

@@ -143,10 +143,23 @@ func TestSteps(t *testing.T) {
 			{BarrierArrived{Stage: 1, Rank: 2, Seq: 0, Waiter: "c"}, nil},
 			{BarrierArrived{Stage: 0, Rank: 2, Seq: 0, Waiter: "x"}, []string{"ReleaseBarrier"}}, // wrong stage: error
 			{BarrierArrived{Stage: 1, Rank: 1, Seq: 0, Waiter: "d"}, []string{"ReleaseBarrier"}},
+			{done(1, "s1", time.Second), nil}, // its request "b" is stale
 			{done(0, "s1", time.Second), nil},
-			{done(1, "s1", time.Second), nil},
 			{done(2, "s2", time.Second), []string{"ReleaseBarrier", "StageFinished"}}, // "b" still waits
 		}, ""},
+		// A worker that returns while others wait at a barrier it never
+		// called: they waited forever, and the task hung until cancelled.
+		{"a worker returns while the others wait at a barrier", []step{
+			{BarrierArrived{Stage: 1, Rank: 1, Seq: 1, Waiter: "b"}, nil},
+			{done(0, "s1", time.Second), []string{"ReleaseBarrier", "StageFinished"}},
+		}, "stage 1 (train): worker 0 returned before its barrier 1, where other workers wait for it: every worker of a stage must call Barrier"},
+		{"a worker waits at a barrier one that returned never called", []step{
+			{BarrierArrived{Stage: 1, Rank: 0, Seq: 1, Waiter: "a"}, nil},
+			{BarrierArrived{Stage: 1, Rank: 1, Seq: 1, Waiter: "b"}, nil},
+			{BarrierArrived{Stage: 1, Rank: 2, Seq: 1, Waiter: "c"}, []string{"ReleaseBarrier"}},
+			{done(2, "s2", time.Second), nil},
+			{BarrierArrived{Stage: 1, Rank: 1, Seq: 2, Waiter: "b2"}, []string{"ReleaseBarrier", "StageFinished"}},
+		}, "worker 2 returned before its barrier 2"},
 		{"epochs fold when every worker reported", []step{
 			{WorkerEpoch{Stage: 1, Rank: 0, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"loss": 1}}, nil},
 			{WorkerEpoch{Stage: 1, Rank: 1, Epoch: 1, Slave: "s1", Metrics: map[string]float64{"loss": 1}}, nil},
