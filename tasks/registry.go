@@ -19,8 +19,17 @@ var registry = struct {
 
 // Register makes fn available under name in this process. Every process of
 // a cluster must register the same names (they run the same binary).
-// Registering a name twice panics: it is a programming error.
+// Registering a name twice, an empty name or a nil fn panics: it is a
+// programming error.
 func Register(name string, fn StageFunc) {
+	if name == "" {
+		panic("tasks: Register of a stage function with an empty name (a stage names its function by it)")
+	}
+	if fn == nil {
+		// It was taken, and every worker of a stage running it failed
+		// with "stage function panicked: invalid memory address".
+		panic(fmt.Sprintf("tasks: Register(%q, nil): the stage function is nil", name))
+	}
 	registry.Lock()
 	defer registry.Unlock()
 	if _, dup := registry.m[name]; dup {

@@ -730,3 +730,31 @@ func TestParseJobRefusesANumberWrittenAsAString(t *testing.T) {
 		})
 	}
 }
+
+// Register refuses what no stage could run: a nil function was taken, and
+// every worker of a stage running it failed with "stage function
+// panicked: invalid memory address"; an empty name no stage can name.
+func TestRegisterRefusesProgrammingErrors(t *testing.T) {
+	noop := func(*tasks.Info) error { return nil }
+	for _, c := range []struct {
+		name, fn string
+		f        tasks.StageFunc
+		want     string
+	}{
+		{"nil function", "t.register-nil", nil, `tasks: Register("t.register-nil", nil): the stage function is nil`},
+		{"empty name", "", noop, "tasks: Register of a stage function with an empty name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if msg, _ := r.(string); !strings.HasPrefix(msg, c.want) {
+					t.Fatalf("panic %v, want %q", r, c.want)
+				}
+				if _, ok := tasks.Lookup(c.fn); ok {
+					t.Fatalf("%q registered anyway", c.fn)
+				}
+			}()
+			tasks.Register(c.fn, c.f)
+		})
+	}
+}
