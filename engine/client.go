@@ -35,6 +35,16 @@ type noTaskError string
 func (e noTaskError) Error() string        { return string(e) }
 func (e noTaskError) Is(target error) bool { return target == ErrNoTask }
 
+// ctlError is the error of a refused cancel: one wrapping ErrNoTask for a
+// task the master does not know (it was a bare error, unlike Status's and
+// Follow's).
+func ctlError(rep proto.CtlReply) error {
+	if rep.Unknown {
+		return noTaskError(rep.Error)
+	}
+	return errors.New(rep.Error)
+}
+
 // Client submits tasks to a master and follows them.
 type Client struct {
 	nc      *nats.Conn
@@ -189,7 +199,7 @@ func (c *Client) StopAtCheckpoint(ctx context.Context, id string) error {
 		return err
 	}
 	if !rep.OK {
-		return errors.New(rep.Error)
+		return ctlError(rep)
 	}
 	return nil
 }
@@ -234,7 +244,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	if !rep.OK {
-		return errors.New(rep.Error)
+		return ctlError(rep)
 	}
 	return nil
 }

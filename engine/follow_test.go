@@ -131,3 +131,27 @@ func TestFollowerWaitsOutAMasterWithoutAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Every request about a task the master does not know wraps ErrNoTask, as
+// the ErrNoTask doc says: Cancel and StopAtCheckpoint returned a bare
+// error, so a program could not tell a typo'd ID from a bus failure.
+func TestUnknownTaskIsErrNoTask(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		call func(id string) error
+	}{
+		{"Cancel", func(id string) error { return l.Cancel(ctx, id) }},
+		{"StopAtCheckpoint", func(id string) error { return l.StopAtCheckpoint(ctx, id) }},
+		{"Status", func(id string) error { _, err := l.Status(ctx, id); return err }},
+		{"Follow", func(id string) error { _, err := l.Follow(ctx, id, nil); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call("t-no-such-task")
+			if !errors.Is(err, engine.ErrNoTask) || !strings.Contains(err.Error(), `"t-no-such-task"`) {
+				t.Fatalf("%s of an unknown task: %v, want ErrNoTask naming the task", c.name, err)
+			}
+		})
+	}
+}

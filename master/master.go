@@ -603,10 +603,10 @@ func (m *Master) onCancel(msg *nats.Msg) {
 	var req proto.CancelRequest
 	json.Unmarshal(msg.Data, &req)
 	m.mu.Lock()
-	tr := m.tasks[req.ID]
+	tr, recovering := m.tasks[req.ID], m.recovering
 	m.mu.Unlock()
 	if tr == nil {
-		m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.ID)})
+		m.reply(msg, proto.CtlReply{Error: fmt.Sprintf("no task %q", req.ID), Unknown: !recovering})
 		return
 	}
 	if req.Checkpoint {

@@ -298,4 +298,7 @@ type CtlReply struct {
 	Live []int `json:"live,omitempty"`
 	// Lingering is the answering slave's proto.Heartbeat.Lingering.
 	Lingering int `json:"lingering,omitempty"`
+	// Unknown: a cancel's task is not one the master knows (as in
+	// StatusReply).
+	Unknown bool `json:"unknown,omitempty"`
 }
