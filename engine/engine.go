@@ -182,8 +182,8 @@ const LocalFailureTimeout = 5 * time.Second
 
 // LocalOptions size a local cluster.
 type LocalOptions struct {
-	Slaves int // default 2
-	Slots  int // per slave; default 2
+	Slaves int // 0: the default, 2 (a negative count is refused)
+	Slots  int // per slave; 0: the default, 2
 	Config ClusterConfig
 	Log    zerolog.Logger
 }
@@ -191,6 +191,10 @@ type LocalOptions struct {
 // StartLocal starts an in-process cluster and waits until every slave has
 // joined.
 func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
+	if o.Slaves < 0 || o.Slots < 0 {
+		// Taken for the defaults until now, without a word.
+		return nil, fmt.Errorf("local cluster: %d slaves of %d slots each: both must be at least 1 (0: the default, 2)", o.Slaves, o.Slots)
+	}
 	if o.Slaves <= 0 {
 		o.Slaves = 2
 	}

@@ -705,6 +705,8 @@ func TestStartLocalBadStartNoPanic(t *testing.T) {
 	}{
 		{"too many slaves", context.Background(), engine.LocalOptions{Slaves: 50000}, "at most"},
 		{"too many slots", context.Background(), engine.LocalOptions{Slots: 1 << 20}, "at most"},
+		{"negative slaves", context.Background(), engine.LocalOptions{Slaves: -1, Slots: 2}, "local cluster: -1 slaves of 2 slots each: both must be at least 1"},
+		{"negative slots", context.Background(), engine.LocalOptions{Slots: -4}, "local cluster: 0 slaves of -4 slots each: both must be at least 1"},
 		{"canceled during start-up", canceled, engine.LocalOptions{Slaves: 8}, "context canceled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
