@@ -119,8 +119,14 @@ func (c *Client) request(ctx context.Context, subject string, req, rep any) erro
 	return json.Unmarshal(msg.Data, rep)
 }
 
+// errNilTask is the answer to a nil task: it panicked in Normalize.
+var errNilTask = errors.New("engine: the task is nil (build it with tasks.NewTask or tasks.LoadJob)")
+
 // Submit validates the task against this process's registry and sends it.
 func (c *Client) Submit(ctx context.Context, t *tasks.MultiStageTask) (string, error) {
+	if t == nil {
+		return "", errNilTask
+	}
 	t.Normalize()
 	if err := t.Validate(); err != nil {
 		return "", err
@@ -258,6 +264,9 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 // submitted without an ID gets one here, in t.ID; to submit the same
 // task again, set t.ID to "" first (an ID is refused a second time).
 func (c *Client) SubmitAndWait(ctx context.Context, t *tasks.MultiStageTask, fn func(status.Event)) (status.Task, error) {
+	if t == nil {
+		return status.Task{}, errNilTask
+	}
 	t.Normalize()
 	if err := t.Validate(); err != nil {
 		return status.Task{}, err
@@ -292,6 +301,10 @@ func (c *Client) SubmitAllAndWait(ctx context.Context, ts []*tasks.MultiStageTas
 	for i, t := range ts {
 		if err := ctx.Err(); err != nil {
 			errs[i] = err
+			continue
+		}
+		if t == nil {
+			errs[i] = errNilTask
 			continue
 		}
 		t.Normalize()

@@ -12,6 +12,7 @@ import (
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/status"
+	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
 )
 
@@ -151,6 +152,32 @@ func TestUnknownTaskIsErrNoTask(t *testing.T) {
 			err := c.call("t-no-such-task")
 			if !errors.Is(err, engine.ErrNoTask) || !strings.Contains(err.Error(), `"t-no-such-task"`) {
 				t.Fatalf("%s of an unknown task: %v, want ErrNoTask naming the task", c.name, err)
+			}
+		})
+	}
+}
+
+// A nil task is an error of each submitting call, not a panic in
+// Normalize (a failed tasks.LoadJob's task, submitted unchecked).
+func TestSubmitOfANilTaskIsAnError(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		submit func() error
+	}{
+		{"Submit", func() error { _, err := l.Submit(ctx, nil); return err }},
+		{"SubmitAndWait", func() error { _, err := l.SubmitAndWait(ctx, nil, nil); return err }},
+		{"SubmitAllAndWait", func() error { _, errs := l.SubmitAllAndWait(ctx, []*tasks.MultiStageTask{nil}, nil); return errs[0] }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("%s(nil) panicked: %v", c.name, r)
+				}
+			}()
+			if err := c.submit(); err == nil || !strings.Contains(err.Error(), "the task is nil") {
+				t.Fatalf("%s(nil): %v, want an error saying the task is nil", c.name, err)
 			}
 		})
 	}
