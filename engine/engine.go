@@ -189,7 +189,10 @@ type LocalOptions struct {
 }
 
 // StartLocal starts an in-process cluster and waits until every slave has
-// joined.
+// joined. ctx is the cluster's life, not only its start: when it ends, the
+// master and the slaves stop (a submission is then refused, saying so), so
+// a start-up timeout's context must not be cancelled while the cluster is
+// in use. Close releases the cluster in any case.
 func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 	if o.Slaves < 0 || o.Slots < 0 {
 		// Taken for the defaults until now, without a word.
@@ -318,6 +321,7 @@ type MasterNode struct {
 
 // StartMaster starts a master: with an embedded NATS server listening on
 // cfg.NATS.Listen when cfg.NATS.URL is empty, else on the external bus.
+// The master stops when ctx ends, or at Close.
 func StartMaster(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*MasterNode, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -460,6 +464,7 @@ type SlaveNode struct {
 }
 
 // StartSlave connects to cfg.NATS.URL and joins the cluster's master.
+// The slave stops when ctx ends, or at Close.
 func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*SlaveNode, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -723,6 +723,54 @@ func TestStartLocalBadStartNoPanic(t *testing.T) {
 	}
 }
 
+// A master that stopped says why: its start context ended (StartLocal's
+// ctx is the cluster's life), or Close. It said "master is shutting down"
+// to a submission, and "context canceled" of the task Close interrupted.
+func TestStoppedMasterSaysWhy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		stop func(l *engine.Local, cancel context.CancelFunc)
+		want string
+	}{
+		{"start context ended", func(_ *engine.Local, cancel context.CancelFunc) { cancel() },
+			"the context the master was started with ended: context canceled"},
+		{"closed", func(l *engine.Local, _ context.CancelFunc) { l.Close() }, "the master was closed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l, err := engine.StartLocal(ctx, engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			task := tasks.NewTask("interrupted").SetStages(tasks.Stage{Func: "test.slow", Workers: 1})
+			before := slowStarted.Load()
+			res := make(chan error, 1)
+			go func() {
+				wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer wcancel()
+				_, err := l.SubmitAndWait(wctx, task, nil)
+				res <- err
+			}()
+			for slowStarted.Load() == before {
+				time.Sleep(5 * time.Millisecond)
+			}
+			c.stop(l, cancel)
+			if err := <-res; err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("the running task: %v, want it to say %q", err, c.want)
+			}
+			if c.name == "closed" {
+				return // its client is closed too
+			}
+			_, err = l.Submit(context.Background(), tasks.NewTask("late").SetStages(tasks.Stage{Func: "test.slow", Workers: 1}))
+			if err == nil || !strings.Contains(err.Error(), "master is shutting down: "+c.want) {
+				t.Fatalf("a later submission: %v, want it to say %q", err, c.want)
+			}
+		})
+	}
+}
+
 // A cancelled task's workers whose function ignores its context keep
 // their slots until they return: the next task that needs those slots
 // waits (the slave reports them lingering), and runs once they return.

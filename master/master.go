@@ -107,7 +107,19 @@ func New(nc *nats.Conn, cfg Config) (*Master, error) {
 // Start subscribes to the master's subjects and starts the failure
 // detector. The master stops when ctx ends or Close is called.
 func (m *Master) Start(ctx context.Context) error {
-	m.ctx, m.cancel = context.WithCancel(ctx)
+	// The causes name why the master stopped: a caller whose context
+	// ended (a start-up timeout cancelled once StartLocal returned) was
+	// told only "master is shutting down", and its tasks "context
+	// canceled".
+	var cancel context.CancelCauseFunc
+	m.ctx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		cancel(fmt.Errorf("the context the master was started with ended: %w", context.Cause(ctx)))
+	})
+	m.cancel = func() {
+		stop()
+		cancel(errClosed)
+	}
 	m.reconnects = bus.WatchReconnects(m.nc)
 	handlers := map[string]nats.MsgHandler{
 		m.subj.Join():      m.onJoin,
@@ -145,6 +157,9 @@ func (m *Master) Start(ctx context.Context) error {
 	m.log.Info().Str("policy", m.policy.Name()).Dur("dead_after", m.cfg.DeadAfter).Msg("master started")
 	return nil
 }
+
+// errClosed is why a master stopped by Close stopped.
+var errClosed = errors.New("the master was closed")
 
 // Close stops the master: running tasks are failed and their slaves told
 // to abort.
@@ -332,7 +347,7 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ctx.Err() != nil {
-		return "", errors.New("master is shutting down")
+		return "", fmt.Errorf("master is shutting down: %w", context.Cause(m.ctx))
 	}
 	m.seq++
 	if spec.ID == "" {
