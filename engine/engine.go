@@ -287,7 +287,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (l *Local, err error) {
 // Slaves are the cluster's slaves.
 func (l *Local) Slaves() []*slave.Slave { return l.slaves }
 
-// Close stops everything in reverse order.
+// Close stops everything in reverse order. It waits for the workers to
+// return: a stage function that ignores its context (info.Ctx) holds Close
+// until it returns, and the slave logs it, naming its function.
 func (l *Local) Close() {
 	if l == nil {
 		return
@@ -527,7 +529,8 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 	return &SlaveNode{Slave: s, Monitors: ms, nc: nc}, nil
 }
 
-// Close leaves the cluster.
+// Close leaves the cluster. Like Local.Close, it waits for the workers to
+// return (a stage function that ignores its context is logged, by name).
 func (n *SlaveNode) Close() {
 	n.Monitors.Close()
 	n.Slave.Close()

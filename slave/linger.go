@@ -187,3 +187,46 @@ func (s *Slave) releaseLoop() {
 		}
 	}
 }
+
+// closeWarn is how long Close waits for the slave's workers before it
+// logs those still running, and then again every lingerRewarn; closeTick
+// is how often it looks.
+var (
+	closeWarn = lingerWarn
+	closeTick = time.Second
+)
+
+// closeWait waits for the slave's goroutines. A worker whose stage
+// function ignores its context holds Close until it returns: each one is
+// logged after closeWarn, naming its task, stage and function (Close
+// hung without a word: the heartbeat loop that logs lingering workers
+// had stopped).
+func (s *Slave) closeWait() {
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	tick := time.NewTicker(min(closeTick, closeWarn))
+	defer tick.Stop()
+	start := time.Now()
+	var warned time.Time
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			if now.Sub(start) < closeWarn || !warned.IsZero() && now.Sub(warned) < lingerRewarn {
+				continue
+			}
+			warned = now
+			s.linger.mu.Lock()
+			for w := range s.linger.running {
+				s.log.Error().Str("task", w.req.Task).Int("stage", w.req.Stage).Str("func", w.stage.Func).Int("worker", w.rank).
+					Dur("waited", now.Sub(start).Round(time.Second)).
+					Msg("Close waits for a worker whose stage function ignores its context (info.Ctx): it returns only once the function does")
+			}
+			s.linger.mu.Unlock()
+		}
+	}
+}

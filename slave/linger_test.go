@@ -3,8 +3,16 @@ package slave
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/flexps/flexps/internal/bus"
+	"github.com/flexps/flexps/master"
+	"github.com/flexps/flexps/tasks"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 )
 
 // Workers count as lingering once their stage was stopped or cancelled
@@ -59,4 +67,109 @@ func TestLingerSetCounts(t *testing.T) {
 	if got := l.count("", now, nil); got != 0 {
 		t.Fatalf("after every stopped worker returned: %d lingering", got)
 	}
+}
+
+// lockedBuffer is a log sink safe for the slave's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var (
+	ignoresCtxStarted = make(chan struct{}, 1)
+	ignoresCtxRelease = make(chan struct{})
+)
+
+func init() {
+	// slave.test.ignores-ctx returns only when the test releases it.
+	tasks.Register("slave.test.ignores-ctx", func(*tasks.Info) error {
+		ignoresCtxStarted <- struct{}{}
+		<-ignoresCtxRelease
+		return nil
+	})
+}
+
+// Close waits for a worker whose stage function ignores its context, and
+// says so, naming it: it hung without a word (the heartbeat loop that
+// logs lingering workers stops first).
+func TestCloseNamesTheWorkerItWaitsFor(t *testing.T) {
+	defer func(w, tick time.Duration) { closeWarn, closeTick = w, tick }(closeWarn, closeTick)
+	closeWarn, closeTick = 50*time.Millisecond, 10*time.Millisecond
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	conn := func(name string) *nats.Conn {
+		nc, err := srv.Connect(bus.Options{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	m, err := master.New(conn("master"), master.Config{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var logs lockedBuffer
+	s := New(conn("slave-0"), Config{ID: "slave-0", Slots: 1, Log: zerolog.New(&logs)})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	task := tasks.NewTask("stubborn").SetStages(tasks.Stage{Name: "spin", Func: "slave.test.ignores-ctx", Workers: 1})
+	for {
+		_, err := m.Submit(context.Background(), task)
+		if err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // until the slave joined
+		task.ID = ""
+	}
+	<-ignoresCtxStarted
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	want := []string{"Close waits for a worker whose stage function ignores its context", `"func":"slave.test.ignores-ctx"`, `"stage":0`, `"worker":0`}
+	deadline := time.Now().Add(10 * time.Second)
+	for !containsAll(logs.String(), want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned while the worker still ran")
+	default:
+	}
+	close(ignoresCtxRelease)
+	<-closed
+	if !containsAll(logs.String(), want) {
+		t.Fatalf("the slave's log does not name the worker Close waits for (%q):\n%s", want, logs.String())
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }

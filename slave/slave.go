@@ -420,7 +420,7 @@ func (s *Slave) Close() {
 	}
 	s.closed = true // no goroutine joins wg from now on (rejoin)
 	s.mu.Unlock()
-	s.wg.Wait()
+	s.closeWait()
 	if s.kv != nil {
 		s.kv.Close()
 	}
