@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flexps/flexps/datastore"
@@ -174,6 +175,7 @@ type Local struct {
 	master   *master.Master
 	slaves   []*slave.Slave
 	conns    []*nats.Conn
+	closing  sync.Once
 }
 
 // LocalFailureTimeout is the failure timeout of a local cluster whose
@@ -289,11 +291,17 @@ func (l *Local) Slaves() []*slave.Slave { return l.slaves }
 
 // Close stops everything in reverse order. It waits for the workers to
 // return: a stage function that ignores its context (info.Ctx) holds Close
-// until it returns, and the slave logs it, naming its function.
+// until it returns, and the slave logs it, naming its function. Close may
+// be called more than once, from any goroutine; every call returns once
+// the cluster is stopped.
 func (l *Local) Close() {
 	if l == nil {
 		return
 	}
+	l.closing.Do(l.close)
+}
+
+func (l *Local) close() {
 	l.Monitors.Close()
 	// The master first: it ends its tasks and tells the slaves to drop
 	// them while they still answer (closed first, they would leave it
@@ -319,6 +327,7 @@ type MasterNode struct {
 	URL      string        // where slaves and clients connect
 	Monitors *Monitors     // status page and /metrics, when configured
 	nc       *nats.Conn
+	closing  sync.Once
 }
 
 // StartMaster starts a master: with an embedded NATS server listening on
@@ -444,8 +453,11 @@ func (cfg ClusterConfig) embeddedOptions(log zerolog.Logger) (bus.EmbeddedOption
 	return eo, nil
 }
 
-// Close stops the master and its embedded server.
-func (n *MasterNode) Close() {
+// Close stops the master and its embedded server. It may be called more
+// than once, from any goroutine, as Local.Close.
+func (n *MasterNode) Close() { n.closing.Do(n.close) }
+
+func (n *MasterNode) close() {
 	n.Monitors.Close()
 	if n.Master != nil {
 		n.Master.Close()
@@ -463,6 +475,7 @@ type SlaveNode struct {
 	Slave    *slave.Slave
 	Monitors *Monitors // /metrics, when configured
 	nc       *nats.Conn
+	closing  sync.Once
 }
 
 // StartSlave connects to cfg.NATS.URL and joins the cluster's master.
@@ -530,11 +543,14 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 }
 
 // Close leaves the cluster. Like Local.Close, it waits for the workers to
-// return (a stage function that ignores its context is logged, by name).
+// return (a stage function that ignores its context is logged, by name),
+// and it may be called more than once, from any goroutine.
 func (n *SlaveNode) Close() {
-	n.Monitors.Close()
-	n.Slave.Close()
-	n.nc.Close()
+	n.closing.Do(func() {
+		n.Monitors.Close()
+		n.Slave.Close()
+		n.nc.Close()
+	})
 }
 
 // Dial connects a client to a cluster's bus.

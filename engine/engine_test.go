@@ -891,3 +891,50 @@ func TestSubmitOfATaskTooLargeForTheBus(t *testing.T) {
 		})
 	}
 }
+
+// Close may be called from several goroutines at once (a signal handler's
+// and a deferred one): it raced on the master's subscriptions and the
+// slaves' state, and every call returns once the cluster is stopped.
+func TestConcurrentCloses(t *testing.T) {
+	state := t.TempDir()
+	if err := os.Chmod(state, 0o700); err != nil { // the role keys' dir
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T) (closers []func())
+	}{
+		{"Local", func(t *testing.T) []func() {
+			l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 1, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []func(){l.Close}
+		}},
+		{"MasterNode and SlaveNode", func(t *testing.T) []func() {
+			cfg := engine.ClusterConfig{Cluster: "closes", NATS: engine.NATSConfig{Listen: "127.0.0.1:0", StateDir: state}}
+			m, err := engine.StartMaster(context.Background(), cfg, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.NATS.URL = m.URL
+			s, err := engine.StartSlave(context.Background(), cfg, zerolog.Nop())
+			if err != nil {
+				m.Close()
+				t.Fatal(err)
+			}
+			return []func(){s.Close, m.Close}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, closeIt := range c.start(t) {
+				var wg sync.WaitGroup
+				for range 3 {
+					wg.Go(closeIt)
+				}
+				wg.Wait()
+				closeIt() // and once more after
+			}
+		})
+	}
+}
