@@ -187,7 +187,10 @@ type LocalOptions struct {
 	Slaves int // 0: the default, 2 (a negative count is refused)
 	Slots  int // per slave; 0: the default, 2
 	Config ClusterConfig
-	Log    zerolog.Logger
+	// Log is the cluster's logger; the zero Logger writes nothing (not
+	// even a slave's warnings): NewLogger(os.Stderr, "warn", "auto")
+	// gives the flexps commands' output.
+	Log zerolog.Logger
 }
 
 // StartLocal starts an in-process cluster and waits until every slave has

@@ -16,7 +16,10 @@ import (
 // address whole chunks of ChunkSize consecutive keys (the last chunk may be
 // shorter). Keys owned by the worker's own slave are served from memory;
 // the rest are batched per owner into one binary message each. A Get waits
-// as long as the stage's consistency model requires.
+// as long as the stage's consistency model requires. A worker is one
+// goroutine: its tables, like its Info, are not safe for concurrent use
+// (a stage function that computes on several goroutines calls them from
+// one at a time; go test -race reports the others).
 type Table interface {
 	Spec() kvstore.TableSpec
 	Get(keys []uint64, out []float64) error
