@@ -938,3 +938,48 @@ func TestConcurrentCloses(t *testing.T) {
 		})
 	}
 }
+
+var (
+	outliveGo   = make(chan struct{})
+	outliveErrs = make(chan error, 16)
+)
+
+func init() {
+	// test.outlives starts a goroutine that uses the worker's table after
+	// the function returned, once the test says so.
+	tasks.Register("test.outlives", func(info *tasks.Info) error {
+		t, err := info.Table("t")
+		if err != nil {
+			return err
+		}
+		go func() {
+			<-outliveGo
+			outliveErrs <- t.Add([]uint64{0}, []float64{1})
+			outliveErrs <- t.Get([]uint64{0}, make([]float64, 1))
+			outliveErrs <- t.AddChunk([]uint64{0}, make([]float64, 4))
+		}()
+		return nil
+	})
+}
+
+// A goroutine a stage function started that uses the worker's tables after
+// the function returned gets kvstore.ErrClosed: its Adds were applied (to a
+// model already written back, or a shard the next stage reads) or dropped,
+// and its Gets answered, without a word.
+func TestTablesRefuseCallsAfterTheFunctionReturned(t *testing.T) {
+	l := startLocal(t, 2, 1)
+	kinds := []string{tasks.KindPS, tasks.KindLocal, tasks.KindHogwild, tasks.KindSingle}
+	for _, kind := range kinds {
+		task := tasks.NewTask("outlives-" + kind).AddTable(kvstore.TableSpec{Name: "t", Size: 4, ChunkSize: 4}).
+			SetStages(tasks.Stage{Func: "test.outlives", Workers: 1, WorkerKind: kind})
+		if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(outliveGo)
+	for range 3 * len(kinds) {
+		if err := <-outliveErrs; !errors.Is(err, kvstore.ErrClosed) || !strings.Contains(err.Error(), "stage function returns") {
+			t.Errorf("a call after the stage function returned: %v, want kvstore.ErrClosed", err)
+		}
+	}
+}

@@ -163,9 +163,17 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
+// ErrClosed is the error of every call on a closed client's tables.
+var ErrClosed = errors.New("kvstore: the table's client is closed (a worker's tables close when its stage function returns: a goroutine it started used them after that)")
+
 // Close releases the reply inbox. Unflushed Adds may still be applied.
+// Later calls on its tables return ErrClosed: an Add was applied, or
+// dropped, without a word after the worker had ended.
 func (c *Client) Close() {
 	c.in.Close()
+	if c.err == nil {
+		c.err = ErrClosed
+	}
 }
 
 // Stats returns the client's counters.

@@ -305,7 +305,20 @@ type localTable struct {
 func (t *localTable) Spec() kvstore.TableSpec { return t.e.table.Spec() }
 
 func (t *localTable) check(keys []uint64, vals []float64, what string) error {
+	if err := t.open(); err != nil {
+		return err
+	}
 	return kvstore.CheckKeys(t.e.table.Spec(), keys, len(vals), what)
+}
+
+// open refuses a call made after the worker's stage function returned (a
+// goroutine it started outlived it): an Add was applied to a model
+// already written back, or to the next stage's, without a word.
+func (t *localTable) open() error {
+	if t.w.returned.Load() {
+		return fmt.Errorf("table %q: %w", t.e.table.Spec().Name, kvstore.ErrClosed)
+	}
+	return nil
 }
 
 func (t *localTable) wait(keys []uint64) error {
@@ -355,6 +368,9 @@ func (t *localTable) AddChunk(chunks []uint64, deltas []float64) error {
 }
 
 func (t *localTable) chunks(chunks []uint64, vals []float64, op func(uint64, int, []float64)) error {
+	if err := t.open(); err != nil {
+		return err
+	}
 	w := t.e.table.Spec().Width
 	off := 0
 	for _, id := range chunks {

@@ -30,10 +30,11 @@ type worker struct {
 	ctx        context.Context
 	local      *localModel // set for local, hogwild and single stages
 	localClock int64
-	barriers   int    // barriers passed
-	live       []int  // the stage's live ranks as of the last barrier (nil: all)
-	psClock    int64  // the KV client's clock (ps stages), for idle ticks
-	inc        uint64 // the slave's membership incarnation when the worker started (KV fencing)
+	returned   atomic.Bool // its stage function returned: its local tables refuse calls
+	barriers   int         // barriers passed
+	live       []int       // the stage's live ranks as of the last barrier (nil: all)
+	psClock    int64       // the KV client's clock (ps stages), for idle ticks
+	inc        uint64      // the slave's membership incarnation when the worker started (KV fencing)
 
 	client     *kvstore.Client
 	caches     []*kvstore.CachedTable
@@ -58,6 +59,7 @@ func (w *worker) run() {
 		}
 		w.epochStart, w.lastReport = time.Now(), time.Now()
 		err = call(w.fn, info)
+		w.returned.Store(true)
 		if w.local != nil {
 			if ferr := w.local.finish(w.ctx, w.rank, err != nil, w.barriers); err == nil {
 				err = ferr
