@@ -51,23 +51,43 @@ type Client struct {
 	subj    bus.Subjects
 	cluster string
 	owned   bool
-	// Timeout bounds each request to the master (default 30s; a
+	// Timeout bounds each request to the master (0: the default, 30s; a
 	// submission lists the task's inputs, which may take a while on HDFS).
 	Timeout time.Duration
 	// BusLost is how long a follower waits for a bus it lost (the master
 	// embeds it: killed, it takes the bus along), or for a master to
 	// answer on a bus that is up, before it says the master is gone
-	// (default 10s; a master restarted within it is followed on).
+	// (0: the default, 10s; a master restarted within it is followed on).
 	BusLost time.Duration
 	// ExternalBusLost is BusLost for a master on an external NATS server
 	// (its status answer says so), which it and its tasks outlive
-	// (default 5m).
+	// (0: the default, 5m).
 	ExternalBusLost time.Duration
 	external        atomic.Bool // the last status answer named an external bus
 }
 
+// Defaults of the Client's durations, also for one set to 0: a Timeout of
+// 0 failed every request at once with "no master answered".
+const (
+	defaultTimeout         = 30 * time.Second
+	defaultBusLost         = 10 * time.Second
+	defaultExternalBusLost = 5 * time.Minute
+)
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
 // url names the bus for messages, also while disconnected.
 func (c *Client) url() string {
+	if c.nc.Opts.InProcessServer != nil {
+		// Its options' URL is NATS's default, 127.0.0.1:4222, where
+		// another cluster may well run.
+		return "the in-process bus"
+	}
 	if u := c.nc.ConnectedUrlRedacted(); u != "" {
 		return u
 	}
@@ -82,7 +102,10 @@ func (c *Client) url() string {
 
 // NewClient talks to the master of cluster over nc.
 func NewClient(nc *nats.Conn, cluster string) *Client {
-	return &Client{nc: nc, subj: bus.For(cluster), cluster: cluster, Timeout: 30 * time.Second, BusLost: 10 * time.Second, ExternalBusLost: 5 * time.Minute}
+	if cluster == "" {
+		cluster = "default" // as bus.For reads it
+	}
+	return &Client{nc: nc, subj: bus.For(cluster), cluster: cluster, Timeout: defaultTimeout, BusLost: defaultBusLost, ExternalBusLost: defaultExternalBusLost}
 }
 
 // Close closes the connection if the client opened it.
@@ -101,7 +124,7 @@ func (c *Client) request(ctx context.Context, subject string, req, rep any) erro
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, orDefault(c.Timeout, defaultTimeout))
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
@@ -377,12 +400,12 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 				down = time.Now()
 			}
 			if c.external.Load() {
-				if time.Since(down) >= c.ExternalBusLost {
+				if time.Since(down) >= orDefault(c.ExternalBusLost, defaultExternalBusLost) {
 					return status.Task{}, fmt.Errorf("following task %s: %w: the external NATS server of cluster %q at %s has been unreachable for %v; "+
 						"the master and its slaves wait for it, and the task goes on when it is back (flexps status %s)",
 						id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)
 				}
-			} else if time.Since(down) >= c.BusLost {
+			} else if time.Since(down) >= orDefault(c.BusLost, defaultBusLost) {
 				return status.Task{}, fmt.Errorf("following task %s: %w: the bus of cluster %q at %s has been unreachable for %v; "+
 					"a master that embeds it died with it, and the task with the master (a task with a [checkpoint] dir is resumed under its id by a master restarted on the same state_dir: flexps status %s)",
 					id, ErrNoMaster, c.cluster, c.url(), time.Since(down).Round(time.Second), id)
@@ -398,7 +421,7 @@ func (c *Client) wait(ctx context.Context, id string, sub *nats.Subscription, fn
 					if silent.IsZero() {
 						silent = time.Now()
 					}
-					if time.Since(silent) >= c.BusLost {
+					if time.Since(silent) >= orDefault(c.BusLost, defaultBusLost) {
 						return status.Task{}, fmt.Errorf("following task %s: %w (for %v)", id, err, time.Since(silent).Round(time.Second))
 					}
 				} else {

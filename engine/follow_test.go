@@ -11,6 +11,7 @@ import (
 	"github.com/flexps/flexps/engine"
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
@@ -180,5 +181,40 @@ func TestSubmitOfANilTaskIsAnError(t *testing.T) {
 				t.Fatalf("%s(nil): %v, want an error saying the task is nil", c.name, err)
 			}
 		})
+	}
+}
+
+// A Client's durations set to 0 take their defaults: a Timeout of 0 failed
+// every request at once with "no master answered". And a request no master
+// answers on an in-process bus names that bus and the cluster's name, not
+// NATS's default URL (nats://127.0.0.1:4222, where another cluster may
+// run) and "".
+func TestClientZeroDurationsAndNoMasterMessage(t *testing.T) {
+	l := startLocal(t, 1, 1)
+	l.Timeout, l.BusLost, l.ExternalBusLost = 0, 0, 0
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := l.Status(ctx, ""); err != nil {
+		t.Fatalf("Status with Timeout 0: %v", err)
+	}
+	if _, err := l.SubmitAndWait(ctx, tasks.NewTask("zero").AddTable(kvstore.TableSpec{Name: "t", Size: 4}).SetStages(tasks.Stage{Func: "test.fill", Workers: 1}), nil); err != nil {
+		t.Fatalf("SubmitAndWait with Timeout 0: %v", err)
+	}
+
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect(bus.Options{Name: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := engine.NewClient(nc, "")
+	c.Timeout = 200 * time.Millisecond
+	_, err = c.Status(ctx, "")
+	if want := `no master answered for cluster "default" on the in-process bus`; !errors.Is(err, engine.ErrNoMaster) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Status without a master: %v, want ErrNoMaster saying %q", err, want)
 	}
 }
