@@ -81,6 +81,18 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
+// closedErr says, of a call on a closed connection, who closed it: it was
+// NATS's bare "nats: connection closed".
+func (c *Client) closedErr(err error) error {
+	if !errors.Is(err, nats.ErrConnectionClosed) {
+		return err
+	}
+	if c.owned {
+		return fmt.Errorf("engine: the client was closed (Client.Close): %w", err)
+	}
+	return fmt.Errorf("engine: the client's connection was closed (Local.Close, or its owner's): %w", err)
+}
+
 // url names the bus for messages, also while disconnected.
 func (c *Client) url() string {
 	if c.nc.Opts.InProcessServer != nil {
@@ -137,7 +149,7 @@ func (c *Client) request(ctx context.Context, subject string, req, rep any) erro
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("%w for cluster %q on %s: %v", ErrNoMaster, c.cluster, c.url(), err)
 		}
-		return err
+		return c.closedErr(err)
 	}
 	return json.Unmarshal(msg.Data, rep)
 }
@@ -375,7 +387,7 @@ func (c *Client) Follow(ctx context.Context, id string, fn func(status.Event)) (
 func (c *Client) follow(id string) (*nats.Subscription, error) {
 	sub, err := c.nc.SubscribeSync(c.subj.TaskEvents(id))
 	if err != nil {
-		return nil, err
+		return nil, c.closedErr(err)
 	}
 	sub.SetPendingLimits(-1, -1)
 	return sub, c.nc.Flush()
@@ -482,7 +494,7 @@ func (c *Client) WatchMembership(fn func(Membership)) (stop func(), err error) {
 		fn(v)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch membership: %w", err)
+		return nil, fmt.Errorf("watch membership: %w", c.closedErr(err))
 	}
 	if err := c.nc.Flush(); err != nil {
 		sub.Unsubscribe()

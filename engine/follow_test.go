@@ -15,6 +15,7 @@ import (
 	"github.com/flexps/flexps/status"
 	"github.com/flexps/flexps/tasks"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 )
 
 // A follower whose bus dies with the master that embedded it (kill -9 of
@@ -216,5 +217,35 @@ func TestClientZeroDurationsAndNoMasterMessage(t *testing.T) {
 	_, err = c.Status(ctx, "")
 	if want := `no master answered for cluster "default" on the in-process bus`; !errors.Is(err, engine.ErrNoMaster) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Status without a master: %v, want ErrNoMaster saying %q", err, want)
+	}
+}
+
+// A call on a closed cluster's or client's connection says who closed it:
+// it was NATS's bare "nats: connection closed".
+func TestCallsAfterCloseSaySo(t *testing.T) {
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 1, Slots: 1, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	ctx := context.Background()
+	task := tasks.NewTask("late").SetStages(tasks.Stage{Func: "test.fill", Workers: 1})
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Submit", func() error { _, err := l.Submit(ctx, task); task.ID = ""; return err }},
+		{"SubmitAndWait", func() error { _, err := l.SubmitAndWait(ctx, task, nil); task.ID = ""; return err }},
+		{"Status", func() error { _, err := l.Status(ctx, ""); return err }},
+		{"Cancel", func() error { return l.Cancel(ctx, "t1") }},
+		{"Follow", func() error { _, err := l.Follow(ctx, "t1", nil); return err }},
+		{"WatchMembership", func() error { _, err := l.WatchMembership(func(engine.Membership) {}); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if want := "the client's connection was closed (Local.Close"; !errors.Is(err, nats.ErrConnectionClosed) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%s after Close: %v, want it to say %q", c.name, err, want)
+			}
+		})
 	}
 }
