@@ -8,6 +8,7 @@
 package tasks
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -511,6 +512,11 @@ func (s Stage) validate(t *MultiStageTask, registry bool) error {
 		// A task travels as JSON, which has no NaN or infinity.
 		if f, ok := s.Params[k].(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
 			return keyErrf("params", "param %q: want a finite number, got %v", k, f)
+		}
+		if _, err := json.Marshal(s.Params[k]); err != nil {
+			// Submit failed with the bare "json: unsupported type:
+			// func()", naming neither the stage nor the param.
+			return keyErrf("params", "param %q: %v: a task travels as JSON (numbers, strings, booleans, lists and maps of them)", k, err)
 		}
 	}
 	if check, ok := lookupParams(s.Func); ok {

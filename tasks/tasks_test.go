@@ -758,3 +758,32 @@ func TestRegisterRefusesProgrammingErrors(t *testing.T) {
 		})
 	}
 }
+
+// A param that JSON cannot carry is refused naming the stage and the
+// param; Submit failed with the bare "json: unsupported type: func()".
+func TestParamsThatDoNotTravelAsJSON(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		value any
+		want  string
+	}{
+		{"function", func() {}, `stage 0 (fit): params: param "p": json: unsupported type: func(): a task travels as JSON`},
+		{"channel", make(chan int), `param "p": json: unsupported type: chan int`},
+		{"float32 NaN", float32(math.NaN()), `param "p": json: unsupported value: NaN`},
+		{"map with a function", map[string]any{"f": func() {}}, `param "p": json: unsupported type: func()`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			task := tasks.NewTask("j").SetStages(tasks.Stage{Name: "fit", Func: "t.noop", Params: tasks.Params{"p": c.value}})
+			task.Normalize()
+			err := task.Validate()
+			if !errors.Is(err, tasks.ErrInvalid) || err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate: %v, want an invalid task saying %q", err, c.want)
+			}
+		})
+	}
+	ok := tasks.NewTask("j").SetStages(tasks.Stage{Func: "t.noop", Params: tasks.Params{"s": []int{1}, "m": map[string]float64{"a": 1}, "b": true}})
+	ok.Normalize()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("JSON-able params refused: %v", err)
+	}
+}
