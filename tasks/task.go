@@ -345,7 +345,9 @@ func (t *MultiStageTask) validate(registry bool) error {
 	seen := map[string]bool{}
 	for j, spec := range t.Tables {
 		if err := spec.WithDefaults().Validate(); err != nil {
-			fe := &FieldError{Section: "table", Index: j, Name: spec.Name, Err: fmt.Errorf("task %q: %w", t.Name, err)}
+			// ErrInvalid too, as every validation error (it wrapped only
+			// kvstore.ErrBadSpec).
+			fe := &FieldError{Section: "table", Index: j, Name: spec.Name, Err: fmt.Errorf("%w: task %q: %w", ErrInvalid, t.Name, err)}
 			if se := (*kvstore.SpecError)(nil); errors.As(err, &se) {
 				fe.Keys = []string{se.Field}
 				if se.Also != "" {

@@ -787,3 +787,27 @@ func TestParamsThatDoNotTravelAsJSON(t *testing.T) {
 		t.Fatalf("JSON-able params refused: %v", err)
 	}
 }
+
+// A bad table spec is a validation error like the others: it wraps
+// ErrInvalid (as the doc says every one does) and kvstore.ErrBadSpec; it
+// wrapped only the latter.
+func TestBadTableSpecIsErrInvalid(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spec kvstore.TableSpec
+		want string
+	}{
+		{"size 0", kvstore.TableSpec{Name: "w"}, `invalid task: task "j": invalid table spec: table "w": size: must be > 0`},
+		{"dtype", kvstore.TableSpec{Name: "w", Size: 2, DType: "float16"}, `table "w": dtype: must be float32 or float64, got "float16"`},
+		{"no name", kvstore.TableSpec{Size: 2}, "invalid task: task \"j\": invalid table spec: a table needs a name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			task := tasks.NewTask("j").AddTable(c.spec).SetStages(tasks.Stage{Func: "t.noop"})
+			task.Normalize()
+			err := task.Validate()
+			if !errors.Is(err, tasks.ErrInvalid) || !errors.Is(err, kvstore.ErrBadSpec) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate: %v, want ErrInvalid and ErrBadSpec saying %q", err, c.want)
+			}
+		})
+	}
+}
