@@ -184,7 +184,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 	if mach == nil {
 		t.mu.Unlock()
 		if b, ok := ev.(lifecycle.BarrierArrived); ok {
-			t.m.reply(b.Waiter.(*nats.Msg), proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", t.spec.ID, b.Stage)})
+			t.m.reply(waiterMsg(b.Waiter), proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", t.spec.ID, b.Stage)})
 		}
 		return
 	}
