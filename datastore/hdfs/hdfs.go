@@ -300,6 +300,8 @@ func (s *Source) parse(raw string) (hdfsURL, error) {
 }
 
 // client returns the (cached) client for u's namenodes, connecting if needed.
+// Its errors name u and the namenodes: callers (flexps eval's --model and
+// --data, an input's listing) pass them on as they are.
 func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -356,7 +358,7 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
+		return nil, fmt.Errorf("datastore: hdfs %s: namenode %s: %w", u.url(u.path), key, err)
 	}
 	// The client caches the namenode's server defaults on first use without
 	// a lock, and readers sharing it race on that; filling it here, under
@@ -365,7 +367,7 @@ func (s *Source) client(ctx context.Context, u hdfsURL) (*gohdfs.Client, error) 
 	// service that is no namenode) fails here, once, not in every call.
 	if _, err := c.ServerDefaults(); err != nil {
 		closeClient(c, conns)
-		return nil, fmt.Errorf("datastore: hdfs namenode %s: %w", key, err)
+		return nil, fmt.Errorf("datastore: hdfs %s: namenode %s: %w", u.url(u.path), key, err)
 	}
 	s.connects.Add(1)
 	s.clients[key] = c

@@ -435,12 +435,26 @@ func TestHDFSUnreachableNamenode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	_, err = s.Blocks(context.Background(), "hdfs://"+addr+"/data", 0)
-	if err == nil || !strings.Contains(err.Error(), addr) {
-		t.Errorf("got %v, want an error naming %s", err, addr)
-	}
-	if _, err := s.Open(context.Background(), "hdfs://"+addr+"/data", 0); err == nil || !strings.Contains(err.Error(), addr) {
-		t.Errorf("Open: got %v, want an error naming %s", err, addr)
+	// Each names the URL too: flexps eval --model on a namenode that was
+	// down said only "model: datastore: hdfs namenode ADDR: ...", and its
+	// --data not even which flag.
+	ctx := context.Background()
+	for _, tc := range []struct {
+		op  string
+		url string
+		do  func(url string) error
+	}{
+		{"Blocks", "/data/train.libsvm", func(u string) error { _, err := s.Blocks(ctx, u, 0); return err }},
+		{"Files", "/data/part-*", func(u string) error { _, err := s.Files(ctx, u); return err }},
+		{"Open", "/out/lr.model", func(u string) error { _, err := s.Open(ctx, u, 0); return err }},
+		{"Create", "/out/new.model", func(u string) error { _, err := s.Create(ctx, u); return err }},
+		{"Remove", "/ck/ckpt-000001.flexps", func(u string) error { return s.Remove(ctx, u) }},
+	} {
+		url := "hdfs://" + addr + tc.url
+		err := tc.do(url)
+		if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), url) {
+			t.Errorf("%s: got %v, want an error naming %s and the namenode %s", tc.op, err, url, addr)
+		}
 	}
 }
 
