@@ -2,6 +2,8 @@ package tasks
 
 import (
 	"fmt"
+	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -81,4 +83,33 @@ func (c Checkpoint) validate() error {
 	}
 	_, _, err := c.Schedule()
 	return err
+}
+
+// sameLocation reports whether two paths name one place: local paths
+// cleaned, URLs (hdfs://host:port/p) with their paths cleaned.
+func sameLocation(a, b string) bool { return cleanLocation(a) == cleanLocation(b) }
+
+func cleanLocation(p string) string {
+	if scheme, rest, ok := strings.Cut(p, "://"); ok {
+		auth, rest, _ := strings.Cut(rest, "/")
+		return scheme + "://" + auth + path.Clean("/"+rest)
+	}
+	return filepath.Clean(p)
+}
+
+// readsCheckpoints reports whether an input path lists the files a
+// checkpoint dir holds: the dir itself, or a glob of its files that a
+// checkpoint's name (ckpt-NNNNNN.flexps) matches.
+func readsCheckpoints(input, dir string) bool {
+	if sameLocation(input, dir) {
+		return true
+	}
+	in := cleanLocation(input)
+	i := strings.LastIndexByte(in, '/')
+	if i < 0 {
+		return false
+	}
+	base := in[i+1:]
+	ok, _ := path.Match(base, "ckpt-000001.flexps")
+	return ok && strings.ContainsAny(base, "*?[") && sameLocation(in[:i+1], dir)
 }

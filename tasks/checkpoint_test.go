@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,53 @@ keep = 3`)))
 		_, _, err := ParseJob("j.toml", []byte(strings.ReplaceAll(strings.Replace(job, "%s", "t.noop", 1), "%s", bad.body)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: err %v, want %q", bad.body, err, bad.want)
+		}
+	}
+}
+
+// A checkpoint dir that is the job's output, or that an input lists, is
+// refused when the job is read, naming the line. Until now the output's
+// submission made the dir and then refused the output as "is a
+// directory"; an input of the dir read the checkpoints as records on the
+// next run or the resume ("label \"Y?\x00...\" is not a number").
+func TestCheckpointDirNotOutputNorInput(t *testing.T) {
+	job := `name = "j"
+output = "%s"
+[[table]]
+name = "w"
+size = 10
+[input.train]
+path = "%s"
+[[stage]]
+func = "t.noop"
+[checkpoint]
+dir = "%s"
+`
+	for _, c := range []struct {
+		output, input, dir string
+		want               string // "" for accepted
+	}{
+		{"out/m.model", "data/train.libsvm", "out/ck", ""},
+		{"out/ck/m.model", "data", "out/ck", ""},
+		{"out/ck", "data", "out/ck", "j.toml line 2: invalid task: task \"j\": output out/ck is the checkpoint dir"},
+		{"out/ck/", "data", "./out/ck", "output out/ck/ is the checkpoint dir"},
+		{"hdfs://nn:8020/ck", "hdfs://nn:8020/data", "hdfs://nn:8020/ck/", "is the checkpoint dir"},
+		{"hdfs://other:8020/ck", "hdfs://nn:8020/data", "hdfs://nn:8020/ck", ""},
+		{"m.model", "data/m2", "data/m2", "j.toml line 7: invalid task: task \"j\": input \"train\" (data/m2) would read the checkpoints"},
+		{"m.model", "hdfs://nn:8020/data/m2/", "hdfs://nn:8020/data//m2", "input \"train\" (hdfs://nn:8020/data/m2/) would read the checkpoints"},
+		{"m.model", "hdfs://nn:8020/data/m2/*", "hdfs://nn:8020/data/m2", "would read the checkpoints"},
+		{"m.model", "data/m2/ckpt-*", "data/m2", "would read the checkpoints"},
+		{"m.model", "data/m2/*.libsvm", "data/m2", ""},
+		{"m.model", "data/m2/train.libsvm", "data/m2", ""},
+		{"m.model", "data/m2", "data/m2/ck", ""},
+	} {
+		src := fmt.Sprintf(job, c.output, c.input, c.dir)
+		_, _, err := ParseJob("j.toml", []byte(src))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("output %s, input %s, dir %s: %v", c.output, c.input, c.dir, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("output %s, input %s, dir %s: err %v, want %q", c.output, c.input, c.dir, err, c.want)
 		}
 	}
 }

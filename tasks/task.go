@@ -435,6 +435,19 @@ func (t *MultiStageTask) validate(registry bool) error {
 			}
 		}
 	}
+	if d := t.Checkpoint.Dir; d != "" {
+		if t.Output != "" && sameLocation(t.Output, d) {
+			// The submission made the dir, then refused the output as a
+			// directory.
+			return bad("", "", "output", "output %s is the checkpoint dir: name a file for the model (one in that dir will do)", t.Output)
+		}
+		for _, name := range slices.Sorted(maps.Keys(t.Inputs)) {
+			if p := t.Inputs[name].Path; readsCheckpoints(p, d) {
+				// The next run, or a resume, read the checkpoints as records.
+				return bad("input", name, "path", "input %q (%s) would read the checkpoints of the checkpoint dir %s as data: give the checkpoints a dir of their own", name, p, d)
+			}
+		}
+	}
 	for i, s := range t.Stages {
 		if err := s.validate(t, registry); err != nil {
 			fe := &FieldError{Section: "stage", Index: i, Err: fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, s.Name, err)}
