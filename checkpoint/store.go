@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -209,6 +210,21 @@ func loadEntry(ctx context.Context, st Store, e Entry) (*Checkpoint, error) {
 // ErrNone is wrapped when a directory holds no usable checkpoint.
 var ErrNone = errors.New("no usable checkpoint")
 
+// isFile reports whether bs, the blocks of p, are those of p itself, a
+// file: a directory's are those of the files in it.
+func isFile(bs []datastore.Block, p string) bool {
+	if len(bs) == 0 {
+		return false
+	}
+	for _, b := range bs {
+		if b.Path != bs[0].Path {
+			return false
+		}
+	}
+	f, d := path.Clean(bs[0].Path), path.Clean(p)
+	return path.Base(f) == path.Base(d) && path.Dir(f) != d
+}
+
 // Latest loads the newest valid checkpoint in dir and returns it with its
 // path and the newer files it skipped (torn, corrupt), each with why.
 func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []Skipped, error) {
@@ -218,9 +234,16 @@ func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []S
 	}
 	entries := Newest(paths)
 	if len(entries) == 0 {
-		if _, err := st.Blocks(ctx, dir, 1<<62); errors.Is(err, fs.ErrNotExist) {
+		bs, err := st.Blocks(ctx, dir, 1<<62)
+		if errors.Is(err, fs.ErrNotExist) {
 			// A mistyped directory is not an empty one.
 			return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: no such directory (give the job's [checkpoint] dir)", dir, ErrNone)
+		}
+		if err == nil && isFile(bs, dir) {
+			// --resume DIR/ckpt-000003.flexps (flexps run says so of a
+			// local one before it starts; flexps submit and hdfs:// did
+			// not: "the directory holds no ckpt-*.flexps files").
+			return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: not a directory (give the job's [checkpoint] dir, not a file in it)", dir, ErrNone)
 		}
 		return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: the directory holds no %s files", dir, ErrNone, pattern)
 	}

@@ -235,17 +235,53 @@ func TestLatestNamesAMissingDirectory(t *testing.T) {
 	ctx := context.Background()
 	st := datastore.NewSources()
 	empty := t.TempDir()
+	// A dir of other files (one named as the dir) is no file for all that.
+	others := t.TempDir()
+	if err := os.WriteFile(filepath.Join(others, filepath.Base(others)), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// --resume given a checkpoint file on HDFS, not its dir: the glob
+	// under it matches nothing, the file's blocks are its own. It was
+	// told "the directory holds no ckpt-*.flexps files".
+	hdfsFile := "hdfs://nn:8020/ck/lr/ckpt-000003.flexps"
+	fake := fileStore{Sources: st, file: hdfsFile}
 	for _, tc := range []struct {
+		st        Store
 		dir, want string
 	}{
-		{filepath.Join(empty, "typo"), "no such directory"},
-		{empty, "holds no"},
+		{st, filepath.Join(empty, "typo"), "no such directory"},
+		{st, empty, "holds no"},
+		{st, others, "holds no"},
+		{fake, hdfsFile, "not a directory (give the job's [checkpoint] dir, not a file in it)"},
+		{fake, "hdfs://nn:8020/ck/lr", "holds no"},
 	} {
-		_, _, _, err := Latest(ctx, st, tc.dir)
+		_, _, _, err := Latest(ctx, tc.st, tc.dir)
 		if !errors.Is(err, ErrNone) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.dir) {
 			t.Fatalf("Latest(%s): %v, want ErrNone saying %q", tc.dir, err, tc.want)
 		}
 	}
+}
+
+// fileStore lists as HDFS does around one file: a glob under it matches
+// nothing, the file's blocks are its own, the dir holding it holds no
+// checkpoint (it is not ckpt-*'s match here).
+type fileStore struct {
+	*datastore.Sources
+	file string
+}
+
+func (f fileStore) Files(context.Context, string) ([]string, error) {
+	return nil, datastore.ErrNoInput
+}
+
+func (f fileStore) Blocks(_ context.Context, pattern string, _ int64) ([]datastore.Block, error) {
+	if pattern == f.file {
+		return []datastore.Block{{Path: f.file, Length: 10, FileSize: 10}}, nil
+	}
+	if strings.HasPrefix(pattern, f.file+"/") || strings.HasSuffix(pattern, "/ckpt-*.flexps") {
+		return nil, datastore.ErrNoInput
+	}
+	return []datastore.Block{{Path: f.file, Length: 10, FileSize: 10}}, nil
 }
 
 // A 0-byte or torn checkpoint file is never passed over in silence: as
