@@ -31,6 +31,18 @@ type Store interface {
 // (datastore.Lister): Blocks skips empty files, and a 0-byte checkpoint
 // must reach Latest to be skipped with a warning naming it, not vanish.
 func List(ctx context.Context, st Store, dir string) ([]string, error) {
+	return list(ctx, st, dir, pattern)
+}
+
+// Temps returns the paths of the temporary checkpoint files in dir
+// (".ckpt-NNNNNN.flexps.tmp-*"): a writer's being written, or one a writer
+// killed mid-write left. In a dir without a lock (hdfs://) nothing tells
+// the two apart, so they are named (Master warns), not removed.
+func Temps(ctx context.Context, st Store, dir string) ([]string, error) {
+	return list(ctx, st, dir, "."+pattern+".tmp*")
+}
+
+func list(ctx context.Context, st Store, dir, pattern string) ([]string, error) {
 	if l, ok := st.(datastore.Lister); ok {
 		out, err := l.Files(ctx, join(dir, pattern))
 		if errors.Is(err, datastore.ErrNoInput) {

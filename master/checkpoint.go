@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/flexps/flexps/checkpoint"
+	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/kvstore/transport"
@@ -448,5 +450,28 @@ func (m *Master) resumeFrom(ctx context.Context, dir string) (ck *checkpoint.Che
 	if len(skipped) > 0 {
 		warnings = append(warnings, "resuming from the older checkpoint "+path)
 	}
+	if w := m.tempsWarning(ctx, dir); w != "" {
+		warnings = append(warnings, w)
+	}
 	return ck, path, warnings, nil
+}
+
+// tempsWarning names the temporary checkpoint files in an hdfs:// (any
+// non-local) checkpoint dir, and logs it: such a dir is not locked, so a
+// temporary file a writer killed mid-write left (a master or flexps run
+// killed while it wrote a checkpoint) cannot be told from one another run
+// writes there now, and is not removed; until now it stayed, hidden, for
+// good. A local dir's are removed under its lock (submit).
+func (m *Master) tempsWarning(ctx context.Context, dir string) string {
+	if sc := datastore.Scheme(dir); sc == "" || sc == "file" {
+		return ""
+	}
+	temps, err := checkpoint.Temps(ctx, m.sources, dir)
+	if err != nil || len(temps) == 0 {
+		return ""
+	}
+	msg := fmt.Sprintf("checkpoint dir %s holds %d temporary checkpoint file(s), left by a writer killed mid-write or being written by another run writing there now (%s dirs are not locked, so they are not removed): %s; once no other run writes there, delete them",
+		dir, len(temps), datastore.Scheme(dir)+"://", strings.Join(temps, ", "))
+	m.log.Warn().Str("dir", dir).Strs("files", temps).Msg(msg)
+	return msg
 }

@@ -295,6 +295,9 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 			return "", fmt.Errorf("task %q: checkpoint dir %s: %w", spec.Name, ckpt.dir, err)
 		}
 		datastore.Abort(w)
+		if resume == nil { // a resume's are named with its warnings
+			m.tempsWarning(ctx, ckpt.dir)
+		}
 	}
 	if spec.Output != "" {
 		// Refused or unwritable outputs fail now, not after training: a

@@ -15,7 +15,8 @@ import (
 // TestHDFSCheckpointsAndResume: checkpoints go to hdfs:// (atomic
 // create-and-rename there, old ones deleted past keep); a torn newest file
 // on HDFS is skipped with a warning naming it, and `flexps submit
-// --resume hdfs://...` finishes the task from the one before.
+// --resume hdfs://...` finishes the task from the one before, naming the
+// temporary checkpoint file a killed writer left there.
 func TestHDFSCheckpointsAndResume(t *testing.T) {
 	h := miniHDFS(t)
 	dir := t.TempDir()
@@ -56,12 +57,21 @@ func TestHDFSCheckpointsAndResume(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// A temporary checkpoint file a writer killed mid-write left: an
+	// hdfs:// dir is not locked, so it is not removed, but the resume
+	// names it (it stayed hidden for good).
+	ckpath := "/ck/" + strings.ReplaceAll(t.Name(), "/", "_")
+	h.WriteFile(t, ckpath+"/.ckpt-000005.flexps.tmp-0123456789ab", []byte("cut off"))
+	temp := ckdir + "/.ckpt-000005.flexps.tmp-0123456789ab"
 	res := c.Run(2*time.Minute, "submit", "--resume", ckdir)
 	if res.Exit != 0 {
 		t.Fatalf("submit --resume failed (%d):\n%s\n%s", res.Exit, res.Stdout, lastBytes(res.Stderr, 4000))
 	}
 	if !strings.Contains(res.Stderr, "warning: skipping checkpoint "+newest+":") || !strings.Contains(res.Stdout, "resumed from checkpoint "+older) {
 		t.Fatalf("no fallback to %s with a warning naming %s:\n%s\n%s", older, newest, res.Stdout, res.Stderr)
+	}
+	if !strings.Contains(res.Stderr, "warning: checkpoint dir "+ckdir+" holds 1 temporary checkpoint file(s)") || !strings.Contains(res.Stderr, temp) {
+		t.Fatalf("no warning naming the temporary file %s:\n%s", temp, res.Stderr)
 	}
 	if rows := epochRows(res.Stdout); len(rows) != 1 || rows[0] != 4 {
 		t.Fatalf("resumed epochs %v, want [4]", rows)
