@@ -109,6 +109,7 @@ func (s *LocalSource) expand(pattern string) ([]localFile, error) {
 			return nil, fmt.Errorf("datastore: input %w", err)
 		}
 		var files []localFile
+		subdirs := 0
 		for _, e := range entries {
 			name := e.Name()
 			if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
@@ -121,10 +122,12 @@ func (s *LocalSource) expand(pattern string) ([]localFile, error) {
 			}
 			if fi.Mode().IsRegular() {
 				files = append(files, localFile{full, fi.Size()})
+			} else if fi.IsDir() {
+				subdirs++
 			}
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("datastore: input directory %q holds no data files: %w", pattern, ErrNoInput)
+			return nil, fmt.Errorf("datastore: input directory %q holds no data files%s: %w", pattern, SubdirsHint(pattern, subdirs), ErrNoInput)
 		}
 		return files, nil // ReadDir sorts by name
 	case err == nil:

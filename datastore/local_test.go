@@ -85,15 +85,34 @@ func TestLocalSourceErrors(t *testing.T) {
 	empty := writeFile(t, dir, "empty.txt", "")
 	s := &LocalSource{}
 	ctx := context.Background()
+	// Partitions (dt=.../part-0): a directory input does not read them,
+	// and says how to (it said only "holds no data files").
+	parts := filepath.Join(dir, "parts")
+	onlyHidden := filepath.Join(dir, "hidden")
+	for _, d := range []string{"dt=1", "dt=2", "_temporary"} {
+		if err := os.MkdirAll(filepath.Join(parts, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(onlyHidden, "_temporary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(parts, "dt=1"), "part-0", "1 1:1\n")
+	writeFile(t, filepath.Join(parts, "dt=2"), "part-0", "1 1:1\n")
+	writeFile(t, filepath.Join(parts, "_temporary"), "part-0", "1 1:1\n")
+	writeFile(t, filepath.Join(onlyHidden, "_temporary"), "part-0", "1 1:1\n")
 	tests := []struct {
 		name    string
 		pattern string
 		is      error
+		say     string
 	}{
-		{"missing", filepath.Join(dir, "nope.txt"), fs.ErrNotExist},
-		{"glob nothing", filepath.Join(dir, "*.csv"), ErrNoInput},
-		{"all empty", empty, ErrNoInput},
-		{"all empty glob", filepath.Join(dir, "*.txt"), ErrNoInput},
+		{"missing", filepath.Join(dir, "nope.txt"), fs.ErrNotExist, ""},
+		{"glob nothing", filepath.Join(dir, "*.csv"), ErrNoInput, ""},
+		{"all empty", empty, ErrNoInput, ""},
+		{"all empty glob", filepath.Join(dir, "*.txt"), ErrNoInput, ""},
+		{"only subdirectories", parts, ErrNoInput, "holds no data files (only 2 subdirectories, which a directory input does not read: to read their files, give the glob " + parts + "/*/*)"},
+		{"only hidden subdirectories", onlyHidden, ErrNoInput, "holds no data files: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,8 +120,8 @@ func TestLocalSourceErrors(t *testing.T) {
 			if !errors.Is(err, tt.is) {
 				t.Fatalf("err = %v, want %v", err, tt.is)
 			}
-			if !strings.Contains(err.Error(), tt.pattern) {
-				t.Fatalf("err %q does not name %q", err, tt.pattern)
+			if !strings.Contains(err.Error(), tt.pattern) || !strings.Contains(err.Error(), tt.say) {
+				t.Fatalf("err %q does not name %q and say %q", err, tt.pattern, tt.say)
 			}
 		})
 	}

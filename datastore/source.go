@@ -369,6 +369,22 @@ func removeTemps(dir string, match func(name string) bool) ([]string, error) {
 	return removed, nil
 }
 
+// SubdirsHint is what the error of a directory input without data files
+// adds when the directory holds subdirectories (Hive-style partitions,
+// dt=2024-01-01/): a directory input reads the files directly in it, the
+// glob DIR/*/* those of its subdirectories, locally and on HDFS.
+func SubdirsHint(dir string, subdirs int) string {
+	if subdirs == 0 {
+		return ""
+	}
+	noun := "subdirectories"
+	if subdirs == 1 {
+		noun = "subdirectory"
+	}
+	return fmt.Sprintf(" (only %d %s, which a directory input does not read: to read their files, give the glob %s/*/*)",
+		subdirs, noun, strings.TrimRight(dir, "/"))
+}
+
 // Aborter is implemented by writers from Create: Abort discards what was
 // written, leaving nothing under the final name.
 type Aborter interface{ Abort() }

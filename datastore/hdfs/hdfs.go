@@ -554,12 +554,12 @@ func (s *Source) expand(ctx context.Context, c *gohdfs.Client, u hdfsURL, patter
 		if !fi.IsDir() {
 			return []hdfsFile{fileOf(u.path, fi)}, nil
 		}
-		files, err := s.listFiles(ctx, c, u, u.path)
+		files, subdirs, err := s.listFiles(ctx, c, u, u.path)
 		if err != nil {
 			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("datastore: input directory %q holds no data files: %w", pattern, datastore.ErrNoInput)
+			return nil, fmt.Errorf("datastore: input directory %q holds no data files%s: %w", pattern, datastore.SubdirsHint(pattern, subdirs), datastore.ErrNoInput)
 		}
 		return files, nil
 	}
@@ -570,7 +570,7 @@ func (s *Source) expand(ctx context.Context, c *gohdfs.Client, u hdfsURL, patter
 	var files []hdfsFile
 	for _, m := range matches {
 		if m.fi.IsDir() {
-			sub, err := s.listFiles(ctx, c, u, m.path)
+			sub, _, err := s.listFiles(ctx, c, u, m.path)
 			if err != nil {
 				return nil, err
 			}
@@ -593,24 +593,30 @@ func fileOf(p string, fi os.FileInfo) hdfsFile {
 	return f
 }
 
-// listFiles returns the data files directly in dir, in name order.
-func (s *Source) listFiles(ctx context.Context, c *gohdfs.Client, u hdfsURL, dir string) ([]hdfsFile, error) {
+// listFiles returns the data files directly in dir, in name order, and
+// how many subdirectories it skipped.
+func (s *Source) listFiles(ctx context.Context, c *gohdfs.Client, u hdfsURL, dir string) ([]hdfsFile, int, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	entries, err := c.ReadDir(dir)
 	if err != nil {
-		return nil, s.fsErr("list", u.url(dir), err)
+		return nil, 0, s.fsErr("list", u.url(dir), err)
 	}
 	var files []hdfsFile
+	subdirs := 0
 	for _, e := range entries { // ReadDir sorts by name
 		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+		if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+			continue
+		}
+		if e.IsDir() {
+			subdirs++
 			continue
 		}
 		files = append(files, fileOf(path.Join(dir, name), e))
 	}
-	return files, nil
+	return files, subdirs, nil
 }
 
 type globMatch struct {
