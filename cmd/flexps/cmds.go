@@ -150,6 +150,11 @@ func runCmd(g *globals) *cobra.Command {
 			} else {
 				task.ID = id
 				st, err = local.SubmitAndWait(ctx, task, onEvent)
+				if st.ID == "" {
+					// Refused: an hdfs:// input its generate table does
+					// not write (local files only) is missing.
+					err = hinted(err, generateHint(jf, err))
+				}
 			}
 			err = errors.Join(err, heapErr)
 			if ctx.Err() != nil && ckDir != "" {

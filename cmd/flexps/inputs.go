@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strings"
 
@@ -60,15 +61,35 @@ func generateHint(jf *tasks.JobFile, err error) string {
 		if in.Generate == nil {
 			continue
 		}
-		cmd := fmt.Sprintf("flexps gen %s --out %s", cmp.Or(in.Generate.Kind, "libsvm"), in.Path)
+		// A generate table writes local files only, and so does flexps
+		// gen: a file on HDFS is written locally, then copied there (the
+		// hint said "flexps gen --out hdfs://...", which gen refuses, and
+		// flexps run gave none).
+		follows, copyTo := "only flexps run follows", ""
+		out, testOut := in.Path, in.Generate.TestPath
+		if sc := datastore.Scheme(in.Path); sc != "" && sc != "file" {
+			follows, copyTo = "writes local files only", in.Path
+			out = path.Base(in.Path)
+		}
+		if sc := datastore.Scheme(testOut); sc != "" && sc != "file" {
+			follows, copyTo = "writes local files only", strings.TrimPrefix(copyTo+" and "+testOut, " and ")
+			testOut = path.Base(testOut)
+		}
+		cmd := fmt.Sprintf("flexps gen %s --out %s", cmp.Or(in.Generate.Kind, "libsvm"), out)
 		what := "file"
-		if in.Generate.TestPath != "" {
-			cmd += " --test-out " + in.Generate.TestPath
+		if testOut != "" {
+			cmd += " --test-out " + testOut
 			what = "files"
 		}
+		if copyTo != "" {
+			cmd += ", then copy them to " + copyTo
+			if what == "file" {
+				cmd = strings.Replace(cmd, "copy them to", "copy it to", 1)
+			}
+		}
 		if strings.Contains(err.Error(), in.Path) {
-			return fmt.Sprintf(" (input %q has a [input.%s.generate] table, which only flexps run follows: write the %s first, e.g. with %s)",
-				name, name, what, cmd)
+			return fmt.Sprintf(" (input %q has a [input.%s.generate] table, which %s: write the %s first, e.g. with %s)",
+				name, name, follows, what, cmd)
 		}
 		if tp := in.Generate.TestPath; tp != "" && strings.Contains(err.Error(), tp) {
 			reader := "the file " + tp
@@ -78,11 +99,19 @@ func generateHint(jf *tasks.JobFile, err error) string {
 					break
 				}
 			}
-			return fmt.Sprintf(" (%s is the test_path of [input.%s.generate], which only flexps run follows: write the files first, e.g. with %s)",
-				reader, name, cmd)
+			return fmt.Sprintf(" (%s is the test_path of [input.%s.generate], which %s: write the files first, e.g. with %s)",
+				reader, name, follows, cmd)
 		}
 	}
 	return ""
+}
+
+// hinted appends hint to err's text (a nil err or "" hint: err as is).
+func hinted(err error, hint string) error {
+	if err == nil || hint == "" {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, hint)
 }
 
 // checkOutput refuses a job whose output is a file of one of its local
