@@ -146,6 +146,30 @@ func (s *Sources) For(path string) (Source, error) {
 	return o.src, o.err
 }
 
+// Canonicalizer is implemented by sources whose URLs spell one file in
+// several ways (hdfs:///p, hdfs://nameservice/p and hdfs://nn:8020//p).
+type Canonicalizer interface {
+	// Canonical is path's one spelling; path as is when it cannot say.
+	Canonical(path string) string
+}
+
+// Canonical is path's one spelling on its source (see Canonicalizer), for
+// comparing paths (an output against its task's input files); a local
+// path, or one whose source has a single spelling, as is.
+func (s *Sources) Canonical(path string) string {
+	if sc := Scheme(path); sc == "" || sc == "file" {
+		return path
+	}
+	src, err := s.For(path)
+	if err != nil {
+		return path
+	}
+	if c, ok := src.(Canonicalizer); ok {
+		return c.Canonical(path)
+	}
+	return path
+}
+
 // Blocks lists pattern's blocks on its source.
 func (s *Sources) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
 	if err := s.Check(pattern); err != nil {

@@ -343,7 +343,7 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 		}
 		blocks[name] = b
 	}
-	if name := overwritesInput(spec.Output, blocks); name != "" {
+	if name := overwritesInput(spec.Output, blocks, m.sources.Canonical); name != "" {
 		// The model was written over the data at the task's end.
 		return "", fmt.Errorf("task %q: output %s is a file of its input %q: the model would be written over it; name another output", spec.Name, spec.Output, name)
 	}
@@ -427,17 +427,19 @@ const (
 )
 
 // overwritesInput is the name of the input one of whose files is output
-// (tasks.OverwrittenInput), or "".
-func overwritesInput(output string, blocks map[string][]datastore.Block) string {
+// (tasks.OverwrittenInput), or "". URLs are compared as canon spells them:
+// an output hdfs://nn:8020/d/train.libsvm over the input hdfs:///d (the
+// configured namenode) was written over the data.
+func overwritesInput(output string, blocks map[string][]datastore.Block, canon func(string) string) string {
 	files := make(map[string][]string, len(blocks))
 	for name, bs := range blocks {
 		for _, b := range bs {
-			if n := len(files[name]); n == 0 || files[name][n-1] != b.Path {
-				files[name] = append(files[name], b.Path)
+			if n := len(files[name]); n == 0 || files[name][n-1] != canon(b.Path) {
+				files[name] = append(files[name], canon(b.Path))
 			}
 		}
 	}
-	return tasks.OverwrittenInput(output, files)
+	return tasks.OverwrittenInput(canon(output), files)
 }
 
 // sameDir reports whether two checkpoint dirs are one (local paths

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -383,6 +384,50 @@ func TestHDFSBadInput(t *testing.T) {
 		}
 		checkOneClearError(t, r.Stderr)
 	})
+}
+
+// An output that is an input's file spelled otherwise on HDFS (the
+// configured namenode's hdfs:///, an HA nameservice's name, a doubled
+// slash, the input's directory) is refused at submission, the data left
+// as it was: it was written over the training data, and the task
+// reported success.
+func TestHDFSOutputOverAnInputSpelledOtherwise(t *testing.T) {
+	h := miniHDFS(t)
+	dir := t.TempDir()
+	train, test := lrData(t, dir, 200, 50)
+	data, err := os.ReadFile(train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.WriteFile(t, "/spelled/train.libsvm", data)
+	command, env := cli()
+	c := clustertest.Start(t, clustertest.Options{Command: command, Env: env, Slaves: 1, Slots: 1, ExtraConfig: hdfsConfig(h)})
+	st := hdfs.NewSources(hdfs.Config{Namenodes: []string{h.Namenode}, User: h.Superuser})
+	defer st.Close()
+	for _, tc := range []struct{ name, input, output string }{
+		{"default namenode", "hdfs:///spelled/train.libsvm", h.URL("/spelled/train.libsvm")},
+		{"nameservice", "hdfs://ns1/spelled/train.libsvm", h.URL("/spelled/train.libsvm")},
+		{"doubled slash", h.URL("/spelled"), h.URL("//spelled//train.libsvm")},
+		{"output spelled by the default namenode", h.URL("/spelled/"), "hdfs:///spelled/train.libsvm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := lrJob(t, t.TempDir(), "spelled", tc.input, test, tc.output, 50, 1, 1, "bsp")
+			r := c.Run(time.Minute, "submit", job)
+			msg := r.Stdout + r.Stderr
+			if r.Exit == 0 || !strings.Contains(msg, "output "+tc.output+" is a file of its input \"train\"") {
+				t.Errorf("submit (exit %d) did not refuse the output over its input:\n%s", r.Exit, msg)
+			}
+			r2, err := st.Open(context.Background(), h.URL("/spelled/train.libsvm"), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r2)
+			r2.Close()
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the training data was overwritten (%d bytes, want %d; %v)", len(got), len(data), err)
+			}
+		})
+	}
 }
 
 func checkOneClearError(t *testing.T, stderr string) {

@@ -299,6 +299,20 @@ func (s *Source) parse(raw string) (hdfsURL, error) {
 	return u, nil
 }
 
+// Canonical spells an hdfs:// URL by the namenodes that serve it and its
+// cleaned path: hdfs:///p and hdfs://nameservice/p (served by the
+// configured namenodes), hdfs://nn/p (port 8020) and hdfs://nn:8020//p/ are
+// all hdfs://nn:8020/p when nn:8020 is the namenode. A URL it cannot
+// parse is returned as is. Host names are not resolved: hdfs://localhost
+// and hdfs://127.0.0.1 stay two.
+func (s *Source) Canonical(raw string) string {
+	u, err := s.parse(raw)
+	if err != nil {
+		return raw
+	}
+	return "hdfs://" + strings.Join(u.namenodes, ",") + u.path
+}
+
 // client returns the (cached) client for u's namenodes, connecting if needed.
 // Its errors name u and the namenodes: callers (flexps eval's --model and
 // --data, an input's listing) pass them on as they are.

@@ -792,3 +792,34 @@ func TestIsHDFS(t *testing.T) {
 		}
 	}
 }
+
+// One file's spellings canonicalize alike (the master compares an output
+// with its input files so); other namenodes and paths stay apart.
+func TestHDFSCanonical(t *testing.T) {
+	s, err := New(Config{Namenodes: []string{"nn:8020"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bare, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	for _, tc := range []struct {
+		src       *Source
+		url, want string
+	}{
+		{s, "hdfs:///d/train.libsvm", "hdfs://nn:8020/d/train.libsvm"},
+		{s, "hdfs://ns1/d/train.libsvm", "hdfs://nn:8020/d/train.libsvm"},
+		{s, "hdfs://nn:8020//d//train.libsvm", "hdfs://nn:8020/d/train.libsvm"},
+		{s, "hdfs://nn:8020/d/", "hdfs://nn:8020/d"},
+		{s, "hdfs://other:9000/d/train.libsvm", "hdfs://other:9000/d/train.libsvm"},
+		{bare, "hdfs://nn/d/train.libsvm", "hdfs://nn:8020/d/train.libsvm"},
+		{bare, "hdfs:///d/train.libsvm", "hdfs:///d/train.libsvm"}, // no namenode: as is
+	} {
+		if got := tc.src.Canonical(tc.url); got != tc.want {
+			t.Errorf("Canonical(%s) = %s, want %s", tc.url, got, tc.want)
+		}
+	}
+}
