@@ -90,6 +90,9 @@ func Encode(w io.Writer, c *Checkpoint) (int64, error) {
 // its tables is an error wrapping ErrFormat.
 func Decode(r io.Reader) (*Checkpoint, error) {
 	m, err := tasks.ReadModel(r)
+	if errors.Is(err, tasks.ErrModelRead) {
+		return nil, err // not the file's fault: not ErrFormat
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
 	}

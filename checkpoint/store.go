@@ -260,10 +260,35 @@ func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []S
 		return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: the directory holds no %s files", dir, ErrNone, pattern)
 	}
 	var got *Checkpoint
-	i, skipped := Pick(entries, func(e Entry) (err error) {
-		got, err = loadEntry(ctx, st, e)
-		return err
+	// A file that could not be read (its namenode or datanode died
+	// mid-read, permission) is not torn: it is not passed over for an
+	// older checkpoint, which lost the epochs between them (a checkpoint
+	// read while the namenode was killed was skipped as "table truncated").
+	var unreadable error
+	i, skipped := Pick(entries, func(e Entry) error {
+		if unreadable != nil {
+			return unreadable
+		}
+		c, err := loadEntry(ctx, st, e)
+		if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, fs.ErrNotExist) {
+			unreadable = err
+		}
+		if err != nil {
+			return err
+		}
+		got = c
+		return nil
 	})
+	if unreadable != nil {
+		var torn []Skipped // the newer files skipped before it
+		for _, s := range skipped {
+			if s.Err == unreadable {
+				break
+			}
+			torn = append(torn, s)
+		}
+		return nil, "", torn, fmt.Errorf("%w (it is not torn: an older checkpoint is not taken for it; resume again once it can be read)", unreadable)
+	}
 	if i < 0 {
 		var why []string
 		for _, s := range skipped {

@@ -401,3 +401,84 @@ func TestWritePrunesOnlyItsTasksOwnCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// brokenReadStore is the real local store whose file path fails to open
+// (n < 0), or whose reads fail after n bytes with err: a namenode or
+// datanode killed while the checkpoint is read, or (io.EOF) a file that
+// ends early.
+type brokenReadStore struct {
+	*datastore.Sources
+	path string
+	n    int64
+	err  error
+}
+
+func (b brokenReadStore) Open(ctx context.Context, p string, off int64) (io.ReadCloser, error) {
+	if p != b.path {
+		return b.Sources.Open(ctx, p, off)
+	}
+	if b.n < 0 {
+		return nil, fmt.Errorf("datastore: hdfs %s: namenode nn:8020: %w", p, b.err)
+	}
+	r, err := b.Sources.Open(ctx, p, off)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(r, b.n), errReader{b.err}), r}, nil
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// The newest checkpoint, if it cannot be read (its namenode or datanode
+// killed mid-read), fails the resume naming it and why; it is not taken
+// for torn and passed over for the one before, which lost the epochs
+// between them ("not a valid checkpoint: ... table \"w\" truncated").
+// A file that ends early still is.
+func TestLatestDoesNotSkipAnUnreadableCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	st := datastore.NewSources()
+	dir := t.TempDir()
+	for epoch := 1; epoch <= 2; epoch++ {
+		c := sample()
+		c.Progress.Epoch = epoch
+		if _, err := Write(ctx, st, dir, c, 5, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest := filepath.Join(dir, Name(2))
+	fi, err := os.Stat(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer")
+	for _, tc := range []struct {
+		name      string
+		n         int64
+		err       error
+		wantEpoch int // 0: the resume fails
+	}{
+		{"open fails", -1, reset, 0},
+		{"read fails in the header", 10, reset, 0},
+		{"read fails in a table", fi.Size() - 40, reset, 0},
+		{"read fails at the trailer", fi.Size() - 4, reset, 0},
+		{"the file ends in a table", fi.Size() - 40, io.EOF, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, path, skipped, err := Latest(ctx, brokenReadStore{st, newest, tc.n, tc.err}, dir)
+			if tc.wantEpoch == 0 {
+				if err == nil || !strings.Contains(err.Error(), "connection reset") || !strings.Contains(err.Error(), newest) || !strings.Contains(err.Error(), "it is not torn") || len(skipped) != 0 {
+					t.Fatalf("Latest: %v (loaded %s, skipped %v), want an error naming %s and its read error", err, path, skipped, newest)
+				}
+				return
+			}
+			if err != nil || c.Progress.Epoch != tc.wantEpoch || len(skipped) != 1 || !errors.Is(skipped[0].Err, ErrFormat) {
+				t.Fatalf("Latest: %v, epoch %v, skipped %v; want epoch %d with %s skipped as torn", err, c, skipped, tc.wantEpoch, newest)
+			}
+		})
+	}
+}

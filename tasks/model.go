@@ -362,7 +362,10 @@ func readWords[T uint64 | float64](r io.Reader, n int, left int64, conv func(uin
 	for len(out) < n {
 		k := min(n-len(out), len(buf)/8)
 		if _, err := io.ReadFull(r, buf[:k*8]); err != nil {
-			return nil, io.ErrUnexpectedEOF
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err // the file could not be read: no fault of its
 		}
 		for j := range k {
 			out = append(out, conv(binary.LittleEndian.Uint64(buf[j*8:])))
@@ -387,6 +390,25 @@ func (c *crcReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// truncated is the error of a table whose values could not be read: the
+// file ends early (ErrModelFormat), or reading it failed (a namenode or
+// datanode that died mid-read), which says nothing of the file: that was
+// reported as "table truncated", and a resume skipped a good checkpoint
+// as torn for it.
+func truncated(table string, err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: table %q truncated", ErrModelFormat, table)
+	}
+	return readErr(fmt.Errorf("table %q: %w", table, err))
+}
+
+// readErr is a failure to read a model's bytes (ErrModelRead).
+func readErr(err error) error { return fmt.Errorf("%w: %w", ErrModelRead, err) }
+
+// ErrModelRead is wrapped when a model file could not be read (an I/O
+// error), as opposed to read and found not a model (ErrModelFormat).
+var ErrModelRead = errors.New("model file could not be read")
+
 // ReadModel reads a model written by WriteTo.
 func ReadModel(r io.Reader) (*Model, error) { return readModel(r, -1) }
 
@@ -394,6 +416,9 @@ func ReadModel(r io.Reader) (*Model, error) { return readModel(r, -1) }
 func readModel(r io.Reader, size int64) (*Model, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	line, err := br.ReadBytes('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, readErr(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: no header line", ErrModelFormat)
 	}
@@ -422,13 +447,13 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 		if !t.Dense {
 			keys, err := readWords(body, t.Count, left(), asU64)
 			if err != nil {
-				return nil, fmt.Errorf("%w: table %q truncated", ErrModelFormat, t.Spec.Name)
+				return nil, truncated(t.Spec.Name, err)
 			}
 			t.Keys = keys
 		}
 		vals, err := readWords(body, t.Count*t.Spec.Width, left(), math.Float64frombits)
 		if err != nil {
-			return nil, fmt.Errorf("%w: table %q truncated", ErrModelFormat, t.Spec.Name)
+			return nil, truncated(t.Spec.Name, err)
 		}
 		t.Vals = vals
 		for _, k := range t.Keys {
@@ -445,7 +470,7 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 	}
 	rest, err := io.ReadAll(io.LimitReader(br, 4+int64(len(modelTrailer))+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModelFormat, err)
+		return nil, readErr(err)
 	}
 	if len(rest) != 4+len(modelTrailer) || string(rest[4:]) != modelTrailer {
 		return nil, fmt.Errorf("%w: checksum trailer missing, or data after it (truncated or corrupt file)", ErrModelFormat)
