@@ -353,6 +353,37 @@ func RemoveStaleTemps(path string) ([]string, error) {
 	return removeTemps(filepath.Dir(path), func(name string) bool { return name == base })
 }
 
+// RemoveStaleTemps is the package's RemoveStaleTemps for a local path,
+// and for a URL (hdfs://) the same on its source: the ".NAME.tmp*" files
+// beside it, listed and removed there (a restarted master removed a local
+// output's and left an hdfs:// one's for good).
+func (s *Sources) RemoveStaleTemps(ctx context.Context, path string) ([]string, error) {
+	if sc := Scheme(path); sc == "" || sc == "file" {
+		return RemoveStaleTemps(path)
+	}
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 || i == len(path)-1 {
+		return nil, nil
+	}
+	// The name as a glob of itself: "[", "*", "?" and "\\" escaped.
+	base := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`).Replace(path[i+1:])
+	temps, err := s.Files(ctx, path[:i+1]+"."+base+".tmp*")
+	if errors.Is(err, ErrNoInput) || errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, t := range temps {
+		if err := s.Remove(ctx, t); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, err
+		}
+		removed = append(removed, t)
+	}
+	return removed, nil
+}
+
 // RemoveStaleTempsOf is RemoveStaleTemps of every file in local dir whose
 // name matches glob (filepath.Match): a restarted master's checkpoint dir,
 // where its predecessor may have died writing any checkpoint. The caller

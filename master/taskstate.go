@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/checkpoint"
-	"github.com/flexps/flexps/datastore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -155,7 +154,7 @@ func (m *Master) recoverTasks() {
 		if r.Task.Output != "" {
 			// The previous master may have died writing the model: its
 			// temporary file would stay beside the output for ever.
-			removed, err := datastore.RemoveStaleTemps(r.Task.Output)
+			removed, err := m.sources.RemoveStaleTemps(m.ctx, r.Task.Output)
 			for _, p := range removed {
 				m.log.Info().Str("task", id).Str("path", p).Msg("removed the temporary output file of the previous master")
 			}

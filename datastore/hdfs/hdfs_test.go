@@ -823,3 +823,45 @@ func TestHDFSCanonical(t *testing.T) {
 		}
 	}
 }
+
+// The temporary files a writer killed mid-write left beside an hdfs://
+// output are removed (a restarted master does so before it writes the
+// model again; it removed a local output's, and left these for good), and
+// nothing else.
+func TestHDFSRemoveStaleTemps(t *testing.T) {
+	c := miniHDFS(t)
+	for _, p := range []string{"/stale/.m.model.tmp-0123456789ab", "/stale/.m.model.tmp-ba9876543210", "/stale/m.model", "/stale/.other.model.tmp-0123456789ab", "/stale/.m.model", "/stale/.m.models.tmp-x", "/stale/.a[1].model.tmp-x"} {
+		c.WriteFile(t, p, []byte("x\n"))
+	}
+	s := NewSources(Config{Namenodes: []string{c.Namenode}, User: c.Superuser, Timeout: 60 * time.Second})
+	defer s.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		output string
+		want   []string
+	}{
+		{"/stale/m.model", []string{"/stale/.m.model.tmp-0123456789ab", "/stale/.m.model.tmp-ba9876543210"}},
+		{"/stale/a[1].model", []string{"/stale/.a[1].model.tmp-x"}},
+		{"/stale/none.model", nil},
+		{"/nodir/m.model", nil},
+	} {
+		removed, err := s.RemoveStaleTemps(ctx, c.URL(tc.output))
+		var want []string
+		for _, p := range tc.want {
+			want = append(want, c.URL(p))
+		}
+		if err != nil || !slices.Equal(removed, want) {
+			t.Errorf("RemoveStaleTemps(%s) = %v, %v; want %v", tc.output, removed, err, want)
+		}
+	}
+	var left []string
+	for _, p := range []string{"/stale/m.model", "/stale/.other.model.tmp-0123456789ab", "/stale/.m.model", "/stale/.m.models.tmp-x", "/stale/.m.model.tmp-0123456789ab"} {
+		if r, err := s.Open(ctx, c.URL(p), 0); err == nil {
+			r.Close()
+			left = append(left, p)
+		}
+	}
+	if !slices.Equal(left, []string{"/stale/m.model", "/stale/.other.model.tmp-0123456789ab", "/stale/.m.model", "/stale/.m.models.tmp-x"}) {
+		t.Errorf("files left %v", left)
+	}
+}
