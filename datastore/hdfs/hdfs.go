@@ -478,7 +478,7 @@ func (s *Source) Blocks(ctx context.Context, pattern string, blockSize int64) ([
 				}
 				webOK = false
 				s.log.Warn().Err(err).Str("path", u.url(f.path)).
-					Msg("datastore: hdfs block locations unavailable; blocks will carry no hosts")
+					Msg("datastore: hdfs block locations unavailable; blocks will carry no hosts (no worker reads its slave's replicas first): set [hdfs] http, or dfs.namenode.http-address in HADOOP_CONF_DIR, to the namenode's HTTP (WebHDFS) address")
 			}
 		}
 		if !webOK {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/rs/zerolog"
 
 	"github.com/flexps/flexps/internal/hdfstest"
 )
@@ -361,7 +362,9 @@ func TestHDFSCreateRefusesADirectory(t *testing.T) {
 func TestHDFSWithoutWebHDFSFallsBack(t *testing.T) {
 	c := miniHDFS(t)
 	url, data := uploadBig(t, c)
-	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: closedAddr(t), Timeout: 5 * time.Second})
+	var logged bytes.Buffer
+	lg := zerolog.New(&logged)
+	s, err := New(Config{Namenodes: []string{c.Namenode}, HTTPAddr: closedAddr(t), Timeout: 5 * time.Second, Logger: &lg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,6 +372,10 @@ func TestHDFSWithoutWebHDFSFallsBack(t *testing.T) {
 	blocks, err := s.Blocks(context.Background(), url, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The warning says what to set (it said only that hosts were lost).
+	if !strings.Contains(logged.String(), "set [hdfs] http, or dfs.namenode.http-address in HADOOP_CONF_DIR") {
+		t.Errorf("the warning does not say what to set:\n%s", logged.String())
 	}
 	if want := (int64(len(data)) + c.BlockSize - 1) / c.BlockSize; int64(len(blocks)) != want {
 		t.Fatalf("got %d blocks, want %d", len(blocks), want)
