@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexps/flexps/datastore/hdfs"
 	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/tasks"
@@ -68,5 +69,27 @@ func TestBarrierOfAnEndedStageIsAnsweredNotPanicked(t *testing.T) {
 				t.Fatalf("answer %+v, want the stage is not running", r)
 			}
 		})
+	}
+}
+
+// Two spellings of one hdfs:// checkpoint dir are one dir: a second task
+// on it, while the first runs, is refused (it was not, and the two
+// interleaved and pruned each other's checkpoints).
+func TestSameCheckpointDirAcrossSpellings(t *testing.T) {
+	m := &Master{sources: hdfs.NewSources(hdfs.Config{Namenodes: []string{"nn:8020"}})}
+	defer m.sources.Close()
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"hdfs:///ck/lr", "hdfs://nn:8020/ck/lr", true},
+		{"hdfs://ns1/ck/lr/", "hdfs://nn:8020//ck/lr", true},
+		{"/tmp/ck/lr", "/tmp/ck//lr/", true},
+		{"hdfs:///ck/lr", "hdfs://other:8020/ck/lr", false},
+		{"hdfs:///ck/lr", "hdfs:///ck/lr2", false},
+	} {
+		if got := m.sameCheckpointDir(tc.a, tc.b); got != tc.same {
+			t.Errorf("sameCheckpointDir(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
 	}
 }

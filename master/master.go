@@ -363,7 +363,7 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 		// numbering and delete each other's files (keep): a resume of a
 		// directory whose task still runs did just that.
 		for _, id := range m.order {
-			if o := m.tasks[id]; o.ckpt != nil && !o.isEnded() && sameDir(o.ckpt.dir, ckpt.dir) {
+			if o := m.tasks[id]; o.ckpt != nil && !o.isEnded() && m.sameCheckpointDir(o.ckpt.dir, ckpt.dir) {
 				return "", fmt.Errorf("task %q: checkpoint dir %s: task %s (%s), still running, writes its checkpoints there: wait for it to end or cancel it (flexps cancel %s), or give this task another dir", spec.Name, ckpt.dir, id, o.spec.Name, id)
 			}
 		}
@@ -440,6 +440,14 @@ func overwritesInput(output string, blocks map[string][]datastore.Block, canon f
 		}
 	}
 	return tasks.OverwrittenInput(canon(output), files)
+}
+
+// sameCheckpointDir is sameDir of two checkpoint dirs as the master's
+// sources spell them: hdfs:///ck and hdfs://nn:8020/ck are one dir when
+// nn:8020 is the configured namenode (two tasks so spelled wrote into
+// one dir, each pruning the other's checkpoints).
+func (m *Master) sameCheckpointDir(a, b string) bool {
+	return sameDir(m.sources.Canonical(a), m.sources.Canonical(b))
 }
 
 // sameDir reports whether two checkpoint dirs are one (local paths
