@@ -300,6 +300,26 @@ func (c *ClusterConfig) Validate() error {
 			return fmt.Errorf("%s: %q: port %q, want %s", a.key, a.addr, port, want)
 		}
 	}
+	// Found when the file is read, naming its line: a namenode without a
+	// port failed the first task, naming no file ("hdfs namenode \"nn\":
+	// want host:port"), and a bad http address only lost locality, with
+	// a warning per task.
+	hdfsAddrs := []struct{ key, addr string }{{"hdfs.http", c.HDFS.HTTP}}
+	for _, nn := range c.HDFS.Namenodes {
+		hdfsAddrs = append(hdfsAddrs, struct{ key, addr string }{"hdfs.namenodes", nn})
+	}
+	for _, a := range hdfsAddrs {
+		if a.addr == "" && a.key == "hdfs.http" {
+			continue
+		}
+		if h, p, err := net.SplitHostPort(a.addr); err != nil || h == "" || p == "" {
+			what := "the namenode's RPC address, e.g. \"nn:8020\""
+			if a.key == "hdfs.http" {
+				what = "the namenode's HTTP (WebHDFS) address, e.g. \"nn:9870\""
+			}
+			return fmt.Errorf("%s: %q is not host:port (%s)", a.key, a.addr, what)
+		}
+	}
 	if c.Membership.HeartbeatInterval > 0 && c.Master.Heartbeat > 0 {
 		return errors.New("membership.heartbeat_interval and master.heartbeat are the same setting; keep only [membership] heartbeat_interval")
 	}

@@ -108,6 +108,10 @@ func TestOutOfRangeClusterNumbers(t *testing.T) {
 		{"kv listen port past 65535", "[kv]\nlisten = \"127.0.0.1:99999\"\n", `line 2: kv.listen: "127.0.0.1:99999": port "99999", want 0 to 65535`},
 		{"kv listen port not a number", "[kv]\nlisten = \"127.0.0.1:x\"\n", `kv.listen: "127.0.0.1:x": port "x"`},
 		{"kv advertise port 0", "[kv]\nadvertise = \"node1:0\"\n", `line 2: kv.advertise: "node1:0": port "0", want 1 to 65535`},
+		{"hdfs namenodes", "[hdfs]\nnamenodes = [\"nn1:8020\", \"nn2:8020\"]\nhttp = \"nn1:9870\"\n", ""},
+		{"hdfs namenode without a port", "[hdfs]\nuser = \"u\"\nnamenodes = [\"nn1:8020\", \"nn2\"]\n", `line 3: hdfs.namenodes: "nn2" is not host:port (the namenode's RPC address`},
+		{"hdfs namenode empty", "[hdfs]\nnamenodes = [\"\"]\n", `line 2: hdfs.namenodes: "" is not host:port`},
+		{"hdfs http without a port", "[hdfs]\nhttp = \"nn1\"\n", `line 2: hdfs.http: "nn1" is not host:port (the namenode's HTTP (WebHDFS) address`},
 	} {
 		t.Run(tc.name, func(t *testing.T) { loadTestCluster(t, tc.toml, tc.wantErr) })
 	}
