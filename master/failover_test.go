@@ -485,3 +485,55 @@ func TestAutoTrialsShrinkAfterADeath(t *testing.T) {
 		})
 	}
 }
+
+// A slave that dies or leaves while its stage runs is no longer among the
+// slots the task holds: status shows its slots as lost until the stage
+// ends (it listed the dead slave among the slots held until then).
+func TestStatusShowsADeadSlavesSlotsAsLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gone func(h *harness, s2 *scriptedSlave)
+	}{
+		{"died", func(h *harness, s2 *scriptedSlave) {
+			if err := s2.sub.Unsubscribe(); err != nil {
+				h.t.Fatal(err)
+			}
+			for range 3 { // s1 beats, s2 stays silent past the failure timeout
+				h.beat("s1", 2)
+				h.clk.Advance(deadAfter / 2)
+			}
+			h.beat("s1", 2)
+		}},
+		{"left", func(h *harness, s2 *scriptedSlave) {
+			data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
+			if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "sequential")
+			s1 := h.slave("s1", 2, nil)
+			s2 := h.slave("s2", 2, nil)
+			id := h.submit(tasks.NewTask("lost").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
+			h.started(s2)
+			st := h.wait(id, "holding both slaves' slots", func(st status.Task) bool { return st.State == status.Running && len(st.Slots) == 2 })
+			if !reflect.DeepEqual(st.Slots, map[string]int{"s1": 2, "s2": 2}) || st.Lost != nil {
+				t.Fatalf("slots %v, lost %v before the death", st.Slots, st.Lost)
+			}
+			tc.gone(h, s2)
+			h.eventually("s2 counted out", func() bool { return !h.m.isAlive("s2") })
+			cl, err := h.m.Status(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := cl.Tasks[0]; !reflect.DeepEqual(st.Slots, map[string]int{"s1": 2}) || !reflect.DeepEqual(st.Lost, map[string]int{"s2": 2}) {
+				t.Fatalf("after s2 %s: slots %v, lost %v; want s1:2 held, s2:2 lost", tc.name, st.Slots, st.Lost)
+			}
+			h.doneWithoutS2(id, s1)
+			if st := h.wait(id, "ended", func(st status.Task) bool { return st.Ended() }); st.Slots != nil || st.Lost != nil {
+				t.Fatalf("ended task: slots %v, lost %v", st.Slots, st.Lost)
+			}
+		})
+	}
+}

@@ -273,6 +273,7 @@ func (m *Master) applyLocked(acts []membership.Action, req proto.JoinRequest) []
 			}
 			for _, tr := range m.tasks {
 				tr.hostDied(a.Slave)
+				tr.slotsLost(a.Slave)
 				if tr.uses(a.Slave) {
 					fails = append(fails, taskFailure{tr, a.Slave, err, a.Kind == membership.Left})
 				}

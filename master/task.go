@@ -49,6 +49,7 @@ type taskRun struct {
 	used     map[string]bool // every slave the task touched
 	reported map[string]bool // dead slaves a stage's failovers named
 	holding  map[string]int  // slots held now
+	lost     map[string]int  // the running stage's slots on slaves that died or left
 
 	// The running stage's state machine (nil between stages) and where it
 	// hands its one StageFinished to the task's goroutine.
@@ -218,6 +219,7 @@ func (t *taskRun) snapshot() status.Task {
 	defer t.mu.Unlock()
 	s := t.status
 	s.Slots = maps.Clone(t.holding)
+	s.Lost = maps.Clone(t.lost)
 	s.Results = append([]status.StageResult(nil), t.status.Results...)
 	return s
 }
@@ -299,7 +301,7 @@ func (t *taskRun) run() {
 	cancel()
 	t.mu.Lock()
 	t.status.Finished = t.m.cfg.Now()
-	t.holding = nil
+	t.holding, t.lost = nil, nil
 	switch {
 	case err == nil:
 		t.status.State = status.Done
@@ -490,7 +492,7 @@ func (t *taskRun) acquire(k int, st *tasks.Stage, workers int) ([]scheduler.Assi
 	}
 	t.mu.Lock()
 	t.status.Waiting = "" // granted: whatever it waited for is back
-	t.holding = map[string]int{}
+	t.holding, t.lost = map[string]int{}, nil
 	for _, a := range placement {
 		t.holding[a.Slave] += a.Workers
 		t.used[a.Slave] = true
@@ -510,9 +512,26 @@ func (t *taskRun) slotRequest(k int, st *tasks.Stage, workers int, pinned []stri
 	}
 }
 
+// slotsLost moves the slots the running stage holds on slave, which died
+// or left, from the slots it holds to those it lost: status listed a dead
+// slave among the slots held until the stage ended.
+func (t *taskRun) slotsLost(slave string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.holding[slave]
+	if !ok {
+		return
+	}
+	delete(t.holding, slave)
+	if t.lost == nil {
+		t.lost = map[string]int{}
+	}
+	t.lost[slave] += n
+}
+
 func (t *taskRun) releaseSlots(placement []scheduler.Assignment) {
 	t.mu.Lock()
-	t.holding = nil
+	t.holding, t.lost = nil, nil
 	t.mu.Unlock()
 	t.m.release(placement)
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -28,6 +30,13 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"pct":  func(f float64) string { return fmt.Sprintf("%.0f%%", 100*math.Max(0, math.Min(1, f))) },
 	"load": func(s status.Slave) float64 { return float64(s.Slots-s.Free) / float64(s.Slots) },
 	"num":  humanNum,
+	"placement": func(m map[string]int) string { // "s1:2, s3:1"
+		parts := make([]string, 0, len(m))
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+		}
+		return strings.Join(parts, ", ")
+	},
 	"ago":  func(t, now time.Time) string { return now.Sub(t).Round(100 * time.Millisecond).String() },
 	"when": func(t time.Time) string { return t.Format("15:04:05") },
 	"lossStr": func(f float64) string {

@@ -57,7 +57,7 @@ type Task struct {
 	Submitted time.Time      `json:"submitted"`
 	Started   time.Time      `json:"started,omitzero"`
 	Finished  time.Time      `json:"finished,omitzero"`
-	Slots     map[string]int `json:"slots,omitempty"` // worker slots held now, per slave
+	Slots     map[string]int `json:"slots,omitempty"` // worker slots held now, per live slave (see Lost)
 	Progress  Progress       `json:"progress"`
 	Results   []StageResult  `json:"results,omitempty"`
 	// ResultsOmitted counts the first finished stages whose results were
@@ -69,6 +69,10 @@ type Task struct {
 	// first); Resumed the checkpoint the task was resumed from.
 	Checkpoint string `json:"checkpoint,omitempty"`
 	Resumed    string `json:"resumed,omitempty"`
+	// Lost are the running stage's worker slots on slaves that died or
+	// left since it started, per slave: their workers are counted out (a
+	// survivable stage goes on without them) and they are not in Slots.
+	Lost map[string]int `json:"lost,omitempty"`
 }
 
 // Ended reports whether the task reached a final state.

@@ -211,3 +211,29 @@ func TestResumeByARestartedMasterIsPrinted(t *testing.T) {
 		t.Fatalf("a task followed from its resume on is said to be resumed:\n%s", out.String())
 	}
 }
+
+// A running stage's slots on a slave that died are shown as lost, not
+// among those held (status listed the dead slave's slots until the stage
+// ended).
+func TestStatusShowsLostSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		slots      map[string]int
+		lost       map[string]int
+		want, lack string
+	}{
+		{"none lost", map[string]int{"s1": 2, "s3": 1}, nil, " s1:2,s3:1 ", "lost"},
+		{"one lost", map[string]int{"s1": 2, "s3": 1}, map[string]int{"s2": 1}, " s1:2,s3:1 (lost s2:1) ", "s1:2,s2:1"},
+		{"all lost", nil, map[string]int{"s1": 2, "s2": 2}, " (lost s1:2,s2:2) ", "s1:2,s2:2 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printStatus(&b, status.Cluster{Policy: "greedy", Tasks: []status.Task{
+				{ID: "t1", Name: "lr", State: status.Running, Stages: 1, Slots: tc.slots, Lost: tc.lost},
+			}})
+			if out := b.String(); !strings.Contains(out, tc.want) || strings.Contains(out, tc.lack) {
+				t.Fatalf("status lacks %q or has %q:\n%s", tc.want, tc.lack, out)
+			}
+		})
+	}
+}

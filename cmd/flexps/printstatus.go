@@ -35,8 +35,18 @@ func printStatus(w io.Writer, rep status.Cluster) {
 		if t.Waiting != "" { // a queued stage the cluster shrank below
 			reason = "waiting: " + t.Waiting
 		}
-		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, placement(t.Slots), t.Progress.Samples, done, reason)
+		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, heldSlots(t), t.Progress.Samples, done, reason)
 	}
+}
+
+// heldSlots is a task's slots column: the slots its stage holds, then
+// those it lost on slaves that died or left since it started.
+func heldSlots(t status.Task) string {
+	s := placement(t.Slots)
+	if len(t.Lost) > 0 {
+		s += " (lost " + placement(t.Lost) + ")"
+	}
+	return s
 }
 
 // printOmitted says how many older tasks a status page left out, and the

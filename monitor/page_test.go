@@ -1,0 +1,35 @@
+package monitor
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexps/flexps/status"
+)
+
+// The page lists a running task's slots, and those it lost on slaves that
+// died or left apart from them.
+func TestPageShowsLostSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		slots      map[string]int
+		lost       map[string]int
+		want, lack string
+	}{
+		{"none lost", map[string]int{"s1": 2, "s3": 1}, nil, "slots s1:2, s3:1</p>", "lost"},
+		{"one lost", map[string]int{"s1": 2}, map[string]int{"s2": 1}, `slots s1:2 · <span class="lost">lost s2:1 (slave died or left)</span>`, "s2:1,"},
+		{"all lost", nil, map[string]int{"s2": 2}, `slots none · <span class="lost">lost s2:2`, "slots s2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			renderPage(rec, status.Cluster{Policy: "greedy", Tasks: []status.Task{
+				{ID: "t1", Name: "lr", State: status.Running, Stages: 1, Slots: tc.slots, Lost: tc.lost},
+			}}, time.Now())
+			if html := rec.Body.String(); !strings.Contains(html, tc.want) || strings.Contains(html, tc.lack) {
+				t.Fatalf("page lacks %q or has %q:\n%s", tc.want, tc.lack, html)
+			}
+		})
+	}
+}
