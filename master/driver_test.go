@@ -88,6 +88,12 @@ type scriptedSlave struct {
 
 func (h *harness) slave(id string, slots int, refuse map[string]string) *scriptedSlave {
 	h.t.Helper()
+	return h.slaveAs(id, "inst-"+id, slots, refuse)
+}
+
+// slaveAs is slave with its instance named (a restarted slave's differs).
+func (h *harness) slaveAs(id, instance string, slots int, refuse map[string]string) *scriptedSlave {
+	h.t.Helper()
 	s := &scriptedSlave{id: id, refuse: refuse, starts: make(chan proto.SlaveCtl, 16)}
 	sub, err := h.nc.Subscribe(h.subj.SlaveCtl(id), func(msg *nats.Msg) {
 		var req proto.SlaveCtl
@@ -95,11 +101,11 @@ func (h *harness) slave(id string, slots int, refuse map[string]string) *scripte
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
 			rep = proto.CtlReply{Error: err.Error()}
 		}
-		rep.Instance = "inst-" + id
+		rep.Instance = instance
 		s.mu.Lock()
 		s.ops = append(s.ops, req.Op)
 		if why := s.refuse[req.Op]; why != "" {
-			rep = proto.CtlReply{Error: why, Instance: "inst-" + id}
+			rep = proto.CtlReply{Error: why, Instance: instance}
 		}
 		hold := s.hold[req.Op]
 		s.mu.Unlock()
@@ -122,7 +128,7 @@ func (h *harness) slave(id string, slots int, refuse map[string]string) *scripte
 		h.t.Fatal(err)
 	}
 	s.sub = sub
-	data, _ := json.Marshal(proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7, Instance: "inst-" + id})
+	data, _ := json.Marshal(proto.JoinRequest{ID: id, Host: "host-" + id, Slots: slots, PID: 7, Instance: instance})
 	msg, err := h.nc.Request(h.subj.Join(), data, 5*time.Second)
 	if err != nil {
 		h.t.Fatal(err)

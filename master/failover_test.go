@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/internal/bus"
 	"github.com/flexps/flexps/internal/proto"
 	"github.com/flexps/flexps/master/lifecycle"
 	"github.com/flexps/flexps/status"
@@ -490,27 +491,7 @@ func TestAutoTrialsShrinkAfterADeath(t *testing.T) {
 // slots the task holds: status shows its slots as lost until the stage
 // ends (it listed the dead slave among the slots held until then).
 func TestStatusShowsADeadSlavesSlotsAsLost(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		gone func(h *harness, s2 *scriptedSlave)
-	}{
-		{"died", func(h *harness, s2 *scriptedSlave) {
-			if err := s2.sub.Unsubscribe(); err != nil {
-				h.t.Fatal(err)
-			}
-			for range 3 { // s1 beats, s2 stays silent past the failure timeout
-				h.beat("s1", 2)
-				h.clk.Advance(deadAfter / 2)
-			}
-			h.beat("s1", 2)
-		}},
-		{"left", func(h *harness, s2 *scriptedSlave) {
-			data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
-			if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
-				h.t.Fatal(err)
-			}
-		}},
-	} {
+	for _, tc := range s2Goes {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "sequential")
 			s1 := h.slave("s1", 2, nil)
@@ -533,6 +514,64 @@ func TestStatusShowsADeadSlavesSlotsAsLost(t *testing.T) {
 			h.doneWithoutS2(id, s1)
 			if st := h.wait(id, "ended", func(st status.Task) bool { return st.Ended() }); st.Slots != nil || st.Lost != nil {
 				t.Fatalf("ended task: slots %v, lost %v", st.Slots, st.Lost)
+			}
+		})
+	}
+}
+
+// s2Goes are the ways scripted slave s2 goes while s1 lives on.
+var s2Goes = []struct {
+	name string
+	gone func(h *harness, s2 *scriptedSlave)
+}{
+	{"died", func(h *harness, s2 *scriptedSlave) {
+		if err := s2.sub.Unsubscribe(); err != nil {
+			h.t.Fatal(err)
+		}
+		for range 3 { // s1 beats, s2 stays silent past the failure timeout
+			h.beat("s1", 2)
+			h.clk.Advance(deadAfter / 2)
+		}
+		h.beat("s1", 2)
+	}},
+	{"left", func(h *harness, s2 *scriptedSlave) {
+		data, _ := json.Marshal(proto.Leave{ID: "s2", Instance: "inst-s2"})
+		if err := h.nc.Publish(h.subj.Leave(), data); err != nil {
+			h.t.Fatal(err)
+		}
+		s2.sub.Unsubscribe() // its process is gone
+	}},
+}
+
+// A slave that dies or leaves while a stage runs on it, and is restarted
+// under its id, joins with all its slots free; the stage's end gives back
+// only the slots it still held. It gave back the dead slave's too, to the
+// restarted one, whose slots a second task held meanwhile: the scheduler
+// saw them free and a third task's workers overfilled the slave.
+func TestRestartedSlavesSlotsAreNotGivenBackTwice(t *testing.T) {
+	for _, tc := range s2Goes {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, "greedy", bus.EmbeddedOptions{}, nil)
+			s1 := h.slave("s1", 2, nil)
+			s2 := h.slave("s2", 2, nil)
+			a := h.submit(tasks.NewTask("a").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 4}))
+			h.started(s2)
+			h.wait(a, "running on both slaves", func(st status.Task) bool { return len(st.Slots) == 2 })
+			tc.gone(h, s2)
+			h.eventually("s2 counted out", func() bool { return !h.m.isAlive("s2") })
+			s2b := h.slaveAs("s2", "inst-s2-restarted", 2, nil)
+			b := h.submit(tasks.NewTask("b").SetStages(tasks.Stage{Name: "train", Func: "test.none", Workers: 2}))
+			h.started(s2b)
+			h.wait(b, "running on the restarted s2", func(st status.Task) bool {
+				return reflect.DeepEqual(st.Slots, map[string]int{"s2": 2})
+			})
+			h.doneWithoutS2(a, s1)
+			free := map[string]int{}
+			for _, s := range h.m.Slaves() {
+				free[s.ID] = s.Free
+			}
+			if want := map[string]int{"s1": 2, "s2": 0}; !reflect.DeepEqual(free, want) {
+				t.Fatalf("free slots %v after task a ended, want %v (task b holds the restarted s2's 2)", free, want)
 			}
 		})
 	}

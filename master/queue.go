@@ -163,6 +163,10 @@ func (m *Master) withdraw(task string, stage int) {
 func (m *Master) release(assign []scheduler.Assignment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.releaseLocked(assign)
+}
+
+func (m *Master) releaseLocked(assign []scheduler.Assignment) {
 	for _, a := range assign {
 		if s := m.slaves[a.Slave]; s != nil {
 			s.free += a.Workers

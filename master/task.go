@@ -529,11 +529,25 @@ func (t *taskRun) slotsLost(slave string) {
 	t.lost[slave] += n
 }
 
+// releaseSlots gives back a stage's slots, but not those on slaves that
+// died or left since it started: they went with the slave, and a
+// restarted slave joins as a fresh incarnation with all its slots free
+// (they were given to it again, and the next task overfilled it). Under
+// the master's lock, which deaths are applied under.
 func (t *taskRun) releaseSlots(placement []scheduler.Assignment) {
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
 	t.mu.Lock()
+	lost := t.lost
 	t.holding, t.lost = nil, nil
 	t.mu.Unlock()
-	t.m.release(placement)
+	held := make([]scheduler.Assignment, 0, len(placement))
+	for _, a := range placement {
+		if _, gone := lost[a.Slave]; !gone {
+			held = append(held, a)
+		}
+	}
+	t.m.releaseLocked(held)
 }
 
 // autoLimit is the largest parallelism an "auto" stage may try: what the
