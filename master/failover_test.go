@@ -576,3 +576,23 @@ func TestRestartedSlavesSlotsAreNotGivenBackTwice(t *testing.T) {
 		})
 	}
 }
+
+// A slave that died or left has no free slots in status (nor in
+// flexps_slave_free_slots): it showed those it had when it went, as if
+// the scheduler could still use them.
+func TestGoneSlaveHasNoFreeSlots(t *testing.T) {
+	for _, tc := range s2Goes {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "greedy")
+			h.slave("s1", 2, nil)
+			s2 := h.slave("s2", 2, nil)
+			tc.gone(h, s2)
+			h.eventually("s2 counted out", func() bool { return !h.m.isAlive("s2") })
+			for _, s := range h.m.Slaves() {
+				if want := map[string]int{"s1": 2, "s2": 0}[s.ID]; s.Free != want {
+					t.Errorf("slave %s (alive %v): %d free slots, want %d", s.ID, s.Alive, s.Free, want)
+				}
+			}
+		})
+	}
+}

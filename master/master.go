@@ -237,7 +237,11 @@ func (m *Master) slavesLocked() []status.Slave {
 		if s.alive {
 			seen, _ = m.mem.LastSeen(id)
 		}
-		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: s.freeNow(), Lingering: s.lingering, Alive: s.alive, Left: s.left, LastSeen: seen,
+		free := 0 // a dead slave's slots are nobody's to take
+		if s.alive {
+			free = s.freeNow()
+		}
+		out = append(out, status.Slave{ID: id, Host: s.Host, PID: s.PID, Slots: s.Slots, Free: free, Lingering: s.lingering, Alive: s.alive, Left: s.left, LastSeen: seen,
 			Instance: s.Instance, Incarnation: s.incarnation})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -33,3 +33,27 @@ func TestPageShowsLostSlots(t *testing.T) {
 		})
 	}
 }
+
+// A slave that died or left shows no slots in use, no load and how it
+// went: it showed "2 − 1 free" and half a load bar, "dead" when it left.
+func TestPageShowsGoneSlaves(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		slave      status.Slave
+		want, lack string
+	}{
+		{"alive", status.Slave{ID: "s1", Slots: 2, Free: 1, Alive: true}, "<td>2 − 1 free</td>", "<td>–</td>"},
+		{"dead", status.Slave{ID: "s2", Slots: 2, Free: 1}, "<td>–</td><td></td>\n  <td>dead</td>", "free"},
+		{"left", status.Slave{ID: "s3", Slots: 2, Left: true}, "<td>–</td><td></td>\n  <td>left</td>", "free"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			renderPage(rec, status.Cluster{Policy: "greedy", Slaves: []status.Slave{tc.slave}}, time.Now())
+			html := rec.Body.String()
+			row := html[strings.Index(html, "<tbody>"):strings.Index(html, "</tbody>")]
+			if !strings.Contains(row, tc.want) || strings.Contains(row, tc.lack) {
+				t.Fatalf("slave row lacks %q or has %q:\n%s", tc.want, tc.lack, row)
+			}
+		})
+	}
+}

@@ -205,7 +205,7 @@ type Slave struct {
 	Host  string `json:"host"`
 	PID   int    `json:"pid"`
 	Slots int    `json:"slots"`
-	Free  int    `json:"free"`
+	Free  int    `json:"free"` // 0 once the slave died or left
 	// Lingering slots are taken by workers of an ended or cancelled stage
 	// that have not returned yet (not counted in Free).
 	Lingering int  `json:"lingering,omitempty"`
