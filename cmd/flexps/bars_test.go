@@ -237,3 +237,53 @@ func TestStatusShowsLostSlots(t *testing.T) {
 		})
 	}
 }
+
+// With several tasks followed, one that ends is reported when it ends, not
+// when the last one does (a task that failed in its first second was not
+// reported until the others, maybe hours later, ended), once, and the
+// next epoch row names its task again.
+func TestSummaryOfAnEndedTaskComesWhenItEnds(t *testing.T) {
+	row := func(id, name string, epoch int) status.Event {
+		return status.Event{Kind: status.EventEpoch, Status: status.Task{ID: id, Name: name, State: status.Running, Stages: 1, StageName: "sgd"},
+			Epoch: &status.Epoch{Epoch: epoch, Workers: 1, Seconds: 1, Metrics: map[string]float64{tasks.MetricSamples: 10}}}
+	}
+	failed := status.Task{ID: "t1", Name: "a", State: status.Failed, Reason: "boom", Stages: 1}
+	done := status.Task{ID: "t2", Name: "b", State: status.Done, Stages: 1}
+	for _, tc := range []struct {
+		name string
+		end  bool
+		want string // the output, with rows and headers abbreviated
+	}{
+		{"several tasks", true, "header t1|row 1|header t2|row 1|failed t1|header t2|row 2|done t2|"},
+		{"one task", false, "header t1|row 1|header t2|row 1|row 2|failed t1|done t2|"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, progress bytes.Buffer
+			p := newPrinter(&out, &progress, false)
+			p.EndSummaries = tc.end
+			p.Event(row("t1", "a", 1))
+			p.Event(row("t2", "b", 1))
+			p.Event(status.Event{Kind: status.EventFailed, Status: failed})
+			p.Event(row("t2", "b", 2))
+			p.Event(status.Event{Kind: status.EventDone, Status: done})
+			p.Summary(failed)
+			p.Summary(done)
+			var got strings.Builder
+			for _, l := range strings.Split(out.String(), "\n") {
+				switch f := strings.Fields(l); {
+				case len(f) == 3 && f[0] == "task":
+					got.WriteString("header " + f[1] + "|")
+				case len(f) > 2 && f[0] == "0" && f[1] == "sgd":
+					got.WriteString("row " + f[2] + "|")
+				case strings.HasPrefix(l, "task t1 (a): failed: boom"):
+					got.WriteString("failed t1|")
+				case strings.HasPrefix(l, "task t2 (b): done"):
+					got.WriteString("done t2|")
+				}
+			}
+			if got.String() != tc.want {
+				t.Fatalf("got  %s\nwant %s\noutput:\n%s", got.String(), tc.want, out.String())
+			}
+		})
+	}
+}

@@ -28,12 +28,18 @@ type Printer struct {
 	Metrics *metricsWriter
 	// Logs, if set, is diverted above the bars while they are drawn.
 	Logs *logSink
+	// EndSummaries prints a task's summary as soon as it ends, not when
+	// Summary is called (which then prints nothing for it): with several
+	// tasks followed, a task that failed early was not reported until the
+	// last one ended.
+	EndSummaries bool
 
 	mu         sync.Mutex
 	bars       *stageBars
 	lastHeader string              // task whose header was printed last
 	columns    map[string][]string // per task: the metric columns of its table
 	resumed    map[string]string   // per task: the checkpoint its events said it was resumed from
+	summarized map[string]bool     // tasks whose summary was printed
 }
 
 // newPrinter prints tables to out and progress to progress.
@@ -79,6 +85,12 @@ func (p *Printer) Event(ev status.Event) {
 	case status.EventDone, status.EventFailed:
 		if p.bars != nil {
 			p.bars.endTask(s.ID)
+		}
+		if p.EndSummaries && s.Ended() && !p.summarized[s.ID] {
+			var b bytes.Buffer
+			p.summary(&b, s)
+			p.emit(b.Bytes())
+			p.lastHeader = "" // the next epoch row names its task again
 		}
 	}
 }
@@ -180,29 +192,29 @@ func truncate(s string, n int) string {
 // Summary prints a finished task's stages.
 // printKV is a stage's key accesses and, when keys moved, relocation
 // per slave.
-func (p *Printer) printKV(r status.StageResult) {
+func (p *Printer) printKV(out io.Writer, r status.StageResult) {
 	local, remote := r.Metrics[tasks.MetricKVLocalKeys], r.Metrics[tasks.MetricKVRemoteKeys]
 	if local+remote == 0 {
 		return
 	}
-	fmt.Fprintf(p.Out, "      kv: %.1f%% of %s key accesses in the slave's memory", 100*local/(local+remote), human(local+remote))
+	fmt.Fprintf(out, "      kv: %.1f%% of %s key accesses in the slave's memory", 100*local/(local+remote), human(local+remote))
 	moved := r.Metrics[tasks.MetricKVRelocated]
 	if moved == 0 && r.Metrics[tasks.MetricKVLocalized] == 0 {
-		fmt.Fprintln(p.Out)
+		fmt.Fprintln(out)
 		return
 	}
 	rate := 0.0
 	if r.Seconds > 0 {
 		rate = moved / r.Seconds
 	}
-	fmt.Fprintf(p.Out, "; %s keys relocated (%s/s), %s asked for\n", human(moved), human(rate), human(r.Metrics[tasks.MetricKVLocalized]))
+	fmt.Fprintf(out, "; %s keys relocated (%s/s), %s asked for\n", human(moved), human(rate), human(r.Metrics[tasks.MetricKVLocalized]))
 	if n := r.Metrics[tasks.MetricKVLocalizes]; n > 0 {
-		fmt.Fprintf(p.Out, "      localize: %s calls, %.1f protocol messages each, latency p50 <= %s, p99 <= %s\n", human(n),
+		fmt.Fprintf(out, "      localize: %s calls, %.1f protocol messages each, latency p50 <= %s, p99 <= %s\n", human(n),
 			r.Metrics[tasks.MetricKVRelocMsgs]/n, micros(tasks.LatencyQuantile(r.Metrics, 0.5)), micros(tasks.LatencyQuantile(r.Metrics, 0.99)))
 	}
 	for _, w := range r.WorkerStats {
 		if w.OwnedKeys > 0 {
-			fmt.Fprintf(p.Out, "        %s holds %d keys, %d of them moved there\n", w.Slave, w.OwnedKeys, w.GuestKeys)
+			fmt.Fprintf(out, "        %s holds %d keys, %d of them moved there\n", w.Slave, w.OwnedKeys, w.GuestKeys)
 		}
 	}
 }
@@ -222,76 +234,89 @@ func (p *Printer) Summary(s status.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.finishBars()
-	p.Metrics.stages(s)
-	fmt.Fprintf(p.Out, "\ntask %s (%s): %s", s.ID, s.Name, s.State)
-	if s.Reason != "" {
-		fmt.Fprintf(p.Out, ": %s", s.Reason)
+	if p.summarized[s.ID] { // printed when it ended (EndSummaries)
+		return
 	}
-	fmt.Fprintln(p.Out)
+	p.summary(p.Out, s)
+}
+
+// summary writes a finished task's stages to out and records them in the
+// metrics file.
+func (p *Printer) summary(out io.Writer, s status.Task) {
+	if p.summarized == nil {
+		p.summarized = map[string]bool{}
+	}
+	p.summarized[s.ID] = true
+	p.Metrics.stages(s)
+	fmt.Fprintf(out, "\ntask %s (%s): %s", s.ID, s.Name, s.State)
+	if s.Reason != "" {
+		fmt.Fprintf(out, ": %s", s.Reason)
+	}
+	fmt.Fprintln(out)
 	if len(s.Results) > 0 {
-		fmt.Fprintf(p.Out, "%5s %-12s %-10s %7s %-24s %9s %11s %12s %12s\n", "stage", "name", "func", "workers", "placement", "seconds", "worker-sec", "samples", "samples/s")
+		fmt.Fprintf(out, "%5s %-12s %-10s %7s %-24s %9s %11s %12s %12s\n", "stage", "name", "func", "workers", "placement", "seconds", "worker-sec", "samples", "samples/s")
 	}
 	if s.ResultsOmitted > 0 {
-		fmt.Fprintf(p.Out, "      (the first %d stages' results are left out: the task's status must fit one bus message)\n", s.ResultsOmitted)
+		fmt.Fprintf(out, "      (the first %d stages' results are left out: the task's status must fit one bus message)\n", s.ResultsOmitted)
 	}
 	for _, r := range s.Results {
 		rate := 0.0
 		if r.Seconds > 0 {
 			rate = float64(r.Samples) / r.Seconds
 		}
-		fmt.Fprintf(p.Out, "%5d %-12s %-10s %7d %-24s %9.2f %11.2f %12d %12s\n", r.Index, r.Name, r.Func, r.Workers, placement(r.Placement),
+		fmt.Fprintf(out, "%5d %-12s %-10s %7d %-24s %9.2f %11.2f %12d %12s\n", r.Index, r.Name, r.Func, r.Workers, placement(r.Placement),
 			r.Seconds, r.WorkerSeconds, r.Samples, human(rate))
 		if rb := r.Metrics[tasks.MetricReadBytes]; rb > 0 {
-			fmt.Fprintf(p.Out, "      read %s (%.0f%% local), workers waited %.2fs for data\n", bytesHuman(rb), 100*r.Metrics[tasks.MetricReadLocalBytes]/rb, r.Metrics[tasks.MetricReadWaitSeconds])
+			fmt.Fprintf(out, "      read %s (%.0f%% local), workers waited %.2fs for data\n", bytesHuman(rb), 100*r.Metrics[tasks.MetricReadLocalBytes]/rb, r.Metrics[tasks.MetricReadWaitSeconds])
 		}
 		if cb := r.Metrics[tasks.MetricReadCachedBlocks]; cb > 0 {
-			fmt.Fprintf(p.Out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics[tasks.MetricReadBlocks])
+			fmt.Fprintf(out, "      %.0f of %.0f blocks replayed from the slaves' parsed-data cache\n", cb, r.Metrics[tasks.MetricReadBlocks])
 		}
 		if n := r.Metrics[tasks.MetricBadLines]; n > 0 {
-			fmt.Fprintf(p.Out, "      skipped %.0f malformed %s, first:\n", n, plural(int(n), "line"))
+			fmt.Fprintf(out, "      skipped %.0f malformed %s, first:\n", n, plural(int(n), "line"))
 			for _, l := range r.BadLines {
-				fmt.Fprintf(p.Out, "        %s\n", l)
+				fmt.Fprintf(out, "        %s\n", l)
 			}
 		}
 		if len(r.WorkerStats) > 1 && r.Metrics[tasks.MetricReadBytes] > 0 {
 			for _, w := range r.WorkerStats {
-				fmt.Fprintf(p.Out, "      worker %d on %s: read %s (%s local) in %d blocks (%d cached), waited %.2fs for data\n",
+				fmt.Fprintf(out, "      worker %d on %s: read %s (%s local) in %d blocks (%d cached), waited %.2fs for data\n",
 					w.Rank, w.Slave, bytesHuman(float64(w.ReadBytes)), bytesHuman(float64(w.LocalBytes)), w.Blocks, w.Cached, w.WaitSecs)
 			}
 		}
 		if reads := r.Metrics[tasks.MetricConsistencyReads]; reads > 0 {
-			fmt.Fprintf(p.Out, "      consistency: %.0f of %.0f gated reads waited, %.2fs blocked in total\n",
+			fmt.Fprintf(out, "      consistency: %.0f of %.0f gated reads waited, %.2fs blocked in total\n",
 				r.Metrics[tasks.MetricConsistencyWaits], reads, r.Metrics[tasks.MetricBlockedSeconds])
 		}
 		if h, ms := r.Metrics[tasks.MetricCacheHits], r.Metrics[tasks.MetricCacheMisses]; h+ms > 0 {
-			fmt.Fprintf(p.Out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions), %.0f reads past it, %.0f keys refreshed ahead\n",
+			fmt.Fprintf(out, "      process cache: %.1f%% hits (%.0f hits, %.0f misses of which %.0f stale, %.0f evictions), %.0f reads past it, %.0f keys refreshed ahead\n",
 				100*h/(h+ms), h, ms, r.Metrics[tasks.MetricCacheStale], r.Metrics[tasks.MetricCacheEvictions], r.Metrics[tasks.MetricCacheBypassed], r.Metrics[tasks.MetricCacheRefreshed])
 		}
-		p.printKV(r)
+		p.printKV(out, r)
 		for _, f := range r.Failovers {
 			if len(f.Ranks) == 0 {
-				fmt.Fprintf(p.Out, "      slave %s %s (it held only shards); the stage went on\n", f.Slave, f.Went())
+				fmt.Fprintf(out, "      slave %s %s (it held only shards); the stage went on\n", f.Slave, f.Went())
 				continue
 			}
 			ranks := make([]string, len(f.Ranks))
 			for i, r := range f.Ranks {
 				ranks[i] = fmt.Sprint(r)
 			}
-			fmt.Fprintf(p.Out, "      slave %s %s: its %s %s left %d unfinished %s to the %d %s\n", f.Slave, f.Went(),
+			fmt.Fprintf(out, "      slave %s %s: its %s %s left %d unfinished %s to the %d %s\n", f.Slave, f.Went(),
 				plural(len(f.Ranks), "worker"), strings.Join(ranks, ", "), f.Blocks, plural(f.Blocks, "block"), f.Survivors, plural(f.Survivors, "survivor"))
 		}
 		if r.Note != "" {
-			fmt.Fprintf(p.Out, "      %s\n", r.Note)
+			fmt.Fprintf(out, "      %s\n", r.Note)
 		}
 	}
 	if s.State == status.Done && s.Output != "" {
-		fmt.Fprintf(p.Out, "model written to %s\n", s.Output)
+		fmt.Fprintf(out, "model written to %s\n", s.Output)
 	}
 	if s.Resumed != "" {
-		fmt.Fprintf(p.Out, "resumed from checkpoint %s\n", s.Resumed)
+		fmt.Fprintf(out, "resumed from checkpoint %s\n", s.Resumed)
 	}
 	if s.Checkpoint != "" {
-		fmt.Fprintf(p.Out, "last checkpoint %s\n", s.Checkpoint)
+		fmt.Fprintf(out, "last checkpoint %s\n", s.Checkpoint)
 	}
 }
 
