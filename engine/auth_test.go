@@ -254,3 +254,51 @@ func TestSlaveRefusedCredentialsFailFast(t *testing.T) {
 		})
 	}
 }
+
+// A client given no credentials offers the role key it finds in its state
+// directory; a server that takes no keys (user/password, an external NATS)
+// refused it with only "nats: nkeys not supported by the server", naming
+// neither the key nor the setting to make.
+func TestKeyOfferedToAServerWithoutKeysIsNamed(t *testing.T) {
+	m, err := engine.StartMaster(context.Background(), engine.ClusterConfig{NATS: engine.NATSConfig{Listen: freeAddr(t), User: "flx", Password: "pw",
+		StateDir: filepath.Join(t.TempDir(), "master")}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	keys := filepath.Join(t.TempDir(), "keys")
+	if _, _, err := bus.EnsureKeys(keys); err != nil {
+		t.Fatal(err)
+	}
+	cfg := engine.ClusterConfig{NATS: engine.NATSConfig{URL: m.URL, StateDir: keys}}
+	cfg.Slave.ID, cfg.Slave.JoinTimeout = "s1", engine.Duration(30*time.Second)
+	for _, tc := range []struct {
+		name  string
+		start func() error
+		role  string
+	}{
+		{"submitter", func() error {
+			c, err := engine.Dial(cfg)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}, "submitter"},
+		{"slave", func() error {
+			n, err := engine.StartSlave(context.Background(), cfg, zerolog.Nop())
+			if err == nil {
+				n.Close()
+			}
+			return err
+		}, "slave"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.start()
+			for _, w := range []string{"offered the " + tc.role + " key it found in " + keys, "takes no keys", "[nats]", m.URL} {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v\nwant it to name %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -125,6 +125,12 @@ func (c *ClusterConfig) connectHint(err error, role bus.Role) error {
 		return fmt.Errorf("%w\n  the server does not accept the key in [nats] nkey_file (%s): copy %s.nk from the master's state directory", err, n.NkeyFile, role)
 	}
 	dir, _ := c.stateDir()
+	if errors.Is(err, nats.ErrNkeysNotSupported) {
+		// The key was found in the state directory, unasked for.
+		return fmt.Errorf("%w\n  with no [nats] user, token, creds_file or nkey_file set, flexps offered the %s key it found in %s, and this server takes no keys "+
+			"(an external NATS server, or a master started with user/password or token): set the credentials the server wants in [nats] (the master's cluster TOML)",
+			err, role, dir)
+	}
 	return fmt.Errorf("%w\n  the master generates credentials in its state directory (%s on its host); on another host copy %s.nk from there and set [nats] nkey_file (or state_dir)",
 		err, dir, role)
 }

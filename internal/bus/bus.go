@@ -207,8 +207,9 @@ func ConnectContext(ctx context.Context, o Options) (*nats.Conn, error) {
 		if errors.Is(err, nats.ErrNoServers) || isDialError(err) {
 			return nil, fmt.Errorf("bus: %w at %s: %v", ErrUnreachable, o.URL, err)
 		}
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
-			return nil, fmt.Errorf("bus: %w: %s refused the connection: %v", ErrUnauthorized, o.URL, err)
+		// A key offered to a server that takes none is refused credentials too.
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrNkeysNotSupported) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			return nil, fmt.Errorf("bus: %w: %s refused the connection: %w", ErrUnauthorized, o.URL, err)
 		}
 		return nil, fmt.Errorf("bus: connecting to %s: %w", o.URL, err)
 	}
