@@ -196,6 +196,17 @@ func checkListen(addr string) error {
 	return l.Close()
 }
 
+// slaveHint is the command that starts a slave of a master started with
+// the cluster TOML config ("" for none) on the bus at url. The TOML carries
+// what --nats alone does not: the cluster name and the bus's credentials
+// (without them the hinted slave was refused, or joined no master).
+func slaveHint(config, url string) string {
+	if config == "" {
+		return "flexps slave --nats " + url
+	}
+	return "flexps slave --config " + config + " --nats " + url
+}
+
 func masterCmd(g *globals) *cobra.Command {
 	var (
 		cf     clusterFlags
@@ -232,7 +243,7 @@ func masterCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer n.Close()
-			log.Info().Str("nats", n.URL).Msg("master ready; slaves connect with: flexps slave --nats " + n.URL)
+			log.Info().Str("nats", n.URL).Msg("master ready; slaves connect with: " + slaveHint(cf.config, n.URL))
 			<-ctx.Done()
 			log.Info().Msg("master shutting down")
 			return nil

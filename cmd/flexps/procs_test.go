@@ -34,3 +34,17 @@ func TestSlaveProcs(t *testing.T) {
 		}
 	}
 }
+
+// The master's "slaves connect with" line names the cluster TOML it was
+// started with: it said only --nats URL, and a slave started so used the
+// cluster "default" and no credentials, and was refused or joined no master.
+func TestSlaveHintNamesTheConfig(t *testing.T) {
+	for _, tc := range []struct{ config, url, want string }{
+		{"", "nats://127.0.0.1:4222", "flexps slave --nats nats://127.0.0.1:4222"},
+		{"configs/cluster.toml", "nats://127.0.0.1:24222", "flexps slave --config configs/cluster.toml --nats nats://127.0.0.1:24222"},
+	} {
+		if got := slaveHint(tc.config, tc.url); got != tc.want {
+			t.Errorf("slaveHint(%q, %q) = %q, want %q", tc.config, tc.url, got, tc.want)
+		}
+	}
+}
