@@ -30,6 +30,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"pct":  func(f float64) string { return fmt.Sprintf("%.0f%%", 100*math.Max(0, math.Min(1, f))) },
 	"load": func(s status.Slave) float64 { return float64(s.Slots-s.Free) / float64(s.Slots) },
 	"num":  humanNum,
+	"inc":  func(i int) int { return i + 1 }, // stage indexes count from 0, "stage 1 of 2" from 1
 	"placement": func(m map[string]int) string { // "s1:2, s3:1"
 		parts := make([]string, 0, len(m))
 		for _, k := range slices.Sorted(maps.Keys(m)) {

@@ -57,3 +57,28 @@ func TestPageShowsGoneSlaves(t *testing.T) {
 		})
 	}
 }
+
+// A running or queued task's stage counts from 1, as flexps status's
+// "1/2" does (the page said "stage 0 of 1"), and a queued stage that
+// waits for slaves says why (the page said nothing).
+func TestPageShowsStageAndWaiting(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		task       status.Task
+		want, lack string
+	}{
+		{"first of one", status.Task{ID: "t1", State: status.Running, Stage: 0, Stages: 1, StageName: "sgd"}, "stage 1 of 1 (sgd)", "stage 0"},
+		{"second of two", status.Task{ID: "t1", State: status.Running, Stage: 1, Stages: 2}, "stage 2 of 2", "stage 1 of"},
+		{"waiting", status.Task{ID: "t1", State: status.Queued, Stages: 1, Waiting: "stage 0 asks for 4 workers but the cluster has 2 worker slots"},
+			`<p class="reason">waiting: stage 0 asks for 4 workers but the cluster has 2 worker slots</p>`, "stage 0 of"},
+		{"not waiting", status.Task{ID: "t1", State: status.Queued, Stages: 1}, "stage 1 of 1", "waiting:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			renderPage(rec, status.Cluster{Policy: "greedy", Tasks: []status.Task{tc.task}}, time.Now())
+			if html := rec.Body.String(); !strings.Contains(html, tc.want) || strings.Contains(html, tc.lack) {
+				t.Fatalf("page lacks %q or has %q:\n%s", tc.want, tc.lack, html)
+			}
+		})
+	}
+}
