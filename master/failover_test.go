@@ -596,3 +596,42 @@ func TestGoneSlaveHasNoFreeSlots(t *testing.T) {
 		})
 	}
 }
+
+// A shard host that dies or leaves mid-task and is restarted under its id
+// rejoins as a fresh instance holding nothing of the task: the task's
+// later stages do not ask it to prepare or end them as a host. They did,
+// and its answer, "no tables for task", failed a task that had survived
+// the death (by hand: svrg, a slave SIGSTOPped past the timeout).
+func TestRestartedHostIsNoHostOfLaterStages(t *testing.T) {
+	for _, tc := range s2Goes {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "sequential")
+			s1 := h.slave("s1", 2, nil)
+			s2 := h.slave("s2", 2, nil)
+			id := h.submit(tasks.NewTask("rejoin").SetStages(
+				tasks.Stage{Name: "a", Func: "test.none", Workers: 2, Slaves: []string{"s1"}},
+				tasks.Stage{Name: "b", Func: "test.none", Workers: 2, Slaves: []string{"s1"}}))
+			first := h.started(s1)
+			tc.gone(h, s2)
+			h.eventually("s2 counted out", func() bool { return !h.m.isAlive("s2") })
+			noTables := "kvstore: no tables for task " + id + " on this slave"
+			s2b := h.slaveAs("s2", "inst-s2-restarted", 2, map[string]string{proto.OpPrepareStage: noTables, proto.OpEndStage: noTables, proto.OpFinishRanks: noTables})
+			for _, r := range first.Ranks {
+				h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+			}
+			second := h.started(s1)
+			for _, r := range second.Ranks {
+				h.event(proto.WorkerEvent{Task: id, Stage: 1, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
+			}
+			st := h.wait(id, "ended", func(st status.Task) bool { return st.Ended() })
+			if st.State != status.Done {
+				t.Fatalf("task %s: %s", st.State, st.Reason)
+			}
+			for _, op := range s2b.seen() {
+				if op != proto.OpDropTask { // the end's drop, to every slave the task touched, is harmless
+					t.Fatalf("the restarted s2 was asked %v", s2b.seen())
+				}
+			}
+		})
+	}
+}

@@ -46,7 +46,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	t.mu.Unlock()
 	surv := lifecycle.Survivability(st.Name, st.WorkerKind, tables)
 	mach := lifecycle.New(lifecycle.Config{Task: t.spec.ID, Stage: k, Name: st.Name, Func: st.Func, Workers: workers,
-		Placement: placement, Hosts: t.hosts, Epochs: st.Params.Int("epochs", 0), Trial: trial, Survival: surv})
+		Placement: placement, Hosts: t.stageHosts(), Epochs: st.Params.Int("epochs", 0), Trial: trial, Survival: surv})
 	epochBarrier := t.epochBarriers(st, trial)
 	// The FileAssigner knows where each rank runs.
 	var ws []assign.Worker
@@ -97,7 +97,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	}
 	// A slave that died since the placement was granted or the tables
 	// were placed is one the stage must do without, or fail for.
-	for _, s := range slices.Concat(t.hosts, mach.Slaves()) {
+	for _, s := range slices.Concat(t.stageHosts(), mach.Slaves()) {
 		if !m.isAlive(s) {
 			t.mu.Lock()
 			known := t.reported[s]

@@ -128,14 +128,28 @@ func (t *taskRun) betweenStages(slave string) string {
 }
 
 // liveHosts are the task's shard hosts still alive: a dead one is failed
-// over by its backups and gets no more control requests.
+// over by its backups and gets no more control requests, also once it
+// rejoined under its id as a fresh instance, which holds nothing of the
+// task (a stage's prepare sent to it failed the task: "no tables for
+// task").
 func (t *taskRun) liveHosts() []string {
+	return t.hostsWhere(func(h string, r *kvstore.Routes) bool { return t.m.isAlive(h) && (r == nil || r.Alive(h)) })
+}
+
+// stageHosts are the task's shard hosts a stage counts as such: all but
+// those that died and rejoined as fresh instances (a dead one is counted
+// out of the stage as it starts).
+func (t *taskRun) stageHosts() []string {
+	return t.hostsWhere(func(h string, r *kvstore.Routes) bool { return !t.m.isAlive(h) || r == nil || r.Alive(h) })
+}
+
+func (t *taskRun) hostsWhere(keep func(string, *kvstore.Routes) bool) []string {
 	t.mu.Lock()
-	hosts := slices.Clone(t.hosts)
+	hosts, r := slices.Clone(t.hosts), t.routes
 	t.mu.Unlock()
 	out := hosts[:0]
 	for _, h := range hosts {
-		if t.m.isAlive(h) {
+		if keep(h, r) {
 			out = append(out, h)
 		}
 	}
