@@ -302,3 +302,52 @@ func TestKeyOfferedToAServerWithoutKeysIsNamed(t *testing.T) {
 		})
 	}
 }
+
+// A client that does not trust the NATS server's TLS certificate is told
+// to set [nats] ca_file, and which CA it trusted: it said only "x509:
+// certificate signed by unknown authority".
+func TestUntrustedServerCertificateNamesCAFile(t *testing.T) {
+	dir := t.TempDir()
+	ca, sc, sk, _, _ := testkit.Certs(t, dir)
+	otherCA, _, _, _, _ := testkit.Certs(t, t.TempDir())
+	m, err := engine.StartMaster(context.Background(), engine.ClusterConfig{NATS: engine.NATSConfig{Listen: freeAddr(t), StateDir: filepath.Join(dir, "state"),
+		ServerCertFile: sc, ServerKeyFile: sk, CAFile: ca}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, tc := range []struct {
+		name, caFile, want string
+	}{
+		{"no ca_file", "", "now unset: the system's CAs"},
+		{"another CA", otherCA, "now " + otherCA},
+	} {
+		cfg := engine.ClusterConfig{NATS: engine.NATSConfig{URL: m.URL, StateDir: filepath.Join(dir, "state"), CAFile: tc.caFile}}
+		cfg.Slave.ID, cfg.Slave.JoinTimeout = "s1", engine.Duration(30*time.Second)
+		for role, start := range map[string]func() error{
+			"client": func() error {
+				c, err := engine.Dial(cfg)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			},
+			"slave": func() error {
+				n, err := engine.StartSlave(context.Background(), cfg, zerolog.Nop())
+				if err == nil {
+					n.Close()
+				}
+				return err
+			},
+		} {
+			t.Run(tc.name+"/"+role, func(t *testing.T) {
+				err := start()
+				for _, w := range []string{"set [nats] ca_file", tc.want, m.URL} {
+					if err == nil || !strings.Contains(err.Error(), w) {
+						t.Errorf("err = %v\nwant it to name %q", err, w)
+					}
+				}
+			})
+		}
+	}
+}

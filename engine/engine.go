@@ -9,6 +9,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -110,10 +111,17 @@ func fileExists(p string) bool {
 
 // connectHint explains an authorization failure of a client in role.
 func (c *ClusterConfig) connectHint(err error, role bus.Role) error {
+	n := c.NATS
+	if cve := (*tls.CertificateVerificationError)(nil); errors.As(err, &cve) {
+		trusted := "unset: the system's CAs"
+		if n.CAFile != "" {
+			trusted = n.CAFile
+		}
+		return fmt.Errorf("%w\n  the NATS server's TLS certificate is not one this client trusts: set [nats] ca_file to the CA that signed it (now %s)", err, trusted)
+	}
 	if !errors.Is(err, bus.ErrUnauthorized) {
 		return err
 	}
-	n := c.NATS
 	switch {
 	case n.CredsFile != "":
 		return fmt.Errorf("%w\n  the server does not accept the credentials in [nats] creds_file (%s)", err, n.CredsFile)
