@@ -340,7 +340,7 @@ func TestDriverBarrier(t *testing.T) {
 		}
 		return rep
 	}
-	if rep := arrive(4, 0, 0); rep.OK || !strings.Contains(rep.Error, "not running") {
+	if rep := arrive(4, 0, 0); rep.OK || !strings.Contains(rep.Error, "not running") || !rep.Stopped {
 		t.Fatalf("barrier of a stage that is not running: %+v", rep)
 	}
 	reps := make([]proto.CtlReply, 3)
@@ -371,7 +371,7 @@ func TestDriverBarrier(t *testing.T) {
 	}
 	h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: 2, Slave: "s1", Kind: proto.WorkerError, Error: "boom"})
 	wg.Wait()
-	if late.OK || !strings.Contains(late.Error, "ended before every worker reached the barrier") {
+	if late.OK || !strings.Contains(late.Error, "ended before every worker reached the barrier") || !late.Stopped {
 		t.Fatalf("waiter of a failed stage: %+v", late)
 	}
 }

@@ -184,7 +184,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 	if mach == nil {
 		t.mu.Unlock()
 		if b, ok := ev.(lifecycle.BarrierArrived); ok {
-			t.m.reply(waiterMsg(b.Waiter), proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", t.spec.ID, b.Stage)})
+			t.m.reply(waiterMsg(b.Waiter), proto.CtlReply{Error: fmt.Sprintf("task %s: barrier of stage %d, which is not running", t.spec.ID, b.Stage), Stopped: true})
 		}
 		return
 	}
@@ -220,7 +220,7 @@ func (t *taskRun) stepWith(ev lifecycle.Event, start func(lifecycle.StartWorkers
 				continue
 			}
 			for _, w := range a.Waiters {
-				t.m.reply(waiterMsg(w), proto.CtlReply{OK: a.Err == "", Error: a.Err, Live: a.Live})
+				t.m.reply(waiterMsg(w), proto.CtlReply{OK: a.Err == "", Error: a.Err, Live: a.Live, Stopped: a.Stopped})
 			}
 		case lifecycle.ReleaseBlocks:
 			n := t.m.removeRanks(inputs, a.Ranks)

@@ -285,6 +285,9 @@ func (w *worker) barrier(epoch int) error {
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
 		return fmt.Errorf("barrier %d: malformed answer from the master", w.barriers)
 	}
+	if !rep.OK && rep.Stopped { // another worker's failure, a cancel: not this worker's error
+		return fmt.Errorf("barrier %d: %w: %s", w.barriers, errStageStopped, rep.Error)
+	}
 	if !rep.OK {
 		return fmt.Errorf("barrier %d: %s", w.barriers, rep.Error)
 	}

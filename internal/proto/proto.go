@@ -301,4 +301,7 @@ type CtlReply struct {
 	// Unknown: a cancel's task is not one the master knows (as in
 	// StatusReply).
 	Unknown bool `json:"unknown,omitempty"`
+	// Stopped (a barrier's answer with Error): the stage is not running
+	// any more, so its waiting worker was stopped, not failed.
+	Stopped bool `json:"stopped,omitempty"`
 }

@@ -170,6 +170,9 @@ type ReleaseBarrier struct {
 	// (its answer was lost on the bus); it is answered, and nothing that
 	// the barrier's release did (an epoch's end) is done again.
 	Repeat bool
+	// Stopped (with Err): the stage is not running (it ended, or the
+	// barrier is another stage's); its waiters were stopped, not failed.
+	Stopped bool
 }
 
 // ReleaseBlocks asks the driver to put the input blocks handed to Ranks

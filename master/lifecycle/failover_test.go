@@ -304,3 +304,49 @@ func TestUnreplicatedWhy(t *testing.T) {
 		}
 	}
 }
+
+// A worker waiting at a barrier when the stage ends (another worker
+// failed, a cancel), or arriving at a barrier of a stage that is not
+// running, is told it was stopped, so its slave logs it as stopped and
+// counts it so (it logged "worker failed" at ERR on every other slave,
+// and counted it in flexps_slave_workers_ended_total{outcome="failed"});
+// a worker counted out for its slave's death is not.
+func TestBarrierWaitersOfAnEndedStageAreStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		steps   func(s *Stage) []Action // the last one's ReleaseBarrier is checked
+		stopped bool
+	}{
+		{"another worker failed", func(s *Stage) []Action {
+			s.Step(BarrierArrived{Stage: 1, Rank: 0, Seq: 1, Waiter: "w0"})
+			return s.Step(WorkerFailed{Stage: 1, Rank: 2, Slave: "s2", Err: "boom"})
+		}, true},
+		{"cancelled", func(s *Stage) []Action {
+			s.Step(BarrierArrived{Stage: 1, Rank: 0, Seq: 1, Waiter: "w0"})
+			return s.Step(Cancel{Err: errors.New("cancelled by the user")})
+		}, true},
+		{"another stage's barrier", func(s *Stage) []Action {
+			return s.Step(BarrierArrived{Stage: 0, Rank: 0, Seq: 1, Waiter: "w0"})
+		}, true},
+		{"after the end", func(s *Stage) []Action {
+			s.Step(Cancel{Err: errors.New("cancelled by the user")})
+			return s.Step(BarrierArrived{Stage: 1, Rank: 0, Seq: 1, Waiter: "w0"})
+		}, true},
+		{"counted out", func(s *Stage) []Action {
+			s.Step(SlaveDead{Slave: "s2", Err: errors.New("slave s2 died")})
+			return s.Step(BarrierArrived{Stage: 1, Rank: 2, Seq: 1, Waiter: "w2"})
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rel *ReleaseBarrier
+			for _, a := range tc.steps(started(t, survivable())) {
+				if r, ok := a.(ReleaseBarrier); ok {
+					rel = &r
+				}
+			}
+			if rel == nil || rel.Err == "" || rel.Stopped != tc.stopped {
+				t.Fatalf("release %+v, want an error with Stopped %v", rel, tc.stopped)
+			}
+		})
+	}
+}

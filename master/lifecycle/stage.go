@@ -145,7 +145,7 @@ func (s *Stage) Progress() status.Progress { return s.progress }
 func (s *Stage) Step(ev Event) []Action {
 	if s.phase == Ended {
 		if b, ok := ev.(BarrierArrived); ok {
-			return []Action{ReleaseBarrier{Waiters: []any{b.Waiter}, Err: s.notRunning(b.Stage)}}
+			return []Action{ReleaseBarrier{Waiters: []any{b.Waiter}, Err: s.notRunning(b.Stage), Stopped: true}}
 		}
 		return nil
 	}
@@ -436,7 +436,7 @@ func (s *Stage) maybeComplete() []Action {
 
 func (s *Stage) barrier(ev BarrierArrived) []Action {
 	if ev.Stage != s.cfg.Stage || s.phase == Placed {
-		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.notRunning(ev.Stage)}}
+		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.notRunning(ev.Stage), Stopped: true}}
 	}
 	if s.deadRank[ev.Rank] {
 		return []Action{ReleaseBarrier{Waiters: []any{ev.Waiter}, Err: s.deadErr(ev.Rank)}}
@@ -614,7 +614,7 @@ func (s *Stage) closeBarriers() []Action {
 	if len(w) == 0 {
 		return nil
 	}
-	return []Action{ReleaseBarrier{Waiters: w, Err: fmt.Sprintf("stage %d (%s) ended before every worker reached the barrier", s.cfg.Stage, s.cfg.Name)}}
+	return []Action{ReleaseBarrier{Waiters: w, Err: fmt.Sprintf("stage %d (%s) ended before every worker reached the barrier", s.cfg.Stage, s.cfg.Name), Stopped: true}}
 }
 
 // Waiting is how many workers wait at a barrier.
