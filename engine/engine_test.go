@@ -983,3 +983,71 @@ func TestTablesRefuseCallsAfterTheFunctionReturned(t *testing.T) {
 		}
 	}
 }
+
+func init() {
+	// Rank 1 fails once the others wait at a barrier (or are on their way).
+	tasks.Register("test.failAtBarrier", func(info *tasks.Info) error {
+		if info.Rank == 1 {
+			time.Sleep(100 * time.Millisecond)
+			return errors.New("boom from the stage function")
+		}
+		return info.Barrier()
+	})
+}
+
+// The workers a failing worker takes down with its stage are stopped, not
+// failed: no "worker failed" error is logged for them, nor are they counted
+// as failed. Workers waiting at a barrier were ("barrier 1: stage 0 (x)
+// ended before every worker reached the barrier", or the task's error
+// twice), on every slave.
+func TestOnlyTheFailingWorkerIsCountedFailed(t *testing.T) {
+	for _, fn := range []string{"test.fail", "test.failAtBarrier"} {
+		t.Run(fn, func(t *testing.T) {
+			var logs syncBuffer
+			l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2,
+				Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			task := tasks.NewTask("fail").SetStages(tasks.Stage{Name: "x", Func: fn, Workers: 4})
+			if _, err := l.SubmitAndWait(context.Background(), task, nil); err == nil || !strings.Contains(err.Error(), "boom") {
+				t.Fatalf("task error %v, want rank 1's", err)
+			}
+			outcomes := map[string]float64{}
+			deadline := time.Now().Add(5 * time.Second)
+			for outcomes["failed"]+outcomes["stopped"] < 4 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				outcomes = map[string]float64{}
+				for _, s := range l.Slaves() {
+					reg := prometheus.NewRegistry()
+					reg.MustRegister(s.Collector())
+					fams, err := reg.Gather()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, f := range fams {
+						if f.GetName() != "flexps_slave_workers_ended_total" {
+							continue
+						}
+						for _, m := range f.GetMetric() {
+							for _, lp := range m.GetLabel() {
+								if lp.GetName() == "outcome" {
+									outcomes[lp.GetValue()] += m.GetCounter().GetValue()
+								}
+							}
+						}
+					}
+				}
+			}
+			if outcomes["failed"] != 1 || outcomes["stopped"] != 3 {
+				t.Errorf("workers ended by outcome %v, want rank 1 failed and the 3 others stopped", outcomes)
+			}
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "worker failed") && !strings.Contains(line, "boom from the stage function") {
+					t.Errorf("a worker stopped by rank 1's failure logged as failed: %s", line)
+				}
+			}
+		})
+	}
+}

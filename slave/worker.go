@@ -276,6 +276,11 @@ func (w *worker) barrier(epoch int) error {
 	}
 	msg, err := w.s.askMaster(ctx, w.s.subj.Barrier(), req, 0) // as long as the slowest worker takes
 	if err != nil {
+		if w.ctx.Err() != nil {
+			// Stopped meanwhile: the worker's end says why (it said the
+			// cause twice, and counted the worker failed).
+			return fmt.Errorf("barrier %d: %w", w.barriers, w.ctx.Err())
+		}
 		if cause := context.Cause(ctx); cause != nil {
 			return fmt.Errorf("barrier %d: %w", w.barriers, cause)
 		}
