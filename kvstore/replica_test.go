@@ -399,3 +399,81 @@ func TestShardLostIsReported(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// A node that hosts none of a replicated table's shards (a slave that
+// joined after the tables were placed, or one that rejoined under a dead
+// host's id as a fresh instance) reads and writes through GuestRoutes,
+// which start from the hosts that died before: its requests went to the
+// dead hosts, or, under a dead host's id, it failed at once with "should
+// host table ... but does not".
+func TestGuestNodeRoutesAroundDeadHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		self  string
+		kill  int // host killed before the guest starts (-1: none)
+		later int // host killed while the guest reads (-1: none)
+	}{
+		{"new node, no death", "n3", -1, -1},
+		{"new node, a host died before", "n3", 1, -1},
+		{"new node, a host dies later", "n3", -1, 0},
+		{"dead host's id again", "n2", 2, -1},
+		{"dead host's id again, another dies later", "n2", 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := TableSpec{Name: "w", Size: 30, Replicas: 3}
+			rc := newReplCluster(t, 3, spec)
+			ctx := context.Background()
+			c0, t0 := rc.client(t, ctx, 1, 0)
+			keys := make([]uint64, spec.Size)
+			ones := make([]float64, spec.Size)
+			for i := range keys {
+				keys[i], ones[i] = uint64(i), 1
+			}
+			if err := t0.Add(keys, ones); err != nil {
+				t.Fatal(err)
+			}
+			if err := c0.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			c0.Close()
+			var dead []string
+			if tc.kill >= 0 {
+				rc.kill(tc.kill)
+				dead = append(dead, rc.hosts[tc.kill])
+			}
+			guest, err := NewServer(rc.tr, tc.self, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer guest.Close()
+			routes := guest.GuestRoutes("t", rc.hosts, dead)
+			c, err := NewClient(ClientConfig{Transport: rc.tr, Task: "t", Worker: 1, Self: tc.self, Server: guest, Hosts: rc.hosts,
+				Consistency: Consistency{Kind: ASP}, Routes: routes, Ctx: ctx, Timeout: 10 * time.Second, RetryAfter: 200 * time.Millisecond, Window: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tb, err := c.Table(Placement{Spec: spec, Hosts: rc.hosts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.later >= 0 {
+				rc.kill(tc.later)
+				guest.PeerDead(rc.hosts[tc.later]) // as the slave's membership view tells it
+			}
+			got := make([]float64, spec.Size)
+			if err := tb.Get(keys, got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range got {
+				if v != 1 {
+					t.Fatalf("key %d = %v, want 1", k, v)
+				}
+			}
+			guest.DropTask("t", nil)
+			if again := guest.GuestRoutes("t", rc.hosts, nil); again == routes {
+				t.Fatal("the dropped task's routes were kept")
+			}
+		})
+	}
+}

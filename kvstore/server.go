@@ -27,6 +27,9 @@ type Server struct {
 
 	mu    sync.RWMutex
 	tasks map[string]*hostedTask
+	// guests are the routes of tasks whose shards live elsewhere, for this
+	// node's workers (GuestRoutes).
+	guests map[string]*Routes
 
 	svc   io.Closer
 	msg   Message     // reused by the handler goroutine
@@ -221,17 +224,46 @@ func (s *Server) Routes(task string) *Routes {
 	return nil
 }
 
+// GuestRoutes is the view of a task none of whose shards live here, for
+// this node's workers: its shard hosts, those in dead dead (they died
+// before, as the master says), and every death PeerDead hears from now on,
+// until DropTask. Without it such workers (of a slave that joined, or
+// rejoined as a fresh instance, after the tables were placed) sent
+// requests to dead hosts, or to the node itself when it had been one.
+func (s *Server) GuestRoutes(task string, hosts, dead []string) *Routes {
+	s.mu.Lock()
+	r := s.guests[task]
+	if r == nil {
+		if s.guests == nil {
+			s.guests = map[string]*Routes{}
+		}
+		r = NewRoutes(hosts)
+		s.guests[task] = r
+	}
+	s.mu.Unlock()
+	for _, h := range dead {
+		r.MarkDead(h)
+	}
+	return r
+}
+
+// Hosts reports whether shards of task live here.
+func (s *Server) Hosts(task string) bool { return s.task(task) != nil }
+
 // PeerDead marks node dead in the view of every task hosted here: the
 // shards it headed fail over to their backups.
 func (s *Server) PeerDead(node string) {
 	s.mu.RLock()
-	ts := make([]*hostedTask, 0, len(s.tasks))
+	ts := make([]*Routes, 0, len(s.tasks)+len(s.guests))
 	for _, t := range s.tasks {
-		ts = append(ts, t)
+		ts = append(ts, t.routes)
+	}
+	for _, r := range s.guests {
+		ts = append(ts, r)
 	}
 	s.mu.RUnlock()
-	for _, t := range ts {
-		t.routes.MarkDead(node)
+	for _, r := range ts {
+		r.MarkDead(node)
 	}
 }
 
@@ -263,6 +295,7 @@ func (s *Server) DropTask(task string, err error) {
 	s.mu.Lock()
 	t := s.tasks[task]
 	delete(s.tasks, task)
+	delete(s.guests, task)
 	s.mu.Unlock()
 	if t != nil {
 		if err == nil {

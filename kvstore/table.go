@@ -79,7 +79,9 @@ func (c *Client) Table(p Placement) (*TableClient, error) {
 	t.keyed = !contiguous
 	t.allHere = true
 	for i, h := range p.Hosts {
-		if h == c.cfg.Self && c.cfg.Server != nil {
+		// A host that died is not this node's to serve from, even when
+		// this node took its id again as a fresh instance.
+		if h == c.cfg.Self && c.cfg.Server != nil && (c.cfg.Routes == nil || c.cfg.Routes.Alive(h)) {
 			ht := c.cfg.Server.hosted(c.cfg.Task, spec.Name)
 			if ht == nil {
 				return nil, fmt.Errorf("kvstore: slave %s should host table %q of task %s but does not", h, spec.Name, c.cfg.Task)

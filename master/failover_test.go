@@ -620,6 +620,11 @@ func TestRestartedHostIsNoHostOfLaterStages(t *testing.T) {
 				h.event(proto.WorkerEvent{Task: id, Stage: 0, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
 			}
 			second := h.started(s1)
+			// A slave hosting none of the shards routes around the dead
+			// host (kvstore.Server.GuestRoutes).
+			if !slices.Equal(second.DeadHosts, []string{"s2"}) {
+				t.Fatalf("stage b started with dead hosts %v, want [s2]", second.DeadHosts)
+			}
 			for _, r := range second.Ranks {
 				h.event(proto.WorkerEvent{Task: id, Stage: 1, Rank: r, Slave: "s1", Kind: proto.WorkerDone})
 			}

@@ -89,7 +89,7 @@ func (t *taskRun) runStage(k int, st *tasks.Stage, workers int, placement []sche
 	}()
 	start := func(a lifecycle.StartWorkers) error {
 		return m.ctlOrDead(t.ctx, a.Slave, proto.SlaveCtl{Op: proto.OpStartWorkers, Task: t.spec.ID, Stage: k, Spec: t.spec,
-			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, Tables: t.placements(), Consistency: st.Consistency,
+			Workers: workers, Ranks: a.Ranks, Hosts: t.hosts, DeadHosts: t.deadHosts(), Tables: t.placements(), Consistency: st.Consistency,
 			Retain: retain, TransferFrom: from, StartEpoch: t.startEpoch, EpochBarrier: epochBarrier, Survivable: surv.Shards})
 	}
 	stop := func(a lifecycle.StopWorkers) error {

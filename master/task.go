@@ -143,6 +143,12 @@ func (t *taskRun) stageHosts() []string {
 	return t.hostsWhere(func(h string, r *kvstore.Routes) bool { return !t.m.isAlive(h) || r == nil || r.Alive(h) })
 }
 
+// deadHosts are the task's shard hosts that died since its tables were
+// placed (rejoined as fresh instances or not).
+func (t *taskRun) deadHosts() []string {
+	return t.hostsWhere(func(h string, r *kvstore.Routes) bool { return r != nil && !r.Alive(h) })
+}
+
 func (t *taskRun) hostsWhere(keep func(string, *kvstore.Routes) bool) []string {
 	t.mu.Lock()
 	hosts, r := slices.Clone(t.hosts), t.routes

@@ -100,7 +100,7 @@ func (m *localModel) loader(ctx context.Context) (*kvstore.Client, error) {
 		Transport: m.s.tr, Task: m.req.Task, Stage: int32(m.req.Stage), Worker: -1,
 		Self: m.s.cfg.ID, Server: m.s.kv, Hosts: m.req.Hosts, Consistency: kvstore.Consistency{Kind: kvstore.ASP},
 		Timeout: m.s.cfg.KVTimeout, Ctx: ctx, Incarnation: m.s.Incarnation(),
-		Routes: m.s.kv.Routes(m.req.Task),
+		Routes: m.s.routes(m.req),
 	})
 }
 

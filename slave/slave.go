@@ -618,6 +618,24 @@ func (s *Slave) step(ev Event) {
 	s.apply(acts)
 }
 
+// routes is the membership view of req's task for this slave's clients:
+// its server's when the slave hosts the task's shards; when it hosts none
+// (it joined, or rejoined as a fresh instance, after the tables were
+// placed) and a table is replicated, one that starts from the hosts the
+// master says died. Its workers went to the dead hosts, or to this slave
+// itself when it had been one ("should host table ... but does not").
+func (s *Slave) routes(req proto.SlaveCtl) *kvstore.Routes {
+	if s.kv == nil || s.kv.Hosts(req.Task) {
+		return s.kv.Routes(req.Task)
+	}
+	for _, p := range req.Tables {
+		if p.Spec.Replicas > 1 {
+			return s.kv.GuestRoutes(req.Task, req.Hosts, req.DeadHosts)
+		}
+	}
+	return nil
+}
+
 // PeerDead tells the slave that node died: workers of stages whose shards
 // live there fail with an error naming it instead of waiting on it.
 func (s *Slave) PeerDead(node, reason string) {

@@ -144,7 +144,7 @@ func (w *worker) setup() error {
 		Transport: w.s.tr, Task: w.req.Task, Stage: int32(w.req.Stage), Worker: int32(w.rank),
 		Self: w.s.cfg.ID, Server: w.s.kv, Hosts: w.req.Hosts, Consistency: w.req.Consistency, ClockedStage: clockedStage(w.req.Spec, w.req.Stage),
 		Timeout: w.s.cfg.KVTimeout, Window: w.s.cfg.KVWindow, Ctx: w.ctx, Observer: w.s.metrics, Incarnation: w.inc,
-		Routes: w.s.kv.Routes(w.req.Task),
+		Routes: w.s.routes(w.req),
 	})
 	if err != nil {
 		return err

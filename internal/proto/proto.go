@@ -251,6 +251,10 @@ type SlaveCtl struct {
 	Spec        *tasks.MultiStageTask `json:"spec,omitempty"`
 	Hosts       []string              `json:"hosts,omitempty"` // every shard host of the task
 	Reason      string                `json:"reason,omitempty"`
+	// DeadHosts (start_workers) are the shard hosts that died since the
+	// task's tables were placed: a slave hosting none of its shards (it
+	// joined, or rejoined as a fresh instance, later) routes around them.
+	DeadHosts []string `json:"dead_hosts,omitempty"`
 	// Retain keeps a one-slave stage's model in the slave's memory for the
 	// next stage instead of writing it back (direct model transfer).
 	Retain bool `json:"retain,omitempty"`
