@@ -351,3 +351,48 @@ func TestUntrustedServerCertificateNamesCAFile(t *testing.T) {
 		}
 	}
 }
+
+// A slave that finds no credentials and is refused waits for the keys a
+// master on its host is about to generate, and says so at once: it waited
+// join_timeout (30 s) without a word, then printed the hint.
+func TestSlaveWaitingForKeysSaysSo(t *testing.T) {
+	m, err := engine.StartMaster(context.Background(), engine.ClusterConfig{NATS: engine.NATSConfig{Listen: freeAddr(t),
+		StateDir: filepath.Join(t.TempDir(), "master")}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, tc := range []struct {
+		name string
+		nats engine.NATSConfig
+		warn bool
+	}{
+		{"no credentials found", engine.NATSConfig{StateDir: filepath.Join(t.TempDir(), "empty")}, true},
+		{"wrong token", engine.NATSConfig{Token: "nope"}, false}, // refused at once instead
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			tc.nats.URL = m.URL
+			cfg := engine.ClusterConfig{NATS: tc.nats}
+			cfg.Slave.ID, cfg.Slave.JoinTimeout = "s1", engine.Duration(30*time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				n, err := engine.StartSlave(ctx, cfg, zerolog.New(&logs))
+				if err == nil {
+					n.Close()
+				}
+				done <- err
+			}()
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(logs.String(), "found no credentials") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			<-done
+			if got := strings.Contains(logs.String(), "found no credentials: it waits for the keys"); got != tc.warn {
+				t.Fatalf("warned %v, want %v; log:\n%s", got, tc.warn, logs.String())
+			}
+		})
+	}
+}

@@ -510,6 +510,7 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 	}
 	deadline := time.Now().Add(retryFor)
 	var nc *nats.Conn
+	warned := false
 	for {
 		opts, err := cfg.busOptions("flexps-slave", bus.RoleSlave, &log)
 		if err != nil {
@@ -533,6 +534,12 @@ func StartSlave(ctx context.Context, cfg ClusterConfig, log zerolog.Logger) (*Sl
 		if !errors.Is(err, bus.ErrUnauthorized) || opts.NkeyFile != "" || opts.User != "" || opts.Token != "" ||
 			opts.CredsFile != "" || time.Now().After(deadline) {
 			return nil, cfg.connectHint(err, bus.RoleSlave)
+		}
+		if !warned { // it waited join_timeout without a word
+			warned = true
+			dir, _ := cfg.stateDir()
+			log.Warn().Str("nats", cfg.NATS.URL).Str("state_dir", dir).Dur("join_timeout", retryFor).
+				Msg("the bus refused this slave, which found no credentials: it waits for the keys a master on this host generates in its state directory; on another host copy slave.nk from the master's and set [nats] nkey_file")
 		}
 		select {
 		case <-ctx.Done():
