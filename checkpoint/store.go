@@ -252,10 +252,11 @@ func Latest(ctx context.Context, st Store, dir string) (*Checkpoint, string, []S
 			return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: no such directory (give the job's [checkpoint] dir)", dir, ErrNone)
 		}
 		if err == nil && isFile(bs, dir) {
-			// --resume DIR/ckpt-000003.flexps (flexps run says so of a
-			// local one before it starts; flexps submit and hdfs:// did
-			// not: "the directory holds no ckpt-*.flexps files").
-			return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: not a directory (give the job's [checkpoint] dir, not a file in it)", dir, ErrNone)
+			// --resume DIR/model.bin (flexps run says so of a local one
+			// before it starts; flexps submit and hdfs:// did not: "the
+			// directory holds no ckpt-*.flexps files"). A checkpoint
+			// file is resumed by name (LoadFile), never listed here.
+			return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: neither a directory nor a checkpoint file (give the job's [checkpoint] dir, or a ckpt-NNNNNN.flexps file in it)", dir, ErrNone)
 		}
 		return nil, "", nil, fmt.Errorf("checkpoint: %s: %w: the directory holds no %s files", dir, ErrNone, pattern)
 	}

@@ -240,10 +240,10 @@ func TestLatestNamesAMissingDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(others, filepath.Base(others)), []byte("x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// --resume given a checkpoint file on HDFS, not its dir: the glob
-	// under it matches nothing, the file's blocks are its own. It was
-	// told "the directory holds no ckpt-*.flexps files".
-	hdfsFile := "hdfs://nn:8020/ck/lr/ckpt-000003.flexps"
+	// --resume given another file on HDFS, not a dir: the glob under it
+	// matches nothing, the file's blocks are its own. It was told "the
+	// directory holds no ckpt-*.flexps files".
+	hdfsFile := "hdfs://nn:8020/ck/lr/model.bin"
 	fake := fileStore{Sources: st, file: hdfsFile}
 	for _, tc := range []struct {
 		st        Store
@@ -252,7 +252,7 @@ func TestLatestNamesAMissingDirectory(t *testing.T) {
 		{st, filepath.Join(empty, "typo"), "no such directory"},
 		{st, empty, "holds no"},
 		{st, others, "holds no"},
-		{fake, hdfsFile, "not a directory (give the job's [checkpoint] dir, not a file in it)"},
+		{fake, hdfsFile, "neither a directory nor a checkpoint file"},
 		{fake, "hdfs://nn:8020/ck/lr", "holds no"},
 	} {
 		_, _, _, err := Latest(ctx, tc.st, tc.dir)
