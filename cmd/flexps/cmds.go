@@ -547,7 +547,16 @@ func cancelCmd(g *globals) *cobra.Command {
 				t := rep.Tasks[0]
 				return fmt.Errorf("task %s (%s) already ended: %s; nothing to cancel", t.ID, t.Name, t.State)
 			}
-			return c.Cancel(cmd.Context(), a[0])
+			if err := c.Cancel(cmd.Context(), a[0]); err != nil {
+				return err
+			}
+			// Said, not silent: a cancel that worked printed nothing.
+			name := ""
+			if len(rep.Tasks) == 1 {
+				name = " (" + rep.Tasks[0].Name + ")"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s%s cancelled\n", a[0], name)
+			return nil
 		},
 	}
 	cf.register(c.Flags(), clientNATSHelp)

@@ -175,11 +175,12 @@ func TestCancelSaysWhenTheTaskAlreadyEnded(t *testing.T) {
 		state  string // wait for the task to be in it first ("": no wait)
 		exit   int
 		stderr string
+		stdout string
 	}{
-		{"running", long, status.Running, 0, ""},
-		{"cancelled before", long, status.Cancelled, 1, "task " + long + " (long) already ended: cancelled; nothing to cancel"},
-		{"done", done, "", 1, "task " + done + " (quick) already ended: done; nothing to cancel"},
-		{"unknown", "tNoSuchTask", "", 1, `no task "tNoSuchTask"`},
+		{"running", long, status.Running, 0, "", "task " + long + " (long) cancelled\n"},
+		{"cancelled before", long, status.Cancelled, 1, "task " + long + " (long) already ended: cancelled; nothing to cancel", ""},
+		{"done", done, "", 1, "task " + done + " (quick) already ended: done; nothing to cancel", ""},
+		{"unknown", "tNoSuchTask", "", 1, `no task "tNoSuchTask"`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.state != "" {
@@ -188,6 +189,9 @@ func TestCancelSaysWhenTheTaskAlreadyEnded(t *testing.T) {
 			r := c.Run(time.Minute, "cancel", tc.id)
 			if r.Exit != tc.exit || !strings.Contains(r.Stderr, tc.stderr) {
 				t.Fatalf("cancel %s: exit %d, want %d and stderr with %q:\n%s", tc.id, r.Exit, tc.exit, tc.stderr, r.Stderr)
+			}
+			if r.Stdout != tc.stdout {
+				t.Fatalf("cancel %s: stdout %q, want %q (a cancel that worked printed nothing)", tc.id, r.Stdout, tc.stdout)
 			}
 		})
 	}
