@@ -493,3 +493,45 @@ func TestBusyMonitorPortNamesItsSetting(t *testing.T) {
 		})
 	}
 }
+
+// With several tasks followed (flexps submit of several job files) their
+// interleaved epochs share one table whose first column is the task's id:
+// a table per task printed its header again at every switch (122 headers
+// for 3 tasks). A metric first seen, or a task's summary between the
+// rows, prints the header again.
+func TestSeveralTasksShareOneTable(t *testing.T) {
+	var out, progress bytes.Buffer
+	p := newPrinter(&out, &progress, false)
+	p.SharedTable = true
+	lr := status.Task{ID: "tLR", Name: "lr", State: status.Running, Stages: 1, StageName: "sgd"}
+	km := status.Task{ID: "tKM", Name: "kmeans", State: status.Running, Stages: 1, StageName: "lloyd"}
+	for e := 1; e <= 4; e++ {
+		for _, s := range []status.Task{lr, km} {
+			m := map[string]float64{tasks.MetricSamples: 100, tasks.MetricLossSum: 50}
+			if s.ID == "tKM" {
+				m = map[string]float64{tasks.MetricSamples: 100, tasks.MetricObjective: 3}
+			}
+			p.Event(status.Event{Kind: status.EventEpoch, Status: s, Epoch: &status.Epoch{Epoch: e, Seconds: 0.5, Metrics: m}})
+		}
+	}
+	s := out.String()
+	// The header of the first row, and again when kmeans' objective is
+	// first seen; never at a switch of task.
+	if n := strings.Count(s, "samples/s  seconds"); n != 2 {
+		t.Fatalf("want 2 headers (the first row, a new metric), got %d:\n%s", n, s)
+	}
+	rows := 0
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(line, "tLR ") || strings.HasPrefix(line, "tKM ") {
+			rows++
+		}
+	}
+	if rows != 10 {
+		t.Fatalf("want 8 epoch rows each starting with its task's id, and a line naming each task, got %d:\n%s", rows, s)
+	}
+	for _, w := range []string{"tLR           (task \"lr\")\n", "tKM           (task \"kmeans\")\n"} {
+		if strings.Count(s, w) != 1 {
+			t.Errorf("want %q once:\n%s", w, s)
+		}
+	}
+}

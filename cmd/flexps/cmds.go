@@ -443,6 +443,7 @@ func submitCmd(g *globals) *cobra.Command {
 			p.Logs = &g.logs
 			p.Metrics = mw
 			p.EndSummaries = len(jobs) > 1
+			p.SharedTable = len(jobs) > 1
 			// In order: the master's policy sees the tasks in the
 			// order of the command line (sequential runs them so).
 			results, errs := c.SubmitAllAndWait(ctx, jobs, p.Event)

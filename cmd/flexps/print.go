@@ -33,11 +33,17 @@ type Printer struct {
 	// tasks followed, a task that failed early was not reported until the
 	// last one ended.
 	EndSummaries bool
+	// SharedTable prints the epochs of every followed task in one table
+	// whose first column is the task's id (several job files): their rows
+	// interleave, and a table per task printed its header again at every
+	// switch (122 headers for 3 tasks).
+	SharedTable bool
 
 	mu         sync.Mutex
 	bars       *stageBars
 	lastHeader string              // task whose header was printed last
 	columns    map[string][]string // per task: the metric columns of its table
+	named      []string            // SharedTable: tasks whose id was introduced with their name
 	resumed    map[string]string   // per task: the checkpoint its events said it was resumed from
 	summarized map[string]bool     // tasks whose summary was printed
 }
@@ -148,7 +154,11 @@ func (p *Printer) epochRow(w io.Writer, s status.Task, e status.Epoch) {
 	if p.columns == nil {
 		p.columns = map[string][]string{}
 	}
-	have := p.columns[s.ID]
+	table := s.ID // the task's own table, or with SharedTable every task's
+	if p.SharedTable {
+		table = ""
+	}
+	have := p.columns[table]
 	grew := false
 	for _, c := range cols {
 		if !slices.Contains(have, c.Name) {
@@ -156,10 +166,19 @@ func (p *Printer) epochRow(w io.Writer, s status.Task, e status.Epoch) {
 			grew = true
 		}
 	}
-	p.columns[s.ID] = have
-	if grew || p.lastHeader != s.ID {
-		p.lastHeader = s.ID
-		fmt.Fprintf(w, "\ntask %s (%s)\n%5s %-12s %6s", s.ID, s.Name, "stage", "name", "epoch")
+	p.columns[table] = have
+	header := grew || p.lastHeader != s.ID
+	if p.SharedTable {
+		header = grew || p.lastHeader == ""
+	}
+	if header {
+		if p.SharedTable {
+			p.lastHeader = "*" // every task's
+			fmt.Fprintf(w, "\n%-13s %5s %-12s %6s", "task", "stage", "name", "epoch")
+		} else {
+			p.lastHeader = s.ID
+			fmt.Fprintf(w, "\ntask %s (%s)\n%5s %-12s %6s", s.ID, s.Name, "stage", "name", "epoch")
+		}
 		for _, name := range have {
 			fmt.Fprintf(w, " %12s", name)
 		}
@@ -168,6 +187,13 @@ func (p *Printer) epochRow(w io.Writer, s status.Task, e status.Epoch) {
 	rate := "-"
 	if e.Seconds > 0 {
 		rate = human(m[tasks.MetricSamples] / e.Seconds)
+	}
+	if p.SharedTable {
+		if !slices.Contains(p.named, s.ID) {
+			p.named = append(p.named, s.ID) // its id, named once
+			fmt.Fprintf(w, "%-13s (task %q)\n", s.ID, s.Name)
+		}
+		fmt.Fprintf(w, "%-13s ", s.ID)
 	}
 	fmt.Fprintf(w, "%5d %-12s %6d", e.Stage, truncate(s.StageName, 12), e.Epoch)
 	for _, name := range have {
