@@ -304,9 +304,9 @@ func (ct *CachedTable) get(keys []uint64, out []float64) error {
 // batch) and paid a round trip: LR on 1,000 features across 3 processes,
 // 30.7% hits, 252,109 of 254,110 misses stale. A full cache (it evicts,
 // or its doorkeeper turns keys away) holds a part of a larger working set
-// (a Zipf tail of cold keys): its reads
-// go to the shards for the keys it lacks whatever it holds, and
-// refreshing it would only add keys to each read. Nor is a cached set
+// (a Zipf tail of cold keys): its reads go to the shards for the keys it
+// lacks whatever it holds, and refreshing it would only add keys to each
+// read. Nor is a cached set
 // more than maxAheadPerKey times the read's remote keys (a large cache
 // still filling, whose next reads will likely bring new keys again): one
 // read would carry all of it for little. Under BSP a value never serves
