@@ -477,6 +477,16 @@ func TestAutoTrialStopsAreNotLoggedAsErrors(t *testing.T) {
 		}
 	}
 	// Nor are they counted as failed workers.
+	outcomes := workerOutcomes(t, l)
+	if outcomes["failed"] != 0 || outcomes["stopped"] == 0 || outcomes["done"] == 0 {
+		t.Fatalf("workers ended by outcome %v: want the trials' workers stopped, none failed", outcomes)
+	}
+}
+
+// workerOutcomes sums flexps_slave_workers_ended_total over the local
+// cluster's slaves, by outcome.
+func workerOutcomes(t *testing.T, l *engine.Local) map[string]float64 {
+	t.Helper()
 	outcomes := map[string]float64{}
 	for _, s := range l.Slaves() {
 		reg := prometheus.NewRegistry()
@@ -498,9 +508,7 @@ func TestAutoTrialStopsAreNotLoggedAsErrors(t *testing.T) {
 			}
 		}
 	}
-	if outcomes["failed"] != 0 || outcomes["stopped"] == 0 || outcomes["done"] == 0 {
-		t.Fatalf("workers ended by outcome %v: want the trials' workers stopped, none failed", outcomes)
-	}
+	return outcomes
 }
 
 // syncBuffer is a bytes.Buffer safe for the cluster's goroutines.
@@ -1018,27 +1026,7 @@ func TestOnlyTheFailingWorkerIsCountedFailed(t *testing.T) {
 			deadline := time.Now().Add(5 * time.Second)
 			for outcomes["failed"]+outcomes["stopped"] < 4 && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
-				outcomes = map[string]float64{}
-				for _, s := range l.Slaves() {
-					reg := prometheus.NewRegistry()
-					reg.MustRegister(s.Collector())
-					fams, err := reg.Gather()
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, f := range fams {
-						if f.GetName() != "flexps_slave_workers_ended_total" {
-							continue
-						}
-						for _, m := range f.GetMetric() {
-							for _, lp := range m.GetLabel() {
-								if lp.GetName() == "outcome" {
-									outcomes[lp.GetValue()] += m.GetCounter().GetValue()
-								}
-							}
-						}
-					}
-				}
+				outcomes = workerOutcomes(t, l)
 			}
 			if outcomes["failed"] != 1 || outcomes["stopped"] != 3 {
 				t.Errorf("workers ended by outcome %v, want rank 1 failed and the 3 others stopped", outcomes)
