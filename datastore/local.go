@@ -96,6 +96,48 @@ type localFile struct {
 	size int64
 }
 
+// listDir lists the data files directly in directory p, in name order,
+// skipping names that start with '.' or '_', and counts its
+// subdirectories, which a directory input does not read.
+func listDir(p string) (files []localFile, subdirs int, err error) {
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil, 0, fmt.Errorf("datastore: input %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+			continue
+		}
+		full := filepath.Join(p, name)
+		fi, err := os.Stat(full) // follows symlinks
+		if err != nil {
+			return nil, 0, fmt.Errorf("datastore: input %w", err)
+		}
+		if fi.Mode().IsRegular() {
+			files = append(files, localFile{full, fi.Size()})
+		} else if fi.IsDir() {
+			subdirs++
+		}
+	}
+	return files, subdirs, nil
+}
+
+// SkippedSubdirs is how many subdirectories the directory input pattern
+// holds beside its files, which Blocks does not read (0 for a file, a
+// glob, or a directory without files: Blocks refuses that one itself).
+func (s *LocalSource) SkippedSubdirs(ctx context.Context, pattern string) (int, error) {
+	p := trimFileScheme(pattern)
+	if st, err := os.Stat(p); err != nil || !st.IsDir() {
+		return 0, nil
+	}
+	files, subdirs, err := listDir(p)
+	if err != nil || len(files) == 0 {
+		return 0, err
+	}
+	return subdirs, nil
+}
+
 func (s *LocalSource) expand(pattern string) ([]localFile, error) {
 	p := trimFileScheme(pattern)
 	if p == "" {
@@ -104,27 +146,9 @@ func (s *LocalSource) expand(pattern string) ([]localFile, error) {
 	st, err := os.Stat(p)
 	switch {
 	case err == nil && st.IsDir():
-		entries, err := os.ReadDir(p)
+		files, subdirs, err := listDir(p)
 		if err != nil {
-			return nil, fmt.Errorf("datastore: input %w", err)
-		}
-		var files []localFile
-		subdirs := 0
-		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
-				continue
-			}
-			full := filepath.Join(p, name)
-			fi, err := os.Stat(full) // follows symlinks
-			if err != nil {
-				return nil, fmt.Errorf("datastore: input %w", err)
-			}
-			if fi.Mode().IsRegular() {
-				files = append(files, localFile{full, fi.Size()})
-			} else if fi.IsDir() {
-				subdirs++
-			}
+			return nil, err
 		}
 		if len(files) == 0 {
 			return nil, fmt.Errorf("datastore: input directory %q holds no data files%s: %w", pattern, SubdirsHint(pattern, subdirs), ErrNoInput)

@@ -156,3 +156,40 @@ func TestLocalSourceOpen(t *testing.T) {
 		t.Fatalf("cancelled Open: %v", err)
 	}
 }
+
+// A directory input reads only the files directly in it: SkippedSubdirs
+// counts the subdirectories beside them, whose files would be left out
+// of training without a word (names starting with '.' or '_' are not
+// data, as Blocks skips them). A file, a glob, and a directory of only
+// subdirectories (which Blocks refuses itself) count none.
+func TestLocalSkippedSubdirs(t *testing.T) {
+	dir := t.TempDir()
+	mixed := filepath.Join(dir, "mixed")
+	for _, p := range []string{"mixed/top-0", "mixed/sub/part-0", "mixed/sub2/part-0", "mixed/_tmp/x", "mixed/.hidden/x", "flat/a", "flat/b", "only/dt=1/part-0"} {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("1 1:1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &LocalSource{}
+	for _, tc := range []struct {
+		pattern string
+		want    int
+	}{
+		{mixed, 2},
+		{"file://" + mixed, 2},
+		{filepath.Join(dir, "flat"), 0},
+		{filepath.Join(dir, "only"), 0},
+		{filepath.Join(mixed, "top-0"), 0},
+		{filepath.Join(mixed, "*"), 0},
+		{filepath.Join(dir, "nosuch"), 0},
+	} {
+		got, err := s.SkippedSubdirs(context.Background(), tc.pattern)
+		if err != nil || got != tc.want {
+			t.Errorf("SkippedSubdirs(%s) = %d, %v; want %d", tc.pattern, got, err, tc.want)
+		}
+	}
+}

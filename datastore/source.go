@@ -195,6 +195,27 @@ func (s *Sources) Blocks(ctx context.Context, pattern string, blockSize int64) (
 	return blocks, nil
 }
 
+// SubdirCounter is a Source that can count the subdirectories a
+// directory input holds beside its files, which Blocks does not read.
+type SubdirCounter interface {
+	SkippedSubdirs(ctx context.Context, pattern string) (int, error)
+}
+
+// SkippedSubdirs is how many subdirectories the directory input pattern
+// holds beside its data files: Blocks reads only the files directly in a
+// directory, so their files are not read (0 when pattern's source cannot
+// tell, or pattern is a file or a glob).
+func (s *Sources) SkippedSubdirs(ctx context.Context, pattern string) (int, error) {
+	src, err := s.For(pattern)
+	if err != nil {
+		return 0, err
+	}
+	if c, ok := src.(SubdirCounter); ok {
+		return c.SkippedSubdirs(ctx, pattern)
+	}
+	return 0, nil
+}
+
 // Open opens path on its source.
 func (s *Sources) Open(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
 	if err := s.Check(path); err != nil {

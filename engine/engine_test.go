@@ -868,6 +868,51 @@ func TestTinyBlocksAreWarnedAbout(t *testing.T) {
 	}
 }
 
+// A directory input reads only the files directly in it: submitting one
+// that holds subdirectories beside its files is warned about, naming the
+// input, how many and the glob that reads their files, which were left
+// out of training without a word.
+func TestSubdirectoriesOfADirectoryInputAreWarnedAbout(t *testing.T) {
+	for _, tc := range []struct {
+		files []string
+		warn  string
+	}{
+		{[]string{"a.libsvm", "sub/b.libsvm"}, "the files in 1 subdirectory of "},
+		{[]string{"a.libsvm", "sub/b.libsvm", "sub2/c.libsvm"}, "the files in 2 subdirectories of "},
+		{[]string{"a.libsvm", "_tmp/b.libsvm"}, ""},
+		{[]string{"a.libsvm"}, ""},
+	} {
+		dir := t.TempDir()
+		for _, f := range tc.files {
+			p := filepath.Join(dir, f)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("1 1:1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var logs syncBuffer
+		l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 1, Slots: 1,
+			Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := tasks.NewTask("dirs").SetInput("train", tasks.InputSpec{Path: dir}).
+			SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Params: tasks.Params{"iters": 1}})
+		_, err = l.SubmitAndWait(context.Background(), task, nil)
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := logs.String()
+		warned := strings.Contains(got, `the files in`)
+		if tc.warn == "" && warned || tc.warn != "" && !strings.Contains(got, `input \"train\": `+tc.warn+dir+` are not read`) {
+			t.Errorf("%v: want warning %q:\n%s", tc.files, tc.warn, got)
+		}
+	}
+}
+
 // A task whose stages do not fit one bus message (a one-stage job
 // repeated thousands of times) is refused at Submit, naming the task, its
 // stage count and repeat. Before, the error was NATS's bare "nats:

@@ -345,6 +345,13 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 				Msgf("input %q: block_size = %d bytes splits it into %d blocks, each a round trip to the master: reading will be slow; blocks of %d KiB or more (unset: the cluster's, %d MiB) read at full speed",
 					name, in.BlockSize, len(b), smallBlock>>10, m.cfg.BlockSize>>20)
 		}
+		if n, err := m.sources.SkippedSubdirs(ctx, in.Path); err == nil && n > 0 {
+			// Their files are not read: say so, or the data in them is
+			// left out of training without a word.
+			m.log.Warn().Str("task", spec.Name).Str("input", name).Str("path", in.Path).Int("subdirectories", n).
+				Msgf("input %q: the files in %s of %s are not read: a directory input reads only the files directly in it (the glob %s/*/* reads theirs)",
+					name, subdirs(n), in.Path, strings.TrimRight(in.Path, "/"))
+		}
 		blocks[name] = b
 	}
 	if name := overwritesInput(spec.Output, blocks, m.sources.Canonical); name != "" {
@@ -421,6 +428,14 @@ func (m *Master) submit(ctx context.Context, spec *tasks.MultiStageTask, resume 
 	go tr.run()
 	m.log.Info().Str("task", spec.ID).Str("name", spec.Name).Int("stages", len(spec.Stages)).Msg("task submitted")
 	return spec.ID, nil
+}
+
+// subdirs is "1 subdirectory", "n subdirectories".
+func subdirs(n int) string {
+	if n == 1 {
+		return "1 subdirectory"
+	}
+	return fmt.Sprintf("%d subdirectories", n)
 }
 
 // An input split by its own block_size into more than manySmallBlocks

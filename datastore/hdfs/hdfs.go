@@ -493,6 +493,28 @@ func (s *Source) Blocks(ctx context.Context, pattern string, blockSize int64) ([
 	return blocks, nil
 }
 
+// SkippedSubdirs is how many subdirectories the directory input pattern
+// holds beside its data files, which Blocks does not read (0 for a file,
+// a glob, or a directory without files).
+func (s *Source) SkippedSubdirs(ctx context.Context, pattern string) (int, error) {
+	u, err := s.parse(pattern)
+	if err != nil || hasMeta(u.path) {
+		return 0, err
+	}
+	c, err := s.client(ctx, u)
+	if err != nil {
+		return 0, err
+	}
+	if fi, err := c.Stat(u.path); err != nil || !fi.IsDir() {
+		return 0, nil
+	}
+	files, subdirs, err := s.listFiles(ctx, c, u, u.path)
+	if err != nil || len(files) == 0 {
+		return 0, err
+	}
+	return subdirs, nil
+}
+
 // Files lists the hdfs:// URLs of the files pattern matches, as Blocks
 // expands it, empty ones included.
 func (s *Source) Files(ctx context.Context, pattern string) ([]string, error) {

@@ -228,6 +228,18 @@ func TestHDFSDirectoriesAndGlobs(t *testing.T) {
 		}
 	}
 
+	// A directory input reads only the files directly in it: the
+	// subdirectories beside them are counted, so the master can say their
+	// files are not read ('_' names are not data).
+	for _, p := range []string{"/mixed/top-0", "/mixed/sub/part-0", "/mixed/_tmp/x"} {
+		c.WriteFile(t, p, []byte(p+"\n"))
+	}
+	for pattern, want := range map[string]int{"/mixed": 1, "/mixed/": 1, "/glob/a": 0, "/glob": 0, "/glob/*/part-0": 0, "/mixed/top-0": 0} {
+		if got, err := s.SkippedSubdirs(context.Background(), c.URL(pattern)); err != nil || got != want {
+			t.Errorf("SkippedSubdirs(%s) = %d, %v; want %d", pattern, got, err, want)
+		}
+	}
+
 	blocks, err := s.Blocks(context.Background(), c.URL("/glob/gz/data.gz"), 1000)
 	if err != nil {
 		t.Fatal(err)
