@@ -98,8 +98,10 @@ type TaskError struct {
 	ID, Name, State, Reason string
 }
 
+// Error says the task's state once: "task ID (NAME) failed: REASON". It
+// read "task failed: task ID (NAME) failed: REASON".
 func (e *TaskError) Error() string {
-	return "task failed: task " + e.ID + " (" + e.Name + ") " + e.State + ": " + e.Reason
+	return "task " + e.ID + " (" + e.Name + ") " + e.State + ": " + e.Reason
 }
 
 // Unwrap makes errors.Is(err, ErrTaskFailed) hold.
