@@ -130,6 +130,34 @@ func startLocal(t *testing.T, slaves, slots int) *engine.Local {
 	return l
 }
 
+// startLogged is startLocal with the cluster's logs, from info level up,
+// in the buffer it returns.
+func startLogged(t *testing.T, slaves, slots int) (*engine.Local, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: slaves, Slots: slots,
+		Log: zerolog.New(logs).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l, logs
+}
+
+// submissionLogs runs a one-iteration task over input "train" on a
+// cluster of one slot and returns what the cluster logged.
+func submissionLogs(t *testing.T, name string, in tasks.InputSpec) string {
+	t.Helper()
+	l, logs := startLogged(t, 1, 1)
+	task := tasks.NewTask(name).SetInput("train", in).
+		SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Params: tasks.Params{"iters": 1}})
+	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	return logs.String()
+}
+
 func readModel(t *testing.T, path string) *tasks.Model {
 	t.Helper()
 	m, err := tasks.LoadModel(path)
@@ -455,13 +483,7 @@ func TestFollowOfEndedTaskReturnsAtOnce(t *testing.T) {
 // successful run logs no "worker failed" error for them (it logged one per
 // worker and trial).
 func TestAutoTrialStopsAreNotLoggedAsErrors(t *testing.T) {
-	var logs syncBuffer
-	l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2,
-		Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, logs := startLogged(t, 2, 2)
 	task := tasks.NewTask("auto").SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Auto: true, AutoTrialSeconds: 0.3,
 		Params: tasks.Params{"iters": 400}})
 	if _, err := l.SubmitAndWait(context.Background(), task, nil); err != nil {
@@ -848,22 +870,10 @@ func TestTinyBlocksAreWarnedAbout(t *testing.T) {
 		bs   int64
 		warn bool
 	}{{1, true}, {64 << 10, false}, {0, false}} {
-		var logs syncBuffer
-		l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 1, Slots: 1,
-			Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		task := tasks.NewTask("tiny").SetInput("train", tasks.InputSpec{Path: p, BlockSize: tc.bs}).
-			SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Params: tasks.Params{"iters": 1}})
-		_, err = l.SubmitAndWait(context.Background(), task, nil)
-		l.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := strings.Contains(logs.String(), `input \"train\": block_size = 1 bytes splits it into 24000 blocks`)
+		logs := submissionLogs(t, "tiny", tasks.InputSpec{Path: p, BlockSize: tc.bs})
+		got := strings.Contains(logs, `input \"train\": block_size = 1 bytes splits it into 24000 blocks`)
 		if got != tc.warn {
-			t.Errorf("block_size %d: warned %v, want %v:\n%s", tc.bs, got, tc.warn, logs.String())
+			t.Errorf("block_size %d: warned %v, want %v:\n%s", tc.bs, got, tc.warn, logs)
 		}
 	}
 }
@@ -892,20 +902,7 @@ func TestSubdirectoriesOfADirectoryInputAreWarnedAbout(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var logs syncBuffer
-		l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 1, Slots: 1,
-			Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		task := tasks.NewTask("dirs").SetInput("train", tasks.InputSpec{Path: dir}).
-			SetStages(tasks.Stage{Name: "spin", Func: "test.spin", Params: tasks.Params{"iters": 1}})
-		_, err = l.SubmitAndWait(context.Background(), task, nil)
-		l.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := logs.String()
+		got := submissionLogs(t, "dirs", tasks.InputSpec{Path: dir})
 		warned := strings.Contains(got, `the files in`)
 		if tc.warn == "" && warned || tc.warn != "" && !strings.Contains(got, `input \"train\": `+tc.warn+dir+` are not read`) {
 			t.Errorf("%v: want warning %q:\n%s", tc.files, tc.warn, got)
@@ -1056,13 +1053,7 @@ func init() {
 func TestOnlyTheFailingWorkerIsCountedFailed(t *testing.T) {
 	for _, fn := range []string{"test.fail", "test.failAtBarrier"} {
 		t.Run(fn, func(t *testing.T) {
-			var logs syncBuffer
-			l, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2,
-				Log: zerolog.New(&logs).Level(zerolog.InfoLevel)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
+			l, logs := startLogged(t, 2, 2)
 			task := tasks.NewTask("fail").SetStages(tasks.Stage{Name: "x", Func: fn, Workers: 4})
 			if _, err := l.SubmitAndWait(context.Background(), task, nil); err == nil || !strings.Contains(err.Error(), "boom") {
 				t.Fatalf("task error %v, want rank 1's", err)

@@ -463,15 +463,22 @@ func TestEvalScoresALloydCheckpointByItsCenters(t *testing.T) {
 // task's error.
 func trainFile(t *testing.T, name, body string, params tasks.Params) error {
 	t.Helper()
-	data := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(data, []byte(body), 0o644); err != nil {
+	return trainInput(t, name, body, tasks.InputSpec{}, 2, params)
+}
+
+// trainInput is trainFile reading the file as in says (its Path set
+// here) into centers of width wide.
+func trainInput(t *testing.T, name, body string, in tasks.InputSpec, width int, params tasks.Params) error {
+	t.Helper()
+	in.Path = filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(in.Path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, local := clustertest.Local(t, 1, 1, time.Minute)
 	bsp := kvstore.Consistency{Kind: kvstore.BSP}
 	task := tasks.NewTask("kmeans-file").
-		AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: 2}).
-		SetInput("train", tasks.InputSpec{Path: data}).
+		AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: width}).
+		SetInput("train", in).
 		SetStages(
 			tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
 			tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
@@ -497,20 +504,7 @@ func TestCSVRowNarrowerThanCentersRefused(t *testing.T) {
 		{"label in the last column", 2, 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data := filepath.Join(t.TempDir(), "pts.csv")
-			if err := os.WriteFile(data, []byte(rows), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, local := clustertest.Local(t, 1, 1, time.Minute)
-			bsp := kvstore.Consistency{Kind: kvstore.BSP}
-			params := tasks.Params{"k": 2, "restarts": 1}
-			task := tasks.NewTask("kmeans-csv").
-				AddTable(kvstore.TableSpec{Name: "centers", Size: 2, Width: tc.width}).
-				SetInput("train", tasks.InputSpec{Path: data, Format: "csv", Label: tc.label}).
-				SetStages(
-					tasks.Stage{Name: "init", Func: "kmeans.init", Workers: 1, Consistency: bsp, Params: params},
-					tasks.Stage{Name: "lloyd", Func: "kmeans.lloyd", Workers: 1, Consistency: bsp, Params: params})
-			_, err := local.SubmitAndWait(ctx, task, nil)
+			err := trainInput(t, "pts.csv", rows, tasks.InputSpec{Format: "csv", Label: tc.label}, tc.width, tasks.Params{"k": 2, "restarts": 1})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatal(err)
