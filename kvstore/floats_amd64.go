@@ -1,11 +1,28 @@
 package kvstore
 
+import "golang.org/x/sys/cpu"
+
 // float64sTo32 writes n float64s from src as little-endian float32s to
 // dst, n a multiple of 4 (floats_amd64.s: CVTPD2PS, two values per
 // instruction, rounded as float32(x) rounds).
 //
 //go:noescape
 func float64sTo32(dst *byte, src *float64, n int)
+
+// float64sTo32AVX2 is float64sTo32 of n a multiple of 16, four values per
+// instruction (VCVTPD2PS on 256 bits), for CPUs with AVX2: a float64 Add
+// converts every delta it sends, and this runs about 1.3x as fast as the
+// SSE2 loop over a 32 MB array (BenchmarkFloat64sTo32Large).
+//
+//go:noescape
+func float64sTo32AVX2(dst *byte, src *float64, n int)
+
+// cpuAVX2: the CPU has AVX2; hasAVX2: putFloat64sTo32 uses it (tests
+// switch it off to run the SSE2 loop).
+var (
+	cpuAVX2 = cpu.X86.HasAVX2
+	hasAVX2 = cpuAVX2
+)
 
 // putFloat64sTo32 converts the longest prefix of src whose length is a
 // multiple of 4 into dst and returns its length.
@@ -15,7 +32,14 @@ func putFloat64sTo32(dst []byte, src []float64) int {
 		return 0
 	}
 	_ = dst[4*n-1]
-	float64sTo32(&dst[0], &src[0], n)
+	done := 0
+	if m := n &^ 15; hasAVX2 && m > 0 {
+		float64sTo32AVX2(&dst[0], &src[0], m)
+		done = m
+	}
+	if done < n {
+		float64sTo32(&dst[4*done], &src[done], n-done)
+	}
 	return n
 }
 

@@ -23,6 +23,32 @@ loop:
 done:
 	RET
 
+// func float64sTo32AVX2(dst *byte, src *float64, n int)
+TEXT ·float64sTo32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   done
+
+loop:
+	VCVTPD2PSY 0(SI), X0
+	VCVTPD2PSY 32(SI), X1
+	VCVTPD2PSY 64(SI), X2
+	VCVTPD2PSY 96(SI), X3
+	VMOVUPS    X0, 0(DI)
+	VMOVUPS    X1, 16(DI)
+	VMOVUPS    X2, 32(DI)
+	VMOVUPS    X3, 48(DI)
+	ADDQ       $128, SI
+	ADDQ       $64, DI
+	DECQ       CX
+	JNZ        loop
+	VZEROUPPER
+
+done:
+	RET
+
 // func float32sTo64(dst *float64, src *byte, n int)
 TEXT ·float32sTo64(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
