@@ -448,7 +448,14 @@ func (t *MultiStageTask) validate(registry bool) error {
 			}
 		}
 	}
+	stageNamed := map[string]int{}
 	for i, s := range t.Stages {
+		if j, ok := stageNamed[s.Name]; ok && s.Name != "" {
+			// Status, metrics, logs and errors name stages by name: two
+			// of one name read as one stage.
+			return &FieldError{Section: "stage", Index: i, Keys: []string{"name"}, Err: fmt.Errorf("%w: task %q: stage %d (%s): stage %d is named %q too: give each stage a name of its own", ErrInvalid, t.Name, i, s.Name, j, s.Name)}
+		}
+		stageNamed[s.Name] = i
 		if err := s.validate(t, registry); err != nil {
 			fe := &FieldError{Section: "stage", Index: i, Err: fmt.Errorf("%w: task %q: stage %d (%s): %v", ErrInvalid, t.Name, i, s.Name, err)}
 			if ke := (*keyErr)(nil); errors.As(err, &ke) {

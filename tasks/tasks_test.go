@@ -139,6 +139,11 @@ func TestParseJobValidation(t *testing.T) {
 		{"priority range", "!" + "priority = 101\n" + base, "priority", 1},
 		{"bad transfer", "!" + "model_transfer = \"fax\"\n" + base, "model_transfer", 1},
 		{"bad table dtype", "!" + strings.Replace(base, "size = 10", "size = 10\ndtype = \"int8\"", 1), "dtype", 5},
+		// Status, metrics and errors name stages by name; an unnamed
+		// stage is "stageN", which a named one may collide with.
+		{"duplicate stage name", "[[stage]]\nname = \"s\"\nfunc = \"t.noop\"\n", `stage 1 (s): stage 0 is named "s" too`, 12},
+		{"unnamed stage named as another", "!" + strings.Replace(base, `name = "s"`, `name = "stage1"`, 1) + "[[stage]]\nfunc = \"t.noop\"\n", `stage 1 (stage1): stage 0 is named "stage1" too`, 11},
+		{"two unnamed stages", "!" + strings.Replace(base, `name = "s"`+"\n", "", 1) + "[[stage]]\nfunc = \"t.noop\"\n", "", 0},
 		{"duplicate table", "!" + strings.Replace(base, "[input.train]", "[[table]]\nname = \"w\"\nsize = 3\n[input.train]", 1), "declared twice", 6},
 		{"bad format", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nformat = \"xml\"", 1), "format", 7},
 		{"bad index base", "!" + strings.Replace(base, `path = "x.libsvm"`, "path = \"x\"\nindex_base = 2", 1), "index_base", 7},
