@@ -98,6 +98,17 @@ func init() {
 		<-info.Ctx.Done()
 		return info.Ctx.Err()
 	})
+	// Reports the epochs of params "epochs" (a list), one Clock after each.
+	tasks.Register("test.epochs", func(info *tasks.Info) error {
+		list, _ := info.Params["epochs"].([]any)
+		for _, e := range list {
+			info.ReportEpoch(int(e.(float64)), map[string]float64{tasks.MetricSamples: 1})
+			if err := info.Clock(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	tasks.Register("test.panic", func(info *tasks.Info) error {
 		panic("a bug in user code")
 	})
@@ -230,6 +241,41 @@ func TestWorkerErrorFailsTaskWithReason(t *testing.T) {
 	ok := tasks.NewTask("after").AddTable(kvstore.TableSpec{Name: "t", Size: 10}).SetStages(tasks.Stage{Func: "test.fill", Workers: 4})
 	if _, err := l.SubmitAndWait(context.Background(), ok, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMisreportedEpochFailsTheStage: an epoch below 1, or below the one
+// reported before, fails the worker at its next Clock, naming the epoch,
+// for ps and local stages; until now epoch 0 was shown and summed as an
+// epoch. Epochs in order (a repeat included) pass.
+func TestMisreportedEpochFailsTheStage(t *testing.T) {
+	l := startLocal(t, 1, 2)
+	for _, tc := range []struct {
+		name   string
+		epochs []any
+		want   string
+	}{
+		{"zero", []any{0.0, 1.0}, "reported epoch 0: epochs count from 1"},
+		{"negative", []any{-1.0}, "reported epoch -1: epochs count from 1"},
+		{"backwards", []any{1.0, 2.0, 1.0}, "reported epoch 1 after epoch 2: epochs are reported in order"},
+		{"in order", []any{1.0, 2.0, 2.0, 3.0}, ""},
+	} {
+		for _, kind := range []string{tasks.KindPS, tasks.KindLocal} {
+			t.Run(tc.name+"/"+kind, func(t *testing.T) {
+				task := tasks.NewTask("ep").AddTable(kvstore.TableSpec{Name: "t", Size: 4}).SetStages(tasks.Stage{Name: "count", Func: "test.epochs", Workers: 2, WorkerKind: kind,
+					Consistency: kvstore.Consistency{Kind: kvstore.SSP, Staleness: 1}, Params: map[string]any{"epochs": tc.epochs}})
+				st, err := l.SubmitAndWait(context.Background(), task, nil)
+				if tc.want == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if !errors.Is(err, engine.ErrTaskFailed) || !strings.Contains(st.Reason, tc.want) || !strings.Contains(st.Reason, "count") {
+					t.Fatalf("err %v, reason %q: want a failed task naming the stage and %q", err, st.Reason, tc.want)
+				}
+			})
+		}
 	}
 }
 

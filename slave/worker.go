@@ -31,6 +31,11 @@ type worker struct {
 	local      *localModel // set for local, hogwild and single stages
 	localClock int64
 	returned   atomic.Bool // its stage function returned: its local tables refuse calls
+	// misuse: the stage function called the Runtime in a way it must not
+	// (an epoch below 1, or below the last one); the worker fails with it
+	// at its next Clock or Barrier, or when the function returns.
+	misuse    error
+	lastEpoch int
 	barriers   int         // barriers passed
 	live       []int       // the stage's live ranks as of the last barrier (nil: all)
 	psClock    int64       // the KV client's clock (ps stages), for idle ticks
@@ -60,6 +65,9 @@ func (w *worker) run() {
 		w.epochStart, w.lastReport = time.Now(), time.Now()
 		err = call(w.fn, info)
 		w.returned.Store(true)
+		if err == nil {
+			err = w.misuse
+		}
 		if w.local != nil {
 			if ferr := w.local.finish(w.ctx, w.rank, err != nil, w.barriers); err == nil {
 				err = ferr
@@ -222,6 +230,9 @@ func (w *worker) Clock() error {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
+	if w.misuse != nil {
+		return w.misuse
+	}
 	if w.local != nil {
 		w.localClock++
 		if g := w.local.gate; g != nil {
@@ -241,6 +252,9 @@ func (w *worker) Barrier() error { return w.barrier(0) }
 // barrier is Barrier; epoch > 0 tells the master it ends that epoch, so
 // it may take a checkpoint before releasing it.
 func (w *worker) barrier(epoch int) error {
+	if w.misuse != nil {
+		return w.misuse
+	}
 	w.barriers++
 	// Workers reach a barrier after different numbers of iterations (they
 	// pull their blocks), so under BSP/SSP one waiting here at clock c
@@ -328,6 +342,19 @@ func (w *worker) flushProgress() {
 
 // ReportEpoch implements tasks.Runtime.
 func (w *worker) ReportEpoch(epoch int, metrics map[string]float64) {
+	if w.misuse == nil {
+		switch {
+		case epoch < 1:
+			w.misuse = fmt.Errorf("the stage function reported epoch %d: epochs count from 1 (a resumed stage's first is Info.StartEpoch+1)", epoch)
+		case epoch < w.lastEpoch:
+			w.misuse = fmt.Errorf("the stage function reported epoch %d after epoch %d: epochs are reported in order", epoch, w.lastEpoch)
+		}
+	}
+	if w.misuse != nil {
+		// Not sent: the master would show and sum it as an epoch.
+		return
+	}
+	w.lastEpoch = epoch
 	w.flushProgress()
 	now := time.Now()
 	w.s.report(w.gen, proto.WorkerEvent{Task: w.req.Task, Stage: w.req.Stage, Rank: w.rank, Kind: proto.WorkerEpoch,

@@ -214,7 +214,10 @@ func (i *Info) Report(samples int64, lossSum float64) {
 // also a barrier: it returns once every worker of the stage reported the
 // epoch and the master, if a checkpoint is due, has snapshot the tables.
 // So every worker must report every epoch, after its last Add of it.
-// Conventional keys: samples, loss_sum, correct, test_samples,
+// Epochs count from 1 (a resumed stage's first is StartEpoch+1) and go up:
+// an epoch below 1, or below the one reported before, is not sent, and
+// the worker fails with an error naming it at its next Clock or Barrier,
+// or when the stage function returns. Conventional keys: samples, loss_sum, correct, test_samples,
 // test_correct, test_loss_sum, sq_err_sum, test_sq_err_sum, objective.
 func (i *Info) ReportEpoch(epoch int, metrics map[string]float64) {
 	i.Runtime.ReportEpoch(epoch, metrics)
