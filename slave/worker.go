@@ -36,10 +36,10 @@ type worker struct {
 	// at its next Clock or Barrier, or when the function returns.
 	misuse    error
 	lastEpoch int
-	barriers   int         // barriers passed
-	live       []int       // the stage's live ranks as of the last barrier (nil: all)
-	psClock    int64       // the KV client's clock (ps stages), for idle ticks
-	inc        uint64      // the slave's membership incarnation when the worker started (KV fencing)
+	barriers  int    // barriers passed
+	live      []int  // the stage's live ranks as of the last barrier (nil: all)
+	psClock   int64  // the KV client's clock (ps stages), for idle ticks
+	inc       uint64 // the slave's membership incarnation when the worker started (KV fencing)
 
 	client     *kvstore.Client
 	caches     []*kvstore.CachedTable
