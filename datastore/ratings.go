@@ -3,7 +3,8 @@ package datastore
 import "fmt"
 
 // ratingsFormat parses "user item rating [timestamp]" separated by tabs,
-// commas, spaces, semicolons or "::" (MovieLens). A record has Label =
+// commas, spaces, semicolons or "::" (MovieLens); a field starting with
+// '#' starts a comment that runs to the end of the line. A record has Label =
 // rating, Keys = [user, item], Vals = [1, 1].
 type ratingsFormat struct{ header bool }
 
@@ -27,8 +28,11 @@ func (f *ratingsFormat) ParseLine(line []byte, out *Records) error {
 		if i == len(line) {
 			break
 		}
-		if n == 0 && line[i] == '#' {
-			return nil
+		if line[i] == '#' {
+			// A comment: the whole line, or the rest of it (as in
+			// LIBSVM; "3 7 4 # imported 2019" was refused as a
+			// fourth and fifth field).
+			break
 		}
 		j := i
 		for j < len(line) && !isRatingSep(line[j]) {
