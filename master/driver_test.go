@@ -678,3 +678,45 @@ func TestOutputOverAnInputIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedStageSaysWhatItWaitsFor: a queued stage that fits the
+// cluster says, in flexps status, why it has not started: the slots it
+// asks for are busy (and who holds them), or the policy holds it back.
+// Until now only a stage the cluster shrank below said anything.
+func TestQueuedStageSaysWhatItWaitsFor(t *testing.T) {
+	for _, tc := range []struct {
+		policy       string
+		first, later int // workers of the running task and of the queued one
+		want         []string
+	}{
+		{"greedy", 2, 1, []string{"stage 0 asks for 1 worker; 0 slots free now; slots held by ", " (a) 2"}},
+		{"greedy", 1, 2, []string{"stage 0 asks for 2 workers; 1 slot free now; slots held by ", " (a) 1"}},
+		{"sequential", 1, 1, []string{"stage 0 asks for 1 worker and they are free, but the sequential policy runs one task at a time; slots held by ", " (a) 1"}},
+	} {
+		t.Run(fmt.Sprintf("%s/%d+%d", tc.policy, tc.first, tc.later), func(t *testing.T) {
+			h := newHarness(t, tc.policy)
+			s := h.slave("s1", 2, nil)
+			a := h.submit(oneStage("a", tc.first, nil))
+			h.started(s)
+			h.wait(a, "a runs", inState(status.Running))
+			b := h.submit(oneStage("b", tc.later, nil))
+			st := h.wait(b, "b queued, saying why", func(st status.Task) bool { return st.State == status.Queued && st.Queued != "" })
+			for _, w := range tc.want {
+				if !strings.Contains(st.Queued, w) {
+					t.Fatalf("queued %q does not say %q", st.Queued, w)
+				}
+			}
+			if !strings.Contains(st.Queued, a) || st.Waiting != "" {
+				t.Fatalf("queued %q does not name task %s, or waiting %q is set", st.Queued, a, st.Waiting)
+			}
+			h.cancel(a)
+			h.wait(a, "a cancelled", inState(status.Cancelled))
+			st = h.wait(b, "b runs", inState(status.Running))
+			if st.Queued != "" {
+				t.Fatalf("running task still says queued: %q", st.Queued)
+			}
+			h.cancel(b)
+			h.wait(b, "b cancelled", inState(status.Cancelled))
+		})
+	}
+}

@@ -636,9 +636,37 @@ func (m *Master) Status(id string) (status.Cluster, error) {
 		}
 	}
 	out := status.Cluster{Slaves: m.slavesLocked(), Policy: m.policy.Name(), Epoch: m.mem.Epoch(), ExternalBus: m.cfg.ExternalBus}
+	// Why each queued stage that fits the cluster has not started (one
+	// that does not fit says so in Waiting), and who holds slots.
+	busy := map[string]string{}
+	cluster := m.schedSlavesLocked()
+	for _, w := range m.queue {
+		if !w.unfit {
+			busy[w.req.Task] = busyNotice(w.req, cluster, m.policy.Name())
+		}
+	}
+	var all []*taskRun
+	if len(busy) > 0 {
+		for _, tid := range m.order {
+			all = append(all, m.tasks[tid])
+		}
+	}
 	m.mu.Unlock()
+	var holders []string
+	for _, tr := range all {
+		if n := tr.slotsHeld(); n > 0 {
+			holders = append(holders, fmt.Sprintf("%s (%s) %d", tr.spec.ID, tr.spec.Name, n))
+		}
+	}
 	for _, tr := range runs {
-		out.Tasks = append(out.Tasks, tr.snapshot())
+		st := tr.snapshot()
+		if why, ok := busy[st.ID]; ok && st.State == status.Queued {
+			if len(holders) > 0 {
+				why += "; slots held by " + strings.Join(holders, ", ")
+			}
+			st.Queued = why
+		}
+		out.Tasks = append(out.Tasks, st)
 	}
 	if id != "" && len(runs) == 0 {
 		return out, fmt.Errorf("no task %q", id)

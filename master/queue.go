@@ -61,6 +61,47 @@ func waitNotice(r scheduler.Request, cluster []scheduler.Slave) string {
 	return fmt.Sprintf("stage %d %v; it waits until enough slaves are back (flexps cancel %s stops it)", r.Stage, fitError(r, cluster), r.Task)
 }
 
+// busyNotice says why r, queued and able to run on cluster once enough
+// slots are free, has not started: the slots it needs are in use, or the
+// policy starts requests queued before it first. The caller names the
+// tasks holding slots.
+func busyNotice(r scheduler.Request, cluster []scheduler.Slave, policy string) string {
+	free := 0
+	for _, s := range cluster {
+		if s.Alive && (len(r.Pinned) == 0 || slices.Contains(r.Pinned, s.ID)) {
+			free += max(s.Free, 0)
+		}
+	}
+	ask := fmt.Sprintf("%d %s", r.Workers, plural(r.Workers, "worker"))
+	switch {
+	case r.OneSlave:
+		ask += " on one slave"
+	case r.MaxSlaves > 0:
+		ask += fmt.Sprintf(" on at most %d %s", r.MaxSlaves, plural(r.MaxSlaves, "slave"))
+	}
+	if len(r.Pinned) > 0 {
+		ask += fmt.Sprintf(" of %v", r.Pinned)
+	}
+	if _, ok := scheduler.Place(r, cluster); ok {
+		why := "starts other stages first"
+		switch policy {
+		case scheduler.Sequential:
+			why = "runs one task at a time"
+		case scheduler.Prioritized:
+			why = "starts stages of higher priority (with aging) first, and keeps slots free for one that waited long"
+		}
+		return fmt.Sprintf("stage %d asks for %s and they are free, but the %s policy %s", r.Stage, ask, policy, why)
+	}
+	return fmt.Sprintf("stage %d asks for %s; %d %s free now", r.Stage, ask, free, plural(free, "slot"))
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
 // fitError says why r cannot run on cluster even when every slot is
 // free: too few slots, a one-slave stage larger than every slave, or
 // slaves it is pinned to that are unknown or dead; and what to do. It

@@ -244,6 +244,17 @@ func (t *taskRun) snapshot() status.Task {
 	return s
 }
 
+// slotsHeld is the number of worker slots the task holds now.
+func (t *taskRun) slotsHeld() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, k := range t.holding {
+		n += k
+	}
+	return n
+}
+
 // event hands a worker's event to the running stage.
 func (t *taskRun) event(ev proto.WorkerEvent) {
 	if ev.Kind == proto.ShardLost {

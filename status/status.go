@@ -49,7 +49,11 @@ type Task struct {
 	Reason string `json:"reason,omitempty"`
 	// Waiting says why the queued stage cannot start even with every
 	// slot free: the cluster shrank below what it asks for ("" otherwise).
-	Waiting   string         `json:"waiting,omitempty"`
+	Waiting string `json:"waiting,omitempty"`
+	// Queued says why a queued stage that fits the cluster has not
+	// started: the slots it asks for are in use (and by which tasks), or
+	// the policy starts stages queued before it first ("" otherwise).
+	Queued    string         `json:"queued,omitempty"`
 	Stage     int            `json:"stage"`  // index of the current (or last) stage
 	Stages    int            `json:"stages"` // number of stages
 	StageName string         `json:"stage_name,omitempty"`

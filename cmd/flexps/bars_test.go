@@ -158,6 +158,17 @@ func TestWaitingIsShown(t *testing.T) {
 	}
 }
 
+// A queued stage that waits for busy slots says so in flexps status (it
+// said nothing).
+func TestQueuedIsShown(t *testing.T) {
+	why := "stage 0 asks for 2 workers; 1 slot free now; slots held by t1 (lr) 1"
+	var b bytes.Buffer
+	printStatus(&b, status.Cluster{Policy: "greedy", Tasks: []status.Task{{ID: "t2", Name: "mf", State: status.Queued, Stages: 1, Queued: why}}})
+	if !strings.Contains(b.String(), "queued: "+why) {
+		t.Fatalf("status:\n%s", b.String())
+	}
+}
+
 // The line under a status page that left out older tasks said "1 older
 // tasks not shown" for one.
 func TestPrintOmitted(t *testing.T) {

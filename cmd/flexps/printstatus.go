@@ -34,6 +34,8 @@ func printStatus(w io.Writer, rep status.Cluster) {
 		reason := t.Reason
 		if t.Waiting != "" { // a queued stage the cluster shrank below
 			reason = "waiting: " + t.Waiting
+		} else if t.Queued != "" { // one that waits for busy slots
+			reason = "queued: " + t.Queued
 		}
 		fmt.Fprintf(w, "  %-14s %-14s %-10s %-16s %8d %-22s %12d %6s %s\n", t.ID, t.Name, t.State, stage, t.Priority, heldSlots(t), t.Progress.Samples, done, reason)
 	}
