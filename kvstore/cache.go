@@ -458,6 +458,18 @@ func (ct *CachedTable) GetChunk(chunks []uint64, out []float64) error {
 	return ct.t.GetChunk(chunks, out)
 }
 
+// Scan is the table's Scan (TableClient.Scan), past the cache: it
+// neither consults nor fills it. A source that cannot scan is an error.
+func (ct *CachedTable) Scan(fn func(keys []uint64, vals []float64) error) error {
+	sc, ok := ct.t.(interface {
+		Scan(func(keys []uint64, vals []float64) error) error
+	})
+	if !ok {
+		return fmt.Errorf("kvstore: table %q: its cache's source (%T) cannot scan", ct.spec.Name, ct.t)
+	}
+	return sc.Scan(fn)
+}
+
 // AddChunk adds to whole chunks (deltas laid out as GetChunk's out) and
 // applies the deltas to the chunks' cached keys: one cache lookup per key
 // of the chunks.

@@ -323,20 +323,12 @@ func mulShare(info *tasks.Info, w tasks.Table, f func(keys []uint64, v []float64
 	if err := info.Barrier(); err != nil {
 		return err
 	}
-	size := w.Spec().Size
 	// Shares among the workers alive at the Barrier: after a slave's
-	// death the survivors still cover every key.
-	idx, count := info.Share()
-	n := uint64(count)
-	lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
-	keys := make([]uint64, 0, chunkKeys)
+	// death the survivors still cover every key. Over a sparse table,
+	// the keys it holds (a key never written is 0, and f keeps 0 at 0).
 	vals := make([]float64, chunkKeys)
 	old := make([]float64, chunkKeys)
-	for first := lo; first < hi; first += chunkKeys {
-		keys = keys[:0]
-		for k := first; k < min(first+chunkKeys, hi); k++ {
-			keys = append(keys, k)
-		}
+	err := tasks.EachShareKeys(info, w, 0, chunkKeys, func(keys []uint64) error {
 		v, o := vals[:len(keys)], old[:len(keys)]
 		if err := w.Get(keys, v); err != nil {
 			return err
@@ -348,9 +340,10 @@ func mulShare(info *tasks.Info, w tasks.Table, f func(keys []uint64, v []float64
 		for i := range v {
 			v[i] -= o[i]
 		}
-		if err := w.Add(keys, v); err != nil {
-			return err
-		}
+		return w.Add(keys, v)
+	})
+	if err != nil {
+		return err
 	}
 	return info.Barrier()
 }

@@ -196,7 +196,7 @@ func initBiases(info *tasks.Info, t Tables, cfg Config) error {
 		return fmt.Errorf("input %q holds no ratings", cfg.Train)
 	}
 	mu := tot[1] / tot[0]
-	idx, live := info.Share() // the live workers as of the last Barrier
+	idx, _ := info.Share() // the live workers as of the last Barrier
 	if idx == 0 {
 		cur := make([]float64, 1)
 		if err := t.Bias.Get([]uint64{0}, cur); err != nil {
@@ -206,21 +206,16 @@ func initBiases(info *tasks.Info, t Tables, cfg Config) error {
 			return fmt.Errorf("global bias: %w", err)
 		}
 	}
-	n := uint64(max(live, 1))
 	for _, x := range []struct{ bias, count tasks.Table }{{t.UserBias, t.UserCount}, {t.ItemBias, t.ItemCount}} {
 		size := x.bias.Spec().Size
 		if cs := x.count.Spec().Size - 1; cs < size {
 			size = cs
 		}
-		lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
-		keys := make([]uint64, 0, chunkKeys)
 		cnt := make([]float64, countWidth*chunkKeys)
 		cur := make([]float64, chunkKeys)
-		for first := lo; first < hi; first += chunkKeys {
-			keys = keys[:0]
-			for k := first; k < min(first+chunkKeys, hi); k++ {
-				keys = append(keys, k)
-			}
+		// The ids the count table holds: over sparse tables of hashed
+		// ids, only those the data has.
+		err := tasks.EachShareKeys(info, x.count, size, chunkKeys, func(keys []uint64) error {
 			c, b := cnt[:countWidth*len(keys)], cur[:len(keys)]
 			if err := x.count.Get(keys, c); err != nil {
 				return fmt.Errorf("counts: %w", err)
@@ -234,6 +229,10 @@ func initBiases(info *tasks.Info, t Tables, cfg Config) error {
 			if err := x.bias.Add(keys, b); err != nil {
 				return fmt.Errorf("table %q: %w", x.bias.Spec().Name, err)
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -33,34 +33,34 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 	if it.Spec.Width != rank {
 		return nil, fmt.Errorf("mf model: users width %d, items width %d: want equal ranks", rank, it.Spec.Width)
 	}
-	if err := model.FitsDense(); err != nil {
-		return nil, fmt.Errorf("mf model: %w", err)
-	}
 	if data.Len() == 0 {
 		return nil, errors.New("no records")
 	}
-	u, v := ut.DenseValues(), it.DenseValues()
-	vec := func(name string) []float64 {
-		if t, ok := model.Table(name); ok && t.Spec.Width == 1 {
-			return t.DenseValues()
+	// Rows are looked up (a sparse table of hashed ids is searched, not
+	// spread over an array of its size).
+	opt := func(name string, width int) *tasks.ModelTable {
+		if t, ok := model.Table(name); ok && t.Spec.Width == width {
+			return t
 		}
 		return nil
 	}
-	mu, bu, bi := vec(model.TableName("bias", "bias")), vec(model.TableName("user_bias", "user_bias")), vec(model.TableName("item_bias", "item_bias"))
-	var z []float64 // implicit feedback: z_u, the first rank of 2 rank values per user
+	mu, bu, bi := opt(model.TableName("bias", "bias"), 1), opt(model.TableName("user_bias", "user_bias"), 1), opt(model.TableName("item_bias", "item_bias"), 1)
+	var z *tasks.ModelTable // implicit feedback: z_u, the first rank of 2 rank values per user
 	if t, ok := model.Table(UserImplicitTable(un)); ok {
 		if t.Spec.Width != 2*rank || t.Spec.Size < ut.Spec.Size {
 			return nil, fmt.Errorf("mf model: table %q has size %d width %d, want width %d and size >= %d",
 				t.Spec.Name, t.Spec.Size, t.Spec.Width, 2*rank, ut.Spec.Size)
 		}
-		z = t.DenseValues()
+		z = t
 	}
-	at := func(x []float64, k uint64) float64 {
-		if k < uint64(len(x)) {
-			return x[k]
+	one := make([]float64, 1)
+	at := func(x *tasks.ModelTable, k uint64) float64 {
+		if x == nil || k >= x.Spec.Size {
+			return 0
 		}
-		return 0
+		return x.Lookup(k, one)[0]
 	}
+	fbuf, gbuf, zbuf := make([]float64, rank), make([]float64, rank), make([]float64, 2*rank)
 	var sq, abs float64
 	for i := 0; i < data.Len(); i++ {
 		label, keys, _ := data.Row(i)
@@ -79,11 +79,15 @@ func EvalModel(model *tasks.Model, data *datastore.Records) (map[string]float64,
 			}
 		}
 		p := at(mu, 0) + at(bu, a) + at(bi, b)
-		fu, fv := u[int(a)*rank:int(a+1)*rank], v[int(b)*rank:int(b+1)*rank]
+		fu, fv := ut.Lookup(a, fbuf), it.Lookup(b, gbuf)
+		var zu []float64
+		if z != nil {
+			zu = z.Lookup(a, zbuf)
+		}
 		for k := range fu {
 			x := fu[k]
-			if z != nil {
-				x += z[2*int(a)*rank+k]
+			if zu != nil {
+				x += zu[k]
 			}
 			p += x * fv[k]
 		}

@@ -206,22 +206,14 @@ func addRows(tab tasks.Table, acc map[uint64][]float64, width, from, rank int) e
 // this worker's share of tab's keys, n the key's rating count from
 // counts (0 with counts nil); factor -1 clears them.
 func scaleShare(info *tasks.Info, tab tasks.Table, width int, counts tasks.Table, factor func(n float64) float64) error {
-	size := tab.Spec().Size
 	// Split by Share, not Rank: after a slave's death the survivors'
 	// shares still cover every key (before, the dead workers' keys were
 	// skipped: their biases not refit, their y_j not shrunk, their z not
-	// recomputed).
-	idx, live := info.Share()
-	n := uint64(max(live, 1))
-	lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
-	keys := make([]uint64, 0, chunkKeys)
+	// recomputed). Over a sparse table, the keys it holds (a key never
+	// written is 0, and stays 0 scaled).
 	buf := make([]float64, width*chunkKeys)
 	cnt := make([]float64, countWidth*chunkKeys)
-	for first := lo; first < hi; first += chunkKeys {
-		keys = keys[:0]
-		for k := first; k < min(first+chunkKeys, hi); k++ {
-			keys = append(keys, k)
-		}
+	return tasks.EachShareKeys(info, tab, 0, chunkKeys, func(keys []uint64) error {
 		b, c := buf[:width*len(keys)], cnt[:countWidth*len(keys)]
 		if err := tab.Get(keys, b); err != nil {
 			return fmt.Errorf("table %q: %w", tab.Spec().Name, err)
@@ -240,6 +232,6 @@ func scaleShare(info *tasks.Info, tab tasks.Table, width int, counts tasks.Table
 		if err := tab.Add(keys, b); err != nil {
 			return fmt.Errorf("table %q: %w", tab.Spec().Name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }

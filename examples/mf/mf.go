@@ -189,7 +189,9 @@ func ConfigFrom(p tasks.Params) (Config, error) {
 }
 
 // AddTables is mf.sgd's tasks.TablesFunc: the bias tables (unless biases
-// = false) and the rating counts, sized after the declared factor tables.
+// = false) and the rating counts, sized after the declared factor tables
+// and stored as they are (sparse factor tables of hashed ids get sparse
+// biases and counts: dense ones of their size would not fit).
 func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 	users, items := st.Params.String("users", "users"), st.Params.String("items", "items")
 	var out []kvstore.TableSpec
@@ -214,18 +216,18 @@ func AddTables(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec
 			continue
 		}
 		if st.Params.Bool("biases", true) {
-			out = append(out, kvstore.TableSpec{Name: bias, Size: t.Size, Partition: t.Partition, Replicas: t.Replicas})
+			out = append(out, kvstore.TableSpec{Name: bias, Size: t.Size, Storage: t.Storage, Partition: t.Partition, Replicas: t.Replicas})
 		}
 		if st.Params.Bool("implicit", true) {
 			// Zero-initialized: z_u = 0 until the first epoch's steps reach the y_j.
 			rank := max(t.Width, 1)
 			if t.Name == users {
-				out = append(out, kvstore.TableSpec{Name: UserImplicitTable(t.Name), Size: t.Size, Width: 2 * rank, Partition: t.Partition, Replicas: t.Replicas})
+				out = append(out, kvstore.TableSpec{Name: UserImplicitTable(t.Name), Size: t.Size, Width: 2 * rank, Storage: t.Storage, Partition: t.Partition, Replicas: t.Replicas})
 			} else {
-				out = append(out, kvstore.TableSpec{Name: ItemImplicitTable(t.Name), Size: t.Size, Width: rank, Partition: t.Partition, Replicas: t.Replicas})
+				out = append(out, kvstore.TableSpec{Name: ItemImplicitTable(t.Name), Size: t.Size, Width: rank, Storage: t.Storage, Partition: t.Partition, Replicas: t.Replicas})
 			}
 		}
-		out = append(out, kvstore.TableSpec{Name: CountTable(t.Name), Size: t.Size + 1, Width: countWidth, Partition: t.Partition, Replicas: t.Replicas})
+		out = append(out, kvstore.TableSpec{Name: CountTable(t.Name), Size: t.Size + 1, Width: countWidth, Storage: t.Storage, Partition: t.Partition, Replicas: t.Replicas})
 	}
 	return out
 }

@@ -88,17 +88,9 @@ func setShare(info *tasks.Info, s *side, l2 float64) error {
 	// shares still cover every key (before, the dead workers' keys were
 	// skipped: their biases not refit, their y_j not shrunk, their z not
 	// recomputed).
-	idx, live := info.Share()
-	n := uint64(max(live, 1))
-	lo, hi := size*uint64(idx)/n, size*uint64(idx+1)/n
-	keys := make([]uint64, 0, chunkKeys)
 	cnt := make([]float64, countWidth*chunkKeys)
 	cur := make([]float64, chunkKeys)
-	for first := lo; first < hi; first += chunkKeys {
-		keys = keys[:0]
-		for k := first; k < min(first+chunkKeys, hi); k++ {
-			keys = append(keys, k)
-		}
+	return tasks.EachShareKeys(info, s.count, size, chunkKeys, func(keys []uint64) error {
 		c, b := cnt[:countWidth*len(keys)], cur[:len(keys)]
 		if err := s.count.Get(keys, c); err != nil {
 			return err
@@ -114,9 +106,6 @@ func setShare(info *tasks.Info, s *side, l2 float64) error {
 		if err := s.bias.Add(keys, b); err != nil {
 			return err
 		}
-		if err := s.count.Add(keys, c); err != nil {
-			return err
-		}
-	}
-	return nil
+		return s.count.Add(keys, c)
+	})
 }
