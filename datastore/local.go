@@ -43,7 +43,10 @@ func trimFileScheme(p string) string { return strings.TrimPrefix(p, "file://") }
 
 // Blocks expands pattern: a file, a directory (its regular files, not
 // recursive, skipping names that start with '.' or '_', like Hadoop's
-// _SUCCESS), or a filepath.Glob pattern; a "file://" prefix is accepted.
+// _SUCCESS), or a filepath.Glob pattern (each matched directory its
+// files, as a directory input; a match through a hidden name skipped
+// unless the pattern asks for it there, HiddenMatch), as hdfs.Source expands an
+// hdfs:// one; a "file://" prefix is accepted.
 // Files are taken in name order; empty files contribute no blocks.
 func (s *LocalSource) Blocks(ctx context.Context, pattern string, blockSize int64) ([]Block, error) {
 	if blockSize <= 0 {
@@ -106,7 +109,7 @@ func listDir(p string) (files []localFile, subdirs int, err error) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+		if Hidden(name) {
 			continue
 		}
 		full := filepath.Join(p, name)
@@ -168,14 +171,28 @@ func (s *LocalSource) expand(pattern string) ([]localFile, error) {
 		return nil, fmt.Errorf("datastore: input pattern %q: %w", pattern, gerr)
 	}
 	sort.Strings(matches)
+	// As on HDFS (and Hadoop's inputs): a matched directory stands for
+	// the files directly in it, and hidden names ('.', '_') are not data
+	// unless the pattern names them (HiddenMatch). Until now a glob here
+	// left matched directories out and read _SUCCESS and .crc files.
 	var files []localFile
 	for _, m := range matches {
+		if HiddenMatch(filepath.ToSlash(filepath.Clean(p)), filepath.ToSlash(m)) {
+			continue
+		}
 		fi, err := os.Stat(m)
 		if err != nil {
 			return nil, fmt.Errorf("datastore: input %w", err)
 		}
-		if fi.Mode().IsRegular() {
+		switch {
+		case fi.Mode().IsRegular():
 			files = append(files, localFile{m, fi.Size()})
+		case fi.IsDir():
+			sub, _, err := listDir(m)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, sub...)
 		}
 	}
 	if len(files) == 0 {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -190,6 +191,53 @@ func TestLocalSkippedSubdirs(t *testing.T) {
 		got, err := s.SkippedSubdirs(context.Background(), tc.pattern)
 		if err != nil || got != tc.want {
 			t.Errorf("SkippedSubdirs(%s) = %d, %v; want %d", tc.pattern, got, err, tc.want)
+		}
+	}
+}
+
+// TestLocalGlobs: a glob expands as an hdfs:// one does
+// (TestHDFSDirectoriesAndGlobs): a matched directory stands for the files
+// directly in it, and hidden names ('.', '_': _SUCCESS, .crc) are not
+// data unless the pattern's last part names them. Until now a local glob
+// left matched directories out (dt=*/ read nothing) and read _SUCCESS.
+func TestLocalGlobs(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"glob/a/part-0", "glob/a/part-1", "glob/b/part-0", "glob/a/_SUCCESS", "glob/a/.crc", "glob/_tmp/part-0",
+		"parts/dt=1/part-0", "parts/dt=2/part-0", "parts/dt=2/deeper/part-0", "parts/_SUCCESS"} {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("1 1:1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &LocalSource{}
+	for _, tc := range []struct {
+		pattern string
+		want    []string
+	}{
+		{"glob/a/*", []string{"glob/a/part-0", "glob/a/part-1"}},
+		{"glob/a/_*", []string{"glob/a/_SUCCESS"}},
+		{"glob/a/.*", []string{"glob/a/.crc"}},
+		{"glob/*/part-0", []string{"glob/a/part-0", "glob/b/part-0"}},
+		{"glob/[ab]/part-?", []string{"glob/a/part-0", "glob/a/part-1", "glob/b/part-0"}},
+		{"glob/*", []string{"glob/a/part-0", "glob/a/part-1", "glob/b/part-0"}},
+		{"parts/dt=*", []string{"parts/dt=1/part-0", "parts/dt=2/part-0"}},
+		{"parts/*/*", []string{"parts/dt=1/part-0", "parts/dt=2/deeper/part-0", "parts/dt=2/part-0"}},
+	} {
+		blocks, err := s.Blocks(context.Background(), filepath.Join(dir, tc.pattern), 0)
+		if err != nil {
+			t.Errorf("%s: %v", tc.pattern, err)
+			continue
+		}
+		var got []string
+		for _, b := range blocks {
+			rel, _ := filepath.Rel(dir, b.Path)
+			got = append(got, rel)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.pattern, got, tc.want)
 		}
 	}
 }

@@ -445,6 +445,27 @@ func removeTemps(dir string, match func(name string) bool) ([]string, error) {
 	return removed, nil
 }
 
+// Hidden reports whether a file or directory name is not data: it starts
+// with '.' or '_', as Hadoop's _SUCCESS, _logs and .crc files do.
+func Hidden(name string) bool {
+	return strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
+}
+
+// HiddenMatch reports whether match, a path the glob pattern matched,
+// passes through a hidden name (see Hidden) where the pattern did not ask
+// for one: "d/*/part-0" matching "d/_temporary/part-0", "d/*" matching
+// "d/_SUCCESS". Such a match is not data; "d/_*" asks for it.
+func HiddenMatch(pattern, match string) bool {
+	ps := strings.Split(strings.Trim(pattern, "/"), "/")
+	ms := strings.Split(strings.Trim(match, "/"), "/")
+	for i := 1; i <= min(len(ps), len(ms)); i++ {
+		if Hidden(ms[len(ms)-i]) && !Hidden(ps[len(ps)-i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // SubdirsHint is what the error of a directory input without data files
 // adds when the directory holds subdirectories (Hive-style partitions,
 // dt=2024-01-01/): a directory input reads the files directly in it, the

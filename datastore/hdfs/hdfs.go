@@ -605,6 +605,11 @@ func (s *Source) expand(ctx context.Context, c *gohdfs.Client, u hdfsURL, patter
 	}
 	var files []hdfsFile
 	for _, m := range matches {
+		if datastore.HiddenMatch(u.path, m.path) {
+			// Not data (_SUCCESS, .crc, _temporary/), as in a
+			// directory input, unless the pattern names such files.
+			continue
+		}
 		if m.fi.IsDir() {
 			sub, _, err := s.listFiles(ctx, c, u, m.path)
 			if err != nil {
@@ -643,7 +648,7 @@ func (s *Source) listFiles(ctx context.Context, c *gohdfs.Client, u hdfsURL, dir
 	subdirs := 0
 	for _, e := range entries { // ReadDir sorts by name
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+		if datastore.Hidden(name) {
 			continue
 		}
 		if e.IsDir() {

@@ -190,7 +190,7 @@ func TestHDFSReadBlockExactlyOnce(t *testing.T) {
 
 func TestHDFSDirectoriesAndGlobs(t *testing.T) {
 	c := miniHDFS(t)
-	for _, p := range []string{"/glob/a/part-0", "/glob/a/part-1", "/glob/b/part-0", "/glob/a/_SUCCESS", "/glob/a/.crc"} {
+	for _, p := range []string{"/glob/a/part-0", "/glob/a/part-1", "/glob/b/part-0", "/glob/a/_SUCCESS", "/glob/a/.crc", "/glob/_temporary/part-0"} {
 		c.WriteFile(t, p, []byte(p+"\n"))
 	}
 	c.WriteFile(t, "/glob/empty/part-0", nil)
@@ -222,6 +222,11 @@ func TestHDFSDirectoriesAndGlobs(t *testing.T) {
 		"/gl?b/b":           {"/glob/b/part-0"},
 		"/glob/a/part-1":    {"/glob/a/part-1"},
 		"/glob/*/data.gz":   {"/glob/gz/data.gz"},
+		// Hidden names are not data unless the pattern asks for them,
+		// as locally (TestLocalGlobs).
+		"/glob/a/*":  {"/glob/a/part-0", "/glob/a/part-1"},
+		"/glob/a/_*": {"/glob/a/_SUCCESS"},
+		"/glob/a/.*": {"/glob/a/.crc"},
 	} {
 		if got := paths(pattern); !slices.Equal(got, want) {
 			t.Errorf("%s: got %v, want %v", pattern, got, want)
