@@ -324,6 +324,7 @@ batch = %d
 lr = %v
 l2 = %v
 localize = %v
+mean = false               # Lapse's MF predicts p_u . q_i alone: compare like with like
 `, v.name, out, o.users, o.rank, o.items, o.rank, d.train, d.inputBlock(workers), workers, v.kind, o.rank, o.epochs, o.batch, o.lr, o.l2, v.localize)
 }
 

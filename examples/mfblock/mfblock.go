@@ -9,18 +9,23 @@
 // grouped by user (rating exports usually are) the users of different
 // workers hardly overlap, and almost every access is local.
 //
-// A rating r(u, i) is predicted as p_u . q_i (table "users" and "items",
-// width = rank), trained by SGD with L2 over mini-batches: a batch reads
-// the rows of its distinct users and items (in memory once localized),
-// updates a local copy rating by rating and adds the change back.
+// A rating r(u, i) is predicted as mu + p_u . q_i (table "users" and
+// "items", width = rank; mu the training ratings' mean, in table "bias",
+// which the stage adds, as mf.sgd's global bias: flexps eval reads it),
+// trained by SGD with L2 over mini-batches: a batch reads the rows of its
+// distinct users and items (in memory once localized), updates a local
+// copy rating by rating and adds the change back. With mean = false mu is
+// 0, as in Lapse's MF (p_u . q_i alone, which on 1-5 stars predicts worse
+// than the mean for users with few ratings).
 //
 // Stage function registered here:
 //
 //	mf.blocked  params: rank (the tables' width), epochs (10), batch (1000),
 //	            lr (0.01), l2 (0.05), decay (0: lr/(1+decay*(epoch-1))),
 //	            localize (true: false runs the same schedule on the static
-//	            directory, for comparison), users ("users"), items ("items"),
-//	            train ("train"), test ("test", optional input)
+//	            directory, for comparison), mean (true), bias ("bias"),
+//	            users ("users"), items ("items"), train ("train"),
+//	            test ("test", optional input)
 //
 // Each worker reads its share of the training input once and keeps it in
 // memory (the schedule needs the same ratings in every epoch). Sub-epochs
@@ -40,6 +45,7 @@ import (
 	"time"
 
 	"github.com/flexps/flexps/datastore"
+	"github.com/flexps/flexps/kvstore"
 	"github.com/flexps/flexps/tasks"
 )
 
@@ -61,6 +67,13 @@ func init() {
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
 	tasks.RegisterEpochs(Func, func(p tasks.Params) int { c, _ := configFrom(p); return c.epochs })
 	tasks.RegisterInputs(Func, tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
+	tasks.RegisterTables(Func, func(st tasks.Stage, _ []kvstore.TableSpec) []kvstore.TableSpec {
+		c, err := configFrom(st.Params)
+		if err != nil || !c.mean {
+			return nil
+		}
+		return []kvstore.TableSpec{{Name: c.bias, Size: 1}, {Name: SumTable(c.bias, st.Name), Size: 2}}
+	})
 	tasks.RegisterTaskParams(Func, tasks.AllOf(rankFits, tasks.DenseInMemory(Func, "users", "items"), tasks.FactorsStartRandom(Func, "users", "items")))
 	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
 		if c, err := configFrom(s.Params); err == nil && c.localize {
@@ -73,10 +86,15 @@ func init() {
 type config struct {
 	rank, epochs, batch int
 	lr, l2, decay       float64
-	localize            bool
+	localize, mean      bool
+	bias                string
 	users, items        string
 	train, test         string
 }
+
+// SumTable is the table in which the workers of stage (by name) sum their
+// ratings and count them, for the mean in table bias.
+func SumTable(bias, stage string) string { return bias + "." + stage + ".sum" }
 
 // rankFits checks, at submission, that the tables of every mf.blocked
 // stage are as wide as its rank (unset: the users table's width), as the
@@ -108,7 +126,7 @@ func rankFits(t *tasks.MultiStageTask) (int, string, error) {
 }
 
 func configFrom(p tasks.Params) (config, error) {
-	if err := p.Known("rank", "epochs", "batch", "lr", "l2", "decay", "localize", "users", "items", "train", "test"); err != nil {
+	if err := p.Known("rank", "epochs", "batch", "lr", "l2", "decay", "localize", "mean", "bias", "users", "items", "train", "test"); err != nil {
 		return config{}, fmt.Errorf("%s: %w", Func, err)
 	}
 	if err := p.CheckInt("rank", "epochs", "batch"); err != nil {
@@ -119,6 +137,7 @@ func configFrom(p tasks.Params) (config, error) {
 	}
 	c := config{rank: p.Int("rank", 0), epochs: p.Int("epochs", 10), batch: p.Int("batch", 1000),
 		lr: p.Float("lr", 0.01), l2: p.Float("l2", 0.05), decay: p.Float("decay", 0), localize: p.Bool("localize", true),
+		mean: p.Bool("mean", true), bias: p.String("bias", "bias"),
 		users: p.String("users", "users"), items: p.String("items", "items"), train: p.String("train", "train"), test: p.String("test", "test")}
 	_, rankSet := p["rank"]
 	switch {
@@ -230,6 +249,11 @@ func Blocked(info *tasks.Info) error {
 		return err
 	}
 	st := newStepper(users, items, cfg.rank)
+	if cfg.mean {
+		if st.mu, err = globalMean(info, cfg, data); err != nil {
+			return err
+		}
+	}
 	for epoch := info.StartEpoch + 1; epoch <= cfg.epochs; epoch++ {
 		h := hyper{lr: cfg.lr / (1 + cfg.decay*float64(epoch-1)), l2: cfg.l2}
 		var n int64
@@ -285,6 +309,51 @@ func Blocked(info *tasks.Info) error {
 		info.ReportEpoch(epoch, m)
 	}
 	return nil
+}
+
+// globalMean sums every worker's training ratings into the stage's sum
+// table and returns their mean, which worker 0 also writes to the bias
+// table (the model's mu, as flexps eval reads it). A resumed stage finds
+// the sums restored and adds nothing.
+func globalMean(info *tasks.Info, cfg config, data []rating) (float64, error) {
+	sums, err := info.Table(SumTable(cfg.bias, info.StageName))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", Func, err)
+	}
+	bias, err := info.Table(cfg.bias)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", Func, err)
+	}
+	if info.StartEpoch == 0 {
+		var sum float64
+		for _, r := range data {
+			sum += r.r
+		}
+		if err := sums.Add([]uint64{0, 1}, []float64{sum, float64(len(data))}); err != nil {
+			return 0, fmt.Errorf("%s: mean rating: %w", Func, err)
+		}
+		if err := info.Barrier(); err != nil {
+			return 0, err
+		}
+	}
+	v := make([]float64, 2)
+	if err := sums.Get([]uint64{0, 1}, v); err != nil {
+		return 0, fmt.Errorf("%s: mean rating: %w", Func, err)
+	}
+	mu := 0.0
+	if v[1] > 0 {
+		mu = v[0] / v[1]
+	}
+	if idx, _ := info.Share(); idx == 0 && info.StartEpoch == 0 {
+		cur := make([]float64, 1)
+		if err := bias.Get([]uint64{0}, cur); err != nil {
+			return 0, fmt.Errorf("%s: %w", Func, err)
+		}
+		if err := bias.Add([]uint64{0}, []float64{mu - cur[0]}); err != nil {
+			return 0, fmt.Errorf("%s: %w", Func, err)
+		}
+	}
+	return mu, nil
 }
 
 // readAll reads the worker's share of the ratings once.

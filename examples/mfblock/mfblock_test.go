@@ -3,7 +3,9 @@ package mfblock_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,5 +190,75 @@ func TestRatingBeyondTheTablesNamesFileAndLine(t *testing.T) {
 				t.Fatalf("error %v, want it to say %q", err, filepath.Join(dir, tc.want))
 			}
 		})
+	}
+}
+
+// TestFewRatingsPerUserNoWorseThanTheMean: on 1-5 stars with 1-3
+// training ratings per user, mf.blocked predicts mu + p_u . q_i and does
+// as well as predicting the mean (the factors have little to learn from);
+// without mu (mean = false, Lapse's model) p_u . q_i starts at 0 stars
+// and, with so few ratings to pull each user there, ends far worse than
+// the mean, as it did until now by default (found by the models QA).
+func TestFewRatingsPerUserNoWorseThanTheMean(t *testing.T) {
+	dir := t.TempDir()
+	trainPath, testPath := filepath.Join(dir, "train"), filepath.Join(dir, "test")
+	const users, items = 3000, 150
+	rng := rand.New(rand.NewPCG(7, 11))
+	itemBias := make([]float64, items)
+	for i := range itemBias {
+		itemBias[i] = rng.NormFloat64() * 0.8
+	}
+	stars := func(u, i int, ub float64) float64 {
+		return math.Max(1, math.Min(5, math.Round(3.6+ub+itemBias[i]+0.5*rng.NormFloat64())))
+	}
+	var tr, te strings.Builder
+	for u := range users {
+		ub := rng.NormFloat64() * 0.4
+		for range 1 + rng.IntN(3) {
+			i := rng.IntN(items)
+			fmt.Fprintf(&tr, "%d\t%d\t%g\n", u, i, stars(u, i, ub))
+		}
+		i := rng.IntN(items)
+		fmt.Fprintf(&te, "%d\t%d\t%g\n", u, i, stars(u, i, ub))
+	}
+	for p, b := range map[string]string{trainPath: tr.String(), testPath: te.String()} {
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := meanRMSE(t, trainPath, testPath)
+	local, err := engine.StartLocal(context.Background(), engine.LocalOptions{Slaves: 2, Slots: 2, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	rmse := func(mean bool) float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out := filepath.Join(t.TempDir(), "mf.model")
+		task := tasks.NewTask("few").
+			AddTable(kvstore.TableSpec{Name: "users", Size: users, Width: 4, Init: "uniform:0.1"}).
+			AddTable(kvstore.TableSpec{Name: "items", Size: items, Width: 4, Init: "uniform:0.1"}).
+			SetInput("train", tasks.InputSpec{Path: trainPath, Format: "ratings"}).
+			SetInput("test", tasks.InputSpec{Path: testPath, Format: "ratings"}).
+			SetStages(tasks.Stage{Name: "dsgd", Func: mfblock.Func, Workers: 2, Consistency: kvstore.Consistency{Kind: kvstore.ASP},
+				Params: tasks.Params{"epochs": 10, "batch": 100, "mean": mean}})
+		task.Kind, task.Output = "mf", out
+		if _, err := local.SubmitAndWait(ctx, task, nil); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := tasks.Evaluate(ctx, out, testPath, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev.Metrics["rmse"]
+	}
+	with, without := rmse(true), rmse(false)
+	t.Logf("test RMSE: mean %.4f, mf.blocked %.4f, without mu %.4f", base, with, without)
+	if with > 1.01*base {
+		t.Errorf("mf.blocked test RMSE %.4f is worse than predicting the mean (%.4f)", with, base)
+	}
+	if without <= 1.5*base {
+		t.Errorf("without mu, test RMSE %.4f beats the mean (%.4f): the data does not show what mu is for", without, base)
 	}
 }

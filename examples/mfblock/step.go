@@ -76,6 +76,7 @@ func (s *side) push() error {
 type stepper struct {
 	users, items *side
 	rank         int
+	mu           float64 // the global mean the factors model the residuals of
 }
 
 func newStepper(users, items tasks.Table, rank int) *stepper {
@@ -103,7 +104,7 @@ func (st *stepper) step(rs []rating, h hyper) (int64, float64, error) {
 	for n, r := range rs {
 		p, q := st.users.row(n), st.items.row(n)
 		q = q[:len(p)] // one length: no bounds checks in the loop
-		e := r.r - dot(p, q)
+		e := r.r - st.mu - dot(p, q)
 		sq += e * e
 		for f := range p {
 			pf, qf := p[f], q[f]
@@ -132,7 +133,7 @@ func (st *stepper) eval(rs []rating) (int64, float64, error) {
 	}
 	var sq float64
 	for n, r := range rs {
-		e := r.r - dot(st.users.row(n), st.items.row(n))
+		e := r.r - st.mu - dot(st.users.row(n), st.items.row(n))
 		sq += e * e
 	}
 	return int64(len(rs)), sq, nil
