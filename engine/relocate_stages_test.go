@@ -39,8 +39,8 @@ func init() {
 func TestLocalizeUnderASPBeforeAClockedStage(t *testing.T) {
 	l := startLocal(t, 2, 1)
 	localize := tasks.Stage{Name: "move", Func: "test.localize", Workers: 1}
-	later := func(kind kvstore.ConsistencyKind, worker string) tasks.Stage {
-		return tasks.Stage{Name: "train", Func: "test.fill", Workers: 2, WorkerKind: worker,
+	later := func(kind kvstore.ConsistencyKind, name string) tasks.Stage {
+		return tasks.Stage{Name: name, Func: "test.fill", Workers: 2,
 			Consistency: kvstore.Consistency{Kind: kind}, Params: tasks.Params{"iters": 3}}
 	}
 	for _, tc := range []struct {
@@ -49,12 +49,12 @@ func TestLocalizeUnderASPBeforeAClockedStage(t *testing.T) {
 		stages   []tasks.Stage
 		want     string // "" = done
 	}{
-		{"then bsp", false, []tasks.Stage{localize, later(kvstore.BSP, "")}, `stage 1 (train, bsp) counts clocks`},
-		{"then ssp", false, []tasks.Stage{localize, later(kvstore.SSP, "")}, `stage 1 (train, ssp) counts clocks`},
-		{"bsp two stages later", false, []tasks.Stage{localize, later(kvstore.ASP, ""), later(kvstore.BSP, "")}, `stage 2 (train, bsp) counts clocks`},
-		{"then bsp, declared", true, []tasks.Stage{localize, later(kvstore.BSP, "")}, ""},
-		{"then asp", false, []tasks.Stage{localize, later(kvstore.ASP, "")}, ""},
-		{"bsp before only", false, []tasks.Stage{later(kvstore.BSP, ""), localize}, ""},
+		{"then bsp", false, []tasks.Stage{localize, later(kvstore.BSP, "train")}, `stage 1 (train, bsp) counts clocks`},
+		{"then ssp", false, []tasks.Stage{localize, later(kvstore.SSP, "train")}, `stage 1 (train, ssp) counts clocks`},
+		{"bsp two stages later", false, []tasks.Stage{localize, later(kvstore.ASP, "warm"), later(kvstore.BSP, "train")}, `stage 2 (train, bsp) counts clocks`},
+		{"then bsp, declared", true, []tasks.Stage{localize, later(kvstore.BSP, "train")}, ""},
+		{"then asp", false, []tasks.Stage{localize, later(kvstore.ASP, "train")}, ""},
+		{"bsp before only", false, []tasks.Stage{later(kvstore.BSP, "train"), localize}, ""},
 		{"then a local bsp stage", false, []tasks.Stage{localize, {Name: "local", Func: "test.fill", Workers: 1,
 			WorkerKind: tasks.KindLocal, Consistency: kvstore.Consistency{Kind: kvstore.BSP}}}, ""},
 	} {
