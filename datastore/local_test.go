@@ -166,15 +166,7 @@ func TestLocalSourceOpen(t *testing.T) {
 func TestLocalSkippedSubdirs(t *testing.T) {
 	dir := t.TempDir()
 	mixed := filepath.Join(dir, "mixed")
-	for _, p := range []string{"mixed/top-0", "mixed/sub/part-0", "mixed/sub2/part-0", "mixed/_tmp/x", "mixed/.hidden/x", "flat/a", "flat/b", "only/dt=1/part-0"} {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte("1 1:1\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, dir, "mixed/top-0", "mixed/sub/part-0", "mixed/sub2/part-0", "mixed/_tmp/x", "mixed/.hidden/x", "flat/a", "flat/b", "only/dt=1/part-0")
 	s := &LocalSource{}
 	for _, tc := range []struct {
 		pattern string
@@ -202,16 +194,8 @@ func TestLocalSkippedSubdirs(t *testing.T) {
 // left matched directories out (dt=*/ read nothing) and read _SUCCESS.
 func TestLocalGlobs(t *testing.T) {
 	dir := t.TempDir()
-	for _, p := range []string{"glob/a/part-0", "glob/a/part-1", "glob/b/part-0", "glob/a/_SUCCESS", "glob/a/.crc", "glob/_tmp/part-0",
-		"parts/dt=1/part-0", "parts/dt=2/part-0", "parts/dt=2/deeper/part-0", "parts/_SUCCESS"} {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte("1 1:1\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, dir, "glob/a/part-0", "glob/a/part-1", "glob/b/part-0", "glob/a/_SUCCESS", "glob/a/.crc", "glob/_tmp/part-0",
+		"parts/dt=1/part-0", "parts/dt=2/part-0", "parts/dt=2/deeper/part-0", "parts/_SUCCESS")
 	s := &LocalSource{}
 	for _, tc := range []struct {
 		pattern string
@@ -238,6 +222,21 @@ func TestLocalGlobs(t *testing.T) {
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.pattern, got, tc.want)
+		}
+	}
+}
+
+// writeTree writes a one-record LIBSVM file at each path under dir,
+// making its directories.
+func writeTree(t *testing.T, dir string, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("1 1:1\n"), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
