@@ -9,7 +9,14 @@
 # with replicas = 1. Also prints each process's peak RSS (VmHWM) after the
 # "same" job and FlexPS C++'s, and the median of per-round ratios.
 #
-#   FLEXPS_CPP=/path/to/LRLocal bash bench/lr/vs_flexps.sh [rounds]
+# The flexps jobs have no test input: FlexPS C++ scores the test rows once
+# after training, outside its timing, so flexps does the same work (a
+# job's test input is scored after every epoch, within the epoch's time;
+# until stop 39 this script kept it, and WITH_TEST=1 still does). The
+# last round scores the same-model job's model with flexps eval, untimed,
+# and prints its test accuracy beside FlexPS C++'s.
+#
+#   [WITH_TEST=1] FLEXPS_CPP=/path/to/LRLocal bash bench/lr/vs_flexps.sh [rounds]
 #
 # LRLocal is FlexPS C++ with ../shared/peers/lr_local.cpp, built by
 # ../shared/peers/build.sh. Without FLEXPS_CPP only flexps runs.
@@ -21,6 +28,9 @@ lr_prepare
 lr_job same ps 5 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
 lr_job defaults ps 5
 lr_job r1 ps 5 'replicas = 1\n'
+if [ -z "${WITH_TEST:-}" ]; then
+  for j in same defaults r1; do sed -i '/^\[input.test\]/,+1d' "$W/$j.toml"; done
+fi
 lr_cluster_config
 hwm() { echo $(( $(awk '/VmHWM/{print $2}' "/proc/$1/status") / 1024 )); }
 fcpp() { # samples/s of epochs 2+, then the two processes' peak RSS in MB
@@ -60,3 +70,7 @@ for i, n in ((5, "same/fcpp"), (6, "defaults/fcpp"), (7, "r1/fcpp")):
     print("median %s %.2f" % (n, st.median(float(x[i]) for x in r)))
 rs=[float(x[8]) / float(x[9]) for x in r if float(x[9]) > 0]
 if rs: print("median peak RSS same/fcpp %.2f" % st.median(rs))'
+# Test accuracy of the last round's models, scored outside the timing.
+acc=$("$F" eval --model "$W/same.model" --data "$DATA/test.libsvm" 2>/dev/null | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
+fca=$(sed -n 's/^ACC test=\([0-9.]*\).*/\1/p' "$W/fc0.out" 2>/dev/null || true)
+echo "test accuracy (last round): flexps same ${acc:-?}, FlexPS C++ ${fca:--}"

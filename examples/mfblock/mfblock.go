@@ -67,12 +67,19 @@ func init() {
 	tasks.RegisterParams(Func, func(p tasks.Params) error { _, err := configFrom(p); return err })
 	tasks.RegisterEpochs(Func, func(p tasks.Params) int { c, _ := configFrom(p); return c.epochs })
 	tasks.RegisterInputs(Func, tasks.InputParam{Param: "train", Required: true}, tasks.InputParam{Param: "test"})
-	tasks.RegisterTables(Func, func(st tasks.Stage, _ []kvstore.TableSpec) []kvstore.TableSpec {
+	tasks.RegisterTables(Func, func(st tasks.Stage, declared []kvstore.TableSpec) []kvstore.TableSpec {
 		c, err := configFrom(st.Params)
 		if err != nil || !c.mean {
 			return nil
 		}
-		return []kvstore.TableSpec{{Name: c.bias, Size: 1}, {Name: SumTable(c.bias, st.Name), Size: 2}}
+		// Kept as the user factors are (one copy when they are localized).
+		replicas := 0
+		for _, t := range declared {
+			if t.Name == c.users {
+				replicas = t.Replicas
+			}
+		}
+		return []kvstore.TableSpec{{Name: c.bias, Size: 1, Replicas: replicas}, {Name: SumTable(c.bias, st.Name), Size: 2, Replicas: replicas}}
 	})
 	tasks.RegisterTaskParams(Func, tasks.AllOf(rankFits, tasks.DenseInMemory(Func, "users", "items"), tasks.FactorsStartRandom(Func, "users", "items")))
 	tasks.RegisterRelocates(Func, func(s tasks.Stage) []string {
