@@ -71,6 +71,6 @@ for i, n in ((5, "same/fcpp"), (6, "defaults/fcpp"), (7, "r1/fcpp")):
 rs=[float(x[8]) / float(x[9]) for x in r if float(x[9]) > 0]
 if rs: print("median peak RSS same/fcpp %.2f" % st.median(rs))'
 # Test accuracy of the last round's models, scored outside the timing.
-acc=$("$F" eval --model "$W/same.model" --data "$DATA/test.libsvm" 2>/dev/null | sed -n 's/.*acc=\([0-9.]*\).*/\1/p')
+acc=$("$F" eval --model "$W/same.model" --data "$DATA/test.libsvm" 2>/dev/null | sed -n 's/.*accuracy=\([0-9.]*\).*/\1/p')
 fca=$(sed -n 's/^ACC test=\([0-9.]*\).*/\1/p' "$W/fc0.out" 2>/dev/null || true)
 echo "test accuracy (last round): flexps same ${acc:-?}, FlexPS C++ ${fca:--}"
