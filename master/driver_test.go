@@ -689,9 +689,9 @@ func TestQueuedStageSaysWhatItWaitsFor(t *testing.T) {
 		first, later int // workers of the running task and of the queued one
 		want         []string
 	}{
-		{"greedy", 2, 1, []string{"stage 0 asks for 1 worker; 0 slots free now; slots held by ", " (a) 2"}},
-		{"greedy", 1, 2, []string{"stage 0 asks for 2 workers; 1 slot free now; slots held by ", " (a) 1"}},
-		{"sequential", 1, 1, []string{"stage 0 asks for 1 worker and they are free, but the sequential policy runs one task at a time; slots held by ", " (a) 1"}},
+		{"greedy", 2, 1, []string{"stage 0 asks for 1 worker; 0 slots free now; ", " (a) holds 2"}},
+		{"greedy", 1, 2, []string{"stage 0 asks for 2 workers; 1 slot free now; ", " (a) holds 1"}},
+		{"sequential", 1, 1, []string{"stage 0 asks for 1 worker and they are free, but the sequential policy runs one task at a time; ", " (a) holds 1"}},
 	} {
 		t.Run(fmt.Sprintf("%s/%d+%d", tc.policy, tc.first, tc.later), func(t *testing.T) {
 			h := newHarness(t, tc.policy)

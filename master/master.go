@@ -655,14 +655,14 @@ func (m *Master) Status(id string) (status.Cluster, error) {
 	var holders []string
 	for _, tr := range all {
 		if n := tr.slotsHeld(); n > 0 {
-			holders = append(holders, fmt.Sprintf("%s (%s) %d", tr.spec.ID, tr.spec.Name, n))
+			holders = append(holders, fmt.Sprintf("%s (%s) holds %d", tr.spec.ID, tr.spec.Name, n))
 		}
 	}
 	for _, tr := range runs {
 		st := tr.snapshot()
 		if why, ok := busy[st.ID]; ok && st.State == status.Queued {
 			if len(holders) > 0 {
-				why += "; slots held by " + strings.Join(holders, ", ")
+				why += "; " + strings.Join(holders, ", ")
 			}
 			st.Queued = why
 		}

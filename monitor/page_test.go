@@ -72,8 +72,8 @@ func TestPageShowsStageAndWaiting(t *testing.T) {
 		{"waiting", status.Task{ID: "t1", State: status.Queued, Stages: 1, Waiting: "stage 0 asks for 4 workers but the cluster has 2 worker slots"},
 			`<p class="reason">waiting: stage 0 asks for 4 workers but the cluster has 2 worker slots</p>`, "stage 0 of"},
 		{"not waiting", status.Task{ID: "t1", State: status.Queued, Stages: 1}, "stage 1 of 1", "waiting:"},
-		{"queued for busy slots", status.Task{ID: "t1", State: status.Queued, Stages: 1, Queued: "stage 0 asks for 2 workers; 1 slot free now; slots held by t0 (lr) 1"},
-			`<p class="reason">queued: stage 0 asks for 2 workers; 1 slot free now; slots held by t0 (lr) 1</p>`, "waiting:"},
+		{"queued for busy slots", status.Task{ID: "t1", State: status.Queued, Stages: 1, Queued: "stage 0 asks for 2 workers; 1 slot free now; t0 (lr) holds 1"},
+			`<p class="reason">queued: stage 0 asks for 2 workers; 1 slot free now; t0 (lr) holds 1</p>`, "waiting:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()

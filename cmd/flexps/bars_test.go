@@ -161,7 +161,7 @@ func TestWaitingIsShown(t *testing.T) {
 // A queued stage that waits for busy slots says so in flexps status (it
 // said nothing).
 func TestQueuedIsShown(t *testing.T) {
-	why := "stage 0 asks for 2 workers; 1 slot free now; slots held by t1 (lr) 1"
+	why := "stage 0 asks for 2 workers; 1 slot free now; t1 (lr) holds 1"
 	var b bytes.Buffer
 	printStatus(&b, status.Cluster{Policy: "greedy", Tasks: []status.Task{{ID: "t2", Name: "mf", State: status.Queued, Stages: 1, Queued: why}}})
 	if !strings.Contains(b.String(), "queued: "+why) {
