@@ -23,12 +23,11 @@ type KeyScanner interface {
 // hold (Scan) whose key mod count is index: such a table is declared as
 // large as its ids run (hashed ids of up to 2^63), and a pass over its
 // whole key range sent a read per 16k keys of it, days of them, for the
-// few keys it stores (each worker lists the whole table's keys and keeps
-// its own: a pass costs every worker one Scan). The keys are those
-// written before the call (a
-// Barrier first makes every worker's Adds count); a key never written
-// reads as the table's Init and is not visited. keys is valid only
-// during the call.
+// few keys it stores. Each worker lists the whole table's keys and keeps
+// its own: a pass costs every worker one Scan. The keys are those written
+// before the call (a Barrier first makes every worker's Adds count); a
+// key never written reads as the table's Init and is not visited. keys is
+// valid only during the call.
 func EachShareKeys(info *Info, t Table, limit uint64, chunk int, fn func(keys []uint64) error) error {
 	spec := t.Spec()
 	if limit == 0 || limit > spec.Size {
