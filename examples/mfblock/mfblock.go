@@ -139,6 +139,14 @@ func configFrom(p tasks.Params) (config, error) {
 	if err := p.CheckInt("rank", "epochs", "batch"); err != nil {
 		return config{}, err
 	}
+	for _, k := range []string{"localize", "mean"} {
+		if v, ok := p[k]; ok {
+			if _, isBool := v.(bool); !isBool {
+				// "yes" read as false: a mean or a relocation silently off.
+				return config{}, fmt.Errorf("%s: param %q: want true or false, got %v", Func, k, v)
+			}
+		}
+	}
 	if err := p.Check("rank", "epochs", "batch", "lr", "l2", "decay"); err != nil {
 		return config{}, fmt.Errorf("%s: %w", Func, err)
 	}

@@ -28,6 +28,9 @@ func TestBlockedParamRangesRefusedAtSubmission(t *testing.T) {
 		{"l2 = -1", "mf.blocked: l2 must be >= 0, got -1"},
 		{"decay = 0", ""},
 		{"decay = -1", "mf.blocked: decay must be >= 0, got -1"},
+		{"mean = false", ""},
+		{`mean = "yes"`, `mf.blocked: param "mean": want true or false, got yes`},
+		{`localize = "no"`, `mf.blocked: param "localize": want true or false, got no`},
 	} {
 		t.Run(tc.param, func(t *testing.T) {
 			src := strings.NewReplacer("USERS", "", "KIND", "", "rank = 4", tc.param).Replace(setupJob)
