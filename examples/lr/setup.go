@@ -43,6 +43,12 @@ func tableSetup(t *tasks.MultiStageTask) (int, string, error) {
 		if err := tasks.SparseInMemory("lr.sgd", s, spec); err != nil {
 			return i, "table", err
 		}
+		if spec.Init != "zero" && s.Params.Float("l2", 0) > 0 {
+			// The decay pass visits the keys the table stores
+			// (tasks.EachShareKeys): one never written keeps its init
+			// value undecayed, where a dense table decays every key.
+			return i, "l2", fmt.Errorf("lr: l2 over a sparse table needs init = \"zero\"; table %q starts at %q, and the decay visits only the keys written, so the others would keep their start undecayed", name, spec.Init)
+		}
 	}
 	return -1, "", nil
 }

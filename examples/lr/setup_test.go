@@ -45,6 +45,9 @@ func TestSGDTableSetupRefusedAtSubmission(t *testing.T) {
 		{"sparse local", `storage = "sparse"`, `worker_kind = "local"`, "", `table "w" is sparse, but local stages hold the model in memory and need dense tables`, 11},
 		{"sparse hogwild", `storage = "sparse"`, `worker_kind = "hogwild"`, "", `table "w" is sparse, but hogwild stages hold the model in memory`, 11},
 		{"sparse single, table named", `storage = "sparse"`, `worker_kind = "single"`, `table = "w"`, `table "w" is sparse, but single stages hold the model in memory`, 16},
+		{"sparse uniform with l2", "storage = \"sparse\"\ninit = \"uniform:0.1\"", "", "l2 = 0.01", `lr: l2 over a sparse table needs init = "zero"; table "w" starts at "uniform:0.1"`, 17},
+		{"sparse uniform without l2", "storage = \"sparse\"\ninit = \"uniform:0.1\"", "", "", "", 0},
+		{"sparse zero init with l2", `storage = "sparse"`, "", "l2 = 0.01", "", 0},
 		{"width 2", "width = 2", "", "", `table "w": width must be 1 (one weight per feature), got 2`, 8},
 		{"undeclared table", "", "", `table = "v"`, `lr.sgd: the task declares no table "v"`, 16},
 	} {
