@@ -11,6 +11,8 @@
 #                            writes $W/NAME.toml: table w ($DIM float32), 2 workers of
 #                            KIND under SSP(2), batch 100, lr 0.5, model $W/NAME.model;
 #                            the extra lines go into [[table]] and [stage.params]
+#   lr_no_test NAME...       drops the test input from $W/NAME.toml (unless $WITH_TEST is set):
+#                            the C++ baselines score their test rows after training, untimed
 #   epoch_rate FILE          samples/s over epochs 2+ of a --metrics-out file
 #   lr_cluster_config        writes $W/c.toml (slaves, submit) and $W/m.toml (master): embedded
 #                            NATS on a random loopback port, 1 slot per slave, direct TCP data plane
@@ -38,6 +40,12 @@ lr_data() {
 lr_job() {
   printf 'name = "%s"\nkind = "lr"\noutput = "%s/%s.model"\n[[table]]\nname = "w"\nsize = %s\ndtype = "float32"\n%b[input.train]\npath = "%s/train.libsvm"\n[input.test]\npath = "%s/test.libsvm"\n[[stage]]\nname = "sgd"\nfunc = "lr.sgd"\nworkers = 2\nconsistency = "ssp"\nstaleness = 2\nworker_kind = "%s"\n[stage.params]\nepochs = %s\nbatch = 100\nlr = 0.5\n%b' \
     "$1" "$W" "$1" "$DIM" "${4:-}" "$DATA" "$DATA" "$2" "$3" "${5:-}" > "$W/$1.toml"
+}
+
+lr_no_test() {
+  [ -n "${WITH_TEST:-}" ] && return 0
+  local j
+  for j in "$@"; do sed -i '/^\[input.test\]/,+1d' "$W/$j.toml"; done
 }
 
 epoch_rate() {

@@ -28,9 +28,7 @@ lr_prepare
 lr_job same ps 5 'replicas = 1\n' 'intercept = false\nstandardize = false\n'
 lr_job defaults ps 5
 lr_job r1 ps 5 'replicas = 1\n'
-if [ -z "${WITH_TEST:-}" ]; then
-  for j in same defaults r1; do sed -i '/^\[input.test\]/,+1d' "$W/$j.toml"; done
-fi
+lr_no_test same defaults r1
 lr_cluster_config
 hwm() { echo $(( $(awk '/VmHWM/{print $2}' "/proc/$1/status") / 1024 )); }
 fcpp() { # samples/s of epochs 2+, then the two processes' peak RSS in MB

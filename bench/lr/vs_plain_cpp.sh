@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 lr_prepare
 for kind in local hogwild; do
   lr_job "$kind" "$kind" 5 '' 'intercept = false\nstandardize = false\n'
-  [ -n "${WITH_TEST:-}" ] || sed -i '/^\[input.test\]/,+1d' "$W/$kind.toml"
+  lr_no_test "$kind"
 done
 printf "%-6s %10s %10s %10s %8s %8s %8s %8s %8s %8s %8s\n" round plain_c++ local hogwild loc/c++ hog/c++ rss_loc rss_hog acc_c++ acc_loc acc_hog
 rows=()
